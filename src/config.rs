@@ -1,0 +1,78 @@
+//! Command line and environment: every option is `--flag` or `SECKILL_*`.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::lock::redis::RedisLockOptions;
+use crate::lock::Strategy;
+
+#[derive(Debug, Parser)]
+#[command(name = "seckill", version, about = "A flash sale guarded by a distributed lock of your choice")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the flash sale over HTTP.
+    Serve(Config),
+}
+
+/// How one instance of the service runs.
+#[derive(Clone, Debug, Args)]
+pub struct Config {
+    /// Port to listen on.
+    #[arg(long, env = "SECKILL_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, env = "SECKILL_BIND", default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// Lock strategy that guards the stock.
+    #[arg(long, env = "SECKILL_LOCK", value_enum, default_value_t = Strategy::Redis)]
+    pub lock: Strategy,
+    /// Redis holding the stock (and the lock, for `--lock redis`).
+    #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
+    #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
+          value_parser = clap::value_parser!(u64).range(30..=600_000))]
+    pub lock_ttl_ms: u64,
+    /// How long a buyer waits for the lock before getting a 503, in milliseconds.
+    #[arg(long, env = "SECKILL_ACQUIRE_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub acquire_timeout_ms: u64,
+    /// Stock put on sale when Redis has none yet, and by `POST /stock/reset` without a body.
+    #[arg(long, env = "SECKILL_INITIAL_STOCK", default_value_t = 300,
+          value_parser = clap::value_parser!(i64).range(0..=1_000_000_000))]
+    pub initial_stock: i64,
+    /// Name stamped on sale records; default `seckill-<port>`.
+    #[arg(long, env = "SECKILL_INSTANCE")]
+    pub instance: Option<String>,
+}
+
+impl Config {
+    pub fn instance_name(&self) -> String {
+        self.instance.clone().unwrap_or_else(|| format!("seckill-{}", self.port))
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.acquire_timeout_ms)
+    }
+
+    pub fn redis_lock_options(&self) -> RedisLockOptions {
+        RedisLockOptions { ttl: Duration::from_millis(self.lock_ttl_ms), renew: true }
+    }
+
+    /// The defaults, as if no flag or variable were given (for tests and embedding).
+    pub fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            config: Config,
+        }
+        Defaults::parse_from(["seckill"]).config
+    }
+}

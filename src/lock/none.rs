@@ -1,0 +1,33 @@
+//! No lock at all: the baseline that shows why the others exist.
+//!
+//! ## How it works
+//! 1. `try_acquire` always succeeds at once.
+//! 2. `release` does nothing.
+//!
+//! ## Limitations
+//! This is the bug the rest of the folder fixes. Two buyers read `stock = 5`, both
+//! write `4`, both count a sale: one unit is sold twice. Under the 500-request load
+//! test the sale records show the same unit more than once and `stock + lucky`
+//! no longer equals the initial stock.
+
+use async_trait::async_trait;
+
+use super::{DistributedLock, LockError, LockGuard};
+
+/// A lock that never excludes anyone.
+pub struct NoLock;
+
+#[async_trait]
+impl DistributedLock for NoLock {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    async fn try_acquire(&self, key: &str) -> Result<LockGuard, LockError> {
+        Ok(LockGuard::new(key, String::new()))
+    }
+
+    async fn release(&self, _guard: LockGuard) -> Result<(), LockError> {
+        Ok(())
+    }
+}

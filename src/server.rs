@@ -1,0 +1,63 @@
+//! Start-up: connect, build the lock, bind, serve until Ctrl-C or SIGTERM.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::http::{app, AppState};
+use crate::lock;
+use crate::redis_store;
+use crate::stock::{Seller, StockStore};
+
+/// Connects to every backend `config` needs and builds the app state.
+/// Fails with a message that names the unreachable server and how to start it.
+pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
+    let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
+    let store = StockStore::new(connection);
+    store.seed_if_missing(config.initial_stock).await.context("seeding the stock in Redis")?;
+    let guarding = lock::build(config, &client)
+        .await
+        .with_context(|| format!("starting the `{}` lock", config.lock))?;
+    let seller = Seller { instance: config.instance_name(), port: config.port, strategy: config.lock.name() };
+    Ok(AppState::new(store, guarding, config.lock, seller, config.acquire_timeout(), config.initial_stock))
+}
+
+/// Serves until the process is asked to stop, then finishes the requests in flight.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let state = build_state(&config).await?;
+    let address = SocketAddr::new(config.bind, config.port);
+    let listener = TcpListener::bind(address).await.map_err(|error| {
+        anyhow::anyhow!(
+            "cannot listen on {address}: {error}.\n  Stop whatever uses port {port} (`ss -ltnp 'sport = :{port}'` shows it) \
+             or pick another with --port / SECKILL_PORT.",
+            port = config.port
+        )
+    })?;
+    tracing::info!(%address, strategy = %config.lock, instance = %config.instance_name(), "seckill is serving");
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

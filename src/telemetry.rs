@@ -1,0 +1,9 @@
+//! Logging: `RUST_LOG` picks the level, `info` by default.
+
+use tracing_subscriber::EnvFilter;
+
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,tower_http=info"));
+    // A second init (in tests) is harmless: the first subscriber stays.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+}
