@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# The backing servers, as plain processes on loopback: Redis, etcd, ZooKeeper, MariaDB.
+#
+#   scripts/services.sh start   install what is missing, start what is not already listening
+#   scripts/services.sh stop    stop only what `start` started (servers it reused keep running)
+#   scripts/services.sh status  say what listens on each port
+#
+# Data, logs and pid files live under .run/ in the project. A server already listening
+# on its standard port is reused and left alone, so this plays well with a system
+# service or a `docker compose up` that got there first.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN="$ROOT/.run"
+PIDS="$RUN/pids"
+LOGS="$RUN/logs"
+
+REDIS_PORT=6379
+ETCD_PORT=2379
+ETCD_PEER_PORT=2380
+ZK_PORT=2181
+MYSQL_PORT=3306
+MYSQL_SOCKET="$RUN/mysql/mysqld.sock"
+
+# Debian packages the project needs; protobuf is for the etcd client's build.
+PACKAGES=(redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev)
+
+say() { printf '[services] %s\n' "$*"; }
+die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# wait_for NAME SECONDS COMMAND...: polls COMMAND until it succeeds.
+wait_for() {
+  local name=$1 seconds=$2; shift 2
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      die "$name did not come up within ${seconds}s; its log is in $LOGS/$name.log"
+    fi
+    sleep 0.2
+  done
+}
+
+install_missing() {
+  local missing=()
+  for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
+  done
+  ((${#missing[@]} == 0)) && return 0
+  if [[ $(id -u) -ne 0 ]]; then
+    die "missing packages: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}"
+  fi
+  say "installing ${missing[*]} (apt-get; this takes a minute once)"
+  # Package scripts must not start system-wide copies of the servers: we run our own.
+  local policy=/usr/sbin/policy-rc.d added_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && added_policy=1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >"$LOGS/apt.log" 2>&1 || die "apt-get update failed; see $LOGS/apt.log"
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOGS/apt.log" 2>&1 ||
+    die "apt-get install ${missing[*]} failed; see $LOGS/apt.log"
+  ((added_policy)) && rm -f "$policy"
+  return 0
+}
+
+# start_daemon NAME COMMAND...: runs COMMAND detached, logs to .run/logs/NAME.log, remembers its pid.
+start_daemon() {
+  local name=$1; shift
+  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$PIDS/$name.pid"
+}
+
+start_redis() {
+  if listening $REDIS_PORT; then say "redis: reusing the server on $REDIS_PORT"; return; fi
+  mkdir -p "$RUN/redis"
+  start_daemon redis redis-server --port $REDIS_PORT --bind 127.0.0.1 --dir "$RUN/redis" \
+    --save '' --appendonly no --daemonize no
+  wait_for redis 20 redis-cli -p $REDIS_PORT ping
+  say "redis: started on $REDIS_PORT"
+}
+
+start_etcd() {
+  if listening $ETCD_PORT; then say "etcd: reusing the server on $ETCD_PORT"; return; fi
+  mkdir -p "$RUN/etcd"
+  start_daemon etcd etcd --name seckill --data-dir "$RUN/etcd/data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "seckill=http://127.0.0.1:$ETCD_PEER_PORT"
+  wait_for etcd 30 listening $ETCD_PORT
+  say "etcd: started on $ETCD_PORT"
+}
+
+start_zookeeper() {
+  if listening $ZK_PORT; then say "zookeeper: reusing the server on $ZK_PORT"; return; fi
+  local dir="$RUN/zookeeper"
+  mkdir -p "$dir/conf" "$dir/data"
+  # The admin server would take port 8080, where the first seckill instance listens.
+  cat >"$dir/conf/zoo.cfg" <<EOF
+tickTime=2000
+dataDir=$dir/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok
+EOF
+  cp /etc/zookeeper/conf/log4j.properties "$dir/conf/" 2>/dev/null || true
+  start_daemon zookeeper java -cp "$dir/conf:/usr/share/java/zookeeper.jar" \
+    -Dzookeeper.log.dir="$LOGS" -Dzookeeper.root.logger=INFO,CONSOLE \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/conf/zoo.cfg"
+  wait_for zookeeper 60 listening $ZK_PORT
+  say "zookeeper: started on $ZK_PORT"
+}
+
+start_mysql() {
+  if listening $MYSQL_PORT; then say "mariadb: reusing the server on $MYSQL_PORT"; return; fi
+  local dir="$RUN/mysql"
+  mkdir -p "$dir"
+  if [[ ! -d $dir/data/mysql ]]; then
+    mysql_install_db --no-defaults --user="$(id -un)" --datadir="$dir/data" --auth-root-authentication-method=socket \
+      >"$LOGS/mysql-install.log" 2>&1 || die "mysql_install_db failed; see $LOGS/mysql-install.log"
+  fi
+  start_daemon mysql mariadbd --no-defaults --user="$(id -un)" --datadir="$dir/data" \
+    --socket="$MYSQL_SOCKET" --port=$MYSQL_PORT --bind-address=127.0.0.1 --pid-file="$dir/mariadb.pid" \
+    --skip-log-bin
+  wait_for mysql 60 mysqladmin --no-defaults --socket="$MYSQL_SOCKET" -uroot ping
+  # The service's database and account (used by the MySQL lock strategies).
+  mysql --no-defaults --socket="$MYSQL_SOCKET" -uroot <<'SQL'
+CREATE DATABASE IF NOT EXISTS seckill;
+CREATE USER IF NOT EXISTS 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill';
+CREATE USER IF NOT EXISTS 'seckill'@'localhost' IDENTIFIED BY 'seckill';
+GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'localhost';
+SQL
+  say "mariadb: started on $MYSQL_PORT (database seckill, user seckill/seckill)"
+}
+
+stop_all() {
+  shopt -s nullglob
+  local pidfile name pid
+  for pidfile in "$PIDS"/*.pid; do
+    name=$(basename "$pidfile" .pid)
+    pid=$(cat "$pidfile")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -9 "$pid" 2>/dev/null || true
+      say "$name: stopped"
+    fi
+    rm -f "$pidfile"
+  done
+}
+
+status() {
+  local name port
+  for name_port in redis:$REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
+    name=${name_port%%:*}; port=${name_port##*:}
+    if listening "$port"; then say "$name: listening on $port"; else say "$name: not running (port $port)"; fi
+  done
+}
+
+mkdir -p "$PIDS" "$LOGS"
+case "${1:-start}" in
+  start)
+    install_missing
+    start_redis
+    start_etcd
+    start_zookeeper
+    start_mysql
+    ;;
+  stop) stop_all ;;
+  status) status ;;
+  *) die "unknown command '${1}'; use start, stop or status" ;;
+esac
