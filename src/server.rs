@@ -36,9 +36,19 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         )
     })?;
     tracing::info!(%address, strategy = %config.lock, instance = %config.instance_name(), "seckill is serving");
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    serve_with(listener, state, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves `state` on an already bound listener until `shutdown` completes
+/// (tests use it to run two instances in one process).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
 }
 
 async fn shutdown_signal() {
