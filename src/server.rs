@@ -71,3 +71,45 @@ async fn shutdown_signal() {
         () = terminate => {},
     }
 }
+
+/// An instance serving on an ephemeral loopback port, for tests and embedding.
+pub struct Instance {
+    /// Base URL, like `http://127.0.0.1:41234`.
+    pub url: String,
+    pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Instance {
+    /// Binds a free port on 127.0.0.1, connects as `config` says, and starts serving.
+    /// `config.port` is replaced by the port actually bound.
+    pub async fn start(mut config: Config) -> anyhow::Result<Instance> {
+        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        let port = listener.local_addr()?.port();
+        config.port = port;
+        let state = build_state(&config).await?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve_with(listener, state, async {
+            let _ = stopped.await;
+        }));
+        Ok(Instance { url: format!("http://127.0.0.1:{port}"), port, stop: Some(stop), task })
+    }
+
+    /// Stops accepting, finishes requests in flight, and waits for the server to end.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await??;
+        Ok(())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

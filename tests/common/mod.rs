@@ -85,3 +85,13 @@ pub async fn racing_increments(
     let _: () = redis::cmd("DEL").arg(&counter).query_async(&mut connection).await.unwrap();
     total
 }
+
+/// An instance on a free port, selling from Redis database `db`.
+pub async fn instance(strategy: seckill::lock::Strategy, db: u8, acquire_timeout_ms: u64) -> seckill::server::Instance {
+    redis_client(db).await; // fail loudly if Redis is missing
+    let mut config = seckill::config::Config::defaults();
+    config.lock = strategy;
+    config.redis_url = redis_url(db);
+    config.acquire_timeout_ms = acquire_timeout_ms;
+    seckill::server::Instance::start(config).await.expect("instance starts")
+}
