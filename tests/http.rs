@@ -150,7 +150,7 @@ impl Drop for PrivateRedis {
 
 #[tokio::test]
 async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it_is_back() {
-    let port = 6390;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let redis = PrivateRedis::start(port);
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;

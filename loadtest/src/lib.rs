@@ -434,3 +434,79 @@ pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
     let rank = (fraction * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(stock_before: i64, fencing_token: Option<u64>) -> SaleRecord {
+        SaleRecord {
+            instance: "test".into(),
+            port: 8080,
+            strategy: "redis".into(),
+            stock_before,
+            fencing_token,
+            lock_wait_ms: 0.0,
+            locked_at_ms: 0,
+            sold_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_stock_value_read_by_two_sales_counts_as_a_unit_sold_twice() {
+        let records = [record(3, None), record(2, None), record(2, None), record(2, None), record(1, None)];
+        assert_eq!(units_sold_twice(&records), 1);
+        assert_eq!(units_sold_twice(&records[..2]), 0);
+    }
+
+    #[test]
+    fn a_fencing_token_that_does_not_grow_is_a_regression() {
+        let records = [record(3, Some(1)), record(2, Some(5)), record(1, Some(4))];
+        assert_eq!(fencing_regressions(&records), 1);
+        assert_eq!(fencing_regressions(&records[..2]), 0);
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 0.50), 50.0);
+        assert_eq!(percentile(&sorted, 0.99), 99.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    fn judged(strategy: &str, stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize) -> Report {
+        let options = Options { hosts: vec!["h".into()], users: 5, initial_stock: 3, redis_url: String::new(), goose_metrics: false };
+        let sale = SaleState { stock, lucky, initial: Some(3), records, unreadable_records: 0 };
+        let tally = Tally { sold: told_sold, sold_out: 5 - told_sold, ..Tally::default() };
+        judge(&options, strategy.into(), &sale, tally)
+    }
+
+    #[test]
+    fn a_safe_strategy_that_oversold_fails_the_run() {
+        let report = judged("redis", 0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4);
+        assert_eq!(report.verdict, Verdict::Oversold);
+        assert!(!report.passed());
+    }
+
+    #[test]
+    fn a_baseline_that_oversold_passes_as_expected() {
+        let report = judged("none", 0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4);
+        assert_eq!(report.verdict, Verdict::Oversold);
+        assert!(report.passed());
+        assert!(report.render().contains("as expected"));
+    }
+
+    #[test]
+    fn a_sale_the_buyer_was_not_told_about_is_lost() {
+        let report = judged("redis", 0, 3, vec![record(3, None), record(2, None), record(1, None)], 2);
+        assert_eq!(report.verdict, Verdict::Lost);
+        assert!(!report.passed());
+    }
+
+    #[test]
+    fn an_exact_sale_holds() {
+        let report = judged("redis", 0, 3, vec![record(3, Some(1)), record(2, Some(2)), record(1, Some(3))], 3);
+        assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+        assert!(report.passed());
+    }
+}

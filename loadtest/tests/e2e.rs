@@ -1,0 +1,103 @@
+//! End to end: two real instances of the service (in this process, on two ports, each
+//! with its own lock handle and Redis connections, as two processes would have), 500
+//! one-shot buyers from goose, and the verdict read back from Redis.
+//!
+//! Needs a real Redis (`make test` starts it). Each test sells from its own Redis
+//! database; the attacks run one at a time because goose keeps global state.
+
+use std::time::Duration;
+
+use loadtest::{run, Options, Report, Verdict};
+use seckill::config::Config;
+use seckill::lock::Strategy;
+use seckill::server::Instance;
+
+static ONE_ATTACK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn redis_url(db: u8) -> String {
+    let base = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    format!("{}/{db}", base.trim_end_matches('/'))
+}
+
+async fn start(strategy: Strategy, db: u8) -> Instance {
+    let mut config = Config::defaults();
+    config.lock = strategy;
+    config.redis_url = redis_url(db);
+    config.acquire_timeout_ms = 30_000;
+    Instance::start(config)
+        .await
+        .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
+}
+
+fn options(hosts: Vec<String>, db: u8) -> Options {
+    Options { hosts, users: 500, initial_stock: 300, redis_url: redis_url(db), goose_metrics: false }
+}
+
+/// Two instances of `strategy`, the crowd, the report.
+async fn flash_sale(strategy: Strategy, db: u8) -> Report {
+    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let (first, second) = (start(strategy, db).await, start(strategy, db).await);
+    let report = run(&options(vec![first.url.clone(), second.url.clone()], db)).await.expect("the load test runs");
+    println!("{}", report.render());
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+    report
+}
+
+fn assert_held(report: &Report) {
+    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_eq!((report.stock_left, report.lucky), (0, 300), "{}", report.render());
+    assert_eq!(report.told_sold, 300);
+    assert_eq!(report.told_sold_out, 200);
+    assert_eq!(report.error_count(), 0, "{}", report.render());
+    assert_eq!(report.units_sold_twice, 0);
+    assert!(report.passed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
+    let report = flash_sale(Strategy::Redis, 10).await;
+    assert_held(&report);
+    assert_eq!(report.fencing_regressions, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_atomic_script_sells_exactly_300_to_500_buyers_across_two_instances() {
+    assert_held(&flash_sale(Strategy::Atomic, 11).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_lock_across_two_instances_is_caught_overselling() {
+    let report = flash_sale(Strategy::None, 12).await;
+    assert_eq!(report.verdict, Verdict::Oversold, "{}", report.render());
+    assert!(report.lucky > 300 || report.units_sold_twice > 0, "{}", report.render());
+    assert!(report.expected_to_oversell && report.passed(), "the baseline is allowed to oversell");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_locks_in_two_instances_are_caught_overselling() {
+    let report = flash_sale(Strategy::Local, 13).await;
+    assert_eq!(report.verdict, Verdict::Oversold, "{}", report.render());
+    assert!(report.units_sold_twice > 0, "{}", report.render());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_running_different_strategies_are_refused() {
+    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let (first, second) = (start(Strategy::Redis, 14).await, start(Strategy::Atomic, 14).await);
+    let error = run(&options(vec![first.url.clone(), second.url.clone()], 14)).await.unwrap_err();
+    let message = format!("{error:#}");
+    assert!(message.contains("different strategies") && message.contains("--lock"), "{message}");
+}
+
+#[tokio::test]
+async fn a_host_with_no_service_is_named_with_how_to_start_one() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", free.local_addr().unwrap());
+    drop(free);
+    let started = std::time::Instant::now();
+    let error = run(&options(vec![url.clone()], 15)).await.unwrap_err();
+    let message = format!("{error:#}");
+    assert!(message.contains(&format!("no seckill answers at {url}")), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}

@@ -1,0 +1,79 @@
+//! The binary refuses bad configuration with a message that names the fix.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn seckill(args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command.args(args);
+    // The tests' own environment must not leak settings into the binary.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SECKILL_") {
+            command.env_remove(key);
+        }
+    }
+    command.output().expect("the seckill binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
+    let output = seckill(&["serve", "--lock", "zookeper"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(message.contains("zookeper"), "{message}");
+    assert!(message.contains("none, local, redis, atomic"), "{message}");
+}
+
+#[test]
+fn an_unknown_strategy_from_the_environment_is_refused_too() {
+    let output = Command::new(env!("CARGO_BIN_EXE_seckill")).args(["serve"]).env("SECKILL_LOCK", "mutex").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("possible values"), "{}", stderr(&output));
+}
+
+#[test]
+fn an_unreachable_redis_is_refused_with_its_url_and_how_to_start_one() {
+    let output = seckill(&["serve", "--redis-url", "redis://127.0.0.1:1"]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("cannot reach Redis at redis://127.0.0.1:1"), "{message}");
+    assert!(message.contains("make services"), "{message}");
+}
+
+#[test]
+fn a_redis_url_that_is_not_one_is_named() {
+    let output = seckill(&["serve", "--redis-url", "localhost:6379"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("`localhost:6379` is not a Redis URL"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_lock_ttl_too_short_to_renew_is_refused() {
+    let output = seckill(&["serve", "--lock-ttl-ms", "5"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--lock-ttl-ms"), "{}", stderr(&output));
+}
+
+#[tokio::test]
+async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
+    common::redis_client(0).await;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let output = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || seckill(&["serve", "--port", &port, "--redis-url", &common::redis_url(6)])),
+    )
+    .await
+    .expect("seckill exits instead of serving")
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("cannot listen on 127.0.0.1:"), "{message}");
+    assert!(message.contains("--port"), "{message}");
+}
