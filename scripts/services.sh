@@ -2,7 +2,9 @@
 # The backing servers, as plain processes on loopback: Redis, etcd, ZooKeeper, MariaDB.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
-#   scripts/services.sh stop    stop only what `start` started (servers it reused keep running)
+#   scripts/services.sh stop [NAME...]
+#                               stop only what `start` started (servers it reused keep running);
+#                               NAME is redis, etcd, zookeeper or mysql
 #   scripts/services.sh status  say what listens on each port
 #
 # Data, logs and pid files live under .run/ in the project. A server already listening
@@ -23,7 +25,7 @@ MYSQL_PORT=3306
 MYSQL_SOCKET="$RUN/mysql/mysqld.sock"
 
 # Debian packages the project needs; protobuf is for the etcd client's build.
-PACKAGES=(redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev)
+PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
@@ -136,10 +138,11 @@ SQL
   say "mariadb: started on $MYSQL_PORT (database seckill, user seckill/seckill)"
 }
 
-stop_all() {
+stop_started() {
   shopt -s nullglob
-  local pidfile name pid
-  for pidfile in "$PIDS"/*.pid; do
+  local pidfile name pid pidfiles=("$PIDS"/*.pid)
+  if (($# > 0)); then pidfiles=(); for name in "$@"; do [[ -e $PIDS/$name.pid ]] && pidfiles+=("$PIDS/$name.pid"); done; fi
+  for pidfile in "${pidfiles[@]}"; do
     name=$(basename "$pidfile" .pid)
     pid=$(cat "$pidfile")
     if kill -0 "$pid" 2>/dev/null; then
@@ -169,7 +172,7 @@ case "${1:-start}" in
     start_zookeeper
     start_mysql
     ;;
-  stop) stop_all ;;
+  stop) shift; stop_started "$@" ;;
   status) status ;;
   *) die "unknown command '${1}'; use start, stop or status" ;;
 esac

@@ -510,3 +510,24 @@ mod tests {
         assert!(report.passed());
     }
 }
+
+/// One table comparing the reports of several runs, one row per strategy.
+pub fn comparison_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    out.push_str("| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms |\n");
+    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in reports {
+        let verdict = match r.verdict {
+            Verdict::Held => "held",
+            Verdict::Oversold => "OVERSOLD",
+            Verdict::Lost => "LOST",
+        };
+        let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
+            r.strategy, verdict, expected, r.lucky, r.stock_left, r.units_sold_twice, r.error_count(),
+            r.requests_per_second, r.p50_ms, r.p99_ms
+        ));
+    }
+    out
+}

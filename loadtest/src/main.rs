@@ -31,11 +31,20 @@ struct Cli {
     /// Also print goose's own metrics tables.
     #[arg(long)]
     goose_metrics: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "PATH")]
+    report_file: Option<std::path::PathBuf>,
+    /// Fire nothing: print one table comparing these JSON reports (from --report-file).
+    #[arg(long, value_name = "REPORT", num_args = 1..)]
+    compare: Vec<std::path::PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !cli.compare.is_empty() {
+        return compare(&cli.compare);
+    }
     let options = Options {
         hosts: cli.hosts.iter().map(|h| h.trim_end_matches('/').to_owned()).collect(),
         users: cli.users,
@@ -45,10 +54,17 @@ async fn main() -> ExitCode {
     };
     match run(&options).await {
         Ok(report) => {
+            let json = serde_json::to_string(&report).unwrap_or_default();
             if cli.json {
-                println!("{}", serde_json::to_string(&report).expect("a report always serializes"));
+                println!("{json}");
             } else {
                 print!("{}", report.render());
+            }
+            if let Some(path) = &cli.report_file {
+                if let Err(error) = std::fs::write(path, &json) {
+                    eprintln!("loadtest error: cannot write the report to {}: {error}", path.display());
+                    return ExitCode::from(2);
+                }
             }
             if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
         }
@@ -57,4 +73,22 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn compare(paths: &[std::path::PathBuf]) -> ExitCode {
+    let mut reports = Vec::new();
+    for path in paths {
+        let parsed = std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<loadtest::Report>(&text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(report) => reports.push(report),
+            Err(error) => {
+                eprintln!("loadtest error: {} is not a report written by --report-file: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    print!("{}", loadtest::comparison_table(&reports));
+    ExitCode::SUCCESS
 }
