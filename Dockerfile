@@ -1,0 +1,11 @@
+# Builds both binaries: `seckill` (the service) and `loadtest` (the goose crowd).
+FROM rust:1-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --workspace
+
+FROM debian:bookworm-slim
+COPY --from=build /src/target/release/seckill /src/target/release/loadtest /usr/local/bin/
+ENV SECKILL_BIND=0.0.0.0
+ENTRYPOINT ["seckill"]
+CMD ["serve"]
