@@ -1,4 +1,5 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
+SHELL := /bin/bash
 .PHONY: demo test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
@@ -6,8 +7,12 @@ demo:
 	scripts/demo.sh
 
 ## make test: servers up, then the whole test suite against them.
+## The last line adds up every test binary's result.
 test: services
-	cargo test --workspace
+	set -o pipefail; status=0; \
+	cargo test --workspace --all-targets --no-fail-fast 2>&1 | tee .run/test.log || status=$$?; \
+	awk '/^test result:/ { passed += $$4; failed += $$6 } END { printf "total: %d passed, %d failed\n", passed, failed }' .run/test.log; \
+	exit $$status
 
 ## make services / make stop / make status: the backing servers alone (data and logs in .run/).
 services:
