@@ -66,7 +66,8 @@ impl IntoResponse for AppError {
             AppError::BadRequest(_) | AppError::LockTimeout(_) | AppError::LockLost => self.to_string(),
             AppError::LockBackend(_) | AppError::Stock(_) => {
                 tracing::error!(error = %self, "backend failure");
-                "a backend is unavailable; nothing was sold. Check that the servers run (`make services`) and retry".to_owned()
+                "a backend is unavailable; nothing was sold. Check that the servers run (`make services`) and retry"
+                    .to_owned()
             }
             AppError::Internal(_) => {
                 tracing::error!(error = %self, "internal error");

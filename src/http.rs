@@ -39,7 +39,14 @@ struct Shared {
 }
 
 impl AppState {
-    pub fn new(store: StockStore, guarding: Guarding, strategy: Strategy, seller: Seller, acquire_timeout: Duration, initial_stock: i64) -> Self {
+    pub fn new(
+        store: StockStore,
+        guarding: Guarding,
+        strategy: Strategy,
+        seller: Seller,
+        acquire_timeout: Duration,
+        initial_stock: i64,
+    ) -> Self {
         AppState(Arc::new(Shared { store, guarding, seller, strategy, acquire_timeout, initial_stock }))
     }
 }
@@ -101,9 +108,8 @@ async fn reset(State(state): State<AppState>, body: Bytes) -> Result<Json<StockS
     let requested = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let request: ResetRequest = serde_json::from_slice(&body).map_err(|error| {
-            AppError::BadRequest(format!("body must be JSON like {{\"stock\": 300}}: {error}"))
-        })?;
+        let request: ResetRequest = serde_json::from_slice(&body)
+            .map_err(|error| AppError::BadRequest(format!("body must be JSON like {{\"stock\": 300}}: {error}")))?;
         request.stock
     };
     let stock = requested.unwrap_or(state.0.initial_stock);

@@ -17,9 +17,8 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
     let store = StockStore::new(connection);
     store.seed_if_missing(config.initial_stock).await.context("seeding the stock in Redis")?;
-    let guarding = lock::build(config, &client)
-        .await
-        .with_context(|| format!("starting the `{}` lock", config.lock))?;
+    let guarding =
+        lock::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
     let seller = Seller { instance: config.instance_name(), port: config.port, strategy: config.lock.name() };
     Ok(AppState::new(store, guarding, config.lock, seller, config.acquire_timeout(), config.initial_stock))
 }

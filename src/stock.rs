@@ -162,14 +162,24 @@ impl StockStore {
     }
 
     /// Sells one unit if any is left, the way `guarding` says.
-    pub async fn sell_one(&self, guarding: &Guarding, seller: &Seller, acquire_timeout: Duration) -> Result<SaleOutcome, AppError> {
+    pub async fn sell_one(
+        &self,
+        guarding: &Guarding,
+        seller: &Seller,
+        acquire_timeout: Duration,
+    ) -> Result<SaleOutcome, AppError> {
         match guarding {
             Guarding::Lock(lock) => self.sell_under_lock(lock.as_ref(), seller, acquire_timeout).await,
             Guarding::AtomicScript => self.sell_atomically(seller).await,
         }
     }
 
-    async fn sell_under_lock(&self, lock: &dyn DistributedLock, seller: &Seller, acquire_timeout: Duration) -> Result<SaleOutcome, AppError> {
+    async fn sell_under_lock(
+        &self,
+        lock: &dyn DistributedLock,
+        seller: &Seller,
+        acquire_timeout: Duration,
+    ) -> Result<SaleOutcome, AppError> {
         // 1. Acquire.
         let waiting_since = Instant::now();
         let guard = lock.acquire(STOCK_LOCK_KEY, acquire_timeout).await?;
@@ -196,11 +206,8 @@ impl StockStore {
         let locked_at_ms = unix_ms() - lock_wait_ms as u64;
 
         // 2. Read and check.
-        let stock: i64 = redis::cmd("GET")
-            .arg(STOCK_KEY)
-            .query_async::<Option<i64>>(&mut connection)
-            .await?
-            .unwrap_or(0);
+        let stock: i64 =
+            redis::cmd("GET").arg(STOCK_KEY).query_async::<Option<i64>>(&mut connection).await?.unwrap_or(0);
         if stock <= 0 {
             return Ok(SaleOutcome { sold: false, stock_after: 0, lock_wait_ms, fencing_token: guard.fencing_token });
         }

@@ -32,7 +32,8 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
 
 #[test]
 fn an_unknown_strategy_from_the_environment_is_refused_too() {
-    let output = Command::new(env!("CARGO_BIN_EXE_seckill")).args(["serve"]).env("SECKILL_LOCK", "mutex").output().unwrap();
+    let output =
+        Command::new(env!("CARGO_BIN_EXE_seckill")).args(["serve"]).env("SECKILL_LOCK", "mutex").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("possible values"), "{}", stderr(&output));
 }

@@ -61,8 +61,13 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
     assert_eq!(sold_out["sold"], false);
 
     let client = common::redis_client(2).await;
-    let records: Vec<String> =
-        redis::cmd("LRANGE").arg("sales").arg(0).arg(-1).query_async(&mut common::connection(&client).await).await.unwrap();
+    let records: Vec<String> = redis::cmd("LRANGE")
+        .arg("sales")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
     assert_eq!(records.len(), 1);
     let record: Value = serde_json::from_str(&records[0]).unwrap();
     assert_eq!(record["stock_before"], 1, "the script fills in the stock it read: {record}");

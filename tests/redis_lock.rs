@@ -29,7 +29,11 @@ async fn release_is_refused_once_the_lease_expired_and_another_owner_holds_the_k
 
     let refused = slow.release(stale).await;
     assert!(matches!(refused, Err(LockError::Lost { .. })), "expected Lost, got {refused:?}");
-    assert_eq!(get(&client, &key).await.as_deref(), Some(current.token.as_str()), "the stale release deleted the new owner's lock");
+    assert_eq!(
+        get(&client, &key).await.as_deref(),
+        Some(current.token.as_str()),
+        "the stale release deleted the new owner's lock"
+    );
     fast.release(current).await.expect("the real owner can release");
     assert_eq!(get(&client, &key).await, None);
 }
@@ -40,7 +44,12 @@ async fn release_leaves_a_key_alone_when_its_token_is_someone_elses() {
     let key = common::unique_key("foreign");
     let guard = lock.acquire(&key, Duration::from_secs(1)).await.unwrap();
     // Someone else's value lands on the key (as after an expiry and a new grant).
-    let _: () = redis::cmd("SET").arg(&key).arg("someone-else").query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("someone-else")
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
     let refused = lock.release(guard).await;
     assert!(matches!(refused, Err(LockError::Lost { .. })), "expected Lost, got {refused:?}");
     assert_eq!(get(&client, &key).await.as_deref(), Some("someone-else"));
@@ -55,7 +64,10 @@ async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
     let guard = crashed.acquire(&key, Duration::from_secs(1)).await.unwrap();
     drop(guard); // no release: the holder is gone, and so is its renewal
     let dropped_at = Instant::now();
-    assert!(matches!(survivor.try_acquire(&key).await, Err(LockError::Busy { .. })), "the lease should outlive the holder for a while");
+    assert!(
+        matches!(survivor.try_acquire(&key).await, Err(LockError::Busy { .. })),
+        "the lease should outlive the holder for a while"
+    );
 
     let guard = survivor.acquire(&key, Duration::from_secs(3)).await.expect("granted once the lease runs out");
     let waited = dropped_at.elapsed();
@@ -96,7 +108,8 @@ async fn a_guard_reports_the_lock_lost_when_renewal_finds_the_key_taken_over() {
     let key = common::unique_key("takeover");
     let guard = lock.acquire(&key, Duration::from_secs(1)).await.unwrap();
     assert!(guard.is_held());
-    let _: () = redis::cmd("SET").arg(&key).arg("usurper").query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () =
+        redis::cmd("SET").arg(&key).arg("usurper").query_async(&mut common::connection(&client).await).await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // at least one renewal
     assert!(!guard.is_held(), "renewal should have noticed the key is no longer ours");
 }

@@ -138,7 +138,11 @@ impl Report {
         };
         line(&mut out, "errors", errors);
         line(&mut out, "time", format!("{:.3} s, {:.0} req/s", self.seconds, self.requests_per_second));
-        line(&mut out, "latency", format!("p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p95_ms, self.p99_ms));
+        line(
+            &mut out,
+            "latency",
+            format!("p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p95_ms, self.p99_ms),
+        );
         for finding in &self.findings {
             out.push_str(&format!("  - {finding}\n"));
         }
@@ -435,6 +439,37 @@ pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
+/// One table comparing the reports of several runs, one row per strategy.
+pub fn comparison_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms |\n",
+    );
+    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in reports {
+        let verdict = match r.verdict {
+            Verdict::Held => "held",
+            Verdict::Oversold => "OVERSOLD",
+            Verdict::Lost => "LOST",
+        };
+        let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
+            r.strategy,
+            verdict,
+            expected,
+            r.lucky,
+            r.stock_left,
+            r.units_sold_twice,
+            r.error_count(),
+            r.requests_per_second,
+            r.p50_ms,
+            r.p99_ms
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -475,7 +510,13 @@ mod tests {
     }
 
     fn judged(strategy: &str, stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize) -> Report {
-        let options = Options { hosts: vec!["h".into()], users: 5, initial_stock: 3, redis_url: String::new(), goose_metrics: false };
+        let options = Options {
+            hosts: vec!["h".into()],
+            users: 5,
+            initial_stock: 3,
+            redis_url: String::new(),
+            goose_metrics: false,
+        };
         let sale = SaleState { stock, lucky, initial: Some(3), records, unreadable_records: 0 };
         let tally = Tally { sold: told_sold, sold_out: 5 - told_sold, ..Tally::default() };
         judge(&options, strategy.into(), &sale, tally)
@@ -509,25 +550,4 @@ mod tests {
         assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
         assert!(report.passed());
     }
-}
-
-/// One table comparing the reports of several runs, one row per strategy.
-pub fn comparison_table(reports: &[Report]) -> String {
-    let mut out = String::new();
-    out.push_str("| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms |\n");
-    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for r in reports {
-        let verdict = match r.verdict {
-            Verdict::Held => "held",
-            Verdict::Oversold => "OVERSOLD",
-            Verdict::Lost => "LOST",
-        };
-        let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
-            r.strategy, verdict, expected, r.lucky, r.stock_left, r.units_sold_twice, r.error_count(),
-            r.requests_per_second, r.p50_ms, r.p99_ms
-        ));
-    }
-    out
 }

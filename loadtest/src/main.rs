@@ -13,8 +13,12 @@ use loadtest::{run, Options};
 #[command(name = "loadtest", about = "Fire the flash-sale crowd at seckill instances and check for oversell")]
 struct Cli {
     /// Instances to split the buyers between, comma separated.
-    #[arg(long, env = "LOADTEST_HOSTS", value_delimiter = ',',
-          default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090")]
+    #[arg(
+        long,
+        env = "LOADTEST_HOSTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090"
+    )]
     hosts: Vec<String>,
     /// Buyers; each sends exactly one request.
     #[arg(long, env = "LOADTEST_USERS", default_value_t = 500)]
@@ -66,7 +70,11 @@ async fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
-            if report.passed() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(error) => {
             eprintln!("loadtest error: {error:#}");

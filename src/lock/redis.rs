@@ -109,9 +109,8 @@ pub struct RedisLock {
 impl RedisLock {
     /// Connects, and subscribes to release announcements.
     pub async fn connect(client: &redis::Client, options: RedisLockOptions) -> Result<Self, LockError> {
-        let connection = crate::redis_store::connection_manager(client)
-            .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
+        let connection =
+            crate::redis_store::connection_manager(client).await.map_err(|e| LockError::backend(BACKEND, e))?;
         let released: Arc<StdMutex<HashMap<String, Arc<Notify>>>> = Arc::default();
         let listener = tokio::spawn(listen_for_releases(client.clone(), released.clone()));
         Ok(RedisLock {
