@@ -82,7 +82,7 @@ done
 
 echo
 say "500 buyers, 300 units, two instances (ports ${PORTS[*]}), release build, $(nproc) cores:"
-target/release/loadtest --compare "${reports[@]}"
+target/release/loadtest --compare "${reports[@]}" --chart "$RESULTS/comparison.svg"
 if ((${#failed[@]} > 0)); then
   die "strategies that should hold but did not: ${failed[*]}"
 fi

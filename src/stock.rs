@@ -203,7 +203,7 @@ impl StockStore {
 
     async fn decrement(&self, guard: &LockGuard, seller: &Seller, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
         let mut connection = self.connection.clone();
-        let locked_at_ms = unix_ms() - lock_wait_ms as u64;
+        let locked_at_ms = unix_ms(); // the lock was granted just before this call
 
         // 2. Read and check.
         let stock: i64 =

@@ -15,6 +15,8 @@
 //! `none` and `local` are expected to oversell across two instances: the report says
 //! so, and says so honestly when a run happened not to hit the race.
 
+pub mod chart;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -41,13 +41,16 @@ struct Cli {
     /// Fire nothing: print one table comparing these JSON reports (from --report-file).
     #[arg(long, value_name = "REPORT", num_args = 1..)]
     compare: Vec<std::path::PathBuf>,
+    /// With --compare: also draw the comparison as an SVG bar chart into this file.
+    #[arg(long, value_name = "PATH", requires = "compare")]
+    chart: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     if !cli.compare.is_empty() {
-        return compare(&cli.compare);
+        return compare(&cli.compare, cli.chart.as_deref());
     }
     let options = Options {
         hosts: cli.hosts.iter().map(|h| h.trim_end_matches('/').to_owned()).collect(),
@@ -83,7 +86,7 @@ async fn main() -> ExitCode {
     }
 }
 
-fn compare(paths: &[std::path::PathBuf]) -> ExitCode {
+fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> ExitCode {
     let mut reports = Vec::new();
     for path in paths {
         let parsed = std::fs::read_to_string(path)
@@ -98,5 +101,12 @@ fn compare(paths: &[std::path::PathBuf]) -> ExitCode {
         }
     }
     print!("{}", loadtest::comparison_table(&reports));
+    if let Some(path) = chart {
+        if let Err(error) = std::fs::write(path, loadtest::chart::comparison_svg(&reports)) {
+            eprintln!("loadtest error: cannot write the chart to {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+        println!("chart: {}", path.display());
+    }
     ExitCode::SUCCESS
 }
