@@ -12,7 +12,9 @@
 //!    [`lock::none`], [`lock::local`], [`lock::redis`]; and [`lock::keepalive`], the
 //!    renewal that keeps a live holder's lease from expiring.
 //! 3. [`http`]: routes and handlers; [`error`]: how failures become HTTP answers.
-//! 4. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] (connections
+//! 4. The load test lives in the `loadtest/` crate: goose fires the buyers, and its
+//!    checker reads Redis to decide whether the sale oversold.
+//! 5. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] (connections
 //!    with useful errors), [`server`] (start-up and graceful shutdown), [`telemetry`].
 
 pub mod config;

@@ -9,6 +9,9 @@
 //! write `4`, both count a sale: one unit is sold twice. Under the 500-request load
 //! test the sale records show the same unit more than once and `stock + lucky`
 //! no longer equals the initial stock.
+//!
+//! ## References
+//! - "Lost update", in Martin Kleppmann, *Designing Data-Intensive Applications*, ch. 7.
 
 use async_trait::async_trait;
 
