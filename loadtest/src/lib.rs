@@ -27,6 +27,7 @@ use goose::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use seckill::http::ReduceResponse;
+use seckill::lock::Strategy;
 use seckill::stock::{SaleRecord, INITIAL_STOCK_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
@@ -386,7 +387,9 @@ fn judge(options: &Options, strategy: String, sale: &SaleState, tally: Tally) ->
     let answered = tally.latencies_ms.len();
     let mut latencies = tally.latencies_ms;
     latencies.sort_by(f64::total_cmp);
-    let expected_to_oversell = matches!(strategy.as_str(), "none" | "local");
+    // The service's own word on which strategies cannot guard two instances.
+    let expected_to_oversell =
+        <Strategy as clap::ValueEnum>::from_str(&strategy, true).is_ok_and(Strategy::expected_to_oversell);
     Report {
         strategy,
         hosts: options.hosts.clone(),

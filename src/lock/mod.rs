@@ -74,11 +74,6 @@ impl Strategy {
     pub fn expected_to_oversell(self) -> bool {
         matches!(self, Strategy::None | Strategy::Local)
     }
-
-    /// All strategies, in the order the demo runs them.
-    pub fn all() -> &'static [Strategy] {
-        &[Strategy::None, Strategy::Local, Strategy::Redis, Strategy::Atomic]
-    }
 }
 
 impl std::fmt::Display for Strategy {
