@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The backing servers, as plain processes on loopback: Redis, etcd, ZooKeeper, MariaDB.
+# The backing servers, as plain processes on loopback: Redis, etcd, ZooKeeper, MariaDB,
+# and the test suite's own Redis.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
 #   scripts/services.sh stop [NAME...]
 #                               stop only what `start` started (servers it reused keep running);
-#                               NAME is redis, etcd, zookeeper or mysql
+#                               NAME is redis, redis-test, etcd, zookeeper or mysql
 #   scripts/services.sh status  say what listens on each port
 #
 # Data, logs and pid files live under .run/ in the project. A server already listening
 # on its standard port is reused and left alone, so this plays well with a system
 # service or a `docker compose up` that got there first.
+#
+# The tests never touch those: they write only to redis-test, a Redis this script
+# starts on its own port with its data in .run/redis-test, and they check that it is
+# that one (`CONFIG GET dir`) before they write. A foreign server on that port is an error.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +23,7 @@ PIDS="$RUN/pids"
 LOGS="$RUN/logs"
 
 REDIS_PORT=6379
+TEST_REDIS_PORT=6390
 ETCD_PORT=2379
 ETCD_PEER_PORT=2380
 ZK_PORT=2181
@@ -55,15 +61,17 @@ install_missing() {
   fi
   say "installing ${missing[*]} (apt-get; this takes a minute once)"
   # Package scripts must not start system-wide copies of the servers: we run our own.
-  local policy=/usr/sbin/policy-rc.d added_policy=0
-  if [[ ! -e $policy ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && added_policy=1
+  # The policy file is removed again however apt ends (the trap), never left behind.
+  local policy=/usr/sbin/policy-rc.d ours=0
+  if [[ ! -e $policy ]]; then # someone else's policy is left as it is
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && ours=1
+    trap "rm -f '$policy'" EXIT
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >"$LOGS/apt.log" 2>&1 || die "apt-get update failed; see $LOGS/apt.log"
   apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOGS/apt.log" 2>&1 ||
     die "apt-get install ${missing[*]} failed; see $LOGS/apt.log"
-  ((added_policy)) && rm -f "$policy"
+  if ((ours)); then rm -f "$policy"; trap - EXIT; fi
   return 0
 }
 
@@ -81,6 +89,25 @@ start_redis() {
     --save '' --appendonly no --daemonize no
   wait_for redis 20 redis-cli -p $REDIS_PORT ping
   say "redis: started on $REDIS_PORT"
+}
+
+# The tests' Redis: always ours, never reused from someone else.
+start_test_redis() {
+  local dir="$RUN/redis-test"
+  if listening $TEST_REDIS_PORT; then
+    local theirs
+    theirs=$(redis-cli -p $TEST_REDIS_PORT config get dir 2>/dev/null | sed -n 2p)
+    [[ $theirs == "$dir" ]] ||
+      die "port $TEST_REDIS_PORT (the tests' own Redis) is taken by another server (its dir is '${theirs:-unknown}'); the tests write there, so stop it first"
+    say "redis-test: already running on $TEST_REDIS_PORT"
+    return
+  fi
+  mkdir -p "$dir"
+  # 64 logical databases: tests that use the fixed stock keys each take one.
+  start_daemon redis-test redis-server --port $TEST_REDIS_PORT --bind 127.0.0.1 --dir "$dir" \
+    --save '' --appendonly no --daemonize no --databases 64
+  wait_for redis-test 20 redis-cli -p $TEST_REDIS_PORT ping
+  say "redis-test: started on $TEST_REDIS_PORT (for the tests only)"
 }
 
 start_etcd() {
@@ -157,7 +184,7 @@ stop_started() {
 
 status() {
   local name port
-  for name_port in redis:$REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
+  for name_port in redis:$REDIS_PORT redis-test:$TEST_REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
     name=${name_port%%:*}; port=${name_port##*:}
     if listening "$port"; then say "$name: listening on $port"; else say "$name: not running (port $port)"; fi
   done
@@ -168,6 +195,7 @@ case "${1:-start}" in
   start)
     install_missing
     start_redis
+    start_test_redis
     start_etcd
     start_zookeeper
     start_mysql

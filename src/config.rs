@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::lock::redis::RedisLockOptions;
-use crate::lock::Strategy;
+use crate::strategy::{Fencing, Strategy};
+
+/// The largest stock a sale may start with (`--initial-stock`, `POST /stock/reset`).
+pub const MAX_STOCK: i64 = 1_000_000_000;
 
 #[derive(Debug, Parser)]
 #[command(name = "seckill", version, about = "A flash sale guarded by a distributed lock of your choice")]
@@ -46,8 +48,20 @@ pub struct Config {
     pub acquire_timeout_ms: u64,
     /// Stock put on sale when Redis has none yet, and by `POST /stock/reset` without a body.
     #[arg(long, env = "SECKILL_INITIAL_STOCK", default_value_t = 300,
-          value_parser = clap::value_parser!(i64).range(0..=1_000_000_000))]
+          value_parser = clap::value_parser!(i64).range(0..=MAX_STOCK))]
     pub initial_stock: i64,
+    /// Whether the stock checks the lock's fencing token on every read and write.
+    /// `off` exists for the lesson that shows two holders selling one unit.
+    #[arg(long, env = "SECKILL_FENCING", value_enum, default_value_t = Fencing::On)]
+    pub fencing: Fencing,
+    /// Requests served at once; more are refused at once with 503 `overloaded`.
+    #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_in_flight: u32,
+    /// After Ctrl-C or SIGTERM, how long requests in flight may still run, in milliseconds.
+    #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub shutdown_grace_ms: u64,
     /// Name stamped on sale records; default `seckill-<port>`.
     #[arg(long, env = "SECKILL_INSTANCE")]
     pub instance: Option<String>,
@@ -62,8 +76,18 @@ impl Config {
         Duration::from_millis(self.acquire_timeout_ms)
     }
 
-    pub fn redis_lock_options(&self) -> RedisLockOptions {
-        RedisLockOptions { ttl: Duration::from_millis(self.lock_ttl_ms), renew: true }
+    pub fn lock_ttl(&self) -> Duration {
+        Duration::from_millis(self.lock_ttl_ms)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+
+    /// How long one request may take before the service answers 504 itself: the
+    /// lock wait, plus the sale's own bounded steps (see [`crate::sale`]), plus slack.
+    pub fn request_timeout(&self) -> Duration {
+        self.acquire_timeout() + crate::sale::STEPS_AFTER_ACQUIRE_BUDGET
     }
 
     /// The defaults, as if no flag or variable were given (for tests and embedding).

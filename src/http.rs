@@ -4,63 +4,105 @@
 //! | --- | --- |
 //! | `GET` or `POST /stock/reduce` | try to buy one unit |
 //! | `GET /stock` | `{stock, lucky, sales, initial}` |
-//! | `POST /stock/reset` | body `{"stock": 300}` (optional): put stock on sale, forget old sales |
-//! | `GET /healthz` | the process is up (and which strategy it runs) |
+//! | `POST /stock/reset` | `Content-Type: application/json`, body `{"stock": 300}` (optional): a new sale |
+//! | `GET /healthz` | the process is up, which strategy it runs, and whether the sale is fenced |
 //! | `GET /readyz` | Redis answers a `PING` |
+//!
+//! In front of every route, as axum's examples do it: a bound on requests in flight
+//! (more are shed at once with 503 `overloaded`), a request timeout (504), and the
+//! middleware that gives every error the same JSON shape.
+//!
+//! `POST /stock/reset` wants `Content-Type: application/json`. A web page on another
+//! site can make a browser send a plain form post anywhere, but not a JSON one without
+//! the server's consent (CORS), and this service gives none: so no other page can reset
+//! the sale. `/stock/reduce` stays open to a plain `GET`, which the demo's `curl` needs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, BoxError, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tower::ServiceBuilder;
 use tower_http::trace::TraceLayer;
 
-use crate::error::AppError;
-use crate::lock::{Guarding, Strategy};
-use crate::stock::{SaleOutcome, Seller, StockSnapshot, StockStore};
+use crate::config::MAX_STOCK;
+use crate::error::{errors_as_json, json_error, AppError};
+use crate::lock::FencingToken;
+use crate::sale::{Sale, SaleOutcome};
+use crate::stock::StockSnapshot;
+use crate::strategy::{FencingStatus, Strategy};
+
+/// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.
+const RESET_BODY_LIMIT: usize = 1024;
 
 /// Everything a handler needs; cheap to clone.
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
 struct Shared {
-    store: StockStore,
-    guarding: Guarding,
-    seller: Seller,
+    sale: Arc<Sale>,
     strategy: Strategy,
-    acquire_timeout: Duration,
+    fencing: FencingStatus,
     initial_stock: i64,
+    limits: Limits,
+}
+
+/// How much the service takes on at once, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_in_flight: usize,
+    pub request_timeout: Duration,
 }
 
 impl AppState {
-    pub fn new(
-        store: StockStore,
-        guarding: Guarding,
-        strategy: Strategy,
-        seller: Seller,
-        acquire_timeout: Duration,
-        initial_stock: i64,
-    ) -> Self {
-        AppState(Arc::new(Shared { store, guarding, seller, strategy, acquire_timeout, initial_stock }))
+    pub fn new(sale: Sale, strategy: Strategy, fencing: FencingStatus, initial_stock: i64, limits: Limits) -> Self {
+        AppState(Arc::new(Shared { sale: Arc::new(sale), strategy, fencing, initial_stock, limits }))
+    }
+
+    /// Gives back every lock still held: the last step of a shutdown.
+    pub async fn shutdown(&self) {
+        self.0.sale.guarding.shutdown().await;
     }
 }
 
 /// The service's routes, ready to serve or to test.
 pub fn app(state: AppState) -> Router {
+    let limits = state.0.limits;
     Router::new()
         .route("/stock/reduce", get(reduce).post(reduce))
         .route("/stock", get(stock))
-        .route("/stock/reset", post(reset))
+        .route("/stock/reset", post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .fallback(|| async { StatusCode::NOT_FOUND })
+        .layer(middleware::map_response(errors_as_json))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|error: BoxError| async move { overloaded_or_timed_out(error) }))
+                .load_shed()
+                // One bound shared by every route (a plain concurrency limit would be per route).
+                .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
+                .timeout(limits.request_timeout),
+        )
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+fn overloaded_or_timed_out(error: BoxError) -> AppError {
+    if error.is::<tower::load_shed::error::Overloaded>() {
+        AppError::Overloaded
+    } else if error.is::<tower::timeout::error::Elapsed>() {
+        AppError::RequestTimeout
+    } else {
+        AppError::internal(error)
+    }
 }
 
 /// The answer to `/stock/reduce`.
@@ -73,28 +115,28 @@ pub struct ReduceResponse {
     pub stock_after: i64,
     pub lock_wait_ms: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
+    pub fencing_token: Option<FencingToken>,
     pub message: String,
 }
 
 async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, AppError> {
     let shared = &state.0;
-    let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } =
-        shared.store.sell_one(&shared.guarding, &shared.seller, shared.acquire_timeout).await?;
+    let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = shared.sale.sell_one().await?;
+    let seller = &shared.sale.seller;
     Ok(Json(ReduceResponse {
-        port: shared.seller.port,
-        instance: shared.seller.instance.clone(),
+        port: seller.port,
+        instance: seller.instance.clone(),
         strategy: shared.strategy.name().to_owned(),
         sold,
         stock_after,
         lock_wait_ms,
         fencing_token,
-        message: format!("{} reduce stock end!", shared.seller.port),
+        message: format!("{} reduce stock end!", seller.port),
     }))
 }
 
 async fn stock(State(state): State<AppState>) -> Result<Json<StockSnapshot>, AppError> {
-    Ok(Json(state.0.store.snapshot().await?))
+    Ok(Json(state.0.sale.store.snapshot().await?))
 }
 
 #[derive(Deserialize)]
@@ -103,8 +145,20 @@ struct ResetRequest {
     stock: Option<i64>,
 }
 
-/// `POST /stock/reset`, with an optional JSON body `{"stock": N}`.
-async fn reset(State(state): State<AppState>, body: Bytes) -> Result<Json<StockSnapshot>, AppError> {
+/// `POST /stock/reset`, JSON only, with an optional body `{"stock": N}`.
+async fn reset(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<StockSnapshot>, AppError> {
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media_type| media_type.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return Err(AppError::UnsupportedMediaType(
+            "send `Content-Type: application/json` (a reset is refused from plain forms, so other web pages cannot \
+             trigger it): curl -X POST -H 'content-type: application/json' -d '{\"stock\": 300}' …/stock/reset"
+                .to_owned(),
+        ));
+    }
     let requested = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
@@ -113,12 +167,13 @@ async fn reset(State(state): State<AppState>, body: Bytes) -> Result<Json<StockS
         request.stock
     };
     let stock = requested.unwrap_or(state.0.initial_stock);
-    if stock < 0 {
-        return Err(AppError::BadRequest(format!("stock must be 0 or more, got {stock}")));
+    if !(0..=MAX_STOCK).contains(&stock) {
+        return Err(AppError::BadRequest(format!("stock must be between 0 and {MAX_STOCK}, got {stock}")));
     }
-    state.0.store.reset(stock).await?;
+    let store = &state.0.sale.store;
+    store.reset(stock).await?;
     tracing::info!(stock, "sale reset");
-    Ok(Json(state.0.store.snapshot().await?))
+    Ok(Json(store.snapshot().await?))
 }
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
@@ -126,17 +181,22 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     Json(json!({
         "status": "ok",
         "strategy": shared.strategy,
-        "instance": shared.seller.instance,
-        "port": shared.seller.port,
+        "fencing": shared.fencing,
+        "instance": shared.sale.seller.instance,
+        "port": shared.sale.seller.port,
     }))
 }
 
-async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.0.store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.0.sale.store.ping().await {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => {
             tracing::warn!(%error, "not ready: redis does not answer");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "redis unavailable" })))
+            json_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "the stock's Redis does not answer a PING; check that the servers run (`make services`)",
+            )
         }
     }
 }

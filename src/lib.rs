@@ -6,15 +6,19 @@
 //! which strategies oversell.
 //!
 //! ## Reading order
-//! 1. [`stock`]: the sale itself, the read-check-write that needs a lock, and the
-//!    atomic script that needs none.
-//! 2. [`lock`]: the one trait, then one file per strategy:
-//!    [`lock::none`], [`lock::local`], [`lock::redis`]; and [`lock::keepalive`], the
-//!    renewal that keeps a live holder's lease from expiring.
-//! 3. [`http`]: routes and handlers; [`error`]: how failures become HTTP answers.
-//! 4. The load test lives in the `loadtest/` crate: goose fires the buyers, and its
-//!    checker reads Redis to decide whether the sale oversold.
-//! 5. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] (connections
+//! 1. [`sale`]: one sale, start to end: acquire, read, check, write, release, and
+//!    what the buyer is told.
+//! 2. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
+//!    whose lock is gone, and the atomic script that needs no lock.
+//! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
+//!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`]; beside them
+//!    [`lock::keepalive`] (lease renewal) and [`lock::reentrant`] (hold counts).
+//! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
+//! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers.
+//! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
+//!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), and
+//!    `report.rs` prints it.
+//! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] (connections
 //!    with useful errors), [`server`] (start-up and graceful shutdown), [`telemetry`].
 
 pub mod config;
@@ -22,6 +26,8 @@ pub mod error;
 pub mod http;
 pub mod lock;
 pub mod redis_store;
+pub mod sale;
 pub mod server;
 pub mod stock;
+pub mod strategy;
 pub mod telemetry;

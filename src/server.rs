@@ -1,15 +1,17 @@
-//! Start-up: connect, build the lock, bind, serve until Ctrl-C or SIGTERM.
+//! Start-up: connect, build the lock, bind, serve until Ctrl-C or SIGTERM, give the locks back.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::http::{app, AppState};
-use crate::lock;
+use crate::http::{app, AppState, Limits};
 use crate::redis_store;
+use crate::sale::Sale;
 use crate::stock::{Seller, StockStore};
+use crate::strategy;
 
 /// Connects to every backend `config` needs and builds the app state.
 /// Fails with a message that names the unreachable server and how to start it.
@@ -18,9 +20,18 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let store = StockStore::new(connection);
     store.seed_if_missing(config.initial_stock).await.context("seeding the stock in Redis")?;
     let guarding =
-        lock::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
-    let seller = Seller { instance: config.instance_name(), port: config.port, strategy: config.lock.name() };
-    Ok(AppState::new(store, guarding, config.lock, seller, config.acquire_timeout(), config.initial_stock))
+        strategy::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
+    let fencing = config.lock.fencing(config.fencing);
+    let sale = Sale {
+        store,
+        guarding,
+        seller: Seller { instance: config.instance_name(), port: config.port, strategy: config.lock.name() },
+        acquire_timeout: config.acquire_timeout(),
+        fenced: fencing.is_on(),
+        widen_race: config.lock.expected_to_oversell(),
+    };
+    let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: config.request_timeout() };
+    Ok(AppState::new(sale, config.lock, fencing, config.initial_stock, limits))
 }
 
 /// Serves until the process is asked to stop, then finishes the requests in flight.
@@ -35,19 +46,41 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         )
     })?;
     tracing::info!(%address, strategy = %config.lock, instance = %config.instance_name(), "seckill is serving");
-    serve_with(listener, state, shutdown_signal()).await?;
+    serve_with(listener, state, shutdown_signal(), config.shutdown_grace()).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Serves `state` on an already bound listener until `shutdown` completes
-/// (tests use it to run two instances in one process).
+/// Serves `state` on an already bound listener until `shutdown` completes; then lets
+/// the requests in flight finish for at most `grace`, and gives every lock back.
+/// (Tests use it to run two instances in one process.)
 pub async fn serve_with(
     listener: TcpListener,
     state: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    grace: Duration,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    let (asked_to_stop, stop_asked) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = asked_to_stop.send(());
+    };
+    let server = std::future::IntoFuture::into_future(axum::serve(listener, app(state.clone())).with_graceful_shutdown(shutdown));
+    let grace_over = async move {
+        match stop_asked.await {
+            Ok(()) => tokio::time::sleep(grace).await,
+            Err(_) => std::future::pending().await, // the server ended by itself
+        }
+    };
+    let result = tokio::select! {
+        result = server => result,
+        () = grace_over => {
+            tracing::warn!(?grace, "requests still in flight after the grace period; stopping anyway");
+            Ok(())
+        }
+    };
+    state.shutdown().await;
+    result
 }
 
 async fn shutdown_signal() {
@@ -89,13 +122,19 @@ impl Instance {
         config.port = port;
         let state = build_state(&config).await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(serve_with(listener, state, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(serve_with(
+            listener,
+            state,
+            async {
+                let _ = stopped.await;
+            },
+            config.shutdown_grace(),
+        ));
         Ok(Instance { url: format!("http://127.0.0.1:{port}"), port, stop: Some(stop), task })
     }
 
-    /// Stops accepting, finishes requests in flight, and waits for the server to end.
+    /// Stops accepting, finishes requests in flight (within the grace period), gives
+    /// the locks back, and waits for the server to end.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());

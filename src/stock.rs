@@ -1,34 +1,46 @@
-//! The flash sale itself: one unit of stock sold per request, guarded by a lock.
+//! The stock in Redis, and the operations a sale makes on it.
 //!
-//! Redis holds three keys (names below): `stock`, the units left; `lucky`, the buyers
-//! who got one; and `sales`, a list with one JSON [`SaleRecord`] per unit sold.
+//! Redis holds the sale in a few keys (names below): `stock`, the units left; `lucky`,
+//! the buyers who got one; and `sales`, a list with one JSON [`SaleRecord`] per unit sold.
 //! When every sale was exclusive, `stock + lucky` equals the initial stock, `sales`
 //! has exactly `lucky` entries, and no `stock_before` value appears twice.
 //!
-//! ## The decrement under a lock
-//! 1. Acquire the lock (wait at most the acquire timeout).
-//! 2. `GET stock`. If it is 0, the sale is over: sold out.
-//! 3. Write `stock - 1`, `INCR lucky` and append the sale record.
-//! 4. Release the lock, whatever happened in 2 and 3.
+//! ## Fencing a read-modify-write
+//! A fencing token protects a single write: the storage remembers the highest token it
+//! has seen and refuses an older one. A sale is a read, a check and a write, so a token
+//! checked only at the write still lets two overlapping holders sell the same unit: an
+//! older holder writes first, then a newer one that read the same stock writes too.
+//! So the stock Redis checks the token at both ends:
+//! 1. **Fenced read** ([`READ_SCRIPT`]): raise the lock key's high-water mark to the
+//!    holder's token and return the stock, or refuse if a newer token was already seen.
+//! 2. **Fenced write** ([`WRITE_SCRIPT`]): commit `stock - 1`, `lucky + 1` and the sale
+//!    record only while the high-water mark is still the holder's token. A newer holder
+//!    that read in between has raised it, and the older holder's write is refused.
 //!
-//! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
-//! read the same `stock`. That gap is the race the lock must close, and the `none`
-//! strategy shows what happens when nothing does. Step 3 is one `MULTI`/`EXEC`
-//! transaction only so that a crash cannot leave half a sale behind; it does not
-//! close the gap, because the read in step 2 is outside it.
+//! Either refusal means the holder's lock was lost: the buyer gets 503 `lock_lost`
+//! and nothing is sold. Without a token (the `none` and `local` baselines, or
+//! `--fencing off`) the same scripts skip the check, and the race stays open.
+//!
+//! ## A sale whose answer was lost
+//! If the write's answer never arrives (a timeout, a broken connection), the seller
+//! cannot know whether Redis ran it. Every write carries a sale id, and Redis keeps
+//! one outcome per id in `stock:outcomes`: the write records `sold` only if no outcome
+//! is there yet, and [`StockStore::settle`] records `aborted` only if none is there yet.
+//! Whichever reaches Redis first decides, so the seller can ask and then tell the
+//! buyer the truth.
 //!
 //! ## The atomic script
-//! The `atomic` strategy runs steps 2 and 3 as one Lua script inside Redis, which
-//! executes scripts one at a time. No lock, one round trip: the speed ceiling.
+//! The `atomic` strategy runs the read, the check and the write as one Lua script
+//! ([`ATOMIC_SALE_SCRIPT`]) inside Redis, which executes scripts one at a time. No lock,
+//! one round trip: the speed ceiling.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
-use crate::error::AppError;
-use crate::lock::{DistributedLock, Guarding, LockError, LockGuard, STOCK_LOCK_KEY};
+use crate::lock::FencingToken;
 
 /// Units left.
 pub const STOCK_KEY: &str = "stock";
@@ -38,13 +50,65 @@ pub const LUCKY_KEY: &str = "lucky";
 pub const SALES_KEY: &str = "sales";
 /// The stock the sale was last reset to, so a checker knows what to compare against.
 pub const INITIAL_STOCK_KEY: &str = "stock:initial";
+/// Grows by one with every reset, so a checker can tell that a sale was reset under it.
+pub const GENERATION_KEY: &str = "stock:generation";
+/// One outcome (`sold` or `aborted`) per sale id that reached the write.
+pub const OUTCOMES_KEY: &str = "stock:outcomes";
+/// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
+pub const FENCE_KEY: &str = "stock:fence";
 
-/// Steps 2 and 3 in one script. KEYS = stock, lucky, sales; ARGV[1] = the sale record
-/// as JSON, which the script completes with `stock_before`. Returns the stock it found,
-/// or -1 when sold out.
-const ATOMIC_SALE_SCRIPT: &str = r#"
-local stock = tonumber(redis.call('GET', KEYS[1]) or '0')
+/// Fenced read. KEYS[1] = stock, KEYS[2] = high-water mark.
+/// ARGV[1], ARGV[2] = the holder's token (epoch, counter); no ARGV for an unfenced read.
+/// Returns `{'ok', stock}` or `{'fenced', newest token seen}`.
+pub const READ_SCRIPT: &str = r#"
+if ARGV[1] then
+  local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter')
+  local epoch, counter = tonumber(ARGV[1]), tonumber(ARGV[2])
+  local seen_epoch, seen_counter = tonumber(seen[1]) or -1, tonumber(seen[2]) or -1
+  if epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter) then
+    return {'fenced', seen[1] .. '.' .. seen[2]}
+  end
+  redis.call('HSET', KEYS[2], 'epoch', ARGV[1], 'counter', ARGV[2])
+end
+return {'ok', redis.call('GET', KEYS[1]) or '0'}
+"#;
+
+/// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark.
+/// ARGV[1] = sale id, ARGV[2] = the new stock, ARGV[3] = the sale record as JSON,
+/// ARGV[4], ARGV[5] = the holder's token (absent when unfenced).
+/// Returns `sold`, `fenced` (a newer holder read since) or `aborted` (the seller gave up on this id).
+pub const WRITE_SCRIPT: &str = r#"
+if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
+if ARGV[4] then
+  local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter')
+  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] then return 'fenced' end
+end
+redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('INCR', KEYS[2])
+redis.call('RPUSH', KEYS[3], ARGV[3])
+return 'sold'
+"#;
+
+/// Settle a sale whose write went unanswered. KEYS[1] = outcomes; ARGV[1] = sale id.
+/// Records `aborted` unless the write got there first; returns the outcome that stands
+/// (`sold:<stock after>` or `aborted`).
+pub const SETTLE_SCRIPT: &str = r#"
+redis.call('HSETNX', KEYS[1], ARGV[1], 'aborted')
+return redis.call('HGET', KEYS[1], ARGV[1])
+"#;
+
+/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes; ARGV[1] = the
+/// sale record as JSON, which the script completes with `stock_before`; ARGV[2] = sale id.
+/// Returns the stock it found, -1 when sold out, -2 when the id was settled as aborted;
+/// a `NOTANUMBER` error when the stock is not a number.
+pub const ATOMIC_SALE_SCRIPT: &str = r#"
+if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return -2 end
+local raw = redis.call('GET', KEYS[1]) or '0'
+local stock = tonumber(raw)
+if not stock then return redis.error_reply('NOTANUMBER ' .. raw) end
 if stock <= 0 then return -1 end
+redis.call('HSET', KEYS[4], ARGV[2], 'sold:' .. (stock - 1))
 redis.call('SET', KEYS[1], stock - 1)
 redis.call('INCR', KEYS[2])
 local record = cjson.decode(ARGV[1])
@@ -56,6 +120,9 @@ return stock
 /// Who sold a unit, when, and under which lock grant.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SaleRecord {
+    /// Unique per sale attempt; the key of its outcome in `stock:outcomes`.
+    #[serde(default)]
+    pub sale_id: String,
     /// The instance that sold it (`--instance`, by default `seckill-<port>`).
     pub instance: String,
     pub port: u16,
@@ -63,9 +130,9 @@ pub struct SaleRecord {
     /// The stock this sale read. Two records with the same value sold the same unit.
     #[serde(default)]
     pub stock_before: i64,
-    /// The lock's fencing token, when the strategy gives one.
+    /// The lock grant's fencing token, when the strategy gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
+    pub fencing_token: Option<FencingToken>,
     /// Milliseconds the buyer waited for the lock.
     pub lock_wait_ms: f64,
     /// Unix time, in milliseconds, when the lock was granted and when the sale was written.
@@ -73,15 +140,36 @@ pub struct SaleRecord {
     pub sold_at_ms: u64,
 }
 
-/// The answer to one buyer.
-#[derive(Clone, Debug, Serialize)]
-pub struct SaleOutcome {
-    pub sold: bool,
-    /// The stock after this request: what it wrote, or 0 when sold out.
-    pub stock_after: i64,
-    pub lock_wait_ms: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
+/// Who is selling: stamped on every sale record.
+#[derive(Clone, Debug)]
+pub struct Seller {
+    pub instance: String,
+    pub port: u16,
+    pub strategy: &'static str,
+}
+
+impl SaleRecord {
+    /// A record of a sale by `seller` of the unit it read as `stock_before`.
+    pub fn new(
+        seller: &Seller,
+        sale_id: &str,
+        stock_before: i64,
+        fencing_token: Option<FencingToken>,
+        lock_wait_ms: f64,
+        locked_at_ms: u64,
+    ) -> Self {
+        SaleRecord {
+            sale_id: sale_id.to_owned(),
+            instance: seller.instance.clone(),
+            port: seller.port,
+            strategy: seller.strategy.to_owned(),
+            stock_before,
+            fencing_token,
+            lock_wait_ms,
+            locked_at_ms,
+            sold_at_ms: unix_ms(),
+        }
+    }
 }
 
 /// The sale's counters, as `GET /stock` shows them.
@@ -94,40 +182,92 @@ pub struct StockSnapshot {
     pub initial: Option<i64>,
 }
 
-/// Who is selling: stamped on every sale record.
-#[derive(Clone, Debug)]
-pub struct Seller {
-    pub instance: String,
-    pub port: u16,
-    pub strategy: &'static str,
+/// What a fenced read found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StockRead {
+    /// The stock, read under the holder's token (or unfenced).
+    Stock(i64),
+    /// A newer token was seen already: this holder's lock is gone. Holds the newest seen.
+    Fenced { newest: String },
+}
+
+/// What a fenced write did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Sold,
+    /// A newer holder read since this holder's read: nothing was written.
+    Fenced,
+    /// The seller had already settled this sale id as aborted: nothing was written.
+    Aborted,
+}
+
+/// How a sale whose answer was lost ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Settled {
+    Sold { stock_after: i64 },
+    NotSold,
+}
+
+/// What the atomic script did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AtomicOutcome {
+    Sold { stock_before: i64 },
+    SoldOut,
+    /// The seller had already settled this sale id as aborted: nothing was written.
+    Aborted,
+}
+
+/// Why a stock operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StockError {
+    /// Redis did not answer, or answered an error.
+    #[error("redis (stock) failed: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// A key holds something that is not a number.
+    #[error("the stored `{key}` is not a number: {value:?}")]
+    NotANumber { key: &'static str, value: String },
 }
 
 /// The stock keys in Redis and the operations on them.
 #[derive(Clone)]
 pub struct StockStore {
     connection: ConnectionManager,
+    read: Script,
+    write: Script,
+    settle: Script,
     atomic_sale: Script,
 }
 
 impl StockStore {
     pub fn new(connection: ConnectionManager) -> Self {
-        StockStore { connection, atomic_sale: Script::new(ATOMIC_SALE_SCRIPT) }
+        StockStore {
+            connection,
+            read: Script::new(READ_SCRIPT),
+            write: Script::new(WRITE_SCRIPT),
+            settle: Script::new(SETTLE_SCRIPT),
+            atomic_sale: Script::new(ATOMIC_SALE_SCRIPT),
+        }
     }
 
-    /// Puts `stock` units on sale and forgets every earlier sale.
-    pub async fn reset(&self, stock: i64) -> redis::RedisResult<()> {
+    /// Puts `stock` units on sale and forgets every earlier sale, its outcomes and the
+    /// fencing high-water mark: a new sale begins.
+    pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
         redis::pipe()
             .atomic()
             .set(STOCK_KEY, stock)
             .set(LUCKY_KEY, 0)
             .set(INITIAL_STOCK_KEY, stock)
             .del(SALES_KEY)
+            .del(OUTCOMES_KEY)
+            .del(FENCE_KEY)
+            .incr(GENERATION_KEY, 1)
             .query_async::<()>(&mut self.connection.clone())
-            .await
+            .await?;
+        Ok(())
     }
 
     /// Seeds `stock` units unless a sale already exists, so a fresh server starts ready.
-    pub async fn seed_if_missing(&self, stock: i64) -> redis::RedisResult<()> {
+    pub async fn seed_if_missing(&self, stock: i64) -> Result<(), StockError> {
         let created: bool = redis::cmd("SET")
             .arg(STOCK_KEY)
             .arg(stock)
@@ -141,131 +281,110 @@ impl StockStore {
         Ok(())
     }
 
-    pub async fn snapshot(&self) -> redis::RedisResult<StockSnapshot> {
-        let (stock, lucky, sales, initial): (Option<i64>, Option<i64>, i64, Option<i64>) = redis::pipe()
+    pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
+        let (stock, lucky, sales, initial): (Option<String>, Option<String>, i64, Option<String>) = redis::pipe()
             .get(STOCK_KEY)
             .get(LUCKY_KEY)
             .llen(SALES_KEY)
             .get(INITIAL_STOCK_KEY)
             .query_async(&mut self.connection.clone())
             .await?;
-        Ok(StockSnapshot { stock: stock.unwrap_or(0), lucky: lucky.unwrap_or(0), sales, initial })
+        Ok(StockSnapshot {
+            stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
+            lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
+            sales,
+            initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
+        })
     }
 
-    /// Every sale record, oldest first.
-    pub async fn sales(&self) -> redis::RedisResult<Vec<String>> {
-        redis::cmd("LRANGE").arg(SALES_KEY).arg(0).arg(-1).query_async(&mut self.connection.clone()).await
+    pub async fn ping(&self) -> Result<(), StockError> {
+        redis::cmd("PING").query_async::<String>(&mut self.connection.clone()).await?;
+        Ok(())
     }
 
-    pub async fn ping(&self) -> redis::RedisResult<()> {
-        redis::cmd("PING").query_async::<String>(&mut self.connection.clone()).await.map(drop)
+    /// Step 1 of a fenced sale: read the stock under `token` (unfenced when `None`).
+    pub async fn read(&self, token: Option<&FencingToken>) -> Result<StockRead, StockError> {
+        let mut invocation = self.read.key(STOCK_KEY);
+        invocation.key(FENCE_KEY);
+        if let Some(token) = token {
+            invocation.arg(token.epoch).arg(token.counter);
+        }
+        let (status, value): (String, String) = invocation.invoke_async(&mut self.connection.clone()).await?;
+        if status == "fenced" {
+            return Ok(StockRead::Fenced { newest: value });
+        }
+        Ok(StockRead::Stock(number(STOCK_KEY, Some(&value))?.unwrap_or(0)))
     }
 
-    /// Sells one unit if any is left, the way `guarding` says.
-    pub async fn sell_one(
+    /// Step 2 of a fenced sale: write `new_stock` and `record` under `token`.
+    pub async fn write(
         &self,
-        guarding: &Guarding,
-        seller: &Seller,
-        acquire_timeout: Duration,
-    ) -> Result<SaleOutcome, AppError> {
-        match guarding {
-            Guarding::Lock(lock) => self.sell_under_lock(lock.as_ref(), seller, acquire_timeout).await,
-            Guarding::AtomicScript => self.sell_atomically(seller).await,
+        record: &SaleRecord,
+        new_stock: i64,
+        token: Option<&FencingToken>,
+    ) -> Result<WriteOutcome, StockError> {
+        let json = serde_json::to_string(record).expect("a sale record serializes");
+        let mut invocation = self.write.key(STOCK_KEY);
+        invocation.key(LUCKY_KEY).key(SALES_KEY).key(OUTCOMES_KEY).key(FENCE_KEY);
+        invocation.arg(&record.sale_id).arg(new_stock).arg(json);
+        if let Some(token) = token {
+            invocation.arg(token.epoch).arg(token.counter);
         }
+        let outcome: String = invocation.invoke_async(&mut self.connection.clone()).await?;
+        Ok(match outcome.as_str() {
+            "sold" => WriteOutcome::Sold,
+            "fenced" => WriteOutcome::Fenced,
+            _ => WriteOutcome::Aborted,
+        })
     }
 
-    async fn sell_under_lock(
-        &self,
-        lock: &dyn DistributedLock,
-        seller: &Seller,
-        acquire_timeout: Duration,
-    ) -> Result<SaleOutcome, AppError> {
-        // 1. Acquire.
-        let waiting_since = Instant::now();
-        let guard = lock.acquire(STOCK_LOCK_KEY, acquire_timeout).await?;
-        let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
-
-        // 2 and 3. Read, check, write.
-        let outcome = self.decrement(&guard, seller, lock_wait_ms).await;
-
-        // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
-        match lock.release(guard).await {
-            Ok(()) => {}
-            // The sale (if any) is written and counted; what is wrong is that someone else
-            // may have held the lock at the same time. Say so loudly, but do not unsell.
-            Err(LockError::Lost { key }) => {
-                tracing::warn!(key, "lock expired before release: another buyer may have overlapped this sale")
-            }
-            Err(error) => tracing::warn!(%error, "release failed; the lease will expire on its own"),
-        }
-        outcome
+    /// Decides a sale whose write went unanswered: sold if the write got there first,
+    /// otherwise aborted for good (a late write is then refused).
+    pub async fn settle(&self, sale_id: &str) -> Result<Settled, StockError> {
+        let outcome: String =
+            self.settle.key(OUTCOMES_KEY).arg(sale_id).invoke_async(&mut self.connection.clone()).await?;
+        Ok(match outcome.strip_prefix("sold:") {
+            Some(stock_after) => Settled::Sold { stock_after: stock_after.parse().unwrap_or(0) },
+            None => Settled::NotSold,
+        })
     }
 
-    async fn decrement(&self, guard: &LockGuard, seller: &Seller, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
-        let mut connection = self.connection.clone();
-        let locked_at_ms = unix_ms(); // the lock was granted just before this call
-
-        // 2. Read and check.
-        let stock: i64 =
-            redis::cmd("GET").arg(STOCK_KEY).query_async::<Option<i64>>(&mut connection).await?.unwrap_or(0);
-        if stock <= 0 {
-            return Ok(SaleOutcome { sold: false, stock_after: 0, lock_wait_ms, fencing_token: guard.fencing_token });
-        }
-        // A lease that ran out while we read means someone else may be selling now.
-        if !guard.is_held() {
-            return Err(AppError::LockLost);
-        }
-
-        // 3. Write: the new stock, one more lucky buyer, and the record of it.
-        let record = SaleRecord {
-            instance: seller.instance.clone(),
-            port: seller.port,
-            strategy: seller.strategy.to_owned(),
-            stock_before: stock,
-            fencing_token: guard.fencing_token,
-            lock_wait_ms,
-            locked_at_ms,
-            sold_at_ms: unix_ms(),
-        };
-        redis::pipe()
-            .atomic()
-            .set(STOCK_KEY, stock - 1)
-            .incr(LUCKY_KEY, 1)
-            .rpush(SALES_KEY, serde_json::to_string(&record).map_err(AppError::internal)?)
-            .query_async::<()>(&mut connection)
-            .await?;
-        Ok(SaleOutcome { sold: true, stock_after: stock - 1, lock_wait_ms, fencing_token: guard.fencing_token })
-    }
-
-    async fn sell_atomically(&self, seller: &Seller) -> Result<SaleOutcome, AppError> {
-        let now = unix_ms();
-        let record = SaleRecord {
-            instance: seller.instance.clone(),
-            port: seller.port,
-            strategy: seller.strategy.to_owned(),
-            stock_before: 0, // filled in by the script
-            fencing_token: None,
-            lock_wait_ms: 0.0,
-            locked_at_ms: now,
-            sold_at_ms: now,
-        };
-        let stock_before: i64 = self
+    /// The whole sale as one script.
+    pub async fn sell_atomically(&self, record: &SaleRecord) -> Result<AtomicOutcome, StockError> {
+        let json = serde_json::to_string(record).expect("a sale record serializes");
+        let answer: redis::RedisResult<i64> = self
             .atomic_sale
             .key(STOCK_KEY)
             .key(LUCKY_KEY)
             .key(SALES_KEY)
-            .arg(serde_json::to_string(&record).map_err(AppError::internal)?)
+            .key(OUTCOMES_KEY)
+            .arg(json)
+            .arg(&record.sale_id)
             .invoke_async(&mut self.connection.clone())
-            .await?;
-        Ok(SaleOutcome {
-            sold: stock_before > 0,
-            stock_after: (stock_before - 1).max(0),
-            lock_wait_ms: 0.0,
-            fencing_token: None,
-        })
+            .await;
+        match answer {
+            Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
+            Ok(-2) => Ok(AtomicOutcome::Aborted),
+            Ok(_) => Ok(AtomicOutcome::SoldOut),
+            Err(error) if error.code() == Some("NOTANUMBER") => Err(StockError::NotANumber {
+                key: STOCK_KEY,
+                value: error.detail().unwrap_or_default().to_owned(),
+            }),
+            Err(error) => Err(error.into()),
+        }
     }
 }
 
-fn unix_ms() -> u64 {
+/// Parses a stored counter, naming the key if it holds something else.
+fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
+    match value {
+        None => Ok(None),
+        Some(text) => {
+            text.trim().parse().map(Some).map_err(|_| StockError::NotANumber { key, value: text.to_owned() })
+        }
+    }
+}
+
+pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }

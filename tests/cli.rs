@@ -6,14 +6,20 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 fn seckill(args: &[&str]) -> Output {
+    seckill_with_env(args, &[])
+}
+
+/// Runs the binary with only the `SECKILL_*` variables given here: the tests' own
+/// environment must not leak settings into it.
+fn seckill_with_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
     command.args(args);
-    // The tests' own environment must not leak settings into the binary.
     for (key, _) in std::env::vars() {
         if key.starts_with("SECKILL_") {
             command.env_remove(key);
         }
     }
+    command.envs(env.iter().copied());
     command.output().expect("the seckill binary runs")
 }
 
@@ -32,10 +38,17 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
 
 #[test]
 fn an_unknown_strategy_from_the_environment_is_refused_too() {
-    let output =
-        Command::new(env!("CARGO_BIN_EXE_seckill")).args(["serve"]).env("SECKILL_LOCK", "mutex").output().unwrap();
+    let output = seckill_with_env(&["serve"], &[("SECKILL_LOCK", "mutex")]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("possible values"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_fencing_mode_that_is_not_on_or_off_is_refused() {
+    let output = seckill(&["serve", "--fencing", "maybe"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(message.contains("--fencing") && message.contains("on, off"), "{message}");
 }
 
 #[test]

@@ -1,27 +1,37 @@
-//! The HTTP surface, against a real Redis. Each test owns one Redis database,
-//! because the stock keys have fixed names.
+//! The HTTP surface, against a real Redis. Each test owns one test Redis database
+//! (1 to 9 and 40 to 49 belong to this file), because the stock keys have fixed names; tests that
+//! stop or freeze Redis start a private one.
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use seckill::lock::Strategy;
+use seckill::lock::STOCK_LOCK_KEY;
+use seckill::strategy::Strategy;
 
 async fn get(url: String) -> (u16, Value) {
     let response = reqwest::get(url).await.unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
+/// A POST with a JSON body (or an empty one), as the README's `curl` sends it.
 async fn post(url: String, body: Option<&str>) -> (u16, Value) {
-    let mut request = reqwest::Client::new().post(url);
-    if let Some(body) = body {
-        request = request.header("content-type", "application/json").body(body.to_owned());
-    }
+    let request =
+        reqwest::Client::new().post(url).header("content-type", "application/json").body(body.unwrap_or("").to_owned());
     let response = request.send().await.unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn redis_set(db: u8, key: &str, value: &str) {
+    let client = common::redis_client(db).await;
+    let _: () = redis::cmd("SET").arg(key).arg(value).query_async(&mut common::connection(&client).await).await.unwrap();
+}
+
+fn assert_error_shape(body: &Value, code: &str) {
+    assert_eq!(body["error"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
 }
 
 #[tokio::test]
@@ -37,7 +47,8 @@ async fn reduce_sells_one_unit_per_request_until_sold_out() {
     assert_eq!(first["strategy"], "redis");
     assert_eq!(first["port"], app.port);
     assert_eq!(first["message"], format!("{} reduce stock end!", app.port));
-    assert!(first["fencing_token"].as_u64().is_some(), "redis grants carry a fencing token: {first}");
+    assert_eq!(first["fencing_token"]["source"], "redis", "redis grants carry a fencing token: {first}");
+    assert!(first["fencing_token"]["counter"].as_u64().is_some(), "{first}");
 
     let (status, second) = post(format!("{}/stock/reduce", app.url), None).await;
     assert_eq!((status, second["sold"].clone(), second["stock_after"].clone()), (200, json!(true), json!(0)));
@@ -75,30 +86,52 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
 }
 
 #[tokio::test]
-async fn reset_refuses_a_negative_stock_and_a_body_that_is_not_json() {
+async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
     let app = common::instance(Strategy::Redis, 3, 5000).await;
     let (status, body) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": -5}"#)).await;
     assert_eq!(status, 400);
-    assert_eq!(body["error"], "bad_request");
+    assert_error_shape(&body, "bad_request");
     assert!(body["message"].as_str().unwrap().contains("-5"), "{body}");
+
+    let (status, body) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 9223372036854775807}"#)).await;
+    assert_eq!(status, 400, "the same bound as --initial-stock: {body}");
+    assert!(body["message"].as_str().unwrap().contains("1000000000"), "{body}");
 
     let (status, body) = post(format!("{}/stock/reset", app.url), Some("three hundred")).await;
     assert_eq!(status, 400);
     assert!(body["message"].as_str().unwrap().contains(r#"{"stock": 300}"#), "{body}");
 
     let (status, body) = post(format!("{}/stock/reset", app.url), None).await;
-    assert_eq!(status, 200, "no body means the configured initial stock");
+    assert_eq!(status, 200, "an empty JSON body means the configured initial stock");
     assert_eq!(body, json!({"stock": 300, "lucky": 0, "sales": 0, "initial": 300}));
 }
 
 #[tokio::test]
+async fn reset_refuses_a_plain_form_post_as_another_web_page_would_send_it() {
+    let app = common::instance(Strategy::Redis, 4, 5000).await;
+    post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 7}"#)).await;
+    let client = reqwest::Client::new();
+    for content_type in [Some("application/x-www-form-urlencoded"), Some("text/plain"), None] {
+        let mut request = client.post(format!("{}/stock/reset", app.url)).body("stock=300");
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status().as_u16(), 415, "{content_type:?}");
+        assert_error_shape(&response.json().await.unwrap(), "unsupported_media_type");
+    }
+    let (_, stock) = get(format!("{}/stock", app.url)).await;
+    assert_eq!(stock["stock"], 7, "a refused reset changed the stock");
+}
+
+#[tokio::test]
 async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() {
-    let app = common::instance(Strategy::Redis, 4, 200).await;
+    let app = common::instance(Strategy::Redis, 5, 200).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 10}"#)).await;
     // Another holder sits on the stock lock.
-    let client = common::redis_client(4).await;
+    let client = common::redis_client(5).await;
     let _: () = redis::cmd("SET")
-        .arg("lock:stock")
+        .arg(STOCK_LOCK_KEY)
         .arg("someone-else")
         .arg("PX")
         .arg(10_000)
@@ -108,58 +141,78 @@ async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() 
 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 503);
-    assert_eq!(body["error"], "lock_timeout");
+    assert_error_shape(&body, "lock_timeout");
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(10), json!(0)));
-    let _: () = redis::cmd("DEL").arg("lock:stock").query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () =
+        redis::cmd("DEL").arg(STOCK_LOCK_KEY).query_async(&mut common::connection(&client).await).await.unwrap();
 }
 
 #[tokio::test]
-async fn health_names_the_strategy_and_readiness_checks_redis() {
-    let app = common::instance(Strategy::Local, 5, 5000).await;
+async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() {
+    let app = common::instance(Strategy::Local, 6, 5000).await;
     let (status, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(status, 200);
     assert_eq!(health["strategy"], "local");
+    assert_eq!(health["fencing"], "no_tokens", "a baseline says it runs unfenced: {health}");
     let (status, ready) = get(format!("{}/readyz", app.url)).await;
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
-}
 
-/// A private redis-server on its own port, so this test can kill it.
-struct PrivateRedis {
-    child: Child,
-    port: u16,
-}
-
-impl PrivateRedis {
-    fn start(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed for this test: `make test` installs it");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        PrivateRedis { child, port }
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    let fenced = common::instance(Strategy::Redis, 6, 5000).await;
+    assert_eq!(get(format!("{}/healthz", fenced.url)).await.1["fencing"], "on");
 }
 
 #[tokio::test]
+async fn every_error_is_the_same_json_shape_even_those_axum_makes() {
+    let app = common::instance(Strategy::Redis, 7, 5000).await;
+    let client = reqwest::Client::new();
+
+    let response = client.get(format!("{}/no/such/route", app.url)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 404);
+    assert_error_shape(&response.json().await.unwrap(), "not_found");
+
+    let response = client.delete(format!("{}/stock", app.url)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 405);
+    assert!(response.headers().contains_key("allow"));
+    assert_error_shape(&response.json().await.unwrap(), "method_not_allowed");
+
+    let ten_megabytes = vec![b' '; 10 * 1024 * 1024];
+    let response = client
+        .post(format!("{}/stock/reset", app.url))
+        .header("content-type", "application/json")
+        .body(ten_megabytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 413);
+    assert_error_shape(&response.json().await.unwrap(), "payload_too_large");
+}
+
+#[tokio::test]
+async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
+    for (strategy, db) in [(Strategy::Redis, 8), (Strategy::Atomic, 9)] {
+        let app = common::instance(strategy, db, 5000).await;
+        post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
+        redis_set(db, "stock", "abc").await;
+        let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
+        assert_eq!(status, 500, "{strategy}: {body}");
+        assert_error_shape(&body, "stock_corrupt");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("`stock`") && message.contains("abc"), "{strategy}: {message}");
+        assert!(!message.contains("make services"), "this is not a server that is down: {message}");
+        let client = common::redis_client(db).await;
+        let lucky: i64 = redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap();
+        assert_eq!(lucky, 0, "{strategy} sold something");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it_is_back() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let redis = PrivateRedis::start(port);
+    let redis = common::PrivateRedis::start();
+    let port = redis.port;
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
-    config.redis_url = format!("redis://127.0.0.1:{}", redis.port);
+    config.redis_url = redis.url();
     let app = seckill::server::Instance::start(config).await.expect("instance starts");
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
     assert_eq!(get(format!("{}/stock/reduce", app.url)).await.1["sold"], true);
@@ -172,10 +225,12 @@ async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it
     assert!(code == "lock_backend_unavailable" || code == "stock_backend_unavailable", "{body}");
     assert!(body["message"].as_str().unwrap().contains("make services"), "{body}");
     assert!(started.elapsed() < Duration::from_secs(10), "the failure took {:?}", started.elapsed());
-    assert_eq!(get(format!("{}/readyz", app.url)).await.0, 503);
+    let (status, body) = get(format!("{}/readyz", app.url)).await;
+    assert_eq!(status, 503);
+    assert_error_shape(&body, "not_ready");
 
     // The same port again, empty: reset and sell once more.
-    let _redis = PrivateRedis::start(port);
+    let _redis = common::PrivateRedis::start_on(port);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (status, _) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 1}"#)).await;
@@ -186,4 +241,111 @@ async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(get(format!("{}/stock/reduce", app.url)).await.1["sold"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lease() {
+    let redis = common::PrivateRedis::start();
+    let mut config = seckill::config::Config::defaults();
+    config.lock = Strategy::Redis;
+    config.redis_url = redis.url();
+    config.lock_ttl_ms = 6000;
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
+
+    // The first buyer's sale is stuck in a frozen Redis for 1 s; the buyer hangs up
+    // after 300 ms, and axum drops its handler. Redis then runs the lock's SET NX.
+    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    redis.freeze();
+    let hung_up = impatient.get(format!("{}/stock/reduce", app.url)).send().await;
+    assert!(hung_up.is_err(), "the impatient buyer should have hung up");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    redis.thaw();
+
+    let started = Instant::now();
+    let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
+    assert_eq!((status, body["sold"].clone()), (200, json!(true)), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(2), "the next buyer waited {:?}: a stranded lock", started.elapsed());
+    let (_, stock) = get(format!("{}/stock", app.url)).await;
+    assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(3), json!(2)), "the hung-up sale still completes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
+    let redis = common::PrivateRedis::start();
+    let mut config = seckill::config::Config::defaults();
+    config.lock = Strategy::Redis;
+    config.redis_url = redis.url();
+    config.lock_ttl_ms = 8000; // the lease outlives the freezes; the point here is the answers
+    config.acquire_timeout_ms = 30_000;
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 100000}"#)).await;
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut buyers = Vec::new();
+    for _ in 0..32 {
+        let (url, stop) = (format!("{}/stock/reduce", app.url), stop.clone());
+        buyers.push(tokio::spawn(async move {
+            let (mut sold, mut unknown, mut refused) = (0, 0, 0);
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let response = reqwest::get(&url).await.unwrap();
+                match response.status().as_u16() {
+                    200 => sold += 1,
+                    504 => unknown += 1,
+                    _ => refused += 1,
+                }
+            }
+            (sold, unknown, refused)
+        }));
+    }
+    // Freeze Redis longer than its response timeout (2 s), twice, while the sale runs.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        redis.freeze();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        redis.thaw();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (mut sold, mut unknown, mut refused) = (0, 0, 0);
+    for buyer in buyers {
+        let (s, u, r) = buyer.await.unwrap();
+        (sold, unknown, refused) = (sold + s, unknown + u, refused + r);
+    }
+    let (_, stock) = get(format!("{}/stock", app.url)).await;
+    let lucky = stock["lucky"].as_i64().unwrap();
+    println!("told sold {sold}, unknown {unknown}, refused {refused}; Redis counts {lucky} lucky");
+    assert!(refused > 0, "the freezes should have refused some buyers");
+    assert!(lucky >= sold, "{sold} buyers were told sold, Redis counts {lucky}");
+    assert!(lucky <= sold + unknown, "{} units were sold to buyers told \"nothing was sold\"", lucky - sold - unknown);
+    assert_eq!(stock["sales"], stock["lucky"]);
+    assert_eq!(stock["stock"].as_i64().unwrap() + lucky, 100000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_grace_period() {
+    let db = 40;
+    let mut config = common::config(Strategy::Redis, db);
+    config.acquire_timeout_ms = 30_000;
+    config.shutdown_grace_ms = 300;
+    common::redis_client(db).await;
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    let client = common::redis_client(db).await;
+    let _: () = redis::cmd("SET")
+        .arg(STOCK_LOCK_KEY)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(20_000)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
+    let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    app.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "stopping took {:?}", started.elapsed());
+    stuck.abort();
+    let _: () =
+        redis::cmd("DEL").arg(STOCK_LOCK_KEY).query_async(&mut common::connection(&client).await).await.unwrap();
 }

@@ -82,7 +82,7 @@ mod tests {
         let json = serde_json::json!({
             "strategy": strategy, "hosts": ["a", "b"], "users": 500, "initial_stock": 300,
             "stock_left": 0, "lucky": lucky, "sale_records": lucky, "units_sold_twice": 0,
-            "fencing_regressions": 0, "told_sold": lucky, "told_sold_out": 0, "errors": {},
+            "fencing": "on", "fencing_regressions": 0, "told_sold": lucky, "told_sold_out": 0, "told_unknown": 0, "errors": {},
             "seconds": 1.0, "requests_per_second": 500.0, "p50_ms": 1.0, "p95_ms": 2.0, "p99_ms": 3.0,
             "verdict": verdict, "expected_to_oversell": false, "findings": []
         });

@@ -1,8 +1,9 @@
 //! `loadtest`: reset the sale, fire 500 one-shot buyers at two instances, print the verdict.
 //!
 //! Exit code: 0 when the verdict is what the strategy promises (safe strategies held,
-//! `none`/`local` oversold or honestly did not), 1 when a safe strategy oversold or
-//! lost a sale, 2 when the test could not run.
+//! `none`/`local` oversold), 1 when it is not (a safe strategy oversold, a baseline did
+//! not show its race, or a sale was lost), 2 when the test could not run or the run was
+//! invalid (the sale was reset under it).
 
 use std::process::ExitCode;
 
@@ -100,7 +101,7 @@ fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> Exi
             }
         }
     }
-    print!("{}", loadtest::comparison_table(&reports));
+    print!("{}", loadtest::report::comparison_table(&reports));
     if let Some(path) = chart {
         if let Err(error) = std::fs::write(path, loadtest::chart::comparison_svg(&reports)) {
             eprintln!("loadtest error: cannot write the chart to {}: {error}", path.display());

@@ -2,68 +2,101 @@
 //!
 //! Leases expire so that a crashed holder cannot block everyone forever. A *live*
 //! holder whose critical section runs longer than the lease must therefore renew it.
-//! The renewal runs every `ttl / 3`, so two renewals can fail in a row before the
-//! lease runs out.
 //!
-//! If the backend says the lease is no longer ours, or renewals keep failing for a
-//! whole TTL, the task marks the lock *lost* and stops: from then on another holder
-//! may be inside the critical section, and [`crate::lock::LockGuard::is_held`] says so.
+//! ## How it works
+//! 1. The lease is counted from the moment the grant was *sent*, not from when its
+//!    answer arrived: the server may have started the clock any time after sending.
+//!    The holder believes in it until `sent + ttl - drift`, where the drift margin
+//!    (1% of the TTL plus 2 ms, as the Redlock spec uses) covers clocks that run at
+//!    slightly different speeds on client and server.
+//! 2. Every `ttl / 3` the task sends a renewal with its own short timeout (`ttl / 6`),
+//!    so a slow backend cannot eat the lease while a renewal waits. A renewal that
+//!    succeeds moves the end of the lease to `its send time + ttl - drift`. Because the
+//!    timeout is well under `ttl / 3`, two renewals can fail in a row before the lease ends.
+//! 3. The task publishes the lease's end through the guard's [`Lease`]. When the backend
+//!    says the lease is no longer ours, or the end passes without a successful renewal,
+//!    it publishes [`LeaseState::Lost`] and stops: from then on another holder may be in
+//!    the critical section.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::LockError;
+use super::{Lease, LeaseState, LockError};
 
 /// Renews every `ttl / RENEWALS_PER_TTL`.
 pub const RENEWALS_PER_TTL: u32 = 3;
+/// A renewal gives up after `ttl / RENEWAL_TIMEOUT_DIVISOR`: well under the renewal period.
+pub const RENEWAL_TIMEOUT_DIVISOR: u32 = 6;
+/// The Redlock spec's clock drift allowance: 1% of the TTL ...
+pub const CLOCK_DRIFT_FACTOR: f64 = 0.01;
+/// ... plus 2 ms for the resolution of the timers.
+pub const CLOCK_DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
-/// Handle to a running renewal. Stopping it (or dropping it) aborts the task;
-/// aborting never blocks, so it is safe in `Drop`.
+/// How long a lease granted (or renewed) at `sent` may be trusted: `sent + ttl - drift`.
+pub fn trusted_until(sent: Instant, ttl: Duration) -> Instant {
+    sent + ttl.saturating_sub(drift(ttl))
+}
+
+/// The clock drift margin for a lease of `ttl`.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl.mul_f64(CLOCK_DRIFT_FACTOR) + CLOCK_DRIFT_FLOOR
+}
+
+/// A fixed lease with no renewal: trusted until `sent + ttl - drift`, then lost.
+/// Keep the returned sender as long as the grant lives: dropping it ends the lease.
+pub fn fixed_lease(sent: Instant, ttl: Duration) -> (watch::Sender<LeaseState>, Lease) {
+    Lease::watched(LeaseState::HeldUntil(trusted_until(sent, ttl)))
+}
+
+/// Handle to a running renewal. Dropping it aborts the task, which never blocks,
+/// so it is safe in `Drop`; the lease then reads as lost.
 pub struct KeepAlive {
-    lost: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
 impl KeepAlive {
-    /// Starts renewing. `renew` answers `Ok(true)` when the lease was extended,
-    /// `Ok(false)` when it is no longer ours.
-    pub fn spawn<F, Fut>(backend: &'static str, key: &str, ttl: Duration, mut renew: F) -> Self
+    /// Starts renewing a lease of `ttl` granted by a request sent at `sent`.
+    /// `renew` answers `Ok(true)` when the lease was extended, `Ok(false)` when it is
+    /// no longer ours. Returns the handle and the holder's view of the lease.
+    pub fn spawn<F, Fut>(backend: &'static str, key: &str, ttl: Duration, sent: Instant, mut renew: F) -> (Self, Lease)
     where
         F: FnMut() -> Fut + Send + 'static,
         Fut: Future<Output = Result<bool, LockError>> + Send,
     {
-        let lost = Arc::new(AtomicBool::new(false));
-        let flag = lost.clone();
+        let (state, lease) = Lease::watched(LeaseState::HeldUntil(trusted_until(sent, ttl)));
         let key = key.to_owned();
+        let period = ttl / RENEWALS_PER_TTL;
+        let renewal_timeout = ttl / RENEWAL_TIMEOUT_DIVISOR;
         let task = tokio::spawn(async move {
-            let mut last_renewed = Instant::now();
+            let mut lease_ends = trusted_until(sent, ttl);
+            let mut next_renewal = sent + period;
             loop {
-                tokio::time::sleep(ttl / RENEWALS_PER_TTL).await;
-                match renew().await {
-                    Ok(true) => last_renewed = Instant::now(),
-                    Ok(false) => {
+                tokio::time::sleep_until(next_renewal.min(lease_ends).into()).await;
+                if Instant::now() >= lease_ends {
+                    tracing::warn!(backend, key, "no renewal succeeded before the lease ran out: lock lost");
+                    break;
+                }
+                let sent = Instant::now();
+                next_renewal = sent + period;
+                match tokio::time::timeout(renewal_timeout, renew()).await {
+                    Ok(Ok(true)) => {
+                        lease_ends = trusted_until(sent, ttl);
+                        state.send_replace(LeaseState::HeldUntil(lease_ends));
+                    }
+                    Ok(Ok(false)) => {
                         tracing::warn!(backend, key, "lease was taken over before renewal: lock lost");
                         break;
                     }
-                    Err(error) if last_renewed.elapsed() >= ttl => {
-                        tracing::warn!(backend, key, %error, "renewal failed for a whole TTL: lock lost");
-                        break;
-                    }
-                    Err(error) => tracing::debug!(backend, key, %error, "renewal failed, will retry"),
+                    Ok(Err(error)) => tracing::debug!(backend, key, %error, "renewal failed, will retry"),
+                    Err(_) => tracing::debug!(backend, key, ?renewal_timeout, "renewal timed out, will retry"),
                 }
             }
-            flag.store(true, Ordering::SeqCst);
+            state.send_replace(LeaseState::Lost);
         });
-        KeepAlive { lost, task }
-    }
-
-    /// True once the lease is known to be gone.
-    pub fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        (KeepAlive { task }, lease)
     }
 }
 

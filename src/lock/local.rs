@@ -10,66 +10,88 @@
 //! balancer and each has its own mutex: one buyer on port 8080 and one on port 8090
 //! both "hold the lock" and race exactly as with no lock. That is the lesson of this
 //! baseline, and the load test shows it. It is also why a crashed process frees its
-//! lock instantly here: there is nothing outside the process to clean up.
+//! lock instantly here: there is nothing outside the process to clean up. No fencing
+//! token: the sale runs unfenced.
 //!
 //! ## References
 //! - `tokio::sync::Mutex`: <https://docs.rs/tokio/latest/tokio/sync/struct.Mutex.html>
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{DistributedLock, LockError, LockGuard};
+use super::{DistributedLock, LockError, LockGuard, Owner, Release};
+
+const BACKEND: &str = "local";
 
 /// One async mutex per key, in this process only.
 #[derive(Default)]
 pub struct LocalLock {
-    // A std mutex is right for the map itself: it is held only to look a key up, never across `.await`.
-    mutexes: StdMutex<HashMap<String, Arc<Mutex<()>>>>,
+    // A std mutex is right for the map itself: it is held only to look a key up, never
+    // across `.await`. The map holds weak references, so a key nobody holds or waits
+    // for costs nothing; dead entries are swept when the map grows.
+    mutexes: StdMutex<HashMap<String, Weak<Mutex<()>>>>,
+    shut_down: AtomicBool,
+}
+
+/// The held mutex: dropping it unlocks.
+struct HeldMutex(#[allow(dead_code)] OwnedMutexGuard<()>);
+
+#[async_trait]
+impl Release for HeldMutex {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        Ok(()) // dropping `self` unlocks the mutex and wakes the next waiter
+    }
 }
 
 impl LocalLock {
-    fn mutex_for(&self, key: &str) -> Arc<Mutex<()>> {
+    fn mutex_for(&self, key: &str) -> Result<Arc<Mutex<()>>, LockError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(LockError::ShutDown { backend: BACKEND });
+        }
         let mut mutexes = self.mutexes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        mutexes.entry(key.to_owned()).or_default().clone()
+        if let Some(mutex) = mutexes.get(key).and_then(Weak::upgrade) {
+            return Ok(mutex);
+        }
+        mutexes.retain(|_, mutex| mutex.strong_count() > 0);
+        let mutex = Arc::new(Mutex::new(()));
+        mutexes.insert(key.to_owned(), Arc::downgrade(&mutex));
+        Ok(mutex)
     }
 
-    fn guard(key: &str, held: OwnedMutexGuard<()>) -> LockGuard {
-        let mut guard = LockGuard::new(key, String::new());
-        guard.held = Some(Box::new(held));
-        guard
+    /// How many keys the map remembers (for the test that it does not grow forever).
+    pub fn remembered_keys(&self) -> usize {
+        self.mutexes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
     }
 }
 
 #[async_trait]
 impl DistributedLock for LocalLock {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    async fn try_acquire(&self, key: &str) -> Result<LockGuard, LockError> {
-        match self.mutex_for(key).try_lock_owned() {
-            Ok(held) => Ok(Self::guard(key, held)),
+    async fn try_acquire(&self, key: &str, _owner: &Owner) -> Result<LockGuard, LockError> {
+        match self.mutex_for(key)?.try_lock_owned() {
+            Ok(held) => Ok(LockGuard::new(key, HeldMutex(held))),
             Err(_) => Err(LockError::Busy { key: key.to_owned() }),
         }
     }
 
     /// Queues on the mutex instead of polling: tokio's mutex hands the lock to
     /// waiters in arrival order.
-    async fn acquire(&self, key: &str, timeout: Duration) -> Result<LockGuard, LockError> {
+    async fn acquire(&self, key: &str, _owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        match tokio::time::timeout(timeout, self.mutex_for(key).lock_owned()).await {
-            Ok(held) => Ok(Self::guard(key, held)),
+        match tokio::time::timeout(timeout, self.mutex_for(key)?.lock_owned()).await {
+            Ok(held) => Ok(LockGuard::new(key, HeldMutex(held))),
             Err(_) => Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() }),
         }
     }
 
-    async fn release(&self, guard: LockGuard) -> Result<(), LockError> {
-        // Dropping the owned mutex guard unlocks it.
-        drop(guard);
+    /// Refuses new acquires. Held mutexes are freed as their guards go, which for a
+    /// stopping process is at once: nothing outside the process remembers them.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.store(true, Ordering::SeqCst);
         Ok(())
     }
 }

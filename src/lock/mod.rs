@@ -1,4 +1,4 @@
-//! The one trait every lock strategy implements, and the one `match` that builds them.
+//! The one trait every lock strategy implements, and the guard it hands out.
 //!
 //! A flash sale is a read-modify-write on a shared counter: read `stock`, check it is
 //! positive, write `stock - 1`. Two buyers who read the same value both sell the same
@@ -11,31 +11,56 @@
 //! | [`local`] | an in-process mutex | no: each process has its own mutex |
 //! | [`redis`] | `SET key token NX PX ttl`, owner-checked release, renewal | yes |
 //!
-//! The `atomic` strategy is not a lock: it moves the whole check-and-decrement into one
-//! Redis script (see [`crate::stock`]), which is why it is the speed ceiling.
+//! Beside them: [`keepalive`] renews a lease while it is held, and [`reentrant`] lets
+//! an owner take a key it already holds. Which strategy runs, and the `atomic` script
+//! that needs no lock at all, are chosen in [`crate::strategy`].
 //!
-//! ## The contract
-//! 1. [`DistributedLock::acquire`] waits, up to a timeout, until this caller holds the key.
-//! 2. The caller does its critical section while it holds the returned [`LockGuard`].
-//! 3. [`DistributedLock::release`] gives the key back. Release is explicit and async,
-//!    never hidden in `Drop`: a network call in `Drop` would block or be lost silently.
-//!    A guard dropped without `release` behaves like a crashed holder: its renewal
-//!    stops and the backend frees the key when the lease runs out.
+//! ## The contract a backend must meet
+//! 1. [`DistributedLock::try_acquire`] makes one attempt: a [`LockGuard`] if the key was
+//!    free, [`LockError::Busy`] if someone else holds it, never a wait.
+//! 2. [`DistributedLock::acquire`] waits up to a timeout, then answers
+//!    [`LockError::Timeout`]. The default polls `try_acquire` with a jittered backoff,
+//!    cut short by [`DistributedLock::wait_for_release`]; a queue-based backend
+//!    overrides `acquire` and waits for its predecessor instead.
+//! 3. The guard carries what the backend needs to give the key back
+//!    ([`LockGuard::release`], explicit and async, never hidden in `Drop`), the
+//!    fencing token of this grant if the backend has one, the validity deadline if
+//!    the backend has one, and a [`Lease`] that turns *lost* when the backend can no
+//!    longer promise exclusion. The critical section checks it before it writes.
+//! 4. A guard dropped without `release` behaves like a crashed holder: renewal stops
+//!    and the backend frees the key when the lease runs out.
+//! 5. An acquire that failed on the client side (a timeout, a broken connection) must
+//!    not leave a key behind that nobody will release: clean up with the same token.
+//! 6. [`DistributedLock::shutdown`] gives back everything this handle holds (revokes
+//!    its lease, closes its session) and refuses later acquires with
+//!    [`LockError::ShutDown`].
+//! 7. Reentrancy (an owner taking a key it holds) is kept for every backend in one
+//!    place, [`reentrant::Reentrant`], unless the backend keeps it itself and says so
+//!    with [`DistributedLock::keeps_reentrancy`].
+//!
+//! ## The conformance suite
+//! `tests/lock_conformance.rs` runs the same tests against every strategy; a new
+//! backend joins by adding one line there. It checks: concurrent read-modify-writes
+//! lose no update; `try_acquire` fails fast on a held key; `acquire` times out;
+//! a waiter gets a released key quickly; different keys do not block each other;
+//! an owner re-enters a key it holds and frees it only at the last release; fencing
+//! tokens grow strictly with every grant (backends with tokens); a lost lease is seen
+//! by the holder and its write is refused (backends with leases); shutdown frees what
+//! was held and refuses new acquires.
 
 pub mod keepalive;
 pub mod local;
 pub mod none;
 pub mod redis;
+pub mod reentrant;
 
-use std::any::Any;
-use std::sync::Arc;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rand::Rng;
-
-use crate::config::Config;
-pub use keepalive::KeepAlive;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 /// The key every instance locks before it touches the stock.
 pub const STOCK_LOCK_KEY: &str = "lock:stock";
@@ -44,43 +69,6 @@ pub const STOCK_LOCK_KEY: &str = "lock:stock";
 const BACKOFF_START: Duration = Duration::from_millis(2);
 /// Longest pause between two attempts: bounds how stale a waiter can be.
 const BACKOFF_MAX: Duration = Duration::from_millis(50);
-
-/// Every strategy the service can run with; `--lock <strategy>` picks one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Strategy {
-    /// No lock: the read-check-write races and the sale oversells.
-    None,
-    /// An in-process mutex: correct inside one instance, oversells across two.
-    Local,
-    /// Redis `SET NX PX` with an owner token, owner-checked release and renewal.
-    Redis,
-    /// No lock: one Lua script does the whole check-and-decrement inside Redis.
-    Atomic,
-}
-
-impl Strategy {
-    /// The name used on the command line, in responses and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::None => "none",
-            Strategy::Local => "local",
-            Strategy::Redis => "redis",
-            Strategy::Atomic => "atomic",
-        }
-    }
-
-    /// Whether two instances running this strategy are expected to oversell.
-    pub fn expected_to_oversell(self) -> bool {
-        matches!(self, Strategy::None | Strategy::Local)
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Why a lock could not be taken or given back.
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +79,7 @@ pub enum LockError {
     /// The key stayed taken for the whole acquire timeout.
     #[error("gave up on lock `{key}` after waiting {waited:?}")]
     Timeout { key: String, waited: Duration },
-    /// The lease ran out (or was renewed by someone else) before release:
+    /// The lease ran out (or was taken over) before release:
     /// another holder may have run its critical section at the same time.
     #[error("lock `{key}` was lost before release: its lease expired or another owner took it")]
     Lost { key: String },
@@ -102,6 +90,9 @@ pub enum LockError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The lock was shut down: the process is stopping.
+    #[error("the {backend} lock is shut down; no new locks are granted")]
+    ShutDown { backend: &'static str },
 }
 
 impl LockError {
@@ -110,41 +101,228 @@ impl LockError {
     }
 }
 
-/// Proof that the caller holds a key. Give it back with [`DistributedLock::release`].
-pub struct LockGuard {
-    /// The locked key.
-    pub key: String,
-    /// Unique per acquisition: the backend releases only for the token it granted.
-    pub token: String,
-    /// A number that grows with every acquisition, when the backend can give one.
-    /// A storage that remembers the highest token it saw can refuse a late writer
-    /// whose lease already ran out (Kleppmann's fencing token).
-    pub fencing_token: Option<u64>,
-    /// When the lock was granted.
-    pub acquired_at: Instant,
-    /// Background renewal, for backends whose lease would otherwise expire.
-    pub(crate) keepalive: Option<KeepAlive>,
-    /// Whatever else the backend must keep alive while the lock is held
-    /// (the in-process mutex guard, for instance). Dropped on release.
-    pub(crate) held: Option<Box<dyn Any + Send + Sync>>,
+/// Who asks for a lock. An owner is one logical caller (one sale, one job) that takes
+/// its locks one after another; asking again for a key it holds is granted at once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Owner(String);
+
+impl Owner {
+    /// A new owner, unique across every instance: `label` followed by 64 random bits.
+    pub fn new(label: &str) -> Self {
+        Owner(format!("{label}:{:016x}", rand::random::<u64>()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
-impl LockGuard {
-    pub(crate) fn new(key: &str, token: String) -> Self {
-        LockGuard {
-            key: key.to_owned(),
-            token,
-            fencing_token: None,
-            acquired_at: Instant::now(),
-            keepalive: None,
-            held: None,
+/// A number that grows with every grant of one key, across everything that grants it.
+///
+/// A storage that remembers the highest token it has seen for a key can refuse a
+/// holder whose lease already ran out: its token is older (Kleppmann's fencing token).
+/// Tokens compare by `(epoch, counter)`: the counter comes from the backend; the epoch
+/// grows whenever a strategy switches to another token source, so that a token from
+/// the new source is newer than every token from the old one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FencingToken {
+    /// What issued the counter, for reports: `redis` for `INCR lock:stock:fence`.
+    pub source: Cow<'static, str>,
+    pub epoch: u64,
+    pub counter: u64,
+}
+
+impl FencingToken {
+    pub fn new(source: &'static str, epoch: u64, counter: u64) -> Self {
+        FencingToken { source: Cow::Borrowed(source), epoch, counter }
+    }
+
+    /// The total order of tokens: epoch first, then counter.
+    pub fn order(&self) -> (u64, u64) {
+        (self.epoch, self.counter)
+    }
+}
+
+impl std::fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}.{}", self.source, self.epoch, self.counter)
+    }
+}
+
+/// What a lease looks like from the holder's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseState {
+    /// The backend promises exclusion until this instant (renewal moves it on).
+    HeldUntil(Instant),
+    /// The lease is gone: someone else may hold the key now.
+    Lost,
+}
+
+/// The holder's view of its lease: is the lock still ours?
+///
+/// Fed by whatever the backend learns (a renewal, a session event). A lock without
+/// a lease (in-process, none) is held until it is released.
+#[derive(Clone, Debug)]
+pub struct Lease(Option<watch::Receiver<LeaseState>>);
+
+impl Lease {
+    /// A lease that never ends by itself.
+    pub fn unbounded() -> Self {
+        Lease(None)
+    }
+
+    /// A lease whose state the backend publishes through `sender`.
+    /// The backend dropping the sender counts as losing the lease.
+    pub fn watched(state: LeaseState) -> (watch::Sender<LeaseState>, Self) {
+        let (sender, receiver) = watch::channel(state);
+        (sender, Lease(Some(receiver)))
+    }
+
+    /// True while the backend still promises exclusion, judged now.
+    pub fn is_held(&self) -> bool {
+        match &self.0 {
+            None => true,
+            Some(receiver) => match *receiver.borrow() {
+                LeaseState::HeldUntil(until) => Instant::now() < until && receiver.has_changed().is_ok(),
+                LeaseState::Lost => false,
+            },
         }
     }
 
-    /// False once renewal found that the lease is gone. Checking this before a write
-    /// narrows the window for a late writer; only a fencing token closes it.
+    /// Completes when the lease is lost: for `tokio::select!` against a critical section.
+    pub async fn lost(&self) {
+        let Some(receiver) = &self.0 else { return std::future::pending().await };
+        let mut receiver = receiver.clone();
+        loop {
+            let state = *receiver.borrow_and_update();
+            match state {
+                LeaseState::Lost => return,
+                LeaseState::HeldUntil(until) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(until.into()) => return,
+                        changed = receiver.changed() => if changed.is_err() { return },
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How a backend gives one grant back. Each backend keeps in it what release needs
+/// (a token, a connection, a session, a permit).
+#[async_trait]
+pub trait Release: Send + Sync {
+    /// Gives the key back. [`LockError::Lost`] if it was no longer ours.
+    async fn release(self: Box<Self>) -> Result<(), LockError>;
+}
+
+/// Nothing to give back: the grant ends when its guard goes away.
+pub struct NothingToRelease;
+
+#[async_trait]
+impl Release for NothingToRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        Ok(())
+    }
+}
+
+/// Proof that the caller holds a key. Give it back with [`LockGuard::release`].
+///
+/// Its fields are private: a caller can read the token but not forge a guard for
+/// someone else's grant.
+pub struct LockGuard {
+    key: String,
+    fencing_token: Option<FencingToken>,
+    valid_until: Option<Instant>,
+    lease: Lease,
+    releaser: Box<dyn Release>,
+}
+
+impl LockGuard {
+    /// A grant of `key` that `releaser` knows how to give back; no token, no lease.
+    pub fn new(key: &str, releaser: impl Release + 'static) -> Self {
+        LockGuard {
+            key: key.to_owned(),
+            fencing_token: None,
+            valid_until: None,
+            lease: Lease::unbounded(),
+            releaser: Box::new(releaser),
+        }
+    }
+
+    pub fn with_fencing_token(mut self, token: FencingToken) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
+
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The holder must not write after `deadline` (Redlock's remaining validity).
+    pub fn with_validity(mut self, deadline: Instant) -> Self {
+        self.valid_until = Some(deadline);
+        self
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn fencing_token(&self) -> Option<&FencingToken> {
+        self.fencing_token.as_ref()
+    }
+
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.valid_until
+    }
+
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// False once the lease is lost or the validity deadline passed. Checking it before
+    /// a write narrows the window for a late writer; only a fencing token closes it.
     pub fn is_held(&self) -> bool {
-        self.keepalive.as_ref().is_none_or(|k| !k.is_lost())
+        self.lease.is_held() && self.valid_until.is_none_or(|deadline| Instant::now() < deadline)
+    }
+
+    /// Gives the key back. [`LockError::Lost`] if the lease had already run out.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.releaser.release().await
+    }
+
+    /// Splits the guard into its parts, for a wrapper that hands out guards of its own.
+    pub(crate) fn into_parts(self) -> (GuardInfo, Box<dyn Release>) {
+        let info = GuardInfo {
+            key: self.key,
+            fencing_token: self.fencing_token,
+            valid_until: self.valid_until,
+            lease: self.lease,
+        };
+        (info, self.releaser)
+    }
+}
+
+/// Everything in a guard but the way to release it.
+#[derive(Clone, Debug)]
+pub(crate) struct GuardInfo {
+    pub key: String,
+    pub fencing_token: Option<FencingToken>,
+    pub valid_until: Option<Instant>,
+    pub lease: Lease,
+}
+
+impl GuardInfo {
+    pub fn into_guard(self, releaser: impl Release + 'static) -> LockGuard {
+        LockGuard {
+            key: self.key,
+            fencing_token: self.fencing_token,
+            valid_until: self.valid_until,
+            lease: self.lease,
+            releaser: Box::new(releaser),
+        }
     }
 }
 
@@ -152,8 +330,8 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.key)
-            .field("token", &self.token)
             .field("fencing_token", &self.fencing_token)
+            .field("valid_until", &self.valid_until)
             .finish_non_exhaustive()
     }
 }
@@ -161,14 +339,8 @@ impl std::fmt::Debug for LockGuard {
 /// A mutual-exclusion lock on a string key, shared by every instance of the service.
 #[async_trait]
 pub trait DistributedLock: Send + Sync {
-    /// The strategy's name, as on the command line.
-    fn name(&self) -> &'static str;
-
     /// One attempt: the guard if the key was free, [`LockError::Busy`] if not.
-    async fn try_acquire(&self, key: &str) -> Result<LockGuard, LockError>;
-
-    /// Gives the key back. [`LockError::Lost`] if the lease had already run out.
-    async fn release(&self, guard: LockGuard) -> Result<(), LockError>;
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError>;
 
     /// Waits until the key may be free again, or `pause` has passed.
     /// The default just sleeps; backends that can announce a release override it.
@@ -181,40 +353,52 @@ pub trait DistributedLock: Send + Sync {
     /// Between attempts the waiter sleeps a jittered, doubling pause (2 ms up to 50 ms),
     /// cut short when the backend announces a release. The jitter keeps a crowd of
     /// waiters from retrying in lockstep.
-    async fn acquire(&self, key: &str, timeout: Duration) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let mut pause = BACKOFF_START;
-        loop {
-            match self.try_acquire(key).await {
-                Err(LockError::Busy { .. }) => {}
-                granted_or_failed => return granted_or_failed,
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(LockError::Timeout { key: key.to_owned(), waited: now - started });
-            }
-            let jittered = pause.mul_f64(rand::rng().random_range(0.5..1.5));
-            self.wait_for_release(key, jittered.min(deadline - now)).await;
-            pause = (pause * 2).min(BACKOFF_MAX);
-        }
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        poll_until_granted(key, timeout, || self.try_acquire(key, owner), |pause| self.wait_for_release(key, pause))
+            .await
+    }
+
+    /// Whether the backend itself counts an owner's repeated grants of one key
+    /// (a hold count in its own storage). If not, [`reentrant::Reentrant`] does it.
+    fn keeps_reentrancy(&self) -> bool {
+        false
+    }
+
+    /// Gives back everything this handle holds and refuses later acquires.
+    /// The default has nothing to give back.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        Ok(())
     }
 }
 
-/// What guards the stock: a lock around a read-modify-write, or one atomic script.
-#[derive(Clone)]
-pub enum Guarding {
-    Lock(Arc<dyn DistributedLock>),
-    AtomicScript,
-}
-
-/// Builds what `config.lock` names. The one place that knows every strategy.
-pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<Guarding> {
-    let lock: Arc<dyn DistributedLock> = match config.lock {
-        Strategy::None => Arc::new(none::NoLock),
-        Strategy::Local => Arc::new(local::LocalLock::default()),
-        Strategy::Redis => Arc::new(redis::RedisLock::connect(redis, config.redis_lock_options()).await?),
-        Strategy::Atomic => return Ok(Guarding::AtomicScript),
-    };
-    Ok(Guarding::Lock(lock))
+/// The polling loop behind the default [`DistributedLock::acquire`], for backends
+/// that override `acquire` only to prepare something before they poll.
+pub async fn poll_until_granted<Try, TryFut, Wait, WaitFut>(
+    key: &str,
+    timeout: Duration,
+    mut attempt: Try,
+    mut wait: Wait,
+) -> Result<LockGuard, LockError>
+where
+    Try: FnMut() -> TryFut,
+    TryFut: std::future::Future<Output = Result<LockGuard, LockError>>,
+    Wait: FnMut(Duration) -> WaitFut,
+    WaitFut: std::future::Future<Output = ()>,
+{
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut pause = BACKOFF_START;
+    loop {
+        match attempt().await {
+            Err(LockError::Busy { .. }) => {}
+            granted_or_failed => return granted_or_failed,
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LockError::Timeout { key: key.to_owned(), waited: now - started });
+        }
+        let jittered = pause.mul_f64(rand::rng().random_range(0.5..1.5));
+        wait(jittered.min(deadline - now)).await;
+        pause = (pause * 2).min(BACKOFF_MAX);
+    }
 }

@@ -14,14 +14,24 @@
 //! 4. **Wait.** A waiter sleeps a short jittered backoff, woken early by that
 //!    publication. Each instance subscribes once and wakes one local waiter per
 //!    release, so a release does not start a stampede of retries.
+//! 5. **Clean up a failed acquire.** When the acquire call times out or its connection
+//!    breaks, Redis may still run the `SET NX` later (after a freeze, say), leaving a key
+//!    nobody will release until its lease ends. So the lock keeps sending the
+//!    owner-checked release with the same token until Redis answers again, as the
+//!    Redlock spec asks for every node that may have granted.
+//! 6. **Shut down.** `shutdown` releases every key this handle still holds and stops
+//!    the listener, so a stopping instance frees the stock at once instead of after a TTL.
 //!
 //! ## Limitations
 //! - **One server.** If the Redis master fails over before its replica got the key,
 //!   two clients can hold the lock. Redlock answers that with several masters.
 //! - **Expiry vs pauses.** A holder paused longer than the TTL (GC, swap, a stalled
 //!   VM) loses the lock without knowing and may still write. Renewal narrows the
-//!   window; the guard's `is_held()` narrows it more; only a storage that checks the
-//!   fencing token closes it.
+//!   window; the guard's `is_held()` narrows it more; the fencing token closes it,
+//!   because the stock Redis refuses a read or write with an older token
+//!   (see [`crate::stock`]).
+//! - **A failed acquire's clean-up** is sent once Redis answers again; an acquire still
+//!   stuck on a broken connection that Redis reads even later expires with its TTL.
 //! - **Clocks.** Expiry is measured by the Redis server's clock; a jump in that clock
 //!   can end a lease early.
 //!
@@ -31,17 +41,19 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::Script;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use super::{DistributedLock, KeepAlive, LockError, LockGuard};
+use super::keepalive::{fixed_lease, KeepAlive};
+use super::{poll_until_granted, DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
 
@@ -78,6 +90,12 @@ const RELEASE_CHANNEL: &str = "seckill:lock-released";
 
 /// How long the release listener waits before resubscribing after Redis went away.
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
+/// How long opening the release subscription may take.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Between two tries of a failed acquire's clean-up.
+const CLEANUP_RETRY: Duration = Duration::from_millis(100);
+/// A failed acquire's clean-up gives up after this many TTLs of Redis not answering.
+const CLEANUP_TTLS: u32 = 20;
 
 /// How a [`RedisLock`] behaves.
 #[derive(Clone, Copy, Debug)]
@@ -94,15 +112,27 @@ impl Default for RedisLockOptions {
     }
 }
 
+/// The scripts, shared by the lock and every grant it hands out.
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    release: Script,
+}
+
+/// Who wakes whom: one signal per key that a local waiter is waiting on. Weak, so a
+/// key nobody waits for is forgotten.
+type Waiters = Arc<StdMutex<HashMap<String, Weak<Notify>>>>;
+/// Every grant this handle holds, token to key, so `shutdown` can give them back.
+type Held = Arc<StdMutex<HashMap<String, String>>>;
+
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
     connection: ConnectionManager,
     options: RedisLockOptions,
-    acquire: Script,
-    renew: Arc<Script>,
-    release: Script,
-    /// One wake-up signal per key, fed by the release listener.
-    released: Arc<StdMutex<HashMap<String, Arc<Notify>>>>,
+    scripts: Arc<Scripts>,
+    waiters: Waiters,
+    held: Held,
+    shut_down: AtomicBool,
     listener: JoinHandle<()>,
 }
 
@@ -111,36 +141,54 @@ impl RedisLock {
     pub async fn connect(client: &redis::Client, options: RedisLockOptions) -> Result<Self, LockError> {
         let connection =
             crate::redis_store::connection_manager(client).await.map_err(|e| LockError::backend(BACKEND, e))?;
-        let released: Arc<StdMutex<HashMap<String, Arc<Notify>>>> = Arc::default();
-        let listener = tokio::spawn(listen_for_releases(client.clone(), released.clone()));
+        let waiters: Waiters = Arc::default();
+        let listener = tokio::spawn(listen_for_releases(client.clone(), waiters.clone()));
         Ok(RedisLock {
             connection,
             options,
-            acquire: Script::new(ACQUIRE_SCRIPT),
-            renew: Arc::new(Script::new(RENEW_SCRIPT)),
-            release: Script::new(RELEASE_SCRIPT),
-            released,
+            scripts: Arc::new(Scripts {
+                acquire: Script::new(ACQUIRE_SCRIPT),
+                renew: Script::new(RENEW_SCRIPT),
+                release: Script::new(RELEASE_SCRIPT),
+            }),
+            waiters,
+            held: Arc::default(),
+            shut_down: AtomicBool::new(false),
             listener,
         })
     }
 
+    /// The signal a release of `key` fires, created if no local waiter has it yet.
     fn release_signal(&self, key: &str) -> Arc<Notify> {
-        signal_for(&self.released, key)
+        let mut waiters = lock(&self.waiters);
+        if let Some(signal) = waiters.get(key).and_then(Weak::upgrade) {
+            return signal;
+        }
+        waiters.retain(|_, signal| signal.strong_count() > 0);
+        let signal = Arc::new(Notify::new());
+        waiters.insert(key.to_owned(), Arc::downgrade(&signal));
+        signal
+    }
+
+    /// How many keys the waiter map remembers (for the test that it does not grow forever).
+    pub fn remembered_keys(&self) -> usize {
+        lock(&self.waiters).len()
     }
 
     fn fencing_key(key: &str) -> String {
         format!("{key}:fence")
     }
 
-    /// Starts the renewal task for a freshly granted lease.
-    fn keep_alive(&self, key: &str, token: &str) -> KeepAlive {
-        let (connection, script, ttl) = (self.connection.clone(), self.renew.clone(), self.options.ttl);
+    /// Starts the renewal task for a lease granted by a request sent at `sent`.
+    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (KeepAlive, super::Lease) {
+        let (connection, scripts, ttl) = (self.connection.clone(), self.scripts.clone(), self.options.ttl);
         let (key_owned, token) = (key.to_owned(), token.to_owned());
-        KeepAlive::spawn(BACKEND, key, ttl, move || {
-            let (mut connection, script) = (connection.clone(), script.clone());
+        KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
+            let (mut connection, scripts) = (connection.clone(), scripts.clone());
             let (key, token) = (key_owned.clone(), token.clone());
             async move {
-                let extended: i64 = script
+                let extended: i64 = scripts
+                    .renew
                     .key(&key)
                     .arg(&token)
                     .arg(ttl.as_millis() as u64)
@@ -151,6 +199,33 @@ impl RedisLock {
             }
         })
     }
+
+    /// Step 5: the acquire call failed on our side, but Redis may still have granted
+    /// (or may still grant) it. Send the owner-checked release until Redis answers.
+    fn clean_up_failed_acquire(&self, key: &str, token: String) {
+        let (mut connection, scripts) = (self.connection.clone(), self.scripts.clone());
+        let key = key.to_owned();
+        let give_up = Instant::now() + self.options.ttl * CLEANUP_TTLS;
+        tokio::spawn(async move {
+            while Instant::now() < give_up {
+                let answer: redis::RedisResult<i64> =
+                    scripts.release.key(&key).arg(&token).arg(RELEASE_CHANNEL).invoke_async(&mut connection).await;
+                match answer {
+                    Ok(1) => return tracing::info!(key, "removed the key of an acquire that had failed on our side"),
+                    Ok(_) => return,
+                    Err(_) => tokio::time::sleep(CLEANUP_RETRY).await,
+                }
+            }
+        });
+    }
+
+    fn refuse_if_shut_down(&self) -> Result<(), LockError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            Err(LockError::ShutDown { backend: BACKEND })
+        } else {
+            Ok(())
+        }
+    }
 }
 
 impl Drop for RedisLock {
@@ -159,85 +234,159 @@ impl Drop for RedisLock {
     }
 }
 
-fn signal_for(signals: &StdMutex<HashMap<String, Arc<Notify>>>, key: &str) -> Arc<Notify> {
-    let mut signals = signals.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    signals.entry(key.to_owned()).or_default().clone()
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Wakes one local waiter for every release announced on [`RELEASE_CHANNEL`].
 /// Runs for the life of the lock; resubscribes when Redis comes back.
-async fn listen_for_releases(client: redis::Client, signals: Arc<StdMutex<HashMap<String, Arc<Notify>>>>) {
+async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
     loop {
-        match client.get_async_pubsub().await {
-            Ok(mut pubsub) => match pubsub.subscribe(RELEASE_CHANNEL).await {
-                Ok(()) => {
+        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await {
+            Ok(Ok(mut pubsub)) => match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(RELEASE_CHANNEL)).await
+            {
+                Ok(Ok(())) => {
                     let mut messages = pubsub.on_message();
                     while let Some(message) = messages.next().await {
-                        if let Ok(key) = message.get_payload::<String>() {
-                            // `notify_one` stores a permit if nobody is waiting yet, so a
-                            // waiter that is just about to wait does not miss this release.
-                            signal_for(&signals, &key).notify_one();
+                        let Ok(key) = message.get_payload::<String>() else { continue };
+                        let signal = lock(&waiters).get(&key).and_then(Weak::upgrade);
+                        // `notify_one` stores a permit if nobody is waiting yet, so a
+                        // waiter that is just about to wait does not miss this release.
+                        if let Some(signal) = signal {
+                            signal.notify_one();
                         }
                     }
                     tracing::warn!("release channel closed; waiters fall back to backoff until it is back");
                 }
-                Err(error) => tracing::warn!(%error, "cannot subscribe to lock releases"),
+                Ok(Err(error)) => tracing::warn!(%error, "cannot subscribe to lock releases"),
+                Err(_) => tracing::warn!(?SUBSCRIBE_TIMEOUT, "subscribing to lock releases timed out"),
             },
-            Err(error) => tracing::debug!(%error, "cannot open the release subscription"),
+            Ok(Err(error)) => tracing::debug!(%error, "cannot open the release subscription"),
+            Err(_) => tracing::debug!(?SUBSCRIBE_TIMEOUT, "opening the release subscription timed out"),
         }
         tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
     }
 }
 
+/// One grant: what its release needs.
+struct RedisGrant {
+    key: String,
+    token: String,
+    connection: ConnectionManager,
+    scripts: Arc<Scripts>,
+    held: Held,
+    /// Renewal, when on; dropping it stops renewing.
+    _keepalive: Option<KeepAlive>,
+    /// Without renewal, the fixed lease lives as long as the grant.
+    _fixed_lease: Option<watch::Sender<LeaseState>>,
+}
+
 #[async_trait]
-impl DistributedLock for RedisLock {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    async fn try_acquire(&self, key: &str) -> Result<LockGuard, LockError> {
-        let token = new_token();
-        let fencing_token: u64 = self
-            .acquire
-            .key(key)
-            .key(Self::fencing_key(key))
-            .arg(&token)
-            .arg(self.options.ttl.as_millis() as u64)
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
-        if fencing_token == 0 {
-            return Err(LockError::Busy { key: key.to_owned() });
-        }
-        let mut guard = LockGuard::new(key, token);
-        guard.fencing_token = Some(fencing_token);
-        if self.options.renew {
-            guard.keepalive = Some(self.keep_alive(key, &guard.token));
-        }
-        Ok(guard)
-    }
-
-    async fn wait_for_release(&self, key: &str, pause: Duration) {
-        let released = self.release_signal(key);
-        let _ = tokio::time::timeout(pause, released.notified()).await;
-    }
-
-    async fn release(&self, mut guard: LockGuard) -> Result<(), LockError> {
+impl Release for RedisGrant {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let mut grant = *self;
         // Stop renewing first, so a renewal cannot race the delete.
-        drop(guard.keepalive.take());
-        let deleted: i64 = self
+        drop(grant._keepalive.take());
+        let deleted: i64 = grant
+            .scripts
             .release
-            .key(&guard.key)
-            .arg(&guard.token)
+            .key(&grant.key)
+            .arg(&grant.token)
             .arg(RELEASE_CHANNEL)
-            .invoke_async(&mut self.connection.clone())
+            .invoke_async(&mut grant.connection)
             .await
             .map_err(|e| LockError::backend(BACKEND, e))?;
         if deleted == 1 {
             Ok(())
         } else {
-            Err(LockError::Lost { key: guard.key })
+            Err(LockError::Lost { key: grant.key.clone() })
         }
+    }
+}
+
+impl Drop for RedisGrant {
+    fn drop(&mut self) {
+        lock(&self.held).remove(&self.token);
+    }
+}
+
+#[async_trait]
+impl DistributedLock for RedisLock {
+    async fn try_acquire(&self, key: &str, _owner: &Owner) -> Result<LockGuard, LockError> {
+        self.refuse_if_shut_down()?;
+        let token = new_token();
+        let sent = Instant::now();
+        let answer = self
+            .scripts
+            .acquire
+            .key(key)
+            .key(Self::fencing_key(key))
+            .arg(&token)
+            .arg(self.options.ttl.as_millis() as u64)
+            .invoke_async::<u64>(&mut self.connection.clone())
+            .await;
+        let fencing_counter = match answer {
+            Ok(counter) => counter,
+            Err(error) => {
+                self.clean_up_failed_acquire(key, token);
+                return Err(LockError::backend(BACKEND, error));
+            }
+        };
+        if fencing_counter == 0 {
+            return Err(LockError::Busy { key: key.to_owned() });
+        }
+        let (keepalive, fixed, lease) = if self.options.renew {
+            let (keepalive, lease) = self.keep_alive(key, &token, sent);
+            (Some(keepalive), None, lease)
+        } else {
+            let (sender, lease) = fixed_lease(sent, self.options.ttl);
+            (None, Some(sender), lease)
+        };
+        lock(&self.held).insert(token.clone(), key.to_owned());
+        let grant = RedisGrant {
+            key: key.to_owned(),
+            token,
+            connection: self.connection.clone(),
+            scripts: self.scripts.clone(),
+            held: self.held.clone(),
+            _keepalive: keepalive,
+            _fixed_lease: fixed,
+        };
+        Ok(LockGuard::new(key, grant)
+            .with_fencing_token(FencingToken::new(BACKEND, 0, fencing_counter))
+            .with_lease(lease))
+    }
+
+    /// Takes the release signal before the first attempt, so a release that lands
+    /// between a refused attempt and the wait still wakes this waiter.
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let released = self.release_signal(key);
+        poll_until_granted(key, timeout, || self.try_acquire(key, owner), |pause| {
+            let released = released.clone();
+            async move {
+                let _ = tokio::time::timeout(pause, released.notified()).await;
+            }
+        })
+        .await
+    }
+
+    /// Releases every key still held through this handle, then stops listening.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        self.listener.abort();
+        let held: Vec<(String, String)> = lock(&self.held).drain().collect();
+        let mut connection = self.connection.clone();
+        for (token, key) in held {
+            self.scripts
+                .release
+                .key(&key)
+                .arg(&token)
+                .arg(RELEASE_CHANNEL)
+                .invoke_async::<i64>(&mut connection)
+                .await
+                .map_err(|e| LockError::backend(BACKEND, e))?;
+        }
+        Ok(())
     }
 }
 

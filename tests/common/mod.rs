@@ -1,33 +1,61 @@
-//! Helpers shared by the integration tests. They need a real Redis: `make test`
-//! starts one. A missing server fails the test loudly; nothing is skipped.
+//! Helpers shared by the integration tests (and by `loadtest/tests`).
+//!
+//! The tests write only to the project's own test Redis (`make services` starts it on
+//! port 6390 with its data in `.run/redis-test`), and check that it is that one before
+//! they write, so a user's own Redis is never touched. `SECKILL_TEST_REDIS_URL` points
+//! them elsewhere on purpose. A missing server fails the test loudly; nothing is skipped.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use seckill::lock::redis::RedisLockOptions;
+use seckill::lock::{DistributedLock, Owner};
 
-/// The Redis the tests use, `SECKILL_TEST_REDIS_URL` or the standard local port.
-/// `db` picks a logical database, so tests that use the fixed stock keys do not collide.
+/// The project's test Redis, as `scripts/services.sh` starts it.
+pub const PROJECT_TEST_REDIS: &str = "redis://127.0.0.1:6390";
+
+/// The folder the project's test Redis keeps its data in: how we recognise it.
+fn project_test_redis_dir() -> String {
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = if manifest.join("scripts/services.sh").exists() { manifest } else { manifest.parent().unwrap() };
+    root.join(".run/redis-test").display().to_string()
+}
+
+/// The Redis the tests use. `db` picks a logical database, so tests that use the
+/// fixed stock keys do not collide.
 pub fn redis_url(db: u8) -> String {
-    let base = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let base = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| PROJECT_TEST_REDIS.to_owned());
     format!("{}/{db}", base.trim_end_matches('/'))
 }
 
-/// A client that has answered a PING, or a panic that says how to get one.
+/// Whether the Redis at `url` is the project's test Redis (by its data folder).
+pub async fn is_project_test_redis(url: &str) -> Result<bool, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let mut connection = client.get_multiplexed_async_connection().await?;
+    let (_, dir): (String, String) = redis::cmd("CONFIG").arg("GET").arg("dir").query_async(&mut connection).await?;
+    Ok(dir == project_test_redis_dir())
+}
+
+/// A client that has answered a PING and is safe to write to, or a panic that says
+/// how to get one.
 pub async fn redis_client(db: u8) -> redis::Client {
     let url = redis_url(db);
-    let client = redis::Client::open(url.as_str()).expect("SECKILL_TEST_REDIS_URL is a Redis URL");
-    let ping = async {
-        let mut connection = client.get_multiplexed_async_connection().await?;
-        redis::cmd("PING").query_async::<String>(&mut connection).await
-    };
-    match tokio::time::timeout(Duration::from_secs(3), ping).await {
-        Ok(Ok(_)) => client,
+    match tokio::time::timeout(Duration::from_secs(3), is_project_test_redis(&url)).await {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) if std::env::var("SECKILL_TEST_REDIS_URL").is_ok() => {} // chosen on purpose
+        Ok(Ok(false)) => panic!(
+            "the Redis at {url} is not the project's test Redis (its data folder is not {}); \
+             the tests write to it, so they refuse. Stop that server and run `make test`.",
+            project_test_redis_dir()
+        ),
         outcome => panic!(
-            "these tests need Redis at {url}, which did not answer ({outcome:?}). \
+            "these tests need the project's test Redis at {url}, which did not answer ({outcome:?}). \
              Run `make test` (it starts the servers) or `make services` first."
         ),
     }
+    redis::Client::open(url.as_str()).expect("a Redis URL")
 }
 
 pub async fn connection(client: &redis::Client) -> redis::aio::MultiplexedConnection {
@@ -43,13 +71,17 @@ pub fn redis_options(ttl_ms: u64, renew: bool) -> RedisLockOptions {
     RedisLockOptions { ttl: Duration::from_millis(ttl_ms), renew }
 }
 
+pub fn owner() -> Owner {
+    Owner::new("test")
+}
+
 /// Runs `tasks_per_lock` tasks per lock; each adds 1 to a Redis counter `iterations`
 /// times by a deliberately non-atomic read, pause, write, holding its lock around it.
 /// Returns the final counter: `locks.len() * tasks_per_lock * iterations` if and only
 /// if no two read-modify-writes overlapped.
 pub async fn racing_increments(
     client: &redis::Client,
-    locks: Vec<std::sync::Arc<dyn seckill::lock::DistributedLock>>,
+    locks: Vec<Arc<dyn DistributedLock>>,
     tasks_per_lock: usize,
     iterations: usize,
 ) -> i64 {
@@ -62,7 +94,8 @@ pub async fn racing_increments(
             let mut connection = connection(client).await;
             tasks.push(tokio::spawn(async move {
                 for _ in 0..iterations {
-                    let guard = lock.acquire(&lock_key, Duration::from_secs(20)).await.expect("lock within 20 s");
+                    let guard =
+                        lock.acquire(&lock_key, &owner(), Duration::from_secs(20)).await.expect("lock within 20 s");
                     let value: i64 = redis::cmd("GET")
                         .arg(&counter)
                         .query_async::<Option<i64>>(&mut connection)
@@ -72,7 +105,7 @@ pub async fn racing_increments(
                     // Give another task every chance to read the same value.
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     redis::cmd("SET").arg(&counter).arg(value + 1).query_async::<()>(&mut connection).await.unwrap();
-                    lock.release(guard).await.expect("release by the holder");
+                    guard.release().await.expect("release by the holder");
                 }
             }));
         }
@@ -86,12 +119,97 @@ pub async fn racing_increments(
     total
 }
 
-/// An instance on a free port, selling from Redis database `db`.
-pub async fn instance(strategy: seckill::lock::Strategy, db: u8, acquire_timeout_ms: u64) -> seckill::server::Instance {
-    redis_client(db).await; // fail loudly if Redis is missing
+/// The service's defaults, selling from test Redis database `db`.
+pub fn config(strategy: seckill::strategy::Strategy, db: u8) -> seckill::config::Config {
     let mut config = seckill::config::Config::defaults();
     config.lock = strategy;
     config.redis_url = redis_url(db);
+    config
+}
+
+/// An instance on a free port, selling from test Redis database `db`.
+pub async fn instance(strategy: seckill::strategy::Strategy, db: u8, acquire_timeout_ms: u64) -> seckill::server::Instance {
+    redis_client(db).await; // fail loudly if the test Redis is missing or not ours
+    let mut config = config(strategy, db);
     config.acquire_timeout_ms = acquire_timeout_ms;
     seckill::server::Instance::start(config).await.expect("instance starts")
+}
+
+/// A private redis-server on a free port, for tests that stop, freeze or kill it.
+pub struct PrivateRedis {
+    child: Child,
+    pub port: u16,
+    _dir: TempDir,
+}
+
+impl PrivateRedis {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_on(port)
+    }
+
+    /// On `port`, empty (as after a restart without persistence).
+    pub fn start_on(port: u16) -> Self {
+        let dir = TempDir::new("private-redis");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.0.display().to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed for this test: `make test` installs it");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        PrivateRedis { child, port, _dir: dir }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap()
+    }
+
+    /// SIGSTOP: the process stays, its sockets stay open, nothing answers (a GC pause, a stalled VM).
+    pub fn freeze(&self) {
+        signal(self.child.id(), "-STOP");
+    }
+
+    /// SIGCONT: it answers again, including what was sent while it was frozen.
+    pub fn thaw(&self) {
+        signal(self.child.id(), "-CONT");
+    }
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid} failed");
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A folder removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("seckill-{label}-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

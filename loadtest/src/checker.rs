@@ -1,0 +1,288 @@
+//! The test oracle: reads the sale back from Redis and compares it with what the
+//! buyers were told.
+//!
+//! ## What is checked
+//! - **oversold**: `lucky > initial`, `stock + lucky != initial`, `sales != lucky`,
+//!   a negative stock, two sale records that read the same `stock_before` (one unit
+//!   sold twice), or fencing tokens of one source that go backwards along the sales
+//!   list (two holders overlapped);
+//! - **lost**: `lucky` is not what the buyers were told: fewer than the buyers told
+//!   "sold", or more than those plus the buyers whose outcome is unknown (504).
+//!
+//! A run during which the sale was reset (by another load test, say) is not judged at
+//! all: [`crate::run`] refuses it as invalid.
+
+use std::collections::{BTreeMap, HashSet};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use seckill::stock::{SaleRecord, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
+
+use crate::crowd::{Tally, Target};
+
+/// The verdict of one run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every unit sold at most once, every sale accounted for.
+    Held,
+    /// At least one unit was sold twice, or the counters disagree.
+    Oversold,
+    /// No oversell, but buyers were told something the records do not show.
+    Lost,
+}
+
+/// The sale as Redis holds it after the attack.
+pub struct SaleState {
+    pub stock: i64,
+    pub lucky: i64,
+    /// Grows with every reset.
+    pub generation: i64,
+    pub records: Vec<SaleRecord>,
+    pub unreadable_records: usize,
+}
+
+/// What the checker found.
+pub struct Judgement {
+    pub verdict: Verdict,
+    pub units_sold_twice: usize,
+    /// `None` when no sale record carries a fencing token: nothing to check.
+    pub fencing_regressions: Option<usize>,
+    pub findings: Vec<String>,
+}
+
+async fn connect(redis_url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .with_context(|| format!("cannot reach Redis at {redis_url} to check the result; fix --redis-url"))
+}
+
+/// The sale's reset generation, read before the attack.
+pub async fn generation(redis_url: &str) -> anyhow::Result<i64> {
+    let generation: Option<i64> =
+        redis::cmd("GET").arg(GENERATION_KEY).query_async(&mut connect(redis_url).await?).await?;
+    Ok(generation.unwrap_or(0))
+}
+
+/// The sale as Redis holds it now.
+pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
+    let (stock, lucky, generation, raw): (Option<i64>, Option<i64>, Option<i64>, Vec<String>) =
+        redis::pipe()
+            .get(STOCK_KEY)
+            .get(LUCKY_KEY)
+            .get(GENERATION_KEY)
+            .lrange(SALES_KEY, 0, -1)
+            .query_async(&mut connect(redis_url).await?)
+            .await
+            .context("reading the sale back from Redis")?;
+    let mut records = Vec::with_capacity(raw.len());
+    let mut unreadable_records = 0;
+    for line in &raw {
+        match serde_json::from_str::<SaleRecord>(line) {
+            Ok(record) => records.push(record),
+            Err(_) => unreadable_records += 1,
+        }
+    }
+    Ok(SaleState {
+        stock: stock.unwrap_or(0),
+        lucky: lucky.unwrap_or(0),
+        generation: generation.unwrap_or(0),
+        records,
+        unreadable_records,
+    })
+}
+
+/// Compares what Redis holds with what the buyers were told.
+pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> Judgement {
+    let mut oversold = Vec::new();
+    let mut lost = Vec::new();
+
+    if sale.lucky > initial {
+        oversold.push(format!("{} buyers got a unit out of {initial}", sale.lucky));
+    }
+    if sale.stock < 0 {
+        oversold.push(format!("stock went negative ({})", sale.stock));
+    }
+    if sale.stock + sale.lucky != initial {
+        oversold.push(format!("stock + lucky = {} + {} != {initial}", sale.stock, sale.lucky));
+    }
+    let sale_records = sale.records.len() + sale.unreadable_records;
+    if sale_records as i64 != sale.lucky {
+        oversold.push(format!("{sale_records} sale records for {} lucky buyers", sale.lucky));
+    }
+    let units_sold_twice = units_sold_twice(&sale.records);
+    if units_sold_twice > 0 {
+        oversold.push(format!("{units_sold_twice} units appear in more than one sale record"));
+    }
+    let fencing_regressions = fencing_regressions(&sale.records);
+    if let Some(regressions @ 1..) = fencing_regressions {
+        oversold.push(format!("fencing tokens went backwards {regressions} times: two holders overlapped"));
+    }
+    let told_sold = tally.sold as i64;
+    let might_have_sold = told_sold + tally.outcome_unknown as i64;
+    if sale.lucky < told_sold {
+        lost.push(format!("{told_sold} buyers were told \"sold\" but Redis counts only {} lucky", sale.lucky));
+    } else if sale.lucky > might_have_sold {
+        lost.push(format!(
+            "Redis counts {} lucky, but only {told_sold} buyers were told \"sold\" and {} got no clear answer",
+            sale.lucky, tally.outcome_unknown
+        ));
+    }
+
+    let mut findings: Vec<String> = oversold.iter().chain(&lost).cloned().collect();
+    let errors: usize = tally.errors.values().sum();
+    if errors > 0 && sale.stock > 0 {
+        findings.push(format!(
+            "{} units stayed unsold because {errors} requests failed (see errors): not an oversell",
+            sale.stock
+        ));
+    }
+    if tally.outcome_unknown > 0 {
+        findings.push(format!(
+            "{} buyers got no clear answer; Redis says {} of them were sold",
+            tally.outcome_unknown,
+            (sale.lucky - told_sold).max(0)
+        ));
+    }
+    if !target.fencing.is_on() {
+        findings.push(format!("the sale ran unfenced (fencing: {:?})", target.fencing));
+    }
+    let verdict = if !oversold.is_empty() {
+        Verdict::Oversold
+    } else if !lost.is_empty() {
+        Verdict::Lost
+    } else {
+        Verdict::Held
+    };
+    Judgement { verdict, units_sold_twice, fencing_regressions, findings }
+}
+
+/// How many units were sold more than once: each sale records the stock it read,
+/// and under a working lock every value from `initial` down to 1 is read once.
+pub fn units_sold_twice(records: &[SaleRecord]) -> usize {
+    let mut seen = HashSet::new();
+    let mut twice = HashSet::new();
+    for record in records {
+        if !seen.insert(record.stock_before) {
+            twice.insert(record.stock_before);
+        }
+    }
+    twice.len()
+}
+
+/// How often a fencing token fails to grow from one sale record to the next of the
+/// same token source. Records are appended while the lock is held, so under a working
+/// lock a later record carries a later grant. Each source (a strategy that switches
+/// backends has two) is checked on its own; `None` when no record has a token.
+pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
+    let mut by_source: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for token in records.iter().filter_map(|r| r.fencing_token.as_ref()) {
+        by_source.entry(token.source.as_ref()).or_default().push(token.order());
+    }
+    if by_source.is_empty() {
+        return None;
+    }
+    Some(by_source.values().map(|tokens| tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count()).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use seckill::lock::FencingToken;
+    use seckill::strategy::FencingStatus;
+
+    use super::*;
+
+    fn record(stock_before: i64, token: Option<(&'static str, u64)>) -> SaleRecord {
+        SaleRecord {
+            sale_id: format!("sale-{stock_before}"),
+            instance: "test".into(),
+            port: 8080,
+            strategy: "redis".into(),
+            stock_before,
+            fencing_token: token.map(|(source, counter)| FencingToken::new(source, 0, counter)),
+            lock_wait_ms: 0.0,
+            locked_at_ms: 0,
+            sold_at_ms: 0,
+        }
+    }
+
+    fn judged(stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize, unknown: usize) -> Judgement {
+        let sale = SaleState { stock, lucky, generation: 1, records, unreadable_records: 0 };
+        let tally = Tally { sold: told_sold, outcome_unknown: unknown, ..Tally::default() };
+        let target = Target { strategy: "redis".into(), fencing: FencingStatus::On };
+        judge(3, &target, &sale, &tally)
+    }
+
+    #[test]
+    fn a_stock_value_read_by_two_sales_counts_as_a_unit_sold_twice() {
+        let records = [record(3, None), record(2, None), record(2, None), record(2, None), record(1, None)];
+        assert_eq!(units_sold_twice(&records), 1);
+        assert_eq!(units_sold_twice(&records[..2]), 0);
+    }
+
+    #[test]
+    fn a_fencing_token_that_does_not_grow_is_a_regression() {
+        let records = [record(3, Some(("redis", 1))), record(2, Some(("redis", 5))), record(1, Some(("redis", 4)))];
+        assert_eq!(fencing_regressions(&records), Some(1));
+        assert_eq!(fencing_regressions(&records[..2]), Some(0));
+    }
+
+    #[test]
+    fn without_tokens_there_is_no_fencing_check_at_all() {
+        assert_eq!(fencing_regressions(&[record(2, None), record(1, None)]), None);
+    }
+
+    #[test]
+    fn tokens_of_two_sources_are_each_checked_on_their_own() {
+        // A degrade run: redis tokens 40, 41, then mysql versions 3, 4, then redis 42.
+        let records = [
+            record(5, Some(("redis", 40))),
+            record(4, Some(("redis", 41))),
+            record(3, Some(("mysql", 3))),
+            record(2, Some(("mysql", 4))),
+            record(1, Some(("redis", 42))),
+        ];
+        assert_eq!(fencing_regressions(&records), Some(0));
+        let mut swapped = records.clone();
+        swapped.swap(2, 3);
+        assert_eq!(fencing_regressions(&swapped), Some(1));
+    }
+
+    #[test]
+    fn counters_that_do_not_add_up_are_an_oversell() {
+        let judgement =
+            judged(0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4, 0);
+        assert_eq!(judgement.verdict, Verdict::Oversold);
+        assert_eq!(judgement.units_sold_twice, 1);
+    }
+
+    #[test]
+    fn a_sale_the_buyer_was_not_told_about_is_lost() {
+        let judgement = judged(0, 3, vec![record(3, None), record(2, None), record(1, None)], 2, 0);
+        assert_eq!(judgement.verdict, Verdict::Lost);
+    }
+
+    #[test]
+    fn a_buyer_told_sold_for_a_unit_redis_does_not_count_is_lost() {
+        let judgement = judged(1, 2, vec![record(3, None), record(2, None)], 3, 0);
+        assert_eq!(judgement.verdict, Verdict::Lost);
+    }
+
+    #[test]
+    fn a_sale_whose_buyer_got_no_clear_answer_is_not_lost() {
+        let judgement = judged(0, 3, vec![record(3, None), record(2, None), record(1, None)], 2, 1);
+        assert_eq!(judgement.verdict, Verdict::Held, "{:?}", judgement.findings);
+        assert!(judgement.findings.iter().any(|f| f.contains("no clear answer")), "{:?}", judgement.findings);
+    }
+
+    #[test]
+    fn an_exact_sale_holds() {
+        let records = vec![record(3, Some(("redis", 1))), record(2, Some(("redis", 2))), record(1, Some(("redis", 3)))];
+        let judgement = judged(0, 3, records, 3, 0);
+        assert_eq!(judgement.verdict, Verdict::Held, "{:?}", judgement.findings);
+        assert_eq!(judgement.fencing_regressions, Some(0));
+    }
+}

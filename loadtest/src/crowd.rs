@@ -1,0 +1,179 @@
+//! The crowd: resets the sale through the service, then fires one goose user per
+//! buyer, each sending exactly one `GET /stock/reduce`, alternating between the hosts,
+//! and tallies what each buyer was told.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use goose::config::GooseConfiguration;
+use goose::prelude::*;
+use serde::Deserialize;
+
+use seckill::http::ReduceResponse;
+use seckill::strategy::FencingStatus;
+
+use crate::Options;
+
+/// Launch rate, users per second: high enough that all 500 are in flight at once.
+const LAUNCH_RATE: &str = "5000";
+/// Per-request timeout, seconds: longer than the service's own request timeout.
+const REQUEST_TIMEOUT_SECS: &str = "90";
+/// Answers after which the buyer cannot know whether a unit was sold: the service said
+/// so (504 `sale_outcome_unknown`, `request_timeout`), or no answer arrived at all.
+const OUTCOME_UNKNOWN: [&str; 5] =
+    ["sale_outcome_unknown", "request_timeout", "timeout", "connection failed", "unreadable answer"];
+
+fn outcome_unknown(kind: &str) -> bool {
+    OUTCOME_UNKNOWN.iter().any(|unknown| kind.ends_with(unknown))
+}
+
+/// What the instances said about themselves before the attack.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Target {
+    pub strategy: String,
+    pub fencing: FencingStatus,
+}
+
+/// What the buyers were told, gathered from every goose user.
+#[derive(Default)]
+pub struct Tally {
+    pub sold: usize,
+    pub sold_out: usize,
+    /// Answers that do not say whether a unit was sold (also counted in `errors`).
+    pub outcome_unknown: usize,
+    /// Every error, by kind. All but the `outcome_unknown` ones sold nothing.
+    pub errors: BTreeMap<String, usize>,
+    pub latencies_ms: Vec<f64>,
+    pub first_sent: Option<Instant>,
+    pub last_answered: Option<Instant>,
+}
+
+/// One buyer's answer.
+enum Answer {
+    Sold,
+    SoldOut,
+    Error(String),
+}
+
+impl Tally {
+    fn record(&mut self, answer: Answer, sent: Instant, answered: Instant) {
+        match answer {
+            Answer::Sold => self.sold += 1,
+            Answer::SoldOut => self.sold_out += 1,
+            Answer::Error(kind) if outcome_unknown(&kind) => {
+                self.outcome_unknown += 1;
+                *self.errors.entry(kind).or_default() += 1;
+            }
+            Answer::Error(kind) => *self.errors.entry(kind).or_default() += 1,
+        }
+        self.latencies_ms.push((answered - sent).as_secs_f64() * 1000.0);
+        self.first_sent = Some(self.first_sent.map_or(sent, |first| first.min(sent)));
+        self.last_answered = Some(self.last_answered.map_or(answered, |last| last.max(answered)));
+    }
+
+    /// From the first request sent to the last answer received.
+    pub fn seconds(&self) -> f64 {
+        match (self.first_sent, self.last_answered) {
+            (Some(first), Some(last)) => (last - first).as_secs_f64(),
+            _ => 0.0,
+        }
+    }
+}
+
+/// Asks every host what it runs (they must agree), then resets the sale through the first.
+pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let target = target_of(&http, &options.hosts).await?;
+    let host = &options.hosts[0];
+    http.post(format!("{host}/stock/reset"))
+        .json(&serde_json::json!({ "stock": options.initial_stock }))
+        .send()
+        .await
+        .and_then(|response| response.error_for_status())
+        .with_context(|| format!("cannot reset the stock through {host}/stock/reset"))?;
+    Ok(target)
+}
+
+async fn target_of(http: &reqwest::Client, hosts: &[String]) -> anyhow::Result<Target> {
+    let mut targets: Vec<Target> = Vec::new();
+    for host in hosts {
+        let target: Target = http
+            .get(format!("{host}/healthz"))
+            .send()
+            .await
+            .and_then(|response| response.error_for_status())
+            .with_context(|| {
+                format!("no seckill answers at {host}. Start one with `seckill serve --port <port> --lock <strategy>` (or `make demo`), or fix --hosts")
+            })?
+            .json()
+            .await
+            .with_context(|| format!("{host}/healthz did not answer like seckill"))?;
+        targets.push(target);
+    }
+    let first = targets[0].clone();
+    if targets.iter().any(|t| t.strategy != first.strategy || t.fencing != first.fencing) {
+        let pairs: Vec<String> = hosts
+            .iter()
+            .zip(&targets)
+            .map(|(h, t)| format!("{h} runs `{}` with fencing {:?}", t.strategy, t.fencing))
+            .collect();
+        bail!(
+            "the instances run different strategies ({}); start them with the same --lock and --fencing",
+            pairs.join(", ")
+        );
+    }
+    Ok(first)
+}
+
+/// Runs goose: `users` users, one iteration each, launched at once.
+pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let hosts = Arc::new(options.hosts.clone());
+    let shared = tally.clone();
+    let buy: TransactionFunction = Arc::new(move |user| Box::pin(buy_one(user, hosts.clone(), shared.clone())));
+    GooseAttack::initialize_with_config(GooseConfiguration::default())?
+        .register_scenario(scenario!("FlashSale").register_transaction(Transaction::new(buy).set_name("reduce")))
+        .set_default(GooseDefault::Host, options.hosts[0].as_str())?
+        .set_default(GooseDefault::Users, options.users)?
+        .set_default(GooseDefault::IncreaseRate, LAUNCH_RATE)?
+        .set_default(GooseDefault::Iterations, 1)?
+        .set_default(GooseDefault::Timeout, REQUEST_TIMEOUT_SECS)?
+        .set_default(GooseDefault::NoPrintMetrics, !options.goose_metrics)?
+        .set_default(GooseDefault::NoTelnet, true)?
+        .set_default(GooseDefault::Quiet, 1)?
+        .execute()
+        .await
+        .context("goose could not run the attack")?;
+    let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    Ok(tally)
+}
+
+/// One buyer: one request to its host, and what the answer meant.
+async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex<Tally>>) -> TransactionResult {
+    let host = &hosts[user.weighted_users_index % hosts.len()];
+    let sent = Instant::now();
+    let goose = user.get_named(&format!("{host}/stock/reduce"), "reduce").await?;
+    let answer = match goose.response {
+        Err(error) => Answer::Error(if error.is_timeout() { "timeout".into() } else { "connection failed".into() }),
+        Ok(response) if response.status().is_success() => match response.json::<ReduceResponse>().await {
+            Ok(body) if body.sold => Answer::Sold,
+            Ok(_) => Answer::SoldOut,
+            Err(_) => Answer::Error("unreadable answer".into()),
+        },
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let code = response
+                .json::<serde_json::Value>()
+                .await
+                .ok()
+                .and_then(|body| body.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+                .unwrap_or_else(|| "http".to_owned());
+            Answer::Error(format!("{status} {code}"))
+        }
+    };
+    let answered = Instant::now();
+    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! The report of one run: what was measured, the verdict, and whether the strategy
+//! kept its promise; and the table that compares several runs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use seckill::strategy::{FencingStatus, Strategy};
+
+use crate::checker::{Judgement, SaleState, Verdict};
+use crate::crowd::{Tally, Target};
+use crate::Options;
+
+/// Everything measured in one run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub strategy: String,
+    pub fencing: FencingStatus,
+    pub hosts: Vec<String>,
+    pub users: usize,
+    pub initial_stock: i64,
+    // What Redis says.
+    pub stock_left: i64,
+    pub lucky: i64,
+    pub sale_records: usize,
+    /// Units whose `stock_before` appears in more than one sale record.
+    pub units_sold_twice: usize,
+    /// Places where the fencing token did not grow along the sales list;
+    /// `None` when the sale records carry no tokens.
+    pub fencing_regressions: Option<usize>,
+    // What the buyers were told.
+    pub told_sold: usize,
+    pub told_sold_out: usize,
+    /// Buyers who got no clear answer (also counted in `errors`).
+    pub told_unknown: usize,
+    pub errors: BTreeMap<String, usize>,
+    // How fast.
+    pub seconds: f64,
+    pub requests_per_second: f64,
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub verdict: Verdict,
+    /// Whether this strategy is expected to oversell across two instances.
+    pub expected_to_oversell: bool,
+    /// Human-readable reasons behind the verdict.
+    pub findings: Vec<String>,
+}
+
+impl Report {
+    pub fn new(options: &Options, target: Target, sale: &SaleState, tally: Tally, judgement: Judgement) -> Self {
+        let seconds = tally.seconds();
+        let answered = tally.latencies_ms.len();
+        let mut latencies = tally.latencies_ms;
+        latencies.sort_by(f64::total_cmp);
+        // The service's own word on which strategies cannot guard two instances.
+        let expected_to_oversell =
+            <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).is_ok_and(Strategy::expected_to_oversell);
+        Report {
+            strategy: target.strategy,
+            fencing: target.fencing,
+            hosts: options.hosts.clone(),
+            users: options.users,
+            initial_stock: options.initial_stock,
+            stock_left: sale.stock,
+            lucky: sale.lucky,
+            sale_records: sale.records.len() + sale.unreadable_records,
+            units_sold_twice: judgement.units_sold_twice,
+            fencing_regressions: judgement.fencing_regressions,
+            told_sold: tally.sold,
+            told_sold_out: tally.sold_out,
+            told_unknown: tally.outcome_unknown,
+            errors: tally.errors,
+            seconds,
+            requests_per_second: if seconds > 0.0 { answered as f64 / seconds } else { 0.0 },
+            p50_ms: percentile(&latencies, 0.50),
+            p95_ms: percentile(&latencies, 0.95),
+            p99_ms: percentile(&latencies, 0.99),
+            verdict: judgement.verdict,
+            expected_to_oversell,
+            findings: judgement.findings,
+        }
+    }
+
+    pub fn error_count(&self) -> usize {
+        self.errors.values().sum()
+    }
+
+    /// Whether the strategy did what it promises: a safe strategy held; a baseline
+    /// oversold, which is the lesson it exists to show. A lost sale never passes.
+    pub fn passed(&self) -> bool {
+        match self.verdict {
+            Verdict::Held => !self.expected_to_oversell,
+            Verdict::Oversold => self.expected_to_oversell,
+            Verdict::Lost => false,
+        }
+    }
+
+    /// The verdict as a reader should see it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let headline = match (self.verdict, self.expected_to_oversell) {
+            (Verdict::Held, false) => "HELD: no oversell, nothing lost".to_owned(),
+            (Verdict::Held, true) => format!(
+                "HELD, NOT AS EXPECTED: `{}` cannot guard two instances, but this run did not show the race",
+                self.strategy
+            ),
+            (Verdict::Oversold, true) => format!("OVERSOLD, as expected: `{}` cannot guard two instances", self.strategy),
+            (Verdict::Oversold, false) => format!("OVERSOLD: `{}` let two buyers take the same unit", self.strategy),
+            (Verdict::Lost, _) => "LOST: buyers were told something the records do not show".to_owned(),
+        };
+        let line = |out: &mut String, label: &str, value: String| out.push_str(&format!("  {label:<22}{value}\n"));
+        out.push_str(&format!("== seckill load test: strategy `{}` ==\n", self.strategy));
+        line(&mut out, "hosts", self.hosts.join(", "));
+        line(&mut out, "buyers", format!("{} (one request each, all at once)", self.users));
+        line(&mut out, "fencing", fencing_label(self.fencing).to_owned());
+        line(&mut out, "initial stock", self.initial_stock.to_string());
+        line(&mut out, "sold (lucky)", self.lucky.to_string());
+        line(&mut out, "stock left", self.stock_left.to_string());
+        line(&mut out, "stock + lucky", format!("{} (must be {})", self.stock_left + self.lucky, self.initial_stock));
+        line(&mut out, "sale records", self.sale_records.to_string());
+        line(&mut out, "units sold twice", self.units_sold_twice.to_string());
+        line(
+            &mut out,
+            "fencing regressions",
+            self.fencing_regressions.map_or("n/a (no fencing tokens)".to_owned(), |n| n.to_string()),
+        );
+        line(&mut out, "answered sold", self.told_sold.to_string());
+        line(&mut out, "answered sold out", self.told_sold_out.to_string());
+        if self.told_unknown > 0 {
+            line(&mut out, "answered unknown", self.told_unknown.to_string());
+        }
+        let errors = if self.errors.is_empty() {
+            "0".to_owned()
+        } else {
+            let kinds: Vec<String> = self.errors.iter().map(|(kind, n)| format!("{n} {kind}")).collect();
+            format!("{} ({})", self.error_count(), kinds.join(", "))
+        };
+        line(&mut out, "errors", errors);
+        line(&mut out, "time", format!("{:.3} s, {:.0} req/s", self.seconds, self.requests_per_second));
+        line(
+            &mut out,
+            "latency",
+            format!("p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p95_ms, self.p99_ms),
+        );
+        for finding in &self.findings {
+            out.push_str(&format!("  - {finding}\n"));
+        }
+        out.push_str(&format!("verdict: {headline}\n"));
+        out
+    }
+}
+
+fn fencing_label(fencing: FencingStatus) -> &'static str {
+    match fencing {
+        FencingStatus::On => "on (the stock refuses an older token)",
+        FencingStatus::Off => "off (--fencing off: tokens issued, not checked)",
+        FencingStatus::NoTokens => "none (this strategy issues no tokens)",
+        FencingStatus::NotNeeded => "not needed (no lock)",
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (fraction * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// One table comparing the reports of several runs, one row per strategy.
+pub fn comparison_table(reports: &[Report]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms |\n",
+    );
+    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for r in reports {
+        let verdict = match r.verdict {
+            Verdict::Held => "held",
+            Verdict::Oversold => "OVERSOLD",
+            Verdict::Lost => "LOST",
+        };
+        let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
+            r.strategy,
+            verdict,
+            expected,
+            r.lucky,
+            r.stock_left,
+            r.units_sold_twice,
+            r.error_count(),
+            r.requests_per_second,
+            r.p50_ms,
+            r.p99_ms
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(strategy: &str, verdict: Verdict) -> Report {
+        let expected_to_oversell = strategy == "none" || strategy == "local";
+        Report {
+            strategy: strategy.into(),
+            fencing: FencingStatus::NoTokens,
+            hosts: vec!["h".into()],
+            users: 5,
+            initial_stock: 3,
+            stock_left: 0,
+            lucky: 3,
+            sale_records: 3,
+            units_sold_twice: 0,
+            fencing_regressions: None,
+            told_sold: 3,
+            told_sold_out: 2,
+            told_unknown: 0,
+            errors: BTreeMap::new(),
+            seconds: 1.0,
+            requests_per_second: 5.0,
+            p50_ms: 1.0,
+            p95_ms: 1.0,
+            p99_ms: 1.0,
+            verdict,
+            expected_to_oversell,
+            findings: vec![],
+        }
+    }
+
+    #[test]
+    fn a_safe_strategy_passes_only_when_it_held() {
+        assert!(report("redis", Verdict::Held).passed());
+        assert!(!report("redis", Verdict::Oversold).passed());
+        assert!(!report("redis", Verdict::Lost).passed());
+    }
+
+    #[test]
+    fn a_baseline_passes_only_when_it_showed_the_oversell() {
+        assert!(report("none", Verdict::Oversold).passed());
+        assert!(report("none", Verdict::Oversold).render().contains("as expected"));
+        assert!(!report("local", Verdict::Held).passed(), "a baseline that did not oversell did not show its lesson");
+        assert!(!report("none", Verdict::Lost).passed(), "a lost sale never passes");
+    }
+
+    #[test]
+    fn without_tokens_the_fencing_check_reads_not_applicable() {
+        let text = report("none", Verdict::Oversold).render();
+        assert!(text.contains("fencing regressions   n/a"), "{text}");
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 0.50), 50.0);
+        assert_eq!(percentile(&sorted, 0.99), 99.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+}

@@ -1,0 +1,190 @@
+//! One sale, start to end: the read-check-write under a lock, and what the buyer is told.
+//!
+//! ## The decrement under a lock
+//! 1. Acquire the lock (wait at most the acquire timeout).
+//! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
+//!    the sale is over: sold out.
+//! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token.
+//! 4. Release the lock, whatever happened in 2 and 3.
+//!
+//! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
+//! read the same `stock`. That gap is the race the lock must close, and the `none`
+//! strategy shows what happens when nothing does. Step 3 is one script only so that a
+//! crash cannot leave half a sale behind; it does not close the gap by itself.
+//!
+//! ## Answers that tell the truth
+//! - The sale runs in a task of its own. When a buyer hangs up, axum drops the request
+//!   handler; if the sale lived in that handler, a guard dropped between acquire and
+//!   release would keep the lock for a whole TTL and stall every other buyer. In its
+//!   own task the sale always reaches step 4.
+//! - Every answer but one is certain: `sold: true` means one unit was sold, and every
+//!   503 means nothing was. If the write's answer is lost, the sale asks Redis which
+//!   outcome stands ([`StockStore::settle`]) until Redis answers, for at most
+//!   [`SETTLE_DEADLINE`]; only if Redis stays silent that long is the answer
+//!   504 `sale_outcome_unknown`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::AppError;
+use crate::lock::reentrant::Reentrant;
+use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
+use crate::stock::{unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome};
+use crate::strategy::Guarding;
+
+/// How long a sale keeps asking Redis how an unanswered write ended.
+pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
+/// Pause between two such questions.
+const SETTLE_RETRY: Duration = Duration::from_millis(200);
+/// Upper bound on everything after the lock is granted: a read and a write (each
+/// bounded by the Redis response timeout), settling, release, and slack. The HTTP
+/// request timeout is the acquire timeout plus this, so it never cuts a sale short.
+pub const STEPS_AFTER_ACQUIRE_BUDGET: Duration = Duration::from_secs(20);
+
+/// The answer to one buyer.
+#[derive(Clone, Debug, Serialize)]
+pub struct SaleOutcome {
+    pub sold: bool,
+    /// The stock after this request: what it wrote, or 0 when sold out.
+    pub stock_after: i64,
+    pub lock_wait_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<FencingToken>,
+}
+
+/// Everything a sale needs; shared by every request of one instance.
+pub struct Sale {
+    pub store: StockStore,
+    pub guarding: Guarding,
+    pub seller: Seller,
+    pub acquire_timeout: Duration,
+    /// Check the grant's fencing token on the read and the write.
+    pub fenced: bool,
+    /// Yield between read and write: the baselines only, so their race shows every run.
+    pub widen_race: bool,
+}
+
+impl Sale {
+    /// Sells one unit if any is left, in a task of its own (see the module notes).
+    pub async fn sell_one(self: &Arc<Self>) -> Result<SaleOutcome, AppError> {
+        let sale = self.clone();
+        tokio::spawn(async move { sale.run().await }).await.map_err(AppError::internal)?
+    }
+
+    async fn run(&self) -> Result<SaleOutcome, AppError> {
+        match &self.guarding {
+            Guarding::Lock(lock) => self.sell_under_lock(lock).await,
+            Guarding::AtomicScript => self.sell_atomically().await,
+        }
+    }
+
+    async fn sell_under_lock(&self, lock: &Reentrant) -> Result<SaleOutcome, AppError> {
+        // 1. Acquire. Each sale is an owner of its own.
+        let owner = Owner::new(&self.seller.instance);
+        let waiting_since = Instant::now();
+        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, self.acquire_timeout).await?;
+        let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
+
+        // 2 and 3. Read, check, write.
+        let outcome = self.decrement(&guard, lock_wait_ms).await;
+
+        // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
+        match guard.release().await {
+            Ok(()) => {}
+            // A fenced sale cannot have overlapped another holder's; an unfenced one may have.
+            Err(LockError::Lost { key }) => {
+                tracing::warn!(key, fenced = self.fenced, "lock expired before release");
+            }
+            Err(error) => tracing::warn!(%error, "release failed; the lease will expire on its own"),
+        }
+        outcome
+    }
+
+    async fn decrement(&self, guard: &LockGuard, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
+        let locked_at_ms = unix_ms(); // the lock was granted just before this call
+        let token = guard.fencing_token().filter(|_| self.fenced);
+        let answer =
+            |sold, stock_after| SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token: guard.fencing_token().cloned() };
+
+        // 2. Read and check.
+        let stock = match self.store.read(token).await? {
+            StockRead::Stock(stock) => stock,
+            StockRead::Fenced { newest } => {
+                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder has been here");
+                return Err(AppError::LockLost);
+            }
+        };
+        if stock <= 0 {
+            return Ok(answer(false, 0));
+        }
+        if self.widen_race {
+            // Baselines only: give the other buyers a turn here, so the race the lock
+            // should close is hit in every run of the lesson, not just most.
+            tokio::task::yield_now().await;
+        }
+        // A lease that ran out while we read means someone else may be selling now.
+        if !guard.is_held() {
+            return Err(AppError::LockLost);
+        }
+
+        // 3. Write: the new stock, one more lucky buyer, and the record of it.
+        let record = SaleRecord::new(
+            &self.seller,
+            &new_sale_id(),
+            stock,
+            guard.fencing_token().cloned(),
+            lock_wait_ms,
+            locked_at_ms,
+        );
+        match self.store.write(&record, stock - 1, token).await {
+            Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
+            Ok(WriteOutcome::Fenced) => {
+                tracing::warn!(token = ?token, "the stock refused a write: a newer holder read in between");
+                Err(AppError::LockLost)
+            }
+            Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
+            Err(error) => match self.settle(&record.sale_id, error).await? {
+                Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
+                Settled::NotSold => Err(AppError::SaleNotWritten),
+            },
+        }
+    }
+
+    /// The write's answer was lost: ask Redis which outcome stands until it answers.
+    async fn settle(&self, sale_id: &str, error: StockError) -> Result<Settled, AppError> {
+        tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
+        let deadline = Instant::now() + SETTLE_DEADLINE;
+        loop {
+            match self.store.settle(sale_id).await {
+                Ok(settled) => return Ok(settled),
+                Err(error) if Instant::now() >= deadline => {
+                    tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
+                    return Err(AppError::SaleOutcomeUnknown { sale_id: sale_id.to_owned() });
+                }
+                Err(_) => tokio::time::sleep(SETTLE_RETRY).await,
+            }
+        }
+    }
+
+    async fn sell_atomically(&self) -> Result<SaleOutcome, AppError> {
+        let record = SaleRecord::new(&self.seller, &new_sale_id(), 0, None, 0.0, unix_ms());
+        let answer = |sold, stock_after| SaleOutcome { sold, stock_after, lock_wait_ms: 0.0, fencing_token: None };
+        match self.store.sell_atomically(&record).await {
+            Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
+            Ok(AtomicOutcome::SoldOut) => Ok(answer(false, 0)),
+            Ok(AtomicOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
+            Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
+            Err(error) => match self.settle(&record.sale_id, error).await? {
+                Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
+                Settled::NotSold => Err(AppError::SaleNotWritten),
+            },
+        }
+    }
+}
+
+/// 96 random bits: no two sale attempts share an id.
+fn new_sale_id() -> String {
+    format!("{:024x}", rand::random::<u128>() >> 32)
+}

@@ -1,0 +1,125 @@
+//! Which strategy guards the stock: the closed list, and the one `match` that builds it.
+//!
+//! Every strategy but one is a lock around the read-check-write (see [`crate::lock`]).
+//! `atomic` is not a lock: it moves the whole check-and-decrement into one Redis
+//! script (see [`crate::stock`]), which is why it is the speed ceiling.
+
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::lock::redis::{RedisLock, RedisLockOptions};
+use crate::lock::reentrant::Reentrant;
+use crate::lock::{local, none, DistributedLock};
+
+/// Every strategy the service can run with; `--lock <strategy>` picks one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// No lock: the read-check-write races and the sale oversells.
+    None,
+    /// An in-process mutex: correct inside one instance, oversells across two.
+    Local,
+    /// Redis `SET NX PX` with an owner token, owner-checked release and renewal.
+    Redis,
+    /// No lock: one Lua script does the whole check-and-decrement inside Redis.
+    Atomic,
+}
+
+impl Strategy {
+    /// The name used on the command line, in responses and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::None => "none",
+            Strategy::Local => "local",
+            Strategy::Redis => "redis",
+            Strategy::Atomic => "atomic",
+        }
+    }
+
+    /// Whether two instances running this strategy are expected to oversell.
+    pub fn expected_to_oversell(self) -> bool {
+        matches!(self, Strategy::None | Strategy::Local)
+    }
+
+    /// Whether its grants carry fencing tokens the stock can check.
+    pub fn issues_fencing_tokens(self) -> bool {
+        matches!(self, Strategy::Redis)
+    }
+
+    /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.
+    pub fn fencing(self, fencing: Fencing) -> FencingStatus {
+        match (self, fencing) {
+            (Strategy::Atomic, _) => FencingStatus::NotNeeded,
+            (strategy, _) if !strategy.issues_fencing_tokens() => FencingStatus::NoTokens,
+            (_, Fencing::On) => FencingStatus::On,
+            (_, Fencing::Off) => FencingStatus::Off,
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--fencing on|off`: whether the stock checks the lock's fencing token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fencing {
+    On,
+    Off,
+}
+
+/// How a running strategy is fenced, as `/healthz` and the load test report it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FencingStatus {
+    /// Reads and writes of the stock check the grant's token.
+    On,
+    /// The strategy has tokens, but `--fencing off` asked not to check them (the lesson).
+    Off,
+    /// The strategy issues no tokens (`none`, `local`): the sale runs unfenced.
+    NoTokens,
+    /// `atomic` takes no lock, so there is nothing to fence.
+    NotNeeded,
+}
+
+impl FencingStatus {
+    pub fn is_on(self) -> bool {
+        self == FencingStatus::On
+    }
+}
+
+/// What guards the stock: a lock around a read-modify-write, or one atomic script.
+#[derive(Clone)]
+pub enum Guarding {
+    Lock(Reentrant),
+    AtomicScript,
+}
+
+impl Guarding {
+    /// Gives back every lock still held, at shutdown.
+    pub async fn shutdown(&self) {
+        if let Guarding::Lock(lock) = self {
+            if let Err(error) = lock.shutdown().await {
+                tracing::warn!(%error, "the lock did not shut down cleanly; its leases will run out on their own");
+            }
+        }
+    }
+}
+
+/// The options of the `redis` lock, as `config` sets them.
+pub fn redis_lock_options(config: &Config) -> RedisLockOptions {
+    RedisLockOptions { ttl: config.lock_ttl(), renew: true }
+}
+
+/// Builds what `config.lock` names. The one place that knows every strategy.
+pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<Guarding> {
+    let lock: Arc<dyn DistributedLock> = match config.lock {
+        Strategy::None => Arc::new(none::NoLock),
+        Strategy::Local => Arc::new(local::LocalLock::default()),
+        Strategy::Redis => Arc::new(RedisLock::connect(redis, redis_lock_options(config)).await?),
+        Strategy::Atomic => return Ok(Guarding::AtomicScript),
+    };
+    Ok(Guarding::Lock(Reentrant::new(lock)))
+}
