@@ -271,6 +271,28 @@ async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() {
+    let redis = common::PrivateRedis::start();
+    let proxy = common::AnswerLosingProxy::start(redis.port).await;
+    let mut config = seckill::config::Config::defaults();
+    config.lock = Strategy::Redis;
+    config.redis_url = proxy.url();
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
+    // A first sale loads the scripts, so the next write is one EVALSHA that runs.
+    assert_eq!(get(format!("{}/stock/reduce", app.url)).await.1["sold"], true);
+
+    // Only the write carries the `sales` key: it runs, and its answer comes 2.5 s late,
+    // after the service's 2 s response timeout.
+    proxy.arm(b"$5\r\nsales\r\n", Duration::from_millis(2500));
+    let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
+    let (_, stock) = get(format!("{}/stock", app.url)).await;
+    assert_eq!(stock["lucky"], 2, "the write ran");
+    assert_eq!((status, body["sold"].clone()), (200, json!(true)), "the buyer of a sold unit heard: {body}");
+    assert_eq!(body["stock_after"], 3, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
     let redis = common::PrivateRedis::start();
     let mut config = seckill::config::Config::defaults();

@@ -143,6 +143,8 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
         RedisLock::connect(&redis.client(), common::redis_options(10_000, true)).await.unwrap(),
         RedisLock::connect(&redis.client(), common::redis_options(10_000, true)).await.unwrap(),
     );
+    // Load the scripts first, so the frozen acquire is one EVALSHA that will run.
+    impatient.try_acquire("warm-up", &common::owner()).await.unwrap().release().await.unwrap();
     redis.freeze();
     let failed = impatient.try_acquire("stuck", &common::owner()).await;
     assert!(matches!(failed, Err(LockError::Backend { .. })), "expected a backend error, got {failed:?}");

@@ -105,3 +105,43 @@ impl Drop for KeepAlive {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_renewal_that_never_answers_is_abandoned_and_the_next_one_keeps_the_lease() {
+        let ttl = Duration::from_millis(300);
+        let calls = Arc::new(AtomicU32::new(0));
+        let counted = calls.clone();
+        let sent = Instant::now();
+        let (_keepalive, lease) = KeepAlive::spawn("test", "key", ttl, sent, move || {
+            let call = counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if call == 0 {
+                    std::future::pending::<()>().await; // the first renewal's answer is lost
+                }
+                Ok(true)
+            }
+        });
+        // The first lease ends at 295 ms; the renewal at 200 ms moved it to 495 ms.
+        tokio::time::sleep_until((sent + Duration::from_millis(400)).into()).await;
+        assert!(lease.is_held(), "a renewal stuck without its own timeout let the lease run out");
+        assert!(calls.load(Ordering::SeqCst) >= 2);
+    }
+
+    #[tokio::test]
+    async fn a_lease_is_trusted_until_its_ttl_less_the_drift_margin() {
+        let sent = Instant::now();
+        let ttl = Duration::from_millis(1000);
+        assert_eq!(trusted_until(sent, ttl), sent + Duration::from_millis(988));
+        let (_sender, lease) = fixed_lease(sent, Duration::from_millis(100));
+        assert!(lease.is_held());
+        tokio::time::sleep_until((sent + Duration::from_millis(100)).into()).await;
+        assert!(!lease.is_held(), "trusted up to the TTL itself, not TTL minus the drift");
+    }
+}
