@@ -344,6 +344,40 @@ async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
     assert_eq!(stock["stock"].as_i64().unwrap() + lucky, 100000);
 }
 
+/// Takes the stock lock in `db` as another holder would, for `ms`.
+async fn hold_the_stock_lock(db: u8, ms: u64) {
+    let client = common::redis_client(db).await;
+    let _: () = redis::cmd("SET")
+        .arg(STOCK_LOCK_KEY)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(ms)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() {
+    let db = 41;
+    let mut config = common::config(Strategy::Redis, db);
+    config.acquire_timeout_ms = 3_000;
+    config.max_in_flight = 1;
+    common::redis_client(db).await;
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    hold_the_stock_lock(db, 2_000).await;
+    let waiting = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let (status, body) = get(format!("{}/stock", app.url)).await;
+    assert_eq!(status, 503, "{body}");
+    assert_error_shape(&body, "overloaded");
+    assert!(started.elapsed() < Duration::from_millis(500), "shedding took {:?}", started.elapsed());
+    assert!(!waiting.is_finished());
+    waiting.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_grace_period() {
     let db = 40;
@@ -352,15 +386,8 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
     config.shutdown_grace_ms = 300;
     common::redis_client(db).await;
     let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    hold_the_stock_lock(db, 20_000).await;
     let client = common::redis_client(db).await;
-    let _: () = redis::cmd("SET")
-        .arg(STOCK_LOCK_KEY)
-        .arg("someone-else")
-        .arg("PX")
-        .arg(20_000)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
     let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
 

@@ -106,3 +106,22 @@ async fn a_host_with_no_service_is_named_with_how_to_start_one() {
     assert!(message.contains(&format!("no seckill answers at {url}")), "{message}");
     assert!(started.elapsed() < Duration::from_secs(15));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
+    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let db = 16;
+    let (first, second) = (start(Strategy::Redis, db).await, start(Strategy::Redis, db).await);
+    let crowd = {
+        let options = options(vec![first.url.clone(), second.url.clone()], db);
+        tokio::spawn(async move { run(&options).await })
+    };
+    // Someone else resets the sale while the 500 buyers are queueing for the lock.
+    let client = common::redis_client(db).await;
+    let store = seckill::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    store.reset(300).await.unwrap();
+    let error = crowd.await.unwrap().expect_err("a run whose sale was reset under it is not judged");
+    assert!(error.downcast_ref::<loadtest::InvalidRun>().is_some(), "{error:#}");
+    assert!(format!("{error:#}").contains("reset while the crowd was buying"), "{error:#}");
+}
