@@ -146,7 +146,11 @@ struct ResetRequest {
 }
 
 /// `POST /stock/reset`, JSON only, with an optional body `{"stock": N}`.
-async fn reset(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<StockSnapshot>, AppError> {
+async fn reset(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<StockSnapshot>, AppError> {
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())

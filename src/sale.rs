@@ -31,7 +31,9 @@ use serde::Serialize;
 use crate::error::AppError;
 use crate::lock::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
-use crate::stock::{unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome};
+use crate::stock::{
+    unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
+};
 use crate::strategy::Guarding;
 
 /// How long a sale keeps asking Redis how an unanswered write ended.
@@ -105,8 +107,12 @@ impl Sale {
     async fn decrement(&self, guard: &LockGuard, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fenced);
-        let answer =
-            |sold, stock_after| SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token: guard.fencing_token().cloned() };
+        let answer = |sold, stock_after| SaleOutcome {
+            sold,
+            stock_after,
+            lock_wait_ms,
+            fencing_token: guard.fencing_token().cloned(),
+        };
 
         // 2. Read and check.
         let stock = match self.store.read(token).await? {

@@ -65,7 +65,9 @@ pub async fn serve_with(
         shutdown.await;
         let _ = asked_to_stop.send(());
     };
-    let server = std::future::IntoFuture::into_future(axum::serve(listener, app(state.clone())).with_graceful_shutdown(shutdown));
+    let server = std::future::IntoFuture::into_future(
+        axum::serve(listener, app(state.clone())).with_graceful_shutdown(shutdown),
+    );
     let grace_over = async move {
         match stop_asked.await {
             Ok(()) => tokio::time::sleep(grace).await,

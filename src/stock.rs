@@ -211,7 +211,9 @@ pub enum Settled {
 /// What the atomic script did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AtomicOutcome {
-    Sold { stock_before: i64 },
+    Sold {
+        stock_before: i64,
+    },
     SoldOut,
     /// The seller had already settled this sale id as aborted: nothing was written.
     Aborted,
@@ -366,10 +368,9 @@ impl StockStore {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),
             Ok(_) => Ok(AtomicOutcome::SoldOut),
-            Err(error) if error.code() == Some("NOTANUMBER") => Err(StockError::NotANumber {
-                key: STOCK_KEY,
-                value: error.detail().unwrap_or_default().to_owned(),
-            }),
+            Err(error) if error.code() == Some("NOTANUMBER") => {
+                Err(StockError::NotANumber { key: STOCK_KEY, value: error.detail().unwrap_or_default().to_owned() })
+            }
             Err(error) => Err(error.into()),
         }
     }
@@ -379,9 +380,7 @@ impl StockStore {
 fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
     match value {
         None => Ok(None),
-        Some(text) => {
-            text.trim().parse().map(Some).map_err(|_| StockError::NotANumber { key, value: text.to_owned() })
-        }
+        Some(text) => text.trim().parse().map(Some).map_err(|_| StockError::NotANumber { key, value: text.to_owned() }),
     }
 }
 

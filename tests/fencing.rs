@@ -134,8 +134,5 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
     let seller = Seller { instance: "settle-test".into(), port: 0, strategy: "test" };
     let record = SaleRecord::new(&seller, "early-write", INITIAL, None, 0.0, 0);
     assert_eq!(store.write(&record, INITIAL - 1, None).await.unwrap(), WriteOutcome::Sold);
-    assert_eq!(
-        store.settle("early-write").await.unwrap(),
-        seckill::stock::Settled::Sold { stock_after: INITIAL - 1 }
-    );
+    assert_eq!(store.settle("early-write").await.unwrap(), seckill::stock::Settled::Sold { stock_after: INITIAL - 1 });
 }

@@ -26,7 +26,8 @@ async fn post(url: String, body: Option<&str>) -> (u16, Value) {
 
 async fn redis_set(db: u8, key: &str, value: &str) {
     let client = common::redis_client(db).await;
-    let _: () = redis::cmd("SET").arg(key).arg(value).query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () =
+        redis::cmd("SET").arg(key).arg(value).query_async(&mut common::connection(&client).await).await.unwrap();
 }
 
 fn assert_error_shape(body: &Value, code: &str) {
@@ -201,7 +202,8 @@ async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
         assert!(message.contains("`stock`") && message.contains("abc"), "{strategy}: {message}");
         assert!(!message.contains("make services"), "this is not a server that is down: {message}");
         let client = common::redis_client(db).await;
-        let lucky: i64 = redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap();
+        let lucky: i64 =
+            redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap();
         assert_eq!(lucky, 0, "{strategy} sold something");
     }
 }
@@ -265,9 +267,17 @@ async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lea
     let started = Instant::now();
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!((status, body["sold"].clone()), (200, json!(true)), "{body}");
-    assert!(started.elapsed() < Duration::from_secs(2), "the next buyer waited {:?}: a stranded lock", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the next buyer waited {:?}: a stranded lock",
+        started.elapsed()
+    );
     let (_, stock) = get(format!("{}/stock", app.url)).await;
-    assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(3), json!(2)), "the hung-up sale still completes");
+    assert_eq!(
+        (stock["stock"].clone(), stock["lucky"].clone()),
+        (json!(3), json!(2)),
+        "the hung-up sale still completes"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,8 +109,10 @@ macro_rules! conformance_suite {
             async fn different_keys_do_not_block_each_other() {
                 let (_, locks) = contenders(2).await;
                 let first = locks[0].try_acquire(&common::unique_key("a"), &common::owner()).await.unwrap();
-                let second =
-                    locks[1].try_acquire(&common::unique_key("b"), &common::owner()).await.expect("another key is free");
+                let second = locks[1]
+                    .try_acquire(&common::unique_key("b"), &common::owner())
+                    .await
+                    .expect("another key is free");
                 first.release().await.unwrap();
                 second.release().await.unwrap();
             }
@@ -130,9 +132,13 @@ macro_rules! conformance_suite {
 
                 inner.release().await.unwrap();
                 let refused = theirs.try_acquire(&key, &stranger).await;
-                assert!(matches!(refused, Err(LockError::Busy { .. })), "freed at the first of two releases: {refused:?}");
+                assert!(
+                    matches!(refused, Err(LockError::Busy { .. })),
+                    "freed at the first of two releases: {refused:?}"
+                );
                 outer.release().await.unwrap();
-                let granted = theirs.acquire(&key, &stranger, Duration::from_secs(2)).await.expect("free after the last release");
+                let granted =
+                    theirs.acquire(&key, &stranger, Duration::from_secs(2)).await.expect("free after the last release");
                 granted.release().await.unwrap();
             }
 
@@ -181,7 +187,11 @@ macro_rules! conformance_suite {
                 let record = SaleRecord::new(&seller, "stale-write", 10, old_token.clone(), 0.0, 0);
                 let refused = store.write(&record, 9, old_token.as_ref()).await.unwrap();
                 if TRAITS.fencing_tokens {
-                    assert_eq!(refused, WriteOutcome::Fenced, "the stock took a write from a holder whose lock is gone");
+                    assert_eq!(
+                        refused,
+                        WriteOutcome::Fenced,
+                        "the stock took a write from a holder whose lock is gone"
+                    );
                     let snapshot = store.snapshot().await.unwrap();
                     assert_eq!((snapshot.stock, snapshot.lucky), (10, 0), "something was sold: {snapshot:?}");
                 }

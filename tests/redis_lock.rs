@@ -69,8 +69,10 @@ async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
         "the lease should outlive the holder for a while"
     );
 
-    let guard =
-        survivor.acquire(&key, &common::owner(), Duration::from_secs(3)).await.expect("granted once the lease runs out");
+    let guard = survivor
+        .acquire(&key, &common::owner(), Duration::from_secs(3))
+        .await
+        .expect("granted once the lease runs out");
     let waited = dropped_at.elapsed();
     assert!(waited >= Duration::from_millis(150), "granted after {waited:?}: before the lease ran out?");
     assert!(waited < Duration::from_millis(1500), "granted only after {waited:?}");

@@ -69,15 +69,14 @@ pub async fn generation(redis_url: &str) -> anyhow::Result<i64> {
 
 /// The sale as Redis holds it now.
 pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
-    let (stock, lucky, generation, raw): (Option<i64>, Option<i64>, Option<i64>, Vec<String>) =
-        redis::pipe()
-            .get(STOCK_KEY)
-            .get(LUCKY_KEY)
-            .get(GENERATION_KEY)
-            .lrange(SALES_KEY, 0, -1)
-            .query_async(&mut connect(redis_url).await?)
-            .await
-            .context("reading the sale back from Redis")?;
+    let (stock, lucky, generation, raw): (Option<i64>, Option<i64>, Option<i64>, Vec<String>) = redis::pipe()
+        .get(STOCK_KEY)
+        .get(LUCKY_KEY)
+        .get(GENERATION_KEY)
+        .lrange(SALES_KEY, 0, -1)
+        .query_async(&mut connect(redis_url).await?)
+        .await
+        .context("reading the sale back from Redis")?;
     let mut records = Vec::with_capacity(raw.len());
     let mut unreadable_records = 0;
     for line in &raw {
@@ -253,8 +252,7 @@ mod tests {
 
     #[test]
     fn counters_that_do_not_add_up_are_an_oversell() {
-        let judgement =
-            judged(0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4, 0);
+        let judgement = judged(0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4, 0);
         assert_eq!(judgement.verdict, Verdict::Oversold);
         assert_eq!(judgement.units_sold_twice, 1);
     }

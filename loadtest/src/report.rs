@@ -105,7 +105,9 @@ impl Report {
                 "HELD, NOT AS EXPECTED: `{}` cannot guard two instances, but this run did not show the race",
                 self.strategy
             ),
-            (Verdict::Oversold, true) => format!("OVERSOLD, as expected: `{}` cannot guard two instances", self.strategy),
+            (Verdict::Oversold, true) => {
+                format!("OVERSOLD, as expected: `{}` cannot guard two instances", self.strategy)
+            }
             (Verdict::Oversold, false) => format!("OVERSOLD: `{}` let two buyers take the same unit", self.strategy),
             (Verdict::Lost, _) => "LOST: buyers were told something the records do not show".to_owned(),
         };

@@ -243,24 +243,25 @@ fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
 async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
     loop {
         match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await {
-            Ok(Ok(mut pubsub)) => match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(RELEASE_CHANNEL)).await
-            {
-                Ok(Ok(())) => {
-                    let mut messages = pubsub.on_message();
-                    while let Some(message) = messages.next().await {
-                        let Ok(key) = message.get_payload::<String>() else { continue };
-                        let signal = lock(&waiters).get(&key).and_then(Weak::upgrade);
-                        // `notify_one` stores a permit if nobody is waiting yet, so a
-                        // waiter that is just about to wait does not miss this release.
-                        if let Some(signal) = signal {
-                            signal.notify_one();
+            Ok(Ok(mut pubsub)) => {
+                match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(RELEASE_CHANNEL)).await {
+                    Ok(Ok(())) => {
+                        let mut messages = pubsub.on_message();
+                        while let Some(message) = messages.next().await {
+                            let Ok(key) = message.get_payload::<String>() else { continue };
+                            let signal = lock(&waiters).get(&key).and_then(Weak::upgrade);
+                            // `notify_one` stores a permit if nobody is waiting yet, so a
+                            // waiter that is just about to wait does not miss this release.
+                            if let Some(signal) = signal {
+                                signal.notify_one();
+                            }
                         }
+                        tracing::warn!("release channel closed; waiters fall back to backoff until it is back");
                     }
-                    tracing::warn!("release channel closed; waiters fall back to backoff until it is back");
+                    Ok(Err(error)) => tracing::warn!(%error, "cannot subscribe to lock releases"),
+                    Err(_) => tracing::warn!(?SUBSCRIBE_TIMEOUT, "subscribing to lock releases timed out"),
                 }
-                Ok(Err(error)) => tracing::warn!(%error, "cannot subscribe to lock releases"),
-                Err(_) => tracing::warn!(?SUBSCRIBE_TIMEOUT, "subscribing to lock releases timed out"),
-            },
+            }
             Ok(Err(error)) => tracing::debug!(%error, "cannot open the release subscription"),
             Err(_) => tracing::debug!(?SUBSCRIBE_TIMEOUT, "opening the release subscription timed out"),
         }
@@ -361,12 +362,17 @@ impl DistributedLock for RedisLock {
     /// between a refused attempt and the wait still wakes this waiter.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let released = self.release_signal(key);
-        poll_until_granted(key, timeout, || self.try_acquire(key, owner), |pause| {
-            let released = released.clone();
-            async move {
-                let _ = tokio::time::timeout(pause, released.notified()).await;
-            }
-        })
+        poll_until_granted(
+            key,
+            timeout,
+            || self.try_acquire(key, owner),
+            |pause| {
+                let released = released.clone();
+                async move {
+                    let _ = tokio::time::timeout(pause, released.notified()).await;
+                }
+            },
+        )
         .await
     }
 

@@ -128,7 +128,11 @@ pub fn config(strategy: seckill::strategy::Strategy, db: u8) -> seckill::config:
 }
 
 /// An instance on a free port, selling from test Redis database `db`.
-pub async fn instance(strategy: seckill::strategy::Strategy, db: u8, acquire_timeout_ms: u64) -> seckill::server::Instance {
+pub async fn instance(
+    strategy: seckill::strategy::Strategy,
+    db: u8,
+    acquire_timeout_ms: u64,
+) -> seckill::server::Instance {
     redis_client(db).await; // fail loudly if the test Redis is missing or not ours
     let mut config = config(strategy, db);
     config.acquire_timeout_ms = acquire_timeout_ms;
@@ -214,13 +218,16 @@ impl Drop for TempDir {
     }
 }
 
+/// The proxy's trap: a marker to wait for, and how long to hold the answers after it.
+type Trap = Arc<std::sync::Mutex<Option<(Vec<u8>, Duration)>>>;
+
 /// A TCP proxy in front of a Redis that can lose answers: once armed, the first
 /// request that mentions `marker` reaches Redis and runs, but the answers on that
 /// connection are held back for `hold`, longer than the client's response timeout.
 /// That is "the answer was lost after the command ran", on demand.
 pub struct AnswerLosingProxy {
     pub port: u16,
-    armed: Arc<std::sync::Mutex<Option<(Vec<u8>, Duration)>>>,
+    armed: Trap,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -228,7 +235,7 @@ impl AnswerLosingProxy {
     pub async fn start(redis_port: u16) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let armed: Arc<std::sync::Mutex<Option<(Vec<u8>, Duration)>>> = Arc::default();
+        let armed: Trap = Arc::default();
         let shared = armed.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
@@ -248,11 +255,7 @@ impl AnswerLosingProxy {
         *self.armed.lock().unwrap() = Some((marker.to_vec(), hold));
     }
 
-    async fn relay(
-        client: tokio::net::TcpStream,
-        server: tokio::net::TcpStream,
-        armed: Arc<std::sync::Mutex<Option<(Vec<u8>, Duration)>>>,
-    ) {
+    async fn relay(client: tokio::net::TcpStream, server: tokio::net::TcpStream, armed: Trap) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let (mut client_reader, mut client_writer) = client.into_split();
         let (mut server_reader, mut server_writer) = server.into_split();
