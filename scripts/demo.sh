@@ -50,8 +50,8 @@ for port in "${PORTS[@]}"; do
 done
 
 scripts/services.sh start
-say "building in release mode (the first build takes a few minutes)"
-cargo build --release --workspace --quiet
+say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
+cargo build --release --workspace
 
 reports=()
 failed=()
@@ -84,5 +84,5 @@ echo
 say "500 buyers, 300 units, two instances (ports ${PORTS[*]}), release build, $(nproc) cores:"
 target/release/loadtest --compare "${reports[@]}" --chart "$RESULTS/comparison.svg"
 if ((${#failed[@]} > 0)); then
-  die "strategies that should hold but did not: ${failed[*]}"
+  die "strategies whose verdict is not what they promise (see their reports above): ${failed[*]}"
 fi
