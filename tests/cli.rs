@@ -91,3 +91,29 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
     assert!(message.contains("cannot listen on 127.0.0.1:"), "{message}");
     assert!(message.contains("--port"), "{message}");
 }
+
+#[tokio::test]
+async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
+    common::redis_client(6).await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port().to_string();
+    drop(free);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command.args(["serve", "--port", &port, "--redis-url", &common::redis_url(6)]);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SECKILL_") || key == "RUST_LOG" {
+            command.env_remove(key);
+        }
+    }
+    let mut child = command.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let first_line = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
+    });
+    let line = tokio::time::timeout(Duration::from_secs(20), first_line).await.expect("a log line").unwrap().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains("seckill is serving"), "{line:?}");
+    assert!(!line.contains('\u{1b}'), "an escape code in a log that is not a terminal: {line:?}");
+}
