@@ -130,15 +130,8 @@ async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() 
     let app = common::instance(Strategy::Redis, 5, 200).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 10}"#)).await;
     // Another holder sits on the stock lock.
+    hold_the_stock_lock(5, 10_000).await;
     let client = common::redis_client(5).await;
-    let _: () = redis::cmd("SET")
-        .arg(STOCK_LOCK_KEY)
-        .arg("someone-else")
-        .arg("PX")
-        .arg(10_000)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 503);
@@ -370,11 +363,11 @@ async fn hold_the_stock_lock(db: u8, ms: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() {
     let db = 41;
-    let mut config = common::config(Strategy::Redis, db);
-    config.acquire_timeout_ms = 3_000;
-    config.max_in_flight = 1;
-    common::redis_client(db).await;
-    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    let app = common::instance_with(Strategy::Redis, db, |config| {
+        config.acquire_timeout_ms = 3_000;
+        config.max_in_flight = 1;
+    })
+    .await;
     hold_the_stock_lock(db, 2_000).await;
     let waiting = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -391,11 +384,11 @@ async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_grace_period() {
     let db = 40;
-    let mut config = common::config(Strategy::Redis, db);
-    config.acquire_timeout_ms = 30_000;
-    config.shutdown_grace_ms = 300;
-    common::redis_client(db).await;
-    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    let app = common::instance_with(Strategy::Redis, db, |config| {
+        config.acquire_timeout_ms = 30_000;
+        config.shutdown_grace_ms = 300;
+    })
+    .await;
     hold_the_stock_lock(db, 20_000).await;
     let client = common::redis_client(db).await;
     let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));

@@ -18,6 +18,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use seckill::stock::{SaleRecord, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
+use seckill::strategy::FencingStatus;
 
 use crate::crowd::{Tally, Target};
 
@@ -146,8 +147,12 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
             (sale.lucky - told_sold).max(0)
         ));
     }
-    if !target.fencing.is_on() {
-        findings.push(format!("the sale ran unfenced (fencing: {:?})", target.fencing));
+    match target.fencing {
+        FencingStatus::Off => findings.push("the sale ran unfenced: --fencing off".to_owned()),
+        FencingStatus::NoTokens => {
+            findings.push(format!("the sale ran unfenced: `{}` issues no fencing tokens", target.strategy))
+        }
+        FencingStatus::On | FencingStatus::NotNeeded => {}
     }
     let verdict = if !oversold.is_empty() {
         Verdict::Oversold
@@ -190,7 +195,6 @@ pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use seckill::lock::FencingToken;
-    use seckill::strategy::FencingStatus;
 
     use super::*;
 
