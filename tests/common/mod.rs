@@ -133,9 +133,18 @@ pub async fn instance(
     db: u8,
     acquire_timeout_ms: u64,
 ) -> seckill::server::Instance {
+    instance_with(strategy, db, |config| config.acquire_timeout_ms = acquire_timeout_ms).await
+}
+
+/// The same, with the settings `adjust` changes.
+pub async fn instance_with(
+    strategy: seckill::strategy::Strategy,
+    db: u8,
+    adjust: impl FnOnce(&mut seckill::config::Config),
+) -> seckill::server::Instance {
     redis_client(db).await; // fail loudly if the test Redis is missing or not ours
     let mut config = config(strategy, db);
-    config.acquire_timeout_ms = acquire_timeout_ms;
+    adjust(&mut config);
     seckill::server::Instance::start(config).await.expect("instance starts")
 }
 
