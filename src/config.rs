@@ -38,6 +38,12 @@ pub struct Config {
     /// Redis holding the stock (and the lock, for `--lock redis`).
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// etcd endpoints for `--lock etcd`, comma separated.
+    #[arg(long, env = "SECKILL_ETCD_ENDPOINTS", value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    pub etcd_endpoints: Vec<String>,
+    /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
+    #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
+    pub zk_connect: String,
     /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
     #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
           value_parser = clap::value_parser!(u64).range(30..=600_000))]

@@ -6,9 +6,13 @@
 
 use std::sync::Arc;
 
+use anyhow::Context;
+
 use crate::config::Config;
+use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
 use crate::lock::redis::{RedisLock, RedisLockOptions};
 use crate::lock::reentrant::Reentrant;
+use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
 
 /// Every strategy the service can run with; `--lock <strategy>` picks one.
@@ -21,6 +25,10 @@ pub enum Strategy {
     Local,
     /// Redis `SET NX PX` with an owner token, owner-checked release and renewal.
     Redis,
+    /// etcd: keys under a kept-alive lease, granted in revision order.
+    Etcd,
+    /// ZooKeeper: ephemeral sequential nodes, each waiter watching its predecessor.
+    Zookeeper,
     /// No lock: one Lua script does the whole check-and-decrement inside Redis.
     Atomic,
 }
@@ -32,6 +40,8 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Local => "local",
             Strategy::Redis => "redis",
+            Strategy::Etcd => "etcd",
+            Strategy::Zookeeper => "zookeeper",
             Strategy::Atomic => "atomic",
         }
     }
@@ -43,7 +53,7 @@ impl Strategy {
 
     /// Whether its grants carry fencing tokens the stock can check.
     pub fn issues_fencing_tokens(self) -> bool {
-        matches!(self, Strategy::Redis)
+        matches!(self, Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper)
     }
 
     /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.
@@ -119,6 +129,27 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         Strategy::None => Arc::new(none::NoLock),
         Strategy::Local => Arc::new(local::LocalLock::default()),
         Strategy::Redis => Arc::new(RedisLock::connect(redis, redis_lock_options(config)).await?),
+        Strategy::Etcd => {
+            let options = EtcdLockOptions { endpoints: config.etcd_endpoints.clone(), ttl: config.lock_ttl() };
+            Arc::new(EtcdLock::connect(options).await.with_context(|| {
+                format!(
+                    "cannot reach etcd at {}.\n  Start it with `make services` (or `etcd`), or point \
+                     --etcd-endpoints / SECKILL_ETCD_ENDPOINTS at a running server",
+                    config.etcd_endpoints.join(",")
+                )
+            })?)
+        }
+        Strategy::Zookeeper => {
+            let options =
+                ZooKeeperLockOptions { connect: config.zk_connect.clone(), session_timeout: config.lock_ttl() };
+            Arc::new(ZooKeeperLock::connect(options).await.with_context(|| {
+                format!(
+                    "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
+                     --zk-connect / SECKILL_ZK_CONNECT at a running server",
+                    config.zk_connect
+                )
+            })?)
+        }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };
     Ok(Guarding::Lock(Reentrant::new(lock)))

@@ -3,10 +3,14 @@
 //! Each strategy supplies `contenders(n)`: `n` handles that compete for the same keys
 //! the way the strategy is meant to be used. For a distributed lock that is `n`
 //! independent connections, as from `n` processes; for the in-process lock it is `n`
-//! handles on one process's lock, which is all that lock promises. It also says what
-//! it has (fencing tokens, a lease that can be lost) and how to take its lease away.
+//! handles on one process's lock, which is all that lock promises. With each handle
+//! come two hooks: how to take its lease away from outside (as an expiry would), and
+//! how its holder vanishes without releasing (as a crash would). It also says what it
+//! has (fencing tokens, a lease), and a strategy that cannot meet a line says why in
+//! its `Traits`, in one place.
 //!
-//! A new backend joins with one `conformance_suite!` line at the bottom.
+//! A new backend joins with one `conformance_suite!` block at the bottom. The suites
+//! need the real servers `make test` starts: the test Redis, etcd and ZooKeeper.
 
 mod common;
 
@@ -15,10 +19,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seckill::lock::etcd::EtcdLock;
 use seckill::lock::local::LocalLock;
 use seckill::lock::redis::RedisLock;
 use seckill::lock::reentrant::Reentrant;
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::zookeeper::ZooKeeperLock;
+use seckill::lock::{DistributedLock, LockError, LockGuard};
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// What a strategy offers, so the suite knows which promises to check.
@@ -29,24 +35,45 @@ struct Traits {
     fencing_tokens: bool,
     /// Grants have a lease that the backend can take away; `lose_lease` does that.
     lease: bool,
+    /// How long a vanished holder may keep the key: its lease or session timeout.
+    /// `None` when holders cannot vanish apart from their lock (the in-process lock).
+    vanished_holder_frees_within: Option<Duration>,
     /// A test Redis database of its own, for the tests that use the stock's fixed keys.
     stock_db: u8,
 }
 
-type LoseLease = fn(::redis::Client, String) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+type Hook<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// One contender: its lock handle, and the two hooks.
+struct Contender {
+    lock: Arc<dyn DistributedLock>,
+    /// Takes this handle's lease on `key` away from outside, as an expiry would.
+    lose_lease: Hook<String>,
+    /// The holder of this grant vanishes without releasing, as a crash would
+    /// (the handle itself is dropped right after).
+    vanish: Hook<LockGuard>,
+}
+
+fn no_hook<T: Send + 'static>() -> Hook<T> {
+    Box::new(|_| Box::pin(async {}))
+}
 
 macro_rules! conformance_suite {
-    ($strategy:ident, $traits:expr, $contenders:expr, $lose_lease:expr) => {
+    ($strategy:ident, $traits:expr, $contenders:expr) => {
         mod $strategy {
             use super::*;
 
             const TRAITS: Traits = $traits;
-            const LOSE_LEASE: LoseLease = $lose_lease;
+
+            async fn contenders_with_hooks(n: usize) -> (::redis::Client, Vec<Contender>) {
+                let client = common::redis_client(0).await;
+                let contenders = ($contenders)(client.clone(), n).await;
+                (client, contenders)
+            }
 
             async fn contenders(n: usize) -> (::redis::Client, Vec<Arc<dyn DistributedLock>>) {
-                let client = common::redis_client(0).await;
-                let locks = ($contenders)(client.clone(), n).await;
-                (client, locks)
+                let (client, contenders) = contenders_with_hooks(n).await;
+                (client, contenders.into_iter().map(|contender| contender.lock).collect())
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +190,9 @@ macro_rules! conformance_suite {
                 if !TRAITS.lease {
                     return; // no lease to lose: the lock lasts until it is released
                 }
-                let (client, locks) = contenders(2).await;
+                let (_, mut contenders) = contenders_with_hooks(2).await;
+                let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
+                let lose_lease = contenders.remove(0).lose_lease;
                 let stock_client = common::redis_client(TRAITS.stock_db).await;
                 let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap());
                 store.reset(10).await.unwrap();
@@ -174,7 +203,7 @@ macro_rules! conformance_suite {
                 assert_eq!(store.read(old_token.as_ref()).await.unwrap(), StockRead::Stock(10));
                 assert!(old.is_held());
 
-                LOSE_LEASE(client, key.clone()).await;
+                lose_lease(key.clone()).await;
                 let new = locks[1].acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("taken over");
                 let new_token = new.fencing_token().cloned();
                 assert_eq!(store.read(new_token.as_ref()).await.unwrap(), StockRead::Stock(10));
@@ -197,6 +226,25 @@ macro_rules! conformance_suite {
                 }
                 assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
                 new.release().await.unwrap();
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease() {
+                let Some(bound) = TRAITS.vanished_holder_frees_within else {
+                    return; // see the strategy's Traits for why
+                };
+                let (_, mut contenders) = contenders_with_hooks(2).await;
+                let key = common::unique_key("vanish");
+                let Contender { lock, vanish, .. } = contenders.remove(0);
+                let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+                vanish(guard).await;
+                drop(lock);
+                let vanished_at = Instant::now();
+                let survivor = &contenders[0].lock;
+                let granted = survivor.acquire(&key, &common::owner(), bound * 3).await.expect("the key is freed");
+                let waited = vanished_at.elapsed();
+                assert!(waited < bound + Duration::from_secs(1), "freed only after {waited:?}");
+                granted.release().await.unwrap();
             }
 
             #[tokio::test]
@@ -222,28 +270,111 @@ macro_rules! conformance_suite {
 
 conformance_suite!(
     redis,
-    Traits { separate_clients: true, fencing_tokens: true, lease: true, stock_db: 20 },
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        vanished_holder_frees_within: Some(Duration::from_millis(900)),
+        stock_db: 20
+    },
     |client: ::redis::Client, n: usize| async move {
-        let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
+        let mut contenders = Vec::new();
         for _ in 0..n {
             // One connection per contender, as from separate processes.
-            locks.push(Arc::new(RedisLock::connect(&client, common::redis_options(900, true)).await.unwrap()));
+            let lock = RedisLock::connect(&client, common::redis_options(900, true)).await.unwrap();
+            let redis = client.clone();
+            contenders.push(Contender {
+                lock: Arc::new(lock),
+                // As if the lease ran out: the key is gone, and the renewal will find it so.
+                lose_lease: Box::new(move |key: String| {
+                    Box::pin(async move {
+                        let mut connection = common::connection(&redis).await;
+                        let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                    })
+                }),
+                // A crashed holder stops renewing; dropping the guard stops its renewal.
+                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+            });
         }
-        locks
+        contenders
+    }
+);
+
+conformance_suite!(
+    etcd,
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        // etcd grants at least its minimum lease, 2 s with default settings.
+        vanished_holder_frees_within: Some(Duration::from_secs(2)),
+        stock_db: 22
     },
-    |client, key| Box::pin(async move {
-        // As if the lease ran out: the key is gone, and the renewal will find it so.
-        let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut common::connection(&client).await).await.unwrap();
-    })
+    |_client: ::redis::Client, n: usize| async move {
+        let mut contenders = Vec::new();
+        for _ in 0..n {
+            let lock = EtcdLock::connect(common::etcd_options(2000)).await.expect("etcd runs (`make services`)");
+            let lease = lock.lease_id().await;
+            contenders.push(Contender {
+                lock: Arc::new(lock),
+                // As if the lease expired: revoke it from another client.
+                lose_lease: Box::new(move |_key: String| {
+                    Box::pin(async move { common::revoke_etcd_lease(lease).await })
+                }),
+                // A crashed process stops its keep-alive: leak the guard, drop the handle.
+                vanish: Box::new(|guard: LockGuard| Box::pin(async move { std::mem::forget(guard) })),
+            });
+        }
+        contenders
+    }
+);
+
+conformance_suite!(
+    zookeeper,
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        // The server expires the session itself; no timeout to wait for.
+        vanished_holder_frees_within: Some(Duration::from_secs(1)),
+        stock_db: 23
+    },
+    |_client: ::redis::Client, n: usize| async move {
+        let mut contenders = Vec::new();
+        for _ in 0..n {
+            let lock = ZooKeeperLock::connect(common::zookeeper_options(4000)).await.expect("ZooKeeper runs");
+            let session = lock.client().await.session().clone();
+            let vanished_session = session.clone();
+            contenders.push(Contender {
+                lock: Arc::new(lock),
+                // As if the server expired the session.
+                lose_lease: Box::new(move |_key: String| Box::pin(common::expire_zookeeper_session(session))),
+                // A crashed process's session is expired by the server.
+                vanish: Box::new(move |guard: LockGuard| {
+                    Box::pin(async move {
+                        std::mem::forget(guard);
+                        common::expire_zookeeper_session(vanished_session).await
+                    })
+                }),
+            });
+        }
+        contenders
+    }
 );
 
 conformance_suite!(
     local,
-    Traits { separate_clients: false, fencing_tokens: false, lease: false, stock_db: 21 },
+    Traits {
+        separate_clients: false,
+        fencing_tokens: false,
+        lease: false,
+        // An in-process lock lives and dies with its process: nothing outside to free.
+        vanished_holder_frees_within: None,
+        stock_db: 21
+    },
     |_client: ::redis::Client, n: usize| async move {
         // One process, one lock: every contender shares it.
         let lock: Arc<dyn DistributedLock> = Arc::new(LocalLock::default());
-        vec![lock; n]
-    },
-    |_, _| Box::pin(async {})
+        (0..n).map(|_| Contender { lock: lock.clone(), lose_lease: no_hook(), vanish: no_hook() }).collect::<Vec<_>>()
+    }
 );

@@ -10,6 +10,8 @@
 //! | [`none`] | no lock at all | no: the baseline that oversells |
 //! | [`local`] | an in-process mutex | no: each process has its own mutex |
 //! | [`redis`] | `SET key token NX PX ttl`, owner-checked release, renewal | yes |
+//! | [`etcd`] | keys under a kept-alive lease, granted in revision order | yes |
+//! | [`zookeeper`] | ephemeral sequential nodes, each waiter watching its predecessor | yes |
 //!
 //! Beside them: [`keepalive`] renews a lease while it is held, and [`reentrant`] lets
 //! an owner take a key it already holds. Which strategy runs, and the `atomic` script
@@ -27,8 +29,9 @@
 //!    fencing token of this grant if the backend has one, the validity deadline if
 //!    the backend has one, and a [`Lease`] that turns *lost* when the backend can no
 //!    longer promise exclusion. The critical section checks it before it writes.
-//! 4. A guard dropped without `release` behaves like a crashed holder: renewal stops
-//!    and the backend frees the key when the lease runs out.
+//! 4. A guard dropped without `release` never holds the key forever: a lease backend
+//!    stops renewing and the key expires with its lease (like a crashed holder); a
+//!    session backend, whose session outlives one grant, deletes the key in the background.
 //! 5. An acquire that failed on the client side (a timeout, a broken connection) must
 //!    not leave a key behind that nobody will release: clean up with the same token.
 //! 6. [`DistributedLock::shutdown`] gives back everything this handle holds (revokes
@@ -48,11 +51,13 @@
 //! by the holder and its write is refused (backends with leases); shutdown frees what
 //! was held and refuses new acquires.
 
+pub mod etcd;
 pub mod keepalive;
 pub mod local;
 pub mod none;
 pub mod redis;
 pub mod reentrant;
+pub mod zookeeper;
 
 use std::borrow::Cow;
 use std::time::{Duration, Instant};
@@ -152,6 +157,8 @@ impl std::fmt::Display for FencingToken {
 /// What a lease looks like from the holder's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseState {
+    /// The backend promises exclusion until further notice (a connected session).
+    Held,
     /// The backend promises exclusion until this instant (renewal moves it on).
     HeldUntil(Instant),
     /// The lease is gone: someone else may hold the key now.
@@ -183,6 +190,7 @@ impl Lease {
         match &self.0 {
             None => true,
             Some(receiver) => match *receiver.borrow() {
+                LeaseState::Held => receiver.has_changed().is_ok(),
                 LeaseState::HeldUntil(until) => Instant::now() < until && receiver.has_changed().is_ok(),
                 LeaseState::Lost => false,
             },
@@ -197,6 +205,11 @@ impl Lease {
             let state = *receiver.borrow_and_update();
             match state {
                 LeaseState::Lost => return,
+                LeaseState::Held => {
+                    if receiver.changed().await.is_err() {
+                        return;
+                    }
+                }
                 LeaseState::HeldUntil(until) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(until.into()) => return,

@@ -309,3 +309,46 @@ impl Drop for AnswerLosingProxy {
         self.task.abort();
     }
 }
+
+/// etcd as `make services` starts it, or `SECKILL_TEST_ETCD_ENDPOINTS`.
+pub fn etcd_endpoints() -> Vec<String> {
+    std::env::var("SECKILL_TEST_ETCD_ENDPOINTS")
+        .unwrap_or_else(|_| "http://127.0.0.1:2379".to_owned())
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+pub fn etcd_options(ttl_ms: u64) -> seckill::lock::etcd::EtcdLockOptions {
+    seckill::lock::etcd::EtcdLockOptions { endpoints: etcd_endpoints(), ttl: Duration::from_millis(ttl_ms) }
+}
+
+/// Revokes an etcd lease from another client, as if it had expired.
+pub async fn revoke_etcd_lease(lease: i64) {
+    let mut client = etcd_client::Client::connect(etcd_endpoints(), None).await.expect("etcd runs (`make services`)");
+    client.lease_revoke(lease).await.expect("the lease exists");
+}
+
+/// ZooKeeper as `make services` starts it, or `SECKILL_TEST_ZK_CONNECT`.
+pub fn zookeeper_connect() -> String {
+    std::env::var("SECKILL_TEST_ZK_CONNECT").unwrap_or_else(|_| "127.0.0.1:2181".to_owned())
+}
+
+pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::ZooKeeperLockOptions {
+    seckill::lock::zookeeper::ZooKeeperLockOptions {
+        connect: zookeeper_connect(),
+        session_timeout: Duration::from_millis(session_timeout_ms),
+    }
+}
+
+/// Expires a ZooKeeper session from outside, the way ZooKeeper's own tests do: join
+/// it from a second client with its id and password, then close it from there.
+pub async fn expire_zookeeper_session(session: zookeeper_client::SessionInfo) {
+    let intruder = zookeeper_client::Client::connector()
+        .with_session(session)
+        .connect(&zookeeper_connect())
+        .await
+        .expect("joined");
+    drop(intruder); // closing the session from here expires it for its owner
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
