@@ -343,12 +343,23 @@ pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::Z
 
 /// Expires a ZooKeeper session from outside, the way ZooKeeper's own tests do: join
 /// it from a second client with its id and password, then close it from there.
+/// The owner may win the session back while the intruder joins, so it tries a few times.
 pub async fn expire_zookeeper_session(session: zookeeper_client::SessionInfo) {
-    let intruder = zookeeper_client::Client::connector()
-        .with_session(session)
-        .connect(&zookeeper_connect())
-        .await
-        .expect("joined");
-    drop(intruder); // closing the session from here expires it for its owner
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut last_error = None;
+    for _ in 0..10 {
+        let joined = zookeeper_client::Client::connector()
+            .with_session(session.clone())
+            .with_connection_timeout(Duration::from_millis(500))
+            .connect(&zookeeper_connect())
+            .await;
+        match joined {
+            Ok(intruder) => {
+                drop(intruder); // closing the session from here expires it for its owner
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return;
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    panic!("could not join the ZooKeeper session to expire it: {last_error:?}");
 }

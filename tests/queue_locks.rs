@@ -1,0 +1,166 @@
+//! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
+//! waiter, grant in the order of requests, and never let a waiter whose session died
+//! believe it holds the lock. Against the etcd and ZooKeeper that `make test` starts.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seckill::lock::etcd::EtcdLock;
+use seckill::lock::zookeeper::ZooKeeperLock;
+use seckill::lock::{DistributedLock, LockError};
+
+async fn etcd() -> Arc<EtcdLock> {
+    Arc::new(EtcdLock::connect(common::etcd_options(2000)).await.expect("etcd runs (`make services`)"))
+}
+
+async fn zookeeper() -> Arc<ZooKeeperLock> {
+    Arc::new(ZooKeeperLock::connect(common::zookeeper_options(4000)).await.expect("ZooKeeper runs (`make services`)"))
+}
+
+/// Starts `n` waiters on `key`, one after another, each granted in turn: it records
+/// its place, holds the lock briefly and releases. Returns the order of the grants.
+async fn grant_order(locks: Vec<Arc<dyn DistributedLock>>, key: &str) -> Vec<usize> {
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (place, lock) in locks.into_iter().enumerate() {
+        let (order, key) = (order.clone(), key.to_owned());
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await.unwrap();
+            order.lock().unwrap().push(place);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await; // queue in this order
+    }
+    for joined in futures_util::future::join_all(waiters).await {
+        joined.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    order
+}
+
+/// One holder and `waiters` queued behind it on separate handles: a release must wake
+/// one waiter, not all of them. Returns the wake-ups counted, 500 ms after the release.
+async fn wakeups_after_one_release<L: DistributedLock + 'static>(
+    holder: Arc<L>,
+    waiters: Vec<Arc<L>>,
+    wakeups: impl Fn(&L) -> u64,
+) -> u64 {
+    let key = common::unique_key("herd");
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let mut tasks = Vec::new();
+    for waiter in &waiters {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiter.acquire(&key, &common::owner(), Duration::from_secs(20)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1500)).await; // hold it past the count
+            guard.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let woken: u64 = waiters.iter().map(|waiter| wakeups(waiter)).sum();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    woken
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_wakes_only_the_next_waiter_when_the_holder_releases() {
+    let holder = etcd().await;
+    let mut waiters = Vec::new();
+    for _ in 0..4 {
+        waiters.push(etcd().await);
+    }
+    let woken = wakeups_after_one_release(holder, waiters, EtcdLock::wakeups).await;
+    assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
+    let holder = zookeeper().await;
+    let mut waiters = Vec::new();
+    for _ in 0..4 {
+        waiters.push(zookeeper().await);
+    }
+    let woken = wakeups_after_one_release(holder, waiters, ZooKeeperLock::wakeups).await;
+    assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_grants_in_the_order_of_requests() {
+    let key = common::unique_key("fifo");
+    let holder = etcd().await;
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    for _ in 0..5 {
+        locks.push(etcd().await);
+    }
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+    });
+    assert_eq!(grant_order(locks, &key).await, vec![0, 1, 2, 3, 4]);
+    releaser.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_grants_in_the_order_of_requests() {
+    let key = common::unique_key("fifo");
+    let holder = zookeeper().await;
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    for _ in 0..5 {
+        locks.push(zookeeper().await);
+    }
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+    });
+    assert_eq!(grant_order(locks, &key).await, vec![0, 1, 2, 3, 4]);
+    releaser.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_whose_session_is_revoked_fails_instead_of_believing_it_holds_the_key() {
+    let key = common::unique_key("revoked-waiter");
+    let (holder, waiter) = (etcd().await, etcd().await);
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    common::revoke_etcd_lease(waiter.lease_id().await).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap(); // the queue moves on: the waiter must not take this as a grant
+
+    let started = Instant::now();
+    let outcome = waiting.await.unwrap();
+    assert!(matches!(outcome, Err(LockError::Lost { .. })), "expected Lost, got {outcome:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "noticed only after {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder_sees_it_lost() {
+    let key = common::unique_key("expired");
+    let (holder, next) = (zookeeper().await, zookeeper().await);
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    common::expire_zookeeper_session(holder.client().await.session().clone()).await;
+
+    let started = Instant::now();
+    let granted = next.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("the node went");
+    assert!(started.elapsed() < Duration::from_secs(2), "freed after {:?}", started.elapsed());
+    tokio::time::timeout(Duration::from_secs(5), held.lease().lost()).await.expect("the holder sees it lost");
+    assert!(matches!(held.release().await, Err(LockError::Lost { .. })));
+    granted.release().await.unwrap();
+
+    // The next acquire of the expired handle starts a new session and works again.
+    let again = holder.acquire(&key, &common::owner(), Duration::from_secs(5)).await.expect("a new session");
+    again.release().await.unwrap();
+}
