@@ -33,7 +33,7 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert!(message.contains("zookeper"), "{message}");
-    assert!(message.contains("none, local, redis, atomic"), "{message}");
+    assert!(message.contains("none, local, redis, etcd, zookeeper, atomic"), "{message}");
 }
 
 #[test]
@@ -116,4 +116,35 @@ async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
     let _ = child.wait();
     assert!(line.contains("seckill is serving"), "{line:?}");
     assert!(!line.contains('\u{1b}'), "an escape code in a log that is not a terminal: {line:?}");
+}
+
+#[test]
+fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
+    let started = std::time::Instant::now();
+    let output = seckill(&[
+        "serve",
+        "--lock",
+        "etcd",
+        "--etcd-endpoints",
+        "http://127.0.0.1:1",
+        "--redis-url",
+        &common::redis_url(6),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("cannot reach etcd at http://127.0.0.1:1"), "{message}");
+    assert!(message.contains("make services") && message.contains("--etcd-endpoints"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
+    let started = std::time::Instant::now();
+    let output =
+        seckill(&["serve", "--lock", "zookeeper", "--zk-connect", "127.0.0.1:1", "--redis-url", &common::redis_url(6)]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("cannot reach ZooKeeper at 127.0.0.1:1"), "{message}");
+    assert!(message.contains("make services") && message.contains("--zk-connect"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
 }

@@ -202,7 +202,6 @@ impl Session {
         let client = Client::connector()
             .with_session_timeout(options.session_timeout)
             .with_connection_timeout(CONNECT_TIMEOUT)
-            .with_fail_eagerly()
             .connect(&options.connect)
             .await
             .map_err(backend_error)?;

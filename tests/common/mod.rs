@@ -363,3 +363,120 @@ pub async fn expire_zookeeper_session(session: zookeeper_client::SessionInfo) {
     }
     panic!("could not join the ZooKeeper session to expire it: {last_error:?}");
 }
+
+/// A server of the project's own on free loopback ports, for tests that stop and
+/// restart it (etcd or ZooKeeper); its data folder survives a restart.
+pub struct PrivateServer {
+    command: Vec<String>,
+    child: Option<Child>,
+    pub port: u16,
+    _dir: TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl PrivateServer {
+    /// A single-member etcd.
+    pub fn etcd() -> Self {
+        let dir = TempDir::new("private-etcd");
+        let (port, peer) = (free_port(), free_port());
+        let client_url = format!("http://127.0.0.1:{port}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let command = [
+            "etcd",
+            "--name",
+            "private",
+            "--data-dir",
+            &dir.0.join("data").display().to_string(),
+            "--listen-client-urls",
+            &client_url,
+            "--advertise-client-urls",
+            &client_url,
+            "--listen-peer-urls",
+            &peer_url,
+            "--initial-advertise-peer-urls",
+            &peer_url,
+            "--initial-cluster",
+            &format!("private={peer_url}"),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self::start(command, port, dir)
+    }
+
+    /// A standalone ZooKeeper (admin server off), as `scripts/services.sh` runs it.
+    pub fn zookeeper() -> Self {
+        let dir = TempDir::new("private-zookeeper");
+        let port = free_port();
+        let config = format!(
+            "tickTime=2000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=ruok\n",
+            dir.0.join("data").display()
+        );
+        std::fs::write(dir.0.join("zoo.cfg"), config).unwrap();
+        let command = [
+            "java",
+            "-cp",
+            &format!("{}:/usr/share/java/zookeeper.jar", dir.0.display()),
+            "-Dzookeeper.root.logger=WARN,CONSOLE",
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            &dir.0.join("zoo.cfg").display().to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Self::start(command, port, dir)
+    }
+
+    fn start(command: Vec<String>, port: u16, dir: TempDir) -> Self {
+        let mut server = PrivateServer { command, child: None, port, _dir: dir };
+        server.restart();
+        server
+    }
+
+    /// Starts it (again), and waits until its port answers.
+    pub fn restart(&mut self) {
+        let child = Command::new(&self.command[0])
+            .args(&self.command[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!("{} must be installed (`make services` installs it): {error}", self.command[0])
+            });
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.answers() {
+            assert!(Instant::now() < deadline, "{} did not start on port {}", self.command[0], self.port);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The port is open, and a ZooKeeper says `imok` to `ruok` (it opens its port
+    /// before it serves).
+    fn answers(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        if self.command[0] != "java" {
+            return true;
+        }
+        let mut answer = String::new();
+        stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+        stream.write_all(b"ruok").is_ok() && stream.read_to_string(&mut answer).is_ok() && answer == "imok"
+    }
+
+    /// Kills it (SIGKILL), as a crash would.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,85 @@
+//! What a buyer receives while the lock's server is down, and how soon sales resume
+//! when it is back: against private etcd and ZooKeeper servers that the tests kill.
+//! `cargo test --test backend_outages -- --nocapture` prints what it measured.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use seckill::strategy::Strategy;
+
+async fn reduce(url: &str) -> (u16, Value) {
+    let response = reqwest::get(format!("{url}/stock/reduce")).await.unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn lucky(db: u8) -> i64 {
+    let client = common::redis_client(db).await;
+    redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap()
+}
+
+/// Sells once, kills the lock's server, buys while it is down, restarts it, and
+/// buys until a sale goes through again.
+async fn outage(
+    strategy: Strategy,
+    server: &mut common::PrivateServer,
+    db: u8,
+    adjust: impl FnOnce(&mut seckill::config::Config),
+) {
+    let app = common::instance_with(strategy, db, |config| {
+        config.acquire_timeout_ms = 3_000;
+        adjust(config);
+    })
+    .await;
+    let reset = reqwest::Client::new()
+        .post(format!("{}/stock/reset", app.url))
+        .header("content-type", "application/json")
+        .body(r#"{"stock": 10}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reset.status().as_u16(), 200);
+    assert_eq!(reduce(&app.url).await.1["sold"], true);
+
+    server.stop();
+    let asked = Instant::now();
+    let (status, body) = reduce(&app.url).await;
+    let answered_in = asked.elapsed();
+    println!("{strategy} down: {status} {} after {answered_in:?}", body["error"]);
+    assert_eq!(status, 503, "{body}");
+    let code = body["error"].as_str().unwrap();
+    assert!(code == "lock_backend_unavailable" || code == "lock_timeout", "{body}");
+    assert!(body["message"].is_string(), "{body}");
+    assert!(answered_in < Duration::from_secs(10), "the buyer waited {answered_in:?}");
+    assert_eq!(lucky(db).await, 1, "nothing may be sold while the lock's server is down");
+
+    server.restart();
+    let back = Instant::now();
+    loop {
+        let (status, body) = reduce(&app.url).await;
+        if status == 200 && body["sold"] == true {
+            break;
+        }
+        assert!(back.elapsed() < Duration::from_secs(30), "no sale 30 s after {strategy} came back: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!("{strategy} back: first sale {:?} after the restart", back.elapsed());
+    assert_eq!(lucky(db).await, 2);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
+    let mut etcd = common::PrivateServer::etcd();
+    let endpoint = format!("http://127.0.0.1:{}", etcd.port);
+    outage(Strategy::Etcd, &mut etcd, 42, |config| config.etcd_endpoints = vec![endpoint]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
+    let mut zookeeper = common::PrivateServer::zookeeper();
+    let connect = format!("127.0.0.1:{}", zookeeper.port);
+    outage(Strategy::Zookeeper, &mut zookeeper, 43, |config| config.zk_connect = connect).await;
+}
