@@ -1,5 +1,8 @@
 # Builds both binaries: `seckill` (the service) and `loadtest` (the goose crowd).
 FROM rust:1-bookworm AS build
+# etcd-client compiles etcd's protobuf definitions at build time.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN cargo build --release --workspace
