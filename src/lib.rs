@@ -11,7 +11,8 @@
 //! 2. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock.
 //! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
-//!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`]; beside them
+//!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`],
+//!    [`lock::etcd`], [`lock::zookeeper`]; beside them
 //!    [`lock::keepalive`] (lease renewal) and [`lock::reentrant`] (hold counts).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
 //! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers.

@@ -48,8 +48,10 @@
 //! a waiter gets a released key quickly; different keys do not block each other;
 //! an owner re-enters a key it holds and frees it only at the last release; fencing
 //! tokens grow strictly with every grant (backends with tokens); a lost lease is seen
-//! by the holder and its write is refused (backends with leases); shutdown frees what
-//! was held and refuses new acquires.
+//! by the holder and its write is refused (backends with leases); a holder that
+//! vanishes without release frees the key within its lease; shutdown frees what was
+//! held and refuses new acquires. Queue-based backends also pass `tests/queue_locks.rs`
+//! (one release wakes one waiter, grants in request order).
 
 pub mod etcd;
 pub mod keepalive;
