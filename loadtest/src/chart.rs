@@ -6,8 +6,8 @@
 
 use crate::{Report, Verdict};
 
-const WIDTH: f64 = 960.0;
-const LABEL_WIDTH: f64 = 90.0;
+const WIDTH: f64 = 1000.0;
+const LABEL_WIDTH: f64 = 110.0;
 const BAR_AREA: f64 = 400.0;
 const ROW_HEIGHT: f64 = 46.0;
 const TOP: f64 = 64.0;
