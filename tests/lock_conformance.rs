@@ -343,17 +343,19 @@ conformance_suite!(
         let mut contenders = Vec::new();
         for _ in 0..n {
             let lock = ZooKeeperLock::connect(common::zookeeper_options(4000)).await.expect("ZooKeeper runs");
-            let session = lock.client().await.session().clone();
+            let session = lock.client().await;
             let vanished_session = session.clone();
             contenders.push(Contender {
                 lock: Arc::new(lock),
                 // As if the server expired the session.
-                lose_lease: Box::new(move |_key: String| Box::pin(common::expire_zookeeper_session(session))),
+                lose_lease: Box::new(move |_key: String| {
+                    Box::pin(async move { common::expire_zookeeper_session(&session).await })
+                }),
                 // A crashed process's session is expired by the server.
                 vanish: Box::new(move |guard: LockGuard| {
                     Box::pin(async move {
                         std::mem::forget(guard);
-                        common::expire_zookeeper_session(vanished_session).await
+                        common::expire_zookeeper_session(&vanished_session).await
                     })
                 }),
             });

@@ -151,7 +151,7 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
     let key = common::unique_key("expired");
     let (holder, next) = (zookeeper().await, zookeeper().await);
     let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-    common::expire_zookeeper_session(holder.client().await.session().clone()).await;
+    common::expire_zookeeper_session(&holder.client().await).await;
 
     let started = Instant::now();
     let granted = next.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("the node went");

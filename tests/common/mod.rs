@@ -342,26 +342,30 @@ pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::Z
 }
 
 /// Expires a ZooKeeper session from outside, the way ZooKeeper's own tests do: join
-/// it from a second client with its id and password, then close it from there.
-/// The owner may win the session back while the intruder joins, so it tries a few times.
-pub async fn expire_zookeeper_session(session: zookeeper_client::SessionInfo) {
+/// it from a second client with its id and password, then close it from there. The
+/// owner may win its session back before the close arrives, so this repeats until the
+/// owner's client reports the session ended.
+pub async fn expire_zookeeper_session(owner: &zookeeper_client::Client) {
     let mut last_error = None;
-    for _ in 0..10 {
+    for _ in 0..20 {
         let joined = zookeeper_client::Client::connector()
-            .with_session(session.clone())
+            .with_session(owner.session().clone())
             .with_connection_timeout(Duration::from_millis(500))
             .connect(&zookeeper_connect())
             .await;
         match joined {
-            Ok(intruder) => {
-                drop(intruder); // closing the session from here expires it for its owner
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                return;
-            }
+            Ok(intruder) => drop(intruder), // closing the session from here expires it for its owner
             Err(error) => last_error = Some(error),
         }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if owner.state().is_terminated() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
-    panic!("could not join the ZooKeeper session to expire it: {last_error:?}");
+    panic!("could not expire the ZooKeeper session (last join error: {last_error:?})");
 }
 
 /// A server of the project's own on free loopback ports, for tests that stop and
