@@ -92,38 +92,36 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
     assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_grants_in_the_order_of_requests() {
+/// A holder keeps `key` while five waiters queue one after another; it then releases,
+/// and the waiters must be granted in the order they asked.
+async fn assert_granted_in_order_of_requests(holder: Arc<dyn DistributedLock>, waiters: Vec<Arc<dyn DistributedLock>>) {
     let key = common::unique_key("fifo");
-    let holder = etcd().await;
     let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-    let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
-    for _ in 0..5 {
-        locks.push(etcd().await);
-    }
     let releaser = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         held.release().await.unwrap();
     });
-    assert_eq!(grant_order(locks, &key).await, vec![0, 1, 2, 3, 4]);
+    let expected: Vec<usize> = (0..waiters.len()).collect();
+    assert_eq!(grant_order(waiters, &key).await, expected);
     releaser.await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_grants_in_the_order_of_requests() {
-    let key = common::unique_key("fifo");
-    let holder = zookeeper().await;
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-    let mut locks: Vec<Arc<dyn DistributedLock>> = Vec::new();
+async fn etcd_grants_in_the_order_of_requests() {
+    let mut waiters: Vec<Arc<dyn DistributedLock>> = Vec::new();
     for _ in 0..5 {
-        locks.push(zookeeper().await);
+        waiters.push(etcd().await);
     }
-    let releaser = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        held.release().await.unwrap();
-    });
-    assert_eq!(grant_order(locks, &key).await, vec![0, 1, 2, 3, 4]);
-    releaser.await.unwrap();
+    assert_granted_in_order_of_requests(etcd().await, waiters).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_grants_in_the_order_of_requests() {
+    let mut waiters: Vec<Arc<dyn DistributedLock>> = Vec::new();
+    for _ in 0..5 {
+        waiters.push(zookeeper().await);
+    }
+    assert_granted_in_order_of_requests(zookeeper().await, waiters).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
