@@ -44,6 +44,13 @@ pub struct Config {
     /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
     #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
     pub zk_connect: String,
+    /// MySQL (or MariaDB) for the MySQL lock strategies; migrations are applied at start.
+    #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
+    pub mysql_url: String,
+    /// Connections in this instance's MySQL pool.
+    #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub mysql_pool: u32,
     /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
     #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
           value_parser = clap::value_parser!(u64).range(30..=600_000))]

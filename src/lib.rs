@@ -12,20 +12,21 @@
 //!    whose lock is gone, and the atomic script that needs no lock.
 //! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
 //!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`],
-//!    [`lock::etcd`], [`lock::zookeeper`]; beside them
+//!    [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`]; beside them
 //!    [`lock::keepalive`] (lease renewal) and [`lock::reentrant`] (hold counts).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
 //! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers.
 //! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
 //!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), and
 //!    `report.rs` prints it.
-//! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] (connections
-//!    with useful errors), [`server`] (start-up and graceful shutdown), [`telemetry`].
+//! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] and
+//!    [`mysql_store`] (connections with useful errors, migrations), [`server`] (start-up and graceful shutdown), [`telemetry`].
 
 pub mod config;
 pub mod error;
 pub mod http;
 pub mod lock;
+pub mod mysql_store;
 pub mod redis_store;
 pub mod sale;
 pub mod server;

@@ -10,6 +10,7 @@ use anyhow::Context;
 
 use crate::config::Config;
 use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
+use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
 use crate::lock::redis::{RedisLock, RedisLockOptions};
 use crate::lock::reentrant::Reentrant;
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
@@ -29,6 +30,8 @@ pub enum Strategy {
     Etcd,
     /// ZooKeeper: ephemeral sequential nodes, each waiter watching its predecessor.
     Zookeeper,
+    /// MySQL: a row per held lock, unique by name, with owner, hold count and expiry.
+    Mysql,
     /// No lock: one Lua script does the whole check-and-decrement inside Redis.
     Atomic,
 }
@@ -42,6 +45,7 @@ impl Strategy {
             Strategy::Redis => "redis",
             Strategy::Etcd => "etcd",
             Strategy::Zookeeper => "zookeeper",
+            Strategy::Mysql => "mysql",
             Strategy::Atomic => "atomic",
         }
     }
@@ -53,7 +57,7 @@ impl Strategy {
 
     /// Whether its grants carry fencing tokens the stock can check.
     pub fn issues_fencing_tokens(self) -> bool {
-        matches!(self, Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper)
+        matches!(self, Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper | Strategy::Mysql)
     }
 
     /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.
@@ -149,6 +153,10 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                     config.zk_connect
                 )
             })?)
+        }
+        Strategy::Mysql => {
+            let pool = crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await?;
+            Arc::new(MySqlLock::new(pool, MySqlLockOptions { ttl: config.lock_ttl(), renew: true }))
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };

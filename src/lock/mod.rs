@@ -12,6 +12,7 @@
 //! | [`redis`] | `SET key token NX PX ttl`, owner-checked release, renewal | yes |
 //! | [`etcd`] | keys under a kept-alive lease, granted in revision order | yes |
 //! | [`zookeeper`] | ephemeral sequential nodes, each waiter watching its predecessor | yes |
+//! | [`mysql`] | a table row per held lock, unique by name, with owner, hold count and expiry | yes |
 //!
 //! Beside them: [`keepalive`] renews a lease while it is held, and [`reentrant`] lets
 //! an owner take a key it already holds. Which strategy runs, and the `atomic` script
@@ -56,6 +57,7 @@
 pub mod etcd;
 pub mod keepalive;
 pub mod local;
+pub mod mysql;
 pub mod none;
 pub mod redis;
 pub mod reentrant;

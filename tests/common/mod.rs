@@ -484,3 +484,14 @@ impl Drop for PrivateServer {
         self.stop();
     }
 }
+
+/// MariaDB as `make services` starts it (database and user `seckill`), or `SECKILL_TEST_MYSQL_URL`.
+pub fn mysql_url() -> String {
+    std::env::var("SECKILL_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://seckill:seckill@127.0.0.1:3306/seckill".to_owned())
+}
+
+/// A pool on the test database, migrated.
+pub async fn mysql_pool() -> sqlx::MySqlPool {
+    seckill::mysql_store::connect_checked(&mysql_url(), 5).await.expect("MariaDB runs (`make services`)")
+}

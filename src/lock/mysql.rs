@@ -1,0 +1,337 @@
+//! A lock in a database table: a row per held lock, made unique by its primary key.
+//!
+//! The lock the seeds build on MySQL, improved step by step as they do. The table is
+//! created by `migrations/0001_lock_table.sql`; every time is the database server's
+//! clock (`NOW(3)`), so instances with different clocks agree on expiry.
+//!
+//! ## How it works
+//! 1. **Acquire inserts a row** `(name, owner, hold_count = 1, expires_at, fencing_token)`.
+//!    The primary key on `name` does the locking: a second insert for a held name fails
+//!    with a duplicate-key error, which means "held".
+//! 2. **Reentrant.** On a duplicate key, the same owner finds its own row and raises its
+//!    hold count (`UPDATE ... WHERE name = ? AND owner = ?`). Release lowers it, and
+//!    deletes the row when it reaches zero, only for its own owner and token.
+//! 3. **Expiry.** A holder that vanished does not block forever: a row past `expires_at`
+//!    is taken over by one conditional `UPDATE ... WHERE name = ? AND expires_at <= NOW(3)`;
+//!    InnoDB locks the row and re-checks the condition, so two takers can never both
+//!    win. A live holder renews its row every `ttl / 3` ([`super::keepalive`]), and a
+//!    background sweeper deletes rows that expired long ago, as the seed's scheduled
+//!    task does.
+//! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
+//!    timeout; `try_acquire` is one attempt.
+//! 5. **Fencing token.** Inside the granting transaction, while the row is locked, a
+//!    counter in `seckill_lock_fences` is raised and stamped on the row. The counter is
+//!    never deleted, so tokens grow across rows deleted and inserted again.
+//!
+//! ## Limitations
+//! - **One database.** The lock is as available as the database; a failover that loses
+//!   the last commits can lose a grant, and then two holders exist (the fencing token
+//!   still orders them).
+//! - **Cost.** Every acquire is a small transaction (insert, counter, stamp, commit);
+//!   every waiter polls. Under a crowd the database does most of the work.
+//! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock then
+//!   refuses its older token.
+//!
+//! ## References
+//! - MySQL, "Locking Reads" and InnoDB row locks: <https://dev.mysql.com/doc/refman/8.0/en/innodb-locking-reads.html>
+//! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
+//!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sqlx::mysql::MySqlPool;
+use sqlx::{MySql, Transaction};
+use tokio::task::JoinHandle;
+
+use super::keepalive::KeepAlive;
+use super::{DistributedLock, FencingToken, LockError, LockGuard, Owner, Release};
+
+const BACKEND: &str = "mysql";
+
+/// Step 1: the insert that is the lock. Binds: name, owner, ttl in microseconds.
+const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, expires_at, fencing_token) \
+     VALUES (?, ?, 1, NOW(3) + INTERVAL ? MICROSECOND, 0)";
+/// Step 2: the owner re-enters its own live row. Binds: name, owner.
+const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
+     WHERE name = ? AND owner = ? AND expires_at > NOW(3)";
+/// Step 3: take over an expired row. Binds: owner, ttl in microseconds, name.
+const TAKE_OVER_EXPIRED: &str = "UPDATE seckill_locks \
+     SET owner = ?, hold_count = 1, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
+     WHERE name = ? AND expires_at <= NOW(3)";
+/// Step 5: raise the name's counter; `LAST_INSERT_ID(expr)` hands the new value back. Binds: name.
+const NEXT_FENCING_TOKEN: &str = "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, LAST_INSERT_ID(1)) \
+     ON DUPLICATE KEY UPDATE counter = LAST_INSERT_ID(counter + 1)";
+/// Binds: token, name.
+const STAMP_TOKEN: &str = "UPDATE seckill_locks SET fencing_token = ? WHERE name = ?";
+/// Binds: name.
+const CURRENT_TOKEN: &str = "SELECT fencing_token FROM seckill_locks WHERE name = ?";
+/// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
+const RENEW: &str = "UPDATE seckill_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
+     WHERE name = ? AND owner = ? AND fencing_token = ? AND expires_at > NOW(3)";
+/// Release of a re-entered hold. Binds: name, owner, token.
+const RELEASE_ONE_HOLD: &str = "UPDATE seckill_locks SET hold_count = hold_count - 1 \
+     WHERE name = ? AND owner = ? AND fencing_token = ? AND hold_count > 1";
+/// Release of the last hold. Binds: name, owner, token.
+const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND fencing_token = ?";
+/// The sweeper: rows expired for a whole TTL already. Binds: ttl in microseconds.
+const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
+
+/// How a [`MySqlLock`] behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct MySqlLockOptions {
+    /// How long a row lives without renewal.
+    pub ttl: Duration,
+    /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
+    pub renew: bool,
+}
+
+/// A lock whose grants are rows of `seckill_locks`.
+pub struct MySqlLock {
+    pool: MySqlPool,
+    options: MySqlLockOptions,
+    /// Grants this handle holds, token to (name, owner), so `shutdown` can delete them.
+    held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
+    shut_down: AtomicBool,
+    sweeper: JoinHandle<()>,
+}
+
+fn backend_error(error: sqlx::Error) -> LockError {
+    LockError::backend(BACKEND, error)
+}
+
+fn micros(duration: Duration) -> u64 {
+    duration.as_micros() as u64
+}
+
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// How a row was granted.
+enum Granted {
+    /// A new grant (inserted, or taken over from an expired holder): a new token.
+    Fresh,
+    /// The owner re-entered its own row: its token stays.
+    Reentered,
+}
+
+impl MySqlLock {
+    /// Uses `pool` (migrated already, see [`crate::mysql_store`]) and starts the sweeper.
+    pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
+        let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
+        MySqlLock { pool, options, held: Arc::default(), shut_down: AtomicBool::new(false), sweeper }
+    }
+
+    /// Steps 1 to 3 and 5, in one transaction: `None` if someone else holds `name`.
+    ///
+    /// InnoDB may pick this transaction as a deadlock victim when several buyers insert
+    /// the same name while its holder deletes it (a known pattern of duplicate-key
+    /// checks); the server has rolled it back by then, and it counts as "held": the
+    /// caller backs off and tries again.
+    async fn grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
+        match self.try_grant_row(name, owner).await {
+            Err(error) if is_deadlock(&error) => Ok(None),
+            granted_or_failed => granted_or_failed,
+        }
+    }
+
+    async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
+        let ttl = micros(self.options.ttl);
+        let mut transaction = self.pool.begin().await?;
+        let inserted =
+            sqlx::query(INSERT_ROW).bind(name).bind(owner.as_str()).bind(ttl).execute(&mut *transaction).await;
+        let granted = match inserted {
+            Ok(_) => Granted::Fresh,
+            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
+                let reentered = sqlx::query(REENTER).bind(name).bind(owner.as_str()).execute(&mut *transaction).await?;
+                if reentered.rows_affected() == 1 {
+                    Granted::Reentered
+                } else {
+                    let taken = sqlx::query(TAKE_OVER_EXPIRED)
+                        .bind(owner.as_str())
+                        .bind(ttl)
+                        .bind(name)
+                        .execute(&mut *transaction)
+                        .await?;
+                    if taken.rows_affected() != 1 {
+                        transaction.rollback().await?;
+                        return Ok(None);
+                    }
+                    Granted::Fresh
+                }
+            }
+            Err(error) => return Err(error),
+        };
+        let token = match granted {
+            Granted::Fresh => stamp_new_token(&mut transaction, name).await?,
+            Granted::Reentered => {
+                let (token,): (u64,) = sqlx::query_as(CURRENT_TOKEN).bind(name).fetch_one(&mut *transaction).await?;
+                token
+            }
+        };
+        transaction.commit().await?;
+        Ok(Some((granted, token)))
+    }
+}
+
+/// MySQL error 1213: this transaction was chosen as a deadlock victim and rolled back.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+/// How often a release is retried after losing a deadlock.
+const RELEASE_ATTEMPTS: usize = 5;
+
+fn is_deadlock(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(error) => error
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|error| error.number() == ER_LOCK_DEADLOCK),
+        _ => false,
+    }
+}
+
+/// Step 5: raises the counter and stamps it on the (locked) row.
+async fn stamp_new_token(transaction: &mut Transaction<'_, MySql>, name: &str) -> Result<u64, sqlx::Error> {
+    let token = sqlx::query(NEXT_FENCING_TOKEN).bind(name).execute(&mut **transaction).await?.last_insert_id();
+    sqlx::query(STAMP_TOKEN).bind(token).bind(name).execute(&mut **transaction).await?;
+    Ok(token)
+}
+
+/// Deletes rows that expired a whole TTL ago, every TTL, for the life of the lock.
+async fn sweep_expired_rows(pool: MySqlPool, ttl: Duration) {
+    loop {
+        tokio::time::sleep(ttl).await;
+        match sqlx::query(SWEEP_EXPIRED).bind(micros(ttl)).execute(&pool).await {
+            Ok(swept) if swept.rows_affected() > 0 => {
+                tracing::info!(rows = swept.rows_affected(), "swept lock rows whose holders vanished")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "the lock sweeper could not reach MySQL; will retry"),
+        }
+    }
+}
+
+impl Drop for MySqlLock {
+    fn drop(&mut self) {
+        self.sweeper.abort();
+    }
+}
+
+/// One grant: what its release needs.
+struct MySqlGrant {
+    pool: MySqlPool,
+    name: String,
+    owner: String,
+    token: u64,
+    held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
+    /// Renewal, when on; dropping it stops renewing.
+    _keepalive: Option<KeepAlive>,
+    /// Without renewal, the fixed lease lives as long as the grant.
+    _fixed_lease: Option<tokio::sync::watch::Sender<super::LeaseState>>,
+}
+
+impl MySqlGrant {
+    /// Step 2's release: one hold less, and the row gone with the last. `true` if it was ours.
+    async fn give_back(&self) -> Result<bool, sqlx::Error> {
+        let (name, owner, token) = (self.name.as_str(), self.owner.as_str(), self.token);
+        let one_less = sqlx::query(RELEASE_ONE_HOLD).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
+        if one_less.rows_affected() == 1 {
+            return Ok(true);
+        }
+        let deleted = sqlx::query(DELETE_ROW).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
+        lock(&self.held).remove(&token);
+        Ok(deleted.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl Release for MySqlGrant {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let mut grant = *self;
+        drop(grant._keepalive.take()); // stop renewing before the row goes
+        let mut attempt = 1;
+        let ours = loop {
+            match grant.give_back().await {
+                Err(error) if is_deadlock(&error) && attempt < RELEASE_ATTEMPTS => attempt += 1,
+                given_back => break given_back.map_err(backend_error)?,
+            }
+        };
+        if ours {
+            Ok(())
+        } else {
+            Err(LockError::Lost { key: grant.name.clone() })
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MySqlLock {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(LockError::ShutDown { backend: BACKEND });
+        }
+        let sent = Instant::now();
+        let Some((granted, token)) = self.grant_row(key, owner).await.map_err(backend_error)? else {
+            return Err(LockError::Busy { key: key.to_owned() });
+        };
+        if let Granted::Fresh = granted {
+            lock(&self.held).insert(token, (key.to_owned(), owner.as_str().to_owned()));
+        }
+        let (keepalive, fixed, lease) = if self.options.renew {
+            let (pool, ttl) = (self.pool.clone(), self.options.ttl);
+            let (name, owner) = (key.to_owned(), owner.as_str().to_owned());
+            let (keepalive, lease) = KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
+                let (pool, name, owner) = (pool.clone(), name.clone(), owner.clone());
+                async move {
+                    let renewed = sqlx::query(RENEW)
+                        .bind(micros(ttl))
+                        .bind(&name)
+                        .bind(&owner)
+                        .bind(token)
+                        .execute(&pool)
+                        .await
+                        .map_err(backend_error)?;
+                    Ok(renewed.rows_affected() == 1)
+                }
+            });
+            (Some(keepalive), None, lease)
+        } else {
+            let (sender, lease) = super::keepalive::fixed_lease(sent, self.options.ttl);
+            (None, Some(sender), lease)
+        };
+        let grant = MySqlGrant {
+            pool: self.pool.clone(),
+            name: key.to_owned(),
+            owner: owner.as_str().to_owned(),
+            token,
+            held: self.held.clone(),
+            _keepalive: keepalive,
+            _fixed_lease: fixed,
+        };
+        Ok(LockGuard::new(key, grant).with_fencing_token(FencingToken::new(BACKEND, 0, token)).with_lease(lease))
+    }
+
+    /// The row keeps the owner's hold count itself (step 2).
+    fn keeps_reentrancy(&self) -> bool {
+        true
+    }
+
+    /// Deletes every row this handle still holds, and refuses later acquires.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        self.sweeper.abort();
+        let held: Vec<(u64, (String, String))> = lock(&self.held).drain().collect();
+        for (token, (name, owner)) in held {
+            sqlx::query(DELETE_ROW)
+                .bind(&name)
+                .bind(&owner)
+                .bind(token)
+                .execute(&self.pool)
+                .await
+                .map_err(backend_error)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,86 @@
+//! Connecting to MySQL (or MariaDB), with errors that say what to do, and applying
+//! the migrations in `migrations/`.
+//!
+//! One pool per instance; its timeouts are short on purpose, so that a buyer gets a
+//! clear 503 quickly when the database is down.
+
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+
+/// How long a request waits for a free connection (or a new one) before it fails.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connects, checks the server answers, and applies the migrations. Two instances
+/// starting at once are fine: the migrator takes a database lock first.
+pub async fn connect_checked(url: &str, pool_size: u32) -> anyhow::Result<MySqlPool> {
+    let shown = without_password(url);
+    let url_shown = &shown;
+    let unreachable = |error: sqlx::Error| {
+        anyhow::anyhow!(
+            "cannot use MySQL at {url_shown}: {error}.\n  Start it with `make services` (MariaDB on 127.0.0.1:3306, \
+             database and user `seckill`), or point --mysql-url / SECKILL_MYSQL_URL at a running server \
+             with a database and an account the service may use."
+        )
+    };
+    let pool = MySqlPoolOptions::new()
+        .max_connections(pool_size)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect(url)
+        .await
+        .map_err(unreachable)?;
+    migrate(&pool)
+        .await
+        .map_err(|error| anyhow::anyhow!("applying the migrations in migrations/ to {url_shown} failed: {error}"))?;
+    Ok(pool)
+}
+
+/// The name of the database lock held while migrating.
+const MIGRATION_LOCK: &str = "seckill_migrations";
+/// How long a starting instance waits for another one's migrations, in seconds.
+const MIGRATION_LOCK_WAIT_SECONDS: i32 = 60;
+
+/// Applies `migrations/` under a named database lock. sqlx's migrator takes one too,
+/// but with a timeout of -1, which MariaDB reads as "do not wait": two instances
+/// starting together would both apply the same migration. Ours waits; the migrator's
+/// own lock on the same connection is then granted at once (named locks are reentrant).
+async fn migrate(pool: &MySqlPool) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut connection = pool.acquire().await?;
+    let (locked,): (Option<i32>,) = sqlx::query_as("SELECT GET_LOCK(?, ?)")
+        .bind(MIGRATION_LOCK)
+        .bind(MIGRATION_LOCK_WAIT_SECONDS)
+        .fetch_one(&mut *connection)
+        .await?;
+    if locked != Some(1) {
+        return Err(format!("another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECONDS} s").into());
+    }
+    let migrated = sqlx::migrate!("./migrations").run(&mut *connection).await;
+    sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *connection).await?;
+    Ok(migrated?)
+}
+
+/// The URL with its password replaced by `***`, for messages and logs.
+fn without_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _password)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_url_is_shown_without_its_password() {
+        assert_eq!(
+            super::without_password("mysql://seckill:secret@127.0.0.1:3306/seckill"),
+            "mysql://seckill:***@127.0.0.1:3306/seckill"
+        );
+        assert_eq!(super::without_password("mysql://127.0.0.1/seckill"), "mysql://127.0.0.1/seckill");
+    }
+}
