@@ -21,12 +21,12 @@ const LAUNCH_RATE: &str = "5000";
 /// Per-request timeout, seconds: longer than the service's own request timeout.
 const REQUEST_TIMEOUT_SECS: &str = "90";
 /// Answers after which the buyer cannot know whether a unit was sold: the service said
-/// so (504 `sale_outcome_unknown`, `request_timeout`), or no answer arrived at all.
-const OUTCOME_UNKNOWN: [&str; 5] =
-    ["sale_outcome_unknown", "request_timeout", "timeout", "connection failed", "unreadable answer"];
+/// so (504 `sale_outcome_unknown` or `request_timeout`), or no answer arrived at all.
+const UNKNOWN_OUTCOME_ANSWERS: [&str; 5] =
+    ["504 sale_outcome_unknown", "504 request_timeout", "timeout", "connection failed", "unreadable answer"];
 
 fn outcome_unknown(kind: &str) -> bool {
-    OUTCOME_UNKNOWN.iter().any(|unknown| kind.ends_with(unknown))
+    UNKNOWN_OUTCOME_ANSWERS.contains(&kind)
 }
 
 /// What the instances said about themselves before the attack.
@@ -176,4 +176,17 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
     let answered = Instant::now();
     tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outcome_unknown;
+
+    #[test]
+    fn only_answers_that_leave_the_sale_open_count_as_unknown() {
+        assert!(outcome_unknown("504 sale_outcome_unknown"));
+        assert!(outcome_unknown("timeout"), "no answer at all");
+        assert!(!outcome_unknown("503 lock_timeout"), "a 503 means nothing was sold");
+        assert!(!outcome_unknown("503 stock_backend_unavailable"));
+    }
 }

@@ -86,6 +86,13 @@ async fn the_zookeeper_lock_sells_exactly_300_to_500_buyers_across_two_instances
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_lock_table_sells_exactly_300_to_500_buyers_across_two_instances() {
+    let report = flash_sale(Strategy::Mysql, 19).await;
+    assert_held(&report);
+    assert_eq!(report.fencing_regressions, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_atomic_script_sells_exactly_300_to_500_buyers_across_two_instances() {
     assert_held(&flash_sale(Strategy::Atomic, 11).await);
 }

@@ -180,8 +180,10 @@ impl MySqlLock {
 
 /// MySQL error 1213: this transaction was chosen as a deadlock victim and rolled back.
 const ER_LOCK_DEADLOCK: u16 = 1213;
-/// How often a release is retried after losing a deadlock.
-const RELEASE_ATTEMPTS: usize = 5;
+/// How often a release is retried after losing a deadlock, and the pause before each retry
+/// (grown by the attempt number): waiters' inserts come and go, so a retry soon wins.
+const RELEASE_ATTEMPTS: u32 = 20;
+const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(2);
 
 fn is_deadlock(error: &sqlx::Error) -> bool {
     match error {
@@ -254,7 +256,10 @@ impl Release for MySqlGrant {
         let mut attempt = 1;
         let ours = loop {
             match grant.give_back().await {
-                Err(error) if is_deadlock(&error) && attempt < RELEASE_ATTEMPTS => attempt += 1,
+                Err(error) if is_deadlock(&error) && attempt < RELEASE_ATTEMPTS => {
+                    tokio::time::sleep(RELEASE_RETRY_PAUSE * attempt).await;
+                    attempt += 1;
+                }
                 given_back => break given_back.map_err(backend_error)?,
             }
         };
