@@ -47,10 +47,15 @@ pub struct Config {
     /// MySQL (or MariaDB) for the MySQL lock strategies; migrations are applied at start.
     #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
     pub mysql_url: String,
-    /// Connections in this instance's MySQL pool.
-    #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    /// Connections in this instance's MySQL pool; more than --mysql-permits.
+    #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub mysql_pool: u32,
+    /// Lock attempts of this instance that may talk to MySQL at once (the semaphore in
+    /// front of MySQL); fewer than --mysql-pool, so renewals and releases always get a connection.
+    #[arg(long, env = "SECKILL_MYSQL_PERMITS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub mysql_permits: u32,
     /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
     #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
           value_parser = clap::value_parser!(u64).range(30..=600_000))]

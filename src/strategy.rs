@@ -155,8 +155,18 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             })?)
         }
         Strategy::Mysql => {
+            if config.mysql_permits >= config.mysql_pool {
+                anyhow::bail!(
+                    "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
+                     connections that waiting buyers cannot take. Lower the permits or raise the pool",
+                    config.mysql_permits,
+                    config.mysql_pool
+                );
+            }
             let pool = crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await?;
-            Arc::new(MySqlLock::new(pool, MySqlLockOptions { ttl: config.lock_ttl(), renew: true }))
+            let options =
+                MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits as usize };
+            Arc::new(MySqlLock::new(pool, options))
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };

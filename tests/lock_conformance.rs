@@ -379,7 +379,7 @@ conformance_suite!(
         for _ in 0..n {
             // A pool per contender, as from separate processes.
             let pool = common::mysql_pool().await;
-            let options = MySqlLockOptions { ttl: Duration::from_millis(1000), renew: true };
+            let options = MySqlLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: 3 };
             let expire = pool.clone();
             contenders.push(Contender {
                 lock: Arc::new(MySqlLock::new(pool, options)),

@@ -18,17 +18,24 @@
 //!    background sweeper deletes rows that expired long ago, as the seed's scheduled
 //!    task does.
 //! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
-//!    timeout; `try_acquire` is one attempt.
-//! 5. **Fencing token.** Inside the granting transaction, while the row is locked, a
-//!    counter in `seckill_lock_fences` is raised and stamped on the row. The counter is
-//!    never deleted, so tokens grow across rows deleted and inserted again.
+//!    timeout; `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
+//!    instance talk to MySQL at once (a semaphore, as the seed puts in front of MySQL),
+//!    so a crowd of waiters cannot take every pooled connection from the holder's
+//!    renewal and release.
+//! 5. **Fencing token.** Once the row is ours, a counter in `seckill_lock_fences` is
+//!    raised and stamped on the row. Taken while we hold the row, it is newer than every
+//!    earlier holder's token and older than every later one; the counter is never
+//!    deleted, so tokens grow across rows deleted and inserted again.
 //!
 //! ## Limitations
 //! - **One database.** The lock is as available as the database; a failover that loses
 //!   the last commits can lose a grant, and then two holders exist (the fencing token
 //!   still orders them).
-//! - **Cost.** Every acquire is a small transaction (insert, counter, stamp, commit);
-//!   every waiter polls. Under a crowd the database does most of the work.
+//! - **Cost.** A grant is four statements (insert, counter, stamp, and the release), a
+//!   refused attempt up to three; every waiter polls. Each statement commits on its own,
+//!   so a waiter never holds the holder's row locked across statements (under InnoDB's
+//!   default isolation an `UPDATE` keeps the rows it scanned locked until its
+//!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
 //! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock then
 //!   refuses its older token.
 //!
@@ -44,7 +51,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
-use sqlx::{MySql, Transaction};
 use tokio::task::JoinHandle;
 
 use super::keepalive::KeepAlive;
@@ -65,8 +71,8 @@ const TAKE_OVER_EXPIRED: &str = "UPDATE seckill_locks \
 /// Step 5: raise the name's counter; `LAST_INSERT_ID(expr)` hands the new value back. Binds: name.
 const NEXT_FENCING_TOKEN: &str = "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, LAST_INSERT_ID(1)) \
      ON DUPLICATE KEY UPDATE counter = LAST_INSERT_ID(counter + 1)";
-/// Binds: token, name.
-const STAMP_TOKEN: &str = "UPDATE seckill_locks SET fencing_token = ? WHERE name = ?";
+/// Binds: token, name, owner.
+const STAMP_TOKEN: &str = "UPDATE seckill_locks SET fencing_token = ? WHERE name = ? AND owner = ?";
 /// Binds: name.
 const CURRENT_TOKEN: &str = "SELECT fencing_token FROM seckill_locks WHERE name = ?";
 /// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
@@ -87,12 +93,17 @@ pub struct MySqlLockOptions {
     pub ttl: Duration,
     /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
+    /// How many acquire attempts of this instance may talk to MySQL at once (the seed's
+    /// semaphore). Fewer than the pool's connections, so that renewals and releases,
+    /// which take no permit, always find a connection.
+    pub permits: usize,
 }
 
 /// A lock whose grants are rows of `seckill_locks`.
 pub struct MySqlLock {
     pool: MySqlPool,
     options: MySqlLockOptions,
+    permits: tokio::sync::Semaphore,
     /// Grants this handle holds, token to (name, owner), so `shutdown` can delete them.
     held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
     shut_down: AtomicBool,
@@ -123,10 +134,17 @@ impl MySqlLock {
     /// Uses `pool` (migrated already, see [`crate::mysql_store`]) and starts the sweeper.
     pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
         let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
-        MySqlLock { pool, options, held: Arc::default(), shut_down: AtomicBool::new(false), sweeper }
+        MySqlLock {
+            pool,
+            options,
+            permits: tokio::sync::Semaphore::new(options.permits),
+            held: Arc::default(),
+            shut_down: AtomicBool::new(false),
+            sweeper,
+        }
     }
 
-    /// Steps 1 to 3 and 5, in one transaction: `None` if someone else holds `name`.
+    /// Steps 1 to 3 and 5: `None` if someone else holds `name`.
     ///
     /// InnoDB may pick this transaction as a deadlock victim when several buyers insert
     /// the same name while its holder deletes it (a known pattern of duplicate-key
@@ -141,13 +159,14 @@ impl MySqlLock {
 
     async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
         let ttl = micros(self.options.ttl);
-        let mut transaction = self.pool.begin().await?;
-        let inserted =
-            sqlx::query(INSERT_ROW).bind(name).bind(owner.as_str()).bind(ttl).execute(&mut *transaction).await;
+        // Each statement runs on its own (autocommit), so a waiter's attempt holds row
+        // locks only for one statement, never across the next: waiters cannot queue up
+        // behind each other on the holder's row.
+        let inserted = sqlx::query(INSERT_ROW).bind(name).bind(owner.as_str()).bind(ttl).execute(&self.pool).await;
         let granted = match inserted {
             Ok(_) => Granted::Fresh,
             Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
-                let reentered = sqlx::query(REENTER).bind(name).bind(owner.as_str()).execute(&mut *transaction).await?;
+                let reentered = sqlx::query(REENTER).bind(name).bind(owner.as_str()).execute(&self.pool).await?;
                 if reentered.rows_affected() == 1 {
                     Granted::Reentered
                 } else {
@@ -155,10 +174,9 @@ impl MySqlLock {
                         .bind(owner.as_str())
                         .bind(ttl)
                         .bind(name)
-                        .execute(&mut *transaction)
+                        .execute(&self.pool)
                         .await?;
                     if taken.rows_affected() != 1 {
-                        transaction.rollback().await?;
                         return Ok(None);
                     }
                     Granted::Fresh
@@ -166,14 +184,19 @@ impl MySqlLock {
             }
             Err(error) => return Err(error),
         };
+        // The row is ours from here on, so the token taken now is newer than every
+        // token of an earlier holder, and older than every later one.
         let token = match granted {
-            Granted::Fresh => stamp_new_token(&mut transaction, name).await?,
+            Granted::Fresh => {
+                let token = sqlx::query(NEXT_FENCING_TOKEN).bind(name).execute(&self.pool).await?.last_insert_id();
+                sqlx::query(STAMP_TOKEN).bind(token).bind(name).bind(owner.as_str()).execute(&self.pool).await?;
+                token
+            }
             Granted::Reentered => {
-                let (token,): (u64,) = sqlx::query_as(CURRENT_TOKEN).bind(name).fetch_one(&mut *transaction).await?;
+                let (token,): (u64,) = sqlx::query_as(CURRENT_TOKEN).bind(name).fetch_one(&self.pool).await?;
                 token
             }
         };
-        transaction.commit().await?;
         Ok(Some((granted, token)))
     }
 }
@@ -192,13 +215,6 @@ fn is_deadlock(error: &sqlx::Error) -> bool {
             .is_some_and(|error| error.number() == ER_LOCK_DEADLOCK),
         _ => false,
     }
-}
-
-/// Step 5: raises the counter and stamps it on the (locked) row.
-async fn stamp_new_token(transaction: &mut Transaction<'_, MySql>, name: &str) -> Result<u64, sqlx::Error> {
-    let token = sqlx::query(NEXT_FENCING_TOKEN).bind(name).execute(&mut **transaction).await?.last_insert_id();
-    sqlx::query(STAMP_TOKEN).bind(token).bind(name).execute(&mut **transaction).await?;
-    Ok(token)
 }
 
 /// Deletes rows that expired a whole TTL ago, every TTL, for the life of the lock.
@@ -277,8 +293,11 @@ impl DistributedLock for MySqlLock {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(LockError::ShutDown { backend: BACKEND });
         }
+        let permit = self.permits.acquire().await.map_err(|_| LockError::ShutDown { backend: BACKEND })?;
         let sent = Instant::now();
-        let Some((granted, token)) = self.grant_row(key, owner).await.map_err(backend_error)? else {
+        let granted = self.grant_row(key, owner).await;
+        drop(permit);
+        let Some((granted, token)) = granted.map_err(backend_error)? else {
             return Err(LockError::Busy { key: key.to_owned() });
         };
         if let Granted::Fresh = granted {
