@@ -33,7 +33,7 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert!(message.contains("zookeper"), "{message}");
-    assert!(message.contains("none, local, redis, etcd, zookeeper, atomic"), "{message}");
+    assert!(message.contains("none, local, redis, etcd, zookeeper, mysql, atomic"), "{message}");
 }
 
 #[test]
@@ -147,4 +147,27 @@ fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
     assert!(message.contains("cannot reach ZooKeeper at 127.0.0.1:1"), "{message}");
     assert!(message.contains("make services") && message.contains("--zk-connect"), "{message}");
     assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_fix() {
+    for (url, shown) in [
+        ("mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
+        ("mysql://seckill:wrong@127.0.0.1:3306/seckill", "mysql://seckill:***@127.0.0.1:3306/seckill"),
+    ] {
+        let output = seckill(&["serve", "--lock", "mysql", "--mysql-url", url, "--redis-url", &common::redis_url(6)]);
+        assert_eq!(output.status.code(), Some(1), "{url}");
+        let message = stderr(&output);
+        assert!(message.contains(&format!("cannot use MySQL at {shown}")), "{message}");
+        assert!(message.contains("make services") && message.contains("--mysql-url"), "{message}");
+        assert!(!message.contains("wrong"), "the password was printed: {message}");
+    }
+}
+
+#[test]
+fn mysql_permits_that_leave_no_connection_for_releases_are_refused() {
+    let output = seckill(&["serve", "--lock", "mysql", "--mysql-permits", "16", "--mysql-pool", "16"]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("--mysql-permits (16) must be less than --mysql-pool (16)"), "{message}");
 }

@@ -1,0 +1,93 @@
+//! What only the MySQL lock table must do: one winner when two take over an expired
+//! row, the sweeper, the hold count of nested acquires, migrations that two instances
+//! can run at once. Against the MariaDB that `make test` starts.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
+use seckill::lock::{DistributedLock, LockError};
+use sqlx::MySqlPool;
+
+fn options(ttl_ms: u64, renew: bool) -> MySqlLockOptions {
+    MySqlLockOptions { ttl: Duration::from_millis(ttl_ms), renew, permits: 3 }
+}
+
+async fn hold_count(pool: &MySqlPool, name: &str) -> Option<u32> {
+    sqlx::query_scalar("SELECT hold_count FROM seckill_locks WHERE name = ?")
+        .bind(name)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+async fn expire(pool: &MySqlPool, name: &str) {
+    sqlx::query("UPDATE seckill_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?")
+        .bind(name)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_takers_racing_for_one_expired_row_never_both_win() {
+    let pool = common::mysql_pool().await;
+    let (first, second) = (
+        Arc::new(MySqlLock::new(pool.clone(), options(5000, true))),
+        Arc::new(MySqlLock::new(pool.clone(), options(5000, true))),
+    );
+    let crashed = MySqlLock::new(pool.clone(), options(5000, false));
+    for round in 0..30 {
+        let name = common::unique_key(&format!("takeover-{round}"));
+        drop(crashed.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap()); // gone, row left
+        expire(&pool, &name).await;
+        let (owner_a, owner_b) = (common::owner(), common::owner());
+        let (a, b) = tokio::join!(first.try_acquire(&name, &owner_a), second.try_acquire(&name, &owner_b));
+        let winners = [&a, &b].iter().filter(|taken| taken.is_ok()).count();
+        assert_eq!(winners, 1, "round {round}: {a:?} / {b:?}");
+        for taken in [a, b].into_iter().flatten() {
+            taken.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_sweeper_deletes_the_row_of_a_holder_that_vanished() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(300, false));
+    let name = common::unique_key("sweep");
+    drop(lock.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap()); // no release
+    assert_eq!(hold_count(&pool, &name).await, Some(1));
+    // Expired after 300 ms, swept once a whole TTL past that, on the sweeper's 300 ms beat.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(hold_count(&pool, &name).await, None, "the abandoned row is still there");
+}
+
+#[tokio::test]
+async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, true));
+    let (me, name) = (common::owner(), common::unique_key("nested"));
+    let outer = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
+    let middle = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
+    let inner = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, Some(3));
+    assert_eq!(inner.fencing_token(), outer.fencing_token(), "one grant, one token");
+    inner.release().await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, Some(2));
+    middle.release().await.unwrap();
+    assert!(matches!(lock.try_acquire(&name, &common::owner()).await, Err(LockError::Busy { .. })));
+    outer.release().await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_starting_at_the_same_time_apply_the_migrations_without_tripping() {
+    let url = common::mysql_url();
+    let starts: Vec<_> = (0..4).map(|_| seckill::mysql_store::connect_checked(&url, 2)).collect();
+    for started in futures_util::future::join_all(starts).await {
+        started.expect("every instance starts");
+    }
+}
