@@ -14,7 +14,7 @@ RESULTS="$RUN/results"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
-((${#STRATEGIES[@]} > 0)) || STRATEGIES=(none local redis etcd zookeeper atomic)
+((${#STRATEGIES[@]} > 0)) || STRATEGIES=(none local redis etcd zookeeper mysql atomic)
 
 say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
