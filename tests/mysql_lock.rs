@@ -39,6 +39,7 @@ async fn two_takers_racing_for_one_expired_row_never_both_win() {
         Arc::new(MySqlLock::new(pool.clone(), options(5000, true))),
     );
     let crashed = MySqlLock::new(pool.clone(), options(5000, false));
+    let mut rounds_with_a_winner = 0;
     for round in 0..30 {
         let name = common::unique_key(&format!("takeover-{round}"));
         drop(crashed.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap()); // gone, row left
@@ -46,11 +47,15 @@ async fn two_takers_racing_for_one_expired_row_never_both_win() {
         let (owner_a, owner_b) = (common::owner(), common::owner());
         let (a, b) = tokio::join!(first.try_acquire(&name, &owner_a), second.try_acquire(&name, &owner_b));
         let winners = [&a, &b].iter().filter(|taken| taken.is_ok()).count();
-        assert_eq!(winners, 1, "round {round}: {a:?} / {b:?}");
+        // Never two. Zero happens when InnoDB picks the would-be winner as a deadlock
+        // victim: it backs off as if the row were held, and a later attempt wins.
+        assert!(winners <= 1, "round {round}: both took the same expired row: {a:?} / {b:?}");
+        rounds_with_a_winner += winners;
         for taken in [a, b].into_iter().flatten() {
             taken.release().await.unwrap();
         }
     }
+    assert!(rounds_with_a_winner >= 20, "only {rounds_with_a_winner} of 30 rounds had a winner");
 }
 
 #[tokio::test]
