@@ -52,9 +52,10 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(2..=1000))]
     pub mysql_pool: u32,
     /// Lock attempts of this instance that may talk to MySQL at once (the semaphore in
-    /// front of MySQL); fewer than --mysql-pool, so renewals and releases always get a connection.
+    /// front of MySQL); fewer than --mysql-pool, so renewals and releases always get a
+    /// connection. 0: no semaphore (to measure what it saves).
     #[arg(long, env = "SECKILL_MYSQL_PERMITS", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub mysql_permits: u32,
     /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
     #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
@@ -92,6 +93,11 @@ impl Config {
 
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.acquire_timeout_ms)
+    }
+
+    /// The semaphore in front of MySQL: `None` for `--mysql-permits 0`.
+    pub fn mysql_permits(&self) -> Option<usize> {
+        (self.mysql_permits > 0).then_some(self.mysql_permits as usize)
     }
 
     pub fn lock_ttl(&self) -> Duration {

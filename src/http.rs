@@ -5,7 +5,7 @@
 //! | `GET` or `POST /stock/reduce` | try to buy one unit |
 //! | `GET /stock` | `{stock, lucky, sales, initial}` |
 //! | `POST /stock/reset` | `Content-Type: application/json`, body `{"stock": 300}` (optional): a new sale |
-//! | `GET /healthz` | the process is up, which strategy it runs, and whether the sale is fenced |
+//! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced, and what a database lock counted |
 //! | `GET /readyz` | Redis answers a `PING` |
 //!
 //! In front of every route, as axum's examples do it: a bound on requests in flight
@@ -37,7 +37,7 @@ use crate::error::{errors_as_json, json_error, AppError};
 use crate::lock::FencingToken;
 use crate::sale::{Sale, SaleOutcome};
 use crate::stock::StockSnapshot;
-use crate::strategy::{FencingStatus, Strategy};
+use crate::strategy::{FencingStatus, Guarding, Strategy};
 
 /// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.
 const RESET_BODY_LIMIT: usize = 1024;
@@ -182,12 +182,17 @@ async fn reset(
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let shared = &state.0;
+    let lock_stats = match &shared.sale.guarding {
+        Guarding::Lock(lock) => lock.backend().stats(),
+        Guarding::AtomicScript => None,
+    };
     Json(json!({
         "status": "ok",
         "strategy": shared.strategy,
         "fencing": shared.fencing,
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
+        "lock_stats": lock_stats,
     }))
 }
 

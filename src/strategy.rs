@@ -11,6 +11,7 @@ use anyhow::Context;
 use crate::config::Config;
 use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
 use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
+use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use crate::lock::redis::{RedisLock, RedisLockOptions};
 use crate::lock::reentrant::Reentrant;
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
@@ -18,7 +19,7 @@ use crate::lock::{local, none, DistributedLock};
 
 /// Every strategy the service can run with; `--lock <strategy>` picks one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// No lock: the read-check-write races and the sale oversells.
     None,
@@ -32,6 +33,8 @@ pub enum Strategy {
     Zookeeper,
     /// MySQL: a row per held lock, unique by name, with owner, hold count and expiry.
     Mysql,
+    /// MySQL, optimistic: a compare-and-set on a version column, one row per lock name.
+    MysqlVersion,
     /// No lock: one Lua script does the whole check-and-decrement inside Redis.
     Atomic,
 }
@@ -46,6 +49,7 @@ impl Strategy {
             Strategy::Etcd => "etcd",
             Strategy::Zookeeper => "zookeeper",
             Strategy::Mysql => "mysql",
+            Strategy::MysqlVersion => "mysql-version",
             Strategy::Atomic => "atomic",
         }
     }
@@ -57,7 +61,10 @@ impl Strategy {
 
     /// Whether its grants carry fencing tokens the stock can check.
     pub fn issues_fencing_tokens(self) -> bool {
-        matches!(self, Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper | Strategy::Mysql)
+        matches!(
+            self,
+            Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper | Strategy::Mysql | Strategy::MysqlVersion
+        )
     }
 
     /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.
@@ -155,20 +162,38 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             })?)
         }
         Strategy::Mysql => {
-            if config.mysql_permits >= config.mysql_pool {
-                anyhow::bail!(
-                    "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
-                     connections that waiting buyers cannot take. Lower the permits or raise the pool",
-                    config.mysql_permits,
-                    config.mysql_pool
-                );
-            }
-            let pool = crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await?;
-            let options =
-                MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits as usize };
+            let pool = connect_mysql(config).await?;
+            let options = MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
             Arc::new(MySqlLock::new(pool, options))
+        }
+        Strategy::MysqlVersion => {
+            let pool = connect_mysql(config).await?;
+            let options =
+                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            Arc::new(MySqlVersionLock::new(pool, options))
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };
     Ok(Guarding::Lock(Reentrant::new(lock)))
+}
+
+/// The pool of the MySQL strategies, after checking that the semaphore leaves
+/// connections free for renewals and releases.
+async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
+    if config.mysql_permits >= config.mysql_pool {
+        anyhow::bail!(
+            "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
+             connections that waiting buyers cannot take. Lower the permits or raise the pool \
+             (--mysql-permits 0 takes the semaphore away)",
+            config.mysql_permits,
+            config.mysql_pool
+        );
+    }
+    if config.mysql_permits().is_none() {
+        tracing::warn!(
+            pool = config.mysql_pool,
+            "--mysql-permits 0: no semaphore in front of MySQL; every waiter polls it, up to the pool's size"
+        );
+    }
+    crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
 }

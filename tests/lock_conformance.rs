@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::local::LocalLock;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
+use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::redis::RedisLock;
 use seckill::lock::reentrant::Reentrant;
 use seckill::lock::zookeeper::ZooKeeperLock;
@@ -379,7 +380,7 @@ conformance_suite!(
         for _ in 0..n {
             // A pool per contender, as from separate processes.
             let pool = common::mysql_pool().await;
-            let options = MySqlLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: 3 };
+            let options = MySqlLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: Some(3) };
             let expire = pool.clone();
             contenders.push(Contender {
                 lock: Arc::new(MySqlLock::new(pool, options)),
@@ -391,6 +392,44 @@ conformance_suite!(
                             .execute(&expire)
                             .await
                             .unwrap();
+                    })
+                }),
+                // A crashed holder stops renewing; dropping the guard stops its renewal.
+                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+            });
+        }
+        contenders
+    }
+);
+
+conformance_suite!(
+    mysql_version,
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        stock_db: 25
+    },
+    |_client: ::redis::Client, n: usize| async move {
+        let mut contenders = Vec::new();
+        for _ in 0..n {
+            // A pool per contender, as from separate processes.
+            let pool = common::mysql_pool().await;
+            let options = MySqlVersionLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: Some(3) };
+            let expire = pool.clone();
+            contenders.push(Contender {
+                lock: Arc::new(MySqlVersionLock::new(pool, options)),
+                // As if the holder had stopped renewing long ago: its row is past expiry.
+                lose_lease: Box::new(move |key: String| {
+                    Box::pin(async move {
+                        sqlx::query(
+                            "UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?",
+                        )
+                        .bind(key)
+                        .execute(&expire)
+                        .await
+                        .unwrap();
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.

@@ -12,7 +12,7 @@ use seckill::lock::{DistributedLock, LockError};
 use sqlx::MySqlPool;
 
 fn options(ttl_ms: u64, renew: bool) -> MySqlLockOptions {
-    MySqlLockOptions { ttl: Duration::from_millis(ttl_ms), renew, permits: 3 }
+    MySqlLockOptions { ttl: Duration::from_millis(ttl_ms), renew, permits: Some(3) }
 }
 
 async fn hold_count(pool: &MySqlPool, name: &str) -> Option<u32> {

@@ -13,9 +13,11 @@
 //! | [`etcd`] | keys under a kept-alive lease, granted in revision order | yes |
 //! | [`zookeeper`] | ephemeral sequential nodes, each waiter watching its predecessor | yes |
 //! | [`mysql`] | a table row per held lock, unique by name, with owner, hold count and expiry | yes |
+//! | [`mysql_version`] | optimistic: a compare-and-set on a version column | yes |
 //!
-//! Beside them: [`keepalive`] renews a lease while it is held, and [`reentrant`] lets
-//! an owner take a key it already holds. Which strategy runs, and the `atomic` script
+//! Beside them: [`keepalive`] renews a lease while it is held, [`reentrant`] lets
+//! an owner take a key it already holds, and [`permits`] is the semaphore the database
+//! locks put in front of the database. Which strategy runs, and the `atomic` script
 //! that needs no lock at all, are chosen in [`crate::strategy`].
 //!
 //! ## The contract a backend must meet
@@ -58,7 +60,9 @@ pub mod etcd;
 pub mod keepalive;
 pub mod local;
 pub mod mysql;
+pub mod mysql_version;
 pub mod none;
+pub mod permits;
 pub mod redis;
 pub mod reentrant;
 pub mod zookeeper;
@@ -386,6 +390,25 @@ pub trait DistributedLock: Send + Sync {
     async fn shutdown(&self) -> Result<(), LockError> {
         Ok(())
     }
+
+    /// What the lock counted since it started, for backends that count (the database
+    /// locks, whose cost per sale is the lesson).
+    fn stats(&self) -> Option<LockStats> {
+        None
+    }
+}
+
+/// What a database lock counted since it started, as `/healthz` shows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStats {
+    /// Acquire attempts that reached the backend.
+    pub attempts: u64,
+    /// Grants, reentries not included.
+    pub grants: u64,
+    /// Optimistic locks: compare-and-sets that lost to another writer. 0 for the others.
+    pub conflicts: u64,
+    /// The semaphore in front of the backend.
+    pub permits: permits::PermitStats,
 }
 
 /// The polling loop behind the default [`DistributedLock::acquire`], for backends

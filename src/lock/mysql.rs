@@ -45,7 +45,7 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,8 @@ use sqlx::mysql::MySqlPool;
 use tokio::task::JoinHandle;
 
 use super::keepalive::KeepAlive;
-use super::{DistributedLock, FencingToken, LockError, LockGuard, Owner, Release};
+use super::permits::Permits;
+use super::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql";
 
@@ -94,16 +95,19 @@ pub struct MySqlLockOptions {
     /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
     /// How many acquire attempts of this instance may talk to MySQL at once (the seed's
-    /// semaphore). Fewer than the pool's connections, so that renewals and releases,
-    /// which take no permit, always find a connection.
-    pub permits: usize,
+    /// semaphore, see [`super::permits`]). Fewer than the pool's connections, so that
+    /// renewals and releases, which take no permit, always find a connection. `None`:
+    /// no bound, to measure what the bound saves.
+    pub permits: Option<usize>,
 }
 
 /// A lock whose grants are rows of `seckill_locks`.
 pub struct MySqlLock {
     pool: MySqlPool,
     options: MySqlLockOptions,
-    permits: tokio::sync::Semaphore,
+    permits: Permits,
+    attempts: AtomicU64,
+    grants: AtomicU64,
     /// Grants this handle holds, token to (name, owner), so `shutdown` can delete them.
     held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
     shut_down: AtomicBool,
@@ -137,7 +141,9 @@ impl MySqlLock {
         MySqlLock {
             pool,
             options,
-            permits: tokio::sync::Semaphore::new(options.permits),
+            permits: Permits::new(options.permits),
+            attempts: AtomicU64::new(0),
+            grants: AtomicU64::new(0),
             held: Arc::default(),
             shut_down: AtomicBool::new(false),
             sweeper,
@@ -293,14 +299,16 @@ impl DistributedLock for MySqlLock {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(LockError::ShutDown { backend: BACKEND });
         }
-        let permit = self.permits.acquire().await.map_err(|_| LockError::ShutDown { backend: BACKEND })?;
+        let pass = self.permits.enter().await.ok_or(LockError::ShutDown { backend: BACKEND })?;
         let sent = Instant::now();
+        self.attempts.fetch_add(1, Ordering::Relaxed);
         let granted = self.grant_row(key, owner).await;
-        drop(permit);
+        drop(pass);
         let Some((granted, token)) = granted.map_err(backend_error)? else {
             return Err(LockError::Busy { key: key.to_owned() });
         };
         if let Granted::Fresh = granted {
+            self.grants.fetch_add(1, Ordering::Relaxed);
             lock(&self.held).insert(token, (key.to_owned(), owner.as_str().to_owned()));
         }
         let (keepalive, fixed, lease) = if self.options.renew {
@@ -345,6 +353,7 @@ impl DistributedLock for MySqlLock {
     /// Deletes every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.store(true, Ordering::SeqCst);
+        self.permits.close();
         self.sweeper.abort();
         let held: Vec<(u64, (String, String))> = lock(&self.held).drain().collect();
         for (token, (name, owner)) in held {
@@ -357,5 +366,15 @@ impl DistributedLock for MySqlLock {
                 .map_err(backend_error)?;
         }
         Ok(())
+    }
+
+    /// A lock table has no version conflicts: a refused insert is simply "held".
+    fn stats(&self) -> Option<LockStats> {
+        Some(LockStats {
+            attempts: self.attempts.load(Ordering::Relaxed),
+            grants: self.grants.load(Ordering::Relaxed),
+            conflicts: 0,
+            permits: self.permits.stats(),
+        })
     }
 }
