@@ -62,13 +62,13 @@ use super::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owne
 const BACKEND: &str = "mysql-version";
 
 /// Step 2's read. `expired` is computed by the server, on the server's clock. Binds: name.
-const READ_ROW: &str = "SELECT version, owner, CAST(expires_at <= NOW(3) AS SIGNED) AS expired \
+pub const READ_ROW: &str = "SELECT version, owner, CAST(expires_at <= NOW(3) AS SIGNED) AS expired \
      FROM seckill_version_locks WHERE name = ?";
 /// Step 1: the row of a name used for the first time. Binds: name.
 const CREATE_ROW: &str = "INSERT IGNORE INTO seckill_version_locks (name, version, owner, expires_at) \
      VALUES (?, 0, '', NOW(3))";
 /// Step 2's compare-and-set. Binds: owner, ttl in microseconds, name, the version read.
-const TAKE_IF_UNCHANGED: &str = "UPDATE seckill_version_locks \
+pub const TAKE_IF_UNCHANGED: &str = "UPDATE seckill_version_locks \
      SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND (owner = '' OR expires_at <= NOW(3))";
 /// Step 3. Binds: name, version, owner.
