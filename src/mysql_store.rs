@@ -60,7 +60,7 @@ async fn migrate(pool: &MySqlPool) -> Result<(), Box<dyn std::error::Error + Sen
 }
 
 /// The URL with its password replaced by `***`, for messages and logs.
-fn without_password(url: &str) -> String {
+pub fn without_password(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let credentials = &url[scheme_end + 3..at];

@@ -6,8 +6,8 @@
 
 use crate::{Report, Verdict};
 
-const WIDTH: f64 = 1000.0;
-const LABEL_WIDTH: f64 = 110.0;
+const WIDTH: f64 = 1120.0;
+const LABEL_WIDTH: f64 = 230.0;
 const BAR_AREA: f64 = 400.0;
 const ROW_HEIGHT: f64 = 46.0;
 const TOP: f64 = 64.0;
@@ -46,7 +46,7 @@ pub fn comparison_svg(reports: &[Report]) -> String {
 <text x="{tx:.1}" y="{ty}">{sold} sold · {verdict} · {twice} sold twice · {rps:.0} req/s · p99 {p99:.0} ms</text>
 "#,
             ty = y + 18.0,
-            name = escape(&report.strategy),
+            name = escape(&report.label()),
             w1 = within * scale,
             x2 = LABEL_WIDTH + within * scale,
             w2 = beyond * scale,

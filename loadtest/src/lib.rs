@@ -5,12 +5,15 @@
 //! 1. [`crowd`]: resets the sale and fires the goose users; tallies what each buyer was told.
 //! 2. [`checker`]: the test oracle. Reads the sale back from Redis (not from the
 //!    service, which could be wrong) and decides: held, oversold, or lost.
-//! 3. [`report`]: the verdict as a reader sees it, and the comparison table;
+//! 3. [`database`]: for the MySQL strategies, what each sale cost the database
+//!    (statements, attempts, version conflicts), read before and after the attack.
+//! 4. [`report`]: the verdict as a reader sees it, and the comparison table;
 //!    [`chart`] draws that table as an SVG.
 
 pub mod chart;
 pub mod checker;
 pub mod crowd;
+pub mod database;
 pub mod report;
 
 use anyhow::bail;
@@ -29,6 +32,8 @@ pub struct Options {
     pub initial_stock: i64,
     /// The Redis the instances sell from, read directly for the verdict.
     pub redis_url: String,
+    /// The MySQL of the MySQL strategies, whose statement counters are read.
+    pub mysql_url: String,
     /// Print goose's own metrics tables too.
     pub goose_metrics: bool,
 }
@@ -48,8 +53,20 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     }
     let target = crowd::prepare(options).await?;
     let generation = checker::generation(&options.redis_url).await?;
+    let counting_cost = database::is_database_lock(&target.strategy);
+    let cost_before = match counting_cost {
+        true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
+        false => None,
+    };
     let tally = crowd::attack(options).await?;
     let sale = checker::read_sale(&options.redis_url).await?;
+    let database_cost = match &cost_before {
+        Some(before) => {
+            let after = database::snapshot(&options.hosts, &options.mysql_url).await?;
+            database::DatabaseCost::from_snapshots(before, &after, sale.lucky)
+        }
+        None => None,
+    };
     if sale.generation != generation {
         return Err(InvalidRun(format!(
             "the sale was reset while the crowd was buying (reset generation {generation} became {}): \
@@ -59,5 +76,5 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         .into());
     }
     let judgement = checker::judge(options.initial_stock, &target, &sale, &tally);
-    Ok(Report::new(options, target, &sale, tally, judgement))
+    Ok(Report::new(options, target, &sale, tally, judgement).with_database_cost(database_cost))
 }

@@ -30,6 +30,9 @@ struct Cli {
     /// Redis the instances sell from; read directly for the verdict.
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// MySQL of the MySQL strategies; its statement counters are read before and after.
+    #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
+    mysql_url: String,
     /// Print the report as one JSON line instead of text.
     #[arg(long)]
     json: bool,
@@ -58,6 +61,7 @@ async fn main() -> ExitCode {
         users: cli.users,
         initial_stock: cli.stock,
         redis_url: cli.redis_url,
+        mysql_url: cli.mysql_url,
         goose_metrics: cli.goose_metrics,
     };
     match run(&options).await {

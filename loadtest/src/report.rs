@@ -9,6 +9,7 @@ use seckill::strategy::{FencingStatus, Strategy};
 
 use crate::checker::{Judgement, SaleState, Verdict};
 use crate::crowd::{Tally, Target};
+use crate::database::{per_sale_label, DatabaseCost};
 use crate::Options;
 
 /// Everything measured in one run.
@@ -45,6 +46,9 @@ pub struct Report {
     pub expected_to_oversell: bool,
     /// Human-readable reasons behind the verdict.
     pub findings: Vec<String>,
+    /// The MySQL strategies: what the sale cost the database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<DatabaseCost>,
 }
 
 impl Report {
@@ -79,6 +83,20 @@ impl Report {
             verdict: judgement.verdict,
             expected_to_oversell,
             findings: judgement.findings,
+            database: None,
+        }
+    }
+
+    pub fn with_database_cost(mut self, cost: Option<DatabaseCost>) -> Self {
+        self.database = cost;
+        self
+    }
+
+    /// The strategy, and how it ran when that matters for the comparison.
+    pub fn label(&self) -> String {
+        match &self.database {
+            Some(cost) if cost.permits.is_none() => format!("{} (no semaphore)", self.strategy),
+            _ => self.strategy.clone(),
         }
     }
 
@@ -145,6 +163,30 @@ impl Report {
             "latency",
             format!("p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p95_ms, self.p99_ms),
         );
+        if let Some(cost) = &self.database {
+            let statements = match (cost.statements, &cost.statements_unmeasured) {
+                (Some(n), _) => format!("{n} ({} per sale)", per_sale_label(cost.statements_per_sale())),
+                (None, Some(why)) => format!("not measured: {why}"),
+                (None, None) => "not measured".to_owned(),
+            };
+            line(&mut out, "mysql statements", statements);
+            line(
+                &mut out,
+                "lock attempts",
+                format!(
+                    "{} ({} per sale), {} version conflicts ({} per sale)",
+                    cost.attempts,
+                    per_sale_label(cost.attempts_per_sale()),
+                    cost.conflicts,
+                    per_sale_label(cost.conflicts_per_sale())
+                ),
+            );
+            line(
+                &mut out,
+                "semaphore",
+                format!("{}; at most {} attempts in flight", cost.semaphore_label(), cost.peak_in_flight),
+            );
+        }
         for finding in &self.findings {
             out.push_str(&format!("  - {finding}\n"));
         }
@@ -175,9 +217,10 @@ pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
 pub fn comparison_table(reports: &[Report]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms |\n",
+        "| strategy | verdict | expected | sold | stock left | units sold twice | errors | req/s | p50 ms | p99 ms \
+         | stmts/sale | conflicts/sale |\n",
     );
-    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    out.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for r in reports {
         let verdict = match r.verdict {
             Verdict::Held => "held",
@@ -185,9 +228,13 @@ pub fn comparison_table(reports: &[Report]) -> String {
             Verdict::Lost => "LOST",
         };
         let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
+        let (statements, conflicts) = match &r.database {
+            Some(cost) => (per_sale_label(cost.statements_per_sale()), per_sale_label(cost.conflicts_per_sale())),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} |\n",
-            r.strategy,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {} |\n",
+            r.label(),
             verdict,
             expected,
             r.lucky,
@@ -196,7 +243,9 @@ pub fn comparison_table(reports: &[Report]) -> String {
             r.error_count(),
             r.requests_per_second,
             r.p50_ms,
-            r.p99_ms
+            r.p99_ms,
+            statements,
+            conflicts
         ));
     }
     out
@@ -231,6 +280,7 @@ mod tests {
             verdict,
             expected_to_oversell,
             findings: vec![],
+            database: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //! one-shot buyers from goose, and the verdict read back from Redis.
 //!
 //! Needs the project's test Redis (`make test` starts it). Each test sells from its own
-//! Redis database (10 to 19 belong to this file); the attacks run one at a time because
+//! Redis database (10 to 19 and 44 belong to this file); the attacks run one at a time because
 //! goose keeps global state.
 
 #[path = "../../tests/common/mod.rs"]
@@ -31,7 +31,14 @@ async fn start(strategy: Strategy, db: u8) -> Instance {
 }
 
 fn options(hosts: Vec<String>, db: u8) -> Options {
-    Options { hosts, users: 500, initial_stock: 300, redis_url: redis_url(db), goose_metrics: false }
+    Options {
+        hosts,
+        users: 500,
+        initial_stock: 300,
+        redis_url: redis_url(db),
+        mysql_url: common::mysql_url(),
+        goose_metrics: false,
+    }
 }
 
 /// Two instances of `strategy`, the crowd, the report.
@@ -90,6 +97,29 @@ async fn the_mysql_lock_table_sells_exactly_300_to_500_buyers_across_two_instanc
     let report = flash_sale(Strategy::Mysql, 19).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
+    let cost = assert_database_cost_measured(&report);
+    assert_eq!(cost.conflicts, 0, "a lock table has no version conflicts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
+    let report = flash_sale(Strategy::MysqlVersion, 44).await;
+    assert_held(&report);
+    assert_eq!(report.fencing_regressions, Some(0));
+    assert_database_cost_measured(&report);
+}
+
+/// The MySQL strategies' report says what the sale cost the database.
+fn assert_database_cost_measured(report: &Report) -> loadtest::database::DatabaseCost {
+    let cost = report.database.clone().unwrap_or_else(|| panic!("no database cost: {}", report.render()));
+    assert_eq!(cost.units_sold, 300);
+    assert!(cost.grants >= 300, "every sale was a grant: {cost:?}");
+    // Every sale is at least one grant and one release, each at least one statement.
+    let statements = cost.statements_per_sale().unwrap_or_else(|| panic!("{}", report.render()));
+    assert!(statements >= 2.0, "{statements} statements per sale: {}", report.render());
+    assert!(cost.peak_in_flight <= 10, "the default semaphore has 10 permits: {cost:?}");
+    assert!(report.render().contains("per sale"), "{}", report.render());
+    cost
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
