@@ -1,5 +1,5 @@
 //! What a buyer receives while the lock's server is down, and how soon sales resume
-//! when it is back: against private etcd and ZooKeeper servers that the tests kill.
+//! when it is back: against private etcd, ZooKeeper and MariaDB servers that the tests kill.
 //! `cargo test --test backend_outages -- --nocapture` prints what it measured.
 
 mod common;
@@ -82,4 +82,18 @@ async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_ba
     let mut zookeeper = common::PrivateServer::zookeeper();
     let connect = format!("127.0.0.1:{}", zookeeper.port);
     outage(Strategy::Zookeeper, &mut zookeeper, 43, |config| config.zk_connect = connect).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_mariadb_is_down_the_lock_table_answers_503_and_sales_resume_when_it_is_back() {
+    let mut mariadb = common::PrivateServer::mariadb();
+    let url = mariadb.mysql_url();
+    outage(Strategy::Mysql, &mut mariadb, 45, |config| config.mysql_url = url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_mariadb_is_down_the_version_lock_answers_503_and_sales_resume_when_it_is_back() {
+    let mut mariadb = common::PrivateServer::mariadb();
+    let url = mariadb.mysql_url();
+    outage(Strategy::MysqlVersion, &mut mariadb, 46, |config| config.mysql_url = url).await;
 }

@@ -433,6 +433,58 @@ impl PrivateServer {
         Self::start(command, port, dir)
     }
 
+    /// A MariaDB of its own (a fresh data directory), with the `seckill` database and
+    /// account as `scripts/services.sh` creates them. `url` connects to it.
+    pub fn mariadb() -> Self {
+        let dir = TempDir::new("private-mariadb");
+        let port = free_port();
+        let (data, socket) = (dir.0.join("data"), dir.0.join("mysqld.sock"));
+        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
+        let user = format!("--user={}", user.trim());
+        let installed = Command::new("mysql_install_db")
+            .args(["--no-defaults", &user, &format!("--datadir={}", data.display())])
+            .arg("--auth-root-authentication-method=socket")
+            .output()
+            .unwrap_or_else(|error| panic!("mysql_install_db must be installed (`make services` installs it): {error}"));
+        assert!(installed.status.success(), "mysql_install_db: {}", String::from_utf8_lossy(&installed.stderr));
+        let command = [
+            "mariadbd",
+            "--no-defaults",
+            &user,
+            &format!("--datadir={}", data.display()),
+            &format!("--socket={}", socket.display()),
+            &format!("--pid-file={}", dir.0.join("mariadb.pid").display()),
+            &format!("--port={port}"),
+            "--bind-address=127.0.0.1",
+            "--skip-log-bin",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let server = Self::start(command, port, dir);
+        let mut client = Command::new("mysql")
+            .args(["--no-defaults", &format!("--socket={}", socket.display()), "-uroot"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        client
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(
+                b"CREATE DATABASE seckill; CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill'; \
+                  GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'127.0.0.1';",
+            )
+            .unwrap();
+        assert!(client.wait().unwrap().success(), "could not create the seckill account in the private MariaDB");
+        server
+    }
+
+    /// The URL of a [`PrivateServer::mariadb`].
+    pub fn mysql_url(&self) -> String {
+        format!("mysql://seckill:seckill@127.0.0.1:{}/seckill", self.port)
+    }
+
     fn start(command: Vec<String>, port: u16, dir: TempDir) -> Self {
         let mut server = PrivateServer { command, child: None, port, _dir: dir };
         server.restart();
