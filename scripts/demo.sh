@@ -2,7 +2,11 @@
 # The whole lesson in one command: for every strategy, two instances of the service on
 # ports 8080 and 8090, 500 buyers against 300 units, a verdict; then one comparison table.
 #
-#   scripts/demo.sh [STRATEGY...]     default: every strategy
+#   scripts/demo.sh [RUN...]     default: every strategy
+#
+# A RUN is a strategy (`redis`), or a strategy and a variant: `mysql+no-semaphore` runs
+# a MySQL lock with `--mysql-permits 0` (no semaphore in front of MySQL) and a pool of
+# 64 connections per instance, to measure what the semaphore saves.
 #
 # Starts the backing servers it needs (and stops the ones it started), builds in
 # release mode, and leaves the reports in .run/results/.
@@ -14,11 +18,23 @@ RESULTS="$RUN/results"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
-((${#STRATEGIES[@]} > 0)) || STRATEGIES=(none local redis etcd zookeeper mysql atomic)
+((${#STRATEGIES[@]} > 0)) ||
+  STRATEGIES=(none local redis etcd zookeeper mysql mysql+no-semaphore mysql-version mysql-version+no-semaphore atomic)
+
+# The flags a run adds to `seckill serve`.
+variant_flags() {
+  case $1 in
+    *+no-semaphore) echo "--mysql-permits 0 --mysql-pool 64" ;;
+    *+*) die "unknown variant in \`$1\`; the one variant is +no-semaphore (for mysql and mysql-version)" ;;
+    *) echo "" ;;
+  esac
+}
 
 say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
 
 mkdir -p "$RESULTS" "$LOGS" "$RUN/pids"
 cd "$ROOT"
@@ -55,24 +71,26 @@ cargo build --release --workspace
 
 reports=()
 failed=()
-for strategy in "${STRATEGIES[@]}"; do
+for run in "${STRATEGIES[@]}"; do
+  strategy=${run%%+*}
+  read -r -a flags <<<"$(variant_flags "$run")"
   instances=()
   for port in "${PORTS[@]}"; do
-    target/release/seckill serve --port "$port" --lock "$strategy" >"$LOGS/seckill-$strategy-$port.log" 2>&1 &
+    target/release/seckill serve --port "$port" --lock "$strategy" "${flags[@]}" >"$LOGS/seckill-$run-$port.log" 2>&1 &
     instances+=($!)
   done
   for port in "${PORTS[@]}"; do
     for _ in $(seq 1 100); do listening "$port" && break; sleep 0.1; done
-    listening "$port" || die "seckill --lock $strategy did not start on $port; see $LOGS/seckill-$strategy-$port.log"
+    listening "$port" || die "seckill --lock $strategy ${flags[*]} did not start on $port; see $LOGS/seckill-$run-$port.log"
   done
 
   echo
   status=0
-  target/release/loadtest --report-file "$RESULTS/$strategy.json" || status=$?
+  target/release/loadtest --report-file "$RESULTS/$run.json" || status=$?
   case $status in
-    0) reports+=("$RESULTS/$strategy.json") ;;
-    1) reports+=("$RESULTS/$strategy.json"); failed+=("$strategy") ;;
-    *) die "the load test could not run against --lock $strategy" ;;
+    0) reports+=("$RESULTS/$run.json") ;;
+    1) reports+=("$RESULTS/$run.json"); failed+=("$run") ;;
+    *) die "the load test could not run against --lock $strategy ${flags[*]}" ;;
   esac
 
   for pid in "${instances[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -152,7 +152,7 @@ start_mysql() {
   fi
   start_daemon mysql mariadbd --no-defaults --user="$(id -un)" --datadir="$dir/data" \
     --socket="$MYSQL_SOCKET" --port=$MYSQL_PORT --bind-address=127.0.0.1 --pid-file="$dir/mariadb.pid" \
-    --skip-log-bin
+    --skip-log-bin --max-connections=400
   wait_for mysql 60 mysqladmin --no-defaults --socket="$MYSQL_SOCKET" -uroot ping
   # The service's database and account (used by the MySQL lock strategies).
   mysql --no-defaults --socket="$MYSQL_SOCKET" -uroot <<'SQL'
