@@ -12,8 +12,9 @@
 //!    whose lock is gone, and the atomic script that needs no lock.
 //! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
 //!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`],
-//!    [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`]; beside them
-//!    [`lock::keepalive`] (lease renewal) and [`lock::reentrant`] (hold counts).
+//!    [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`], [`lock::mysql_version`];
+//!    beside them [`lock::keepalive`] (lease renewal), [`lock::reentrant`] (hold
+//!    counts) and [`lock::permits`] (the semaphore in front of MySQL).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
 //! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers.
 //! 6. The load test lives in the `loadtest/` crate: goose fires the buyers

@@ -19,9 +19,10 @@
 //!    task does.
 //! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
 //!    timeout; `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
-//!    instance talk to MySQL at once (a semaphore, as the seed puts in front of MySQL),
-//!    so a crowd of waiters cannot take every pooled connection from the holder's
-//!    renewal and release.
+//!    instance talk to MySQL at once (a semaphore, as the seed puts in front of MySQL,
+//!    see [`super::permits`]), so a crowd of waiters cannot take every pooled
+//!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
+//!    bound away, to measure what it saves.
 //! 5. **Fencing token.** Once the row is ours, a counter in `seckill_lock_fences` is
 //!    raised and stamped on the row. Taken while we hold the row, it is newer than every
 //!    earlier holder's token and older than every later one; the counter is never
