@@ -19,7 +19,7 @@ LOGS="$RUN/logs"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local redis etcd zookeeper mysql mysql+no-semaphore mysql-version mysql-version+no-semaphore atomic)
+  STRATEGIES=(none local redis redlock etcd zookeeper mysql mysql+no-semaphore mysql-version mysql-version+no-semaphore atomic)
 
 # The flags a run adds to `seckill serve`.
 variant_flags() {

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The backing servers, as plain processes on loopback: Redis, etcd, ZooKeeper, MariaDB,
-# and the test suite's own Redis.
+# The backing servers, as plain processes on loopback: Redis, the five Redlock masters,
+# etcd, ZooKeeper, MariaDB, and the test suite's own Redis.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
 #   scripts/services.sh stop [NAME...]
 #                               stop only what `start` started (servers it reused keep running);
-#                               NAME is redis, redis-test, etcd, zookeeper or mysql
+#                               NAME is redis, redlock-6381 ... redlock-6385, redis-test, etcd,
+#                               zookeeper or mysql
 #   scripts/services.sh status  say what listens on each port
 #
 # Data, logs and pid files live under .run/ in the project. A server already listening
@@ -24,6 +25,8 @@ LOGS="$RUN/logs"
 
 REDIS_PORT=6379
 TEST_REDIS_PORT=6390
+# Five independent Redis masters for --lock redlock (no replication between them).
+REDLOCK_PORTS=(6381 6382 6383 6384 6385)
 ETCD_PORT=2379
 ETCD_PEER_PORT=2380
 ZK_PORT=2181
@@ -89,6 +92,21 @@ start_redis() {
     --save '' --appendonly no --daemonize no
   wait_for redis 20 redis-cli -p $REDIS_PORT ping
   say "redis: started on $REDIS_PORT"
+}
+
+# A Redlock master forgets the keys it granted if it restarts empty, and then two
+# clients can hold the lock (see src/lock/redlock.rs). So each one writes every
+# command to its append-only file and fsyncs it before it answers.
+start_redlock_masters() {
+  local port
+  for port in "${REDLOCK_PORTS[@]}"; do
+    if listening "$port"; then say "redlock-$port: reusing the server on $port"; continue; fi
+    mkdir -p "$RUN/redlock-$port"
+    start_daemon "redlock-$port" redis-server --port "$port" --bind 127.0.0.1 --dir "$RUN/redlock-$port" \
+      --save '' --appendonly yes --appendfsync always --daemonize no
+  done
+  for port in "${REDLOCK_PORTS[@]}"; do wait_for "redlock-$port" 20 redis-cli -p "$port" ping; done
+  say "redlock: five masters on ${REDLOCK_PORTS[*]}"
 }
 
 # The tests' Redis: always ours, never reused from someone else.
@@ -184,7 +202,9 @@ stop_started() {
 
 status() {
   local name port
-  for name_port in redis:$REDIS_PORT redis-test:$TEST_REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
+  local redlock=()
+  for port in "${REDLOCK_PORTS[@]}"; do redlock+=("redlock-$port:$port"); done
+  for name_port in redis:$REDIS_PORT "${redlock[@]}" redis-test:$TEST_REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
     name=${name_port%%:*}; port=${name_port##*:}
     if listening "$port"; then say "$name: listening on $port"; else say "$name: not running (port $port)"; fi
   done
@@ -195,6 +215,7 @@ case "${1:-start}" in
   start)
     install_missing
     start_redis
+    start_redlock_masters
     start_test_redis
     start_etcd
     start_zookeeper

@@ -38,6 +38,15 @@ pub struct Config {
     /// Redis holding the stock (and the lock, for `--lock redis`).
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// The independent Redis masters of `--lock redlock`, comma separated (at least 3).
+    #[arg(long, env = "SECKILL_REDLOCK_URLS", value_delimiter = ',',
+          default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385")]
+    pub redlock_urls: Vec<String>,
+    /// How long one Redlock master may take to answer, in milliseconds; far below the TTL,
+    /// so that a dead master costs one short timeout.
+    #[arg(long, env = "SECKILL_REDLOCK_NODE_TIMEOUT_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub redlock_node_timeout_ms: u64,
     /// etcd endpoints for `--lock etcd`, comma separated.
     #[arg(long, env = "SECKILL_ETCD_ENDPOINTS", value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
     pub etcd_endpoints: Vec<String>,

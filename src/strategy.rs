@@ -13,6 +13,7 @@ use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
 use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
 use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use crate::lock::redis::{RedisLock, RedisLockOptions};
+use crate::lock::redlock::{Redlock, RedlockOptions};
 use crate::lock::reentrant::Reentrant;
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
@@ -27,6 +28,8 @@ pub enum Strategy {
     Local,
     /// Redis `SET NX PX` with an owner token, owner-checked release and renewal.
     Redis,
+    /// Redlock: `SET NX PX` on a majority of independent Redis masters, with validity.
+    Redlock,
     /// etcd: keys under a kept-alive lease, granted in revision order.
     Etcd,
     /// ZooKeeper: ephemeral sequential nodes, each waiter watching its predecessor.
@@ -46,6 +49,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Local => "local",
             Strategy::Redis => "redis",
+            Strategy::Redlock => "redlock",
             Strategy::Etcd => "etcd",
             Strategy::Zookeeper => "zookeeper",
             Strategy::Mysql => "mysql",
@@ -140,6 +144,25 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         Strategy::None => Arc::new(none::NoLock),
         Strategy::Local => Arc::new(local::LocalLock::default()),
         Strategy::Redis => Arc::new(RedisLock::connect(redis, redis_lock_options(config)).await?),
+        Strategy::Redlock => {
+            let node_timeout = std::time::Duration::from_millis(config.redlock_node_timeout_ms);
+            if node_timeout * 10 > config.lock_ttl() {
+                anyhow::bail!(
+                    "--redlock-node-timeout-ms ({} ms) must be at most a tenth of --lock-ttl-ms ({} ms): \
+                     a master that does not answer must cost a small part of the lease, not most of it",
+                    config.redlock_node_timeout_ms,
+                    config.lock_ttl_ms
+                );
+            }
+            let options = RedlockOptions { ttl: config.lock_ttl(), renew: true, node_timeout };
+            Arc::new(Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
+                format!(
+                    "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
+                     or point --redlock-urls / SECKILL_REDLOCK_URLS at at least 3 running Redis masters",
+                    config.redlock_urls.join(",")
+                )
+            })?)
+        }
         Strategy::Etcd => {
             let options = EtcdLockOptions { endpoints: config.etcd_endpoints.clone(), ttl: config.lock_ttl() };
             Arc::new(EtcdLock::connect(options).await.with_context(|| {

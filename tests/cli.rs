@@ -33,7 +33,7 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert!(message.contains("zookeper"), "{message}");
-    assert!(message.contains("none, local, redis, etcd, zookeeper, mysql, atomic"), "{message}");
+    assert!(message.contains("none, local, redis, redlock, etcd, zookeeper, mysql, mysql-version, atomic"), "{message}");
 }
 
 #[test]
@@ -151,12 +151,13 @@ fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
 
 #[test]
 fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_fix() {
-    for (url, shown) in [
-        ("mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
-        ("mysql://seckill:wrong@127.0.0.1:3306/seckill", "mysql://seckill:***@127.0.0.1:3306/seckill"),
+    for (strategy, url, shown) in [
+        ("mysql", "mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
+        ("mysql", "mysql://seckill:wrong@127.0.0.1:3306/seckill", "mysql://seckill:***@127.0.0.1:3306/seckill"),
+        ("mysql-version", "mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
     ] {
-        let output = seckill(&["serve", "--lock", "mysql", "--mysql-url", url, "--redis-url", &common::redis_url(6)]);
-        assert_eq!(output.status.code(), Some(1), "{url}");
+        let output = seckill(&["serve", "--lock", strategy, "--mysql-url", url, "--redis-url", &common::redis_url(6)]);
+        assert_eq!(output.status.code(), Some(1), "{strategy} {url}");
         let message = stderr(&output);
         assert!(message.contains(&format!("cannot use MySQL at {shown}")), "{message}");
         assert!(message.contains("make services") && message.contains("--mysql-url"), "{message}");
@@ -166,8 +167,33 @@ fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_f
 
 #[test]
 fn mysql_permits_that_leave_no_connection_for_releases_are_refused() {
-    let output = seckill(&["serve", "--lock", "mysql", "--mysql-permits", "16", "--mysql-pool", "16"]);
+    for strategy in ["mysql", "mysql-version"] {
+        let output = seckill(&["serve", "--lock", strategy, "--mysql-permits", "16", "--mysql-pool", "16"]);
+        assert_eq!(output.status.code(), Some(1));
+        let message = stderr(&output);
+        assert!(message.contains("--mysql-permits (16) must be less than --mysql-pool (16)"), "{message}");
+        assert!(message.contains("--mysql-permits 0"), "the way to run without the semaphore: {message}");
+    }
+}
+
+#[test]
+fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix() {
+    let urls = "redis://127.0.0.1:6381,redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3,redis://127.0.0.1:4";
+    let output = seckill(&["serve", "--lock", "redlock", "--redlock-urls", urls, "--redis-url", &common::redis_url(6)]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
-    assert!(message.contains("--mysql-permits (16) must be less than --mysql-pool (16)"), "{message}");
+    assert!(message.contains("only 1 of 5 Redlock masters answer"), "{message}");
+    assert!(message.contains("make services") && message.contains("--redlock-urls"), "{message}");
+
+    let output = seckill(&["serve", "--lock", "redlock", "--redlock-urls", "redis://127.0.0.1:6381,redis://127.0.0.1:6382"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("at least 3 masters"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
+    let output = seckill(&["serve", "--lock", "redlock", "--redlock-node-timeout-ms", "500", "--lock-ttl-ms", "3000"]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(message.contains("--redlock-node-timeout-ms (500 ms) must be at most a tenth of --lock-ttl-ms"), "{message}");
 }

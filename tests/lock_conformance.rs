@@ -24,6 +24,7 @@ use seckill::lock::local::LocalLock;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::redis::RedisLock;
+use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::reentrant::Reentrant;
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError, LockGuard};
@@ -430,6 +431,45 @@ conformance_suite!(
                         .execute(&expire)
                         .await
                         .unwrap();
+                    })
+                }),
+                // A crashed holder stops renewing; dropping the guard stops its renewal.
+                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+            });
+        }
+        contenders
+    }
+);
+
+conformance_suite!(
+    redlock,
+    Traits {
+        separate_clients: true,
+        // Redlock has no fencing token (see src/lock/redlock.rs): the lost-lease test
+        // checks that the holder sees the loss, not that the stock refuses its write.
+        fencing_tokens: false,
+        lease: true,
+        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        stock_db: 26
+    },
+    |_client: ::redis::Client, n: usize| async move {
+        let urls = common::redlock_urls();
+        let options = RedlockOptions { ttl: Duration::from_millis(1000), renew: true, node_timeout: Duration::from_millis(50) };
+        let mut contenders = Vec::new();
+        for _ in 0..n {
+            // Connections of its own to every master, as from a separate process.
+            let lock = Redlock::connect(&urls, options).await.expect("the five Redlock masters run (`make services`)");
+            let masters = urls.clone();
+            contenders.push(Contender {
+                lock: Arc::new(lock),
+                // As if the lease ran out on every master.
+                lose_lease: Box::new(move |key: String| {
+                    Box::pin(async move {
+                        for url in masters {
+                            let client = ::redis::Client::open(url).unwrap();
+                            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+                            let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                        }
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.

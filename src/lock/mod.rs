@@ -10,6 +10,7 @@
 //! | [`none`] | no lock at all | no: the baseline that oversells |
 //! | [`local`] | an in-process mutex | no: each process has its own mutex |
 //! | [`redis`] | `SET key token NX PX ttl`, owner-checked release, renewal | yes |
+//! | [`redlock`] | `SET NX PX` on a majority of independent Redis masters, with validity | yes, with no fencing token |
 //! | [`etcd`] | keys under a kept-alive lease, granted in revision order | yes |
 //! | [`zookeeper`] | ephemeral sequential nodes, each waiter watching its predecessor | yes |
 //! | [`mysql`] | a table row per held lock, unique by name, with owner, hold count and expiry | yes |
@@ -64,6 +65,7 @@ pub mod mysql_version;
 pub mod none;
 pub mod permits;
 pub mod redis;
+pub mod redlock;
 pub mod reentrant;
 pub mod zookeeper;
 

@@ -163,9 +163,35 @@ impl PrivateRedis {
 
     /// On `port`, empty (as after a restart without persistence).
     pub fn start_on(port: u16) -> Self {
-        let dir = TempDir::new("private-redis");
+        Self::spawn(port, TempDir::new("private-redis"), false)
+    }
+
+    /// With every write in its append-only file, fsynced before it answers, as
+    /// `scripts/services.sh` runs the Redlock masters.
+    pub fn start_persistent() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::spawn(port, TempDir::new("private-redis"), true)
+    }
+
+    /// SIGKILL, keeping the data directory for [`PrivateRedis::restart_persistent`].
+    pub fn crash(mut self) -> (u16, TempDir) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self._dir, TempDir(std::path::PathBuf::new()));
+        (self.port, dir)
+    }
+
+    /// Starts again on the port and data of a crashed persistent server.
+    pub fn restart_persistent(port: u16, dir: TempDir) -> Self {
+        Self::spawn(port, dir, true)
+    }
+
+    fn spawn(port: u16, dir: TempDir, persistent: bool) -> Self {
+        let append_only: &[&str] =
+            if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(append_only)
             .args(["--dir", &dir.0.display().to_string()])
             .stdout(Stdio::null())
             .spawn()
@@ -541,6 +567,13 @@ impl Drop for PrivateServer {
 pub fn mysql_url() -> String {
     std::env::var("SECKILL_TEST_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://seckill:seckill@127.0.0.1:3306/seckill".to_owned())
+}
+
+/// The five Redlock masters `make services` starts, or `SECKILL_TEST_REDLOCK_URLS`.
+pub fn redlock_urls() -> Vec<String> {
+    std::env::var("SECKILL_TEST_REDLOCK_URLS")
+        .map(|urls| urls.split(',').map(str::to_owned).collect())
+        .unwrap_or_else(|_| (6381..=6385).map(|port| format!("redis://127.0.0.1:{port}")).collect())
 }
 
 /// A pool on the test database, migrated.

@@ -1,0 +1,440 @@
+//! Redlock: one lock over N independent Redis masters, granted by a majority.
+//!
+//! A lock on one Redis ([`super::redis`]) is lost when that Redis fails over before its
+//! replica got the key. Redlock, as the Redis docs specify it, asks N masters that know
+//! nothing of each other (no replication between them) and believes a majority.
+//!
+//! ## How it works
+//! 1. **N masters** (default 5, `--redlock-urls`). Each is asked with a small timeout of
+//!    its own, far below the TTL, so a dead master costs one short timeout, not the wait.
+//! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all
+//!    N at once, and notes when it started.
+//! 3. **Granted** only if a majority (N/2 + 1) said yes *and* time is left:
+//!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, must be above
+//!    zero. The guard carries that deadline; the holder must not write after it (the
+//!    sale checks [`LockGuard::is_held`] before its write).
+//! 4. **On failure** it deletes its value on *every* master at once (also those that
+//!    did not answer yes: a yes may have been lost on the way back), then the waiter
+//!    retries after a random delay (the trait's jittered backoff).
+//! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
+//!    script, and counts: a majority extended keeps the lease, a majority that no longer
+//!    holds our value ends it. **Release** runs the owner-checked delete everywhere.
+//!
+//! ## Limitations
+//! - **No fencing token.** A majority of independent counters is not a counter: two
+//!   grants can read different maxima on different masters, so any number made from
+//!   them can go backwards, and one master's `INCR` fails with that master. This is
+//!   Kleppmann's main objection, and this lock does not invent a token: `--lock
+//!   redlock` runs the sale unfenced (`/healthz` says `no_tokens`), and a holder that
+//!   pauses past its validity can still write once. The guard's validity check
+//!   narrows that window; it cannot close it.
+//! - **Timing assumptions.** Safety rests on bounded clock drift, pauses and network
+//!   delays, shorter than the TTL. A master whose clock jumps ahead expires keys early.
+//! - **A master that restarts empty** (no persistence) forgets the keys it granted. If
+//!   the holder had exactly a majority, that master and the ones that were down can
+//!   form a new majority for somebody else. The spec's cure is a *delayed restart*: a
+//!   restarted master stays out for at least one TTL, or persistence with `fsync` on
+//!   every write. `make services` runs the masters with `appendonly yes` and
+//!   `appendfsync always`, so a restart keeps its keys (and their expiry, which Redis
+//!   stores as an absolute time). A master wiped by hand is not covered.
+//! - **Cost.** Every grant, renewal and release is N round trips (sent in parallel), and
+//!   waiters poll: there is no release notice across N masters.
+//!
+//! ## References
+//! - Redis docs, "Distributed Locks with Redis" (the Redlock algorithm):
+//!   <https://redis.io/docs/latest/develop/use/patterns/distributed-locks/>
+//! - Martin Kleppmann, "How to do distributed locking":
+//!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
+//! - Salvatore Sanfilippo, "Is Redlock safe?": <http://antirez.com/news/101>
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
+
+use super::keepalive::{fixed_lease, trusted_until, KeepAlive};
+use super::{poll_until_granted, DistributedLock, LockError, LockGuard, Owner, Release};
+
+const BACKEND: &str = "redlock";
+
+/// Extend the key only if it still holds our value. KEYS[1] = key; ARGV[1] = value, ARGV[2] = ttl in ms.
+const EXTEND_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#;
+
+/// Delete the key only if it still holds our value. KEYS[1] = key; ARGV[1] = value.
+const DELETE_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// How many acquire attempts in a row may hear from too few masters before the buyer
+/// is told (see [`Redlock`]'s `acquire`).
+pub const NO_MAJORITY_ATTEMPTS: u32 = 5;
+
+/// How a [`Redlock`] behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct RedlockOptions {
+    /// The lease on every master.
+    pub ttl: Duration,
+    /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
+    pub renew: bool,
+    /// How long one master may take to answer one command (or to connect).
+    pub node_timeout: Duration,
+}
+
+impl Default for RedlockOptions {
+    fn default() -> Self {
+        RedlockOptions { ttl: Duration::from_secs(3), renew: true, node_timeout: Duration::from_millis(50) }
+    }
+}
+
+/// One master: its address, and a connection opened when first needed and dropped
+/// after any failure, so that a master that comes back is reconnected on the next call.
+struct Master {
+    client: redis::Client,
+    address: String,
+    connection: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+/// One master's answer to one command.
+enum Vote {
+    Yes,
+    No,
+    /// No answer within the node timeout, or an error.
+    Silent,
+}
+
+impl Master {
+    fn new(url: &str) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let address = client.get_connection_info().addr().to_string();
+        Ok(Master { client, address, connection: tokio::sync::Mutex::new(None) })
+    }
+
+    /// Runs `command` within `timeout` (connecting first if needed); an integer 1 or
+    /// `OK` is a yes.
+    async fn ask(&self, timeout: Duration, command: &redis::Cmd) -> Vote {
+        let asked = tokio::time::timeout(timeout, async {
+            let mut connection = self.connection().await?;
+            match command.query_async::<redis::Value>(&mut connection).await {
+                // The master restarted since we last spoke: one new connection, same timeout.
+                Err(error) if error.is_unrecoverable_error() => {
+                    *self.connection.lock().await = None;
+                    command.query_async::<redis::Value>(&mut self.connection().await?).await
+                }
+                answered => answered,
+            }
+        })
+        .await;
+        match asked {
+            Ok(Ok(redis::Value::Okay)) | Ok(Ok(redis::Value::Int(1))) => Vote::Yes,
+            Ok(Ok(_)) => Vote::No,
+            Ok(Err(_)) | Err(_) => {
+                *self.connection.lock().await = None; // reconnect next time
+                Vote::Silent
+            }
+        }
+    }
+
+    /// Whether it answers a `PING` within `timeout`.
+    async fn answers_ping(&self, timeout: Duration) -> bool {
+        let ping = redis::cmd("PING");
+        let pinged = tokio::time::timeout(timeout, async {
+            let mut connection = self.connection().await?;
+            ping.query_async::<String>(&mut connection).await
+        })
+        .await;
+        matches!(pinged, Ok(Ok(_)))
+    }
+
+    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            return Ok(connection.clone());
+        }
+        let connection = self.client.get_multiplexed_async_connection().await?;
+        *slot = Some(connection.clone());
+        Ok(connection)
+    }
+}
+
+/// How the masters voted on one request to all of them.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    yes: usize,
+    no: usize,
+    silent: usize,
+}
+
+/// The N masters, and the commands sent to all of them at once.
+struct Masters {
+    masters: Vec<Master>,
+    node_timeout: Duration,
+}
+
+impl Masters {
+    fn quorum(&self) -> usize {
+        self.masters.len() / 2 + 1
+    }
+
+    /// Sends `command` to every master at once and counts the answers.
+    async fn ask_all(&self, command: &redis::Cmd) -> Tally {
+        let votes = join_all(self.masters.iter().map(|master| master.ask(self.node_timeout, command))).await;
+        let mut tally = Tally::default();
+        for vote in votes {
+            match vote {
+                Vote::Yes => tally.yes += 1,
+                Vote::No => tally.no += 1,
+                Vote::Silent => tally.silent += 1,
+            }
+        }
+        tally
+    }
+
+    /// Step 2.
+    async fn set_everywhere(&self, key: &str, value: &str, ttl: Duration) -> Tally {
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
+        self.ask_all(&set).await
+    }
+
+    /// Step 5's renewal.
+    async fn extend_everywhere(&self, key: &str, value: &str, ttl: Duration) -> Tally {
+        let mut extend = eval(EXTEND_SCRIPT, key);
+        extend.arg(value).arg(ttl.as_millis() as u64);
+        self.ask_all(&extend).await
+    }
+
+    /// Steps 4 and 5: the owner-checked delete, on every master.
+    async fn delete_everywhere(&self, key: &str, value: &str) -> Tally {
+        let mut delete = eval(DELETE_SCRIPT, key);
+        delete.arg(value);
+        self.ask_all(&delete).await
+    }
+}
+
+/// `EVAL <script> 1 <key>`, arguments to follow: one plain command that every master
+/// runs as it is (the scripts are a few lines, so sending them each time costs little).
+fn eval(script: &str, key: &str) -> redis::Cmd {
+    let mut command = redis::cmd("EVAL");
+    command.arg(script).arg(1).arg(key);
+    command
+}
+
+/// A lock granted by a majority of independent Redis masters.
+pub struct Redlock {
+    masters: Arc<Masters>,
+    options: RedlockOptions,
+    /// Grants this handle holds, value to key, so `shutdown` can give them back.
+    held: Arc<StdMutex<HashMap<String, String>>>,
+    shut_down: AtomicBool,
+}
+
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Why the masters could not be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RedlockError {
+    #[error("Redlock needs at least 3 masters (a majority of 1 or 2 is no better than one Redis), got {0}")]
+    TooFewMasters(usize),
+    #[error("`{url}` is not a Redis URL: {source}")]
+    BadUrl { url: String, source: redis::RedisError },
+    #[error("only {reachable} of {total} Redlock masters answer ({answering}); a grant needs {quorum}")]
+    NoMajority { reachable: usize, total: usize, quorum: usize, answering: String },
+}
+
+impl Redlock {
+    /// Opens the masters and checks that a majority of them answers a `PING`.
+    pub async fn connect(urls: &[String], options: RedlockOptions) -> Result<Self, RedlockError> {
+        if urls.len() < 3 {
+            return Err(RedlockError::TooFewMasters(urls.len()));
+        }
+        let masters = urls
+            .iter()
+            .map(|url| Master::new(url).map_err(|source| RedlockError::BadUrl { url: url.clone(), source }))
+            .collect::<Result<Vec<_>, _>>()?;
+        let masters = Masters { masters, node_timeout: options.node_timeout };
+        // A first connection may take longer than one command: allow a few node timeouts.
+        let answers = join_all(masters.masters.iter().map(|master| master.answers_ping(options.node_timeout * 10))).await;
+        let reachable = answers.iter().filter(|answered| **answered).count();
+        if reachable < masters.quorum() {
+            let answering: Vec<&str> = masters
+                .masters
+                .iter()
+                .zip(&answers)
+                .filter(|(_, answered)| **answered)
+                .map(|(master, _)| master.address.as_str())
+                .collect();
+            return Err(RedlockError::NoMajority {
+                reachable,
+                total: masters.masters.len(),
+                quorum: masters.quorum(),
+                answering: if answering.is_empty() { "none".to_owned() } else { answering.join(", ") },
+            });
+        }
+        if reachable < masters.masters.len() {
+            tracing::warn!(reachable, total = masters.masters.len(), "some Redlock masters do not answer; a majority does");
+        }
+        Ok(Redlock { masters: Arc::new(masters), options, held: Arc::default(), shut_down: AtomicBool::new(false) })
+    }
+
+    /// The number of masters a grant needs.
+    pub fn quorum(&self) -> usize {
+        self.masters.quorum()
+    }
+
+    /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one.
+    fn lease_for(&self, key: &str, value: &str, sent: Instant) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
+        let ttl = self.options.ttl;
+        if !self.options.renew {
+            let (sender, lease) = fixed_lease(sent, ttl);
+            return (None, Some(sender), lease);
+        }
+        let (masters, key_owned, value) = (self.masters.clone(), key.to_owned(), value.to_owned());
+        let (keepalive, lease) = KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
+            let (masters, key, value) = (masters.clone(), key_owned.clone(), value.clone());
+            async move {
+                let tally = masters.extend_everywhere(&key, &value, ttl).await;
+                if tally.yes >= masters.quorum() {
+                    Ok(true)
+                } else if tally.no > masters.masters.len() - masters.quorum() {
+                    Ok(false) // a majority no longer holds our value: no renewal can bring it back
+                } else {
+                    Err(LockError::backend(BACKEND, too_few(tally, masters.masters.len(), masters.quorum(), "extended")))
+                }
+            }
+        });
+        (Some(keepalive), None, lease)
+    }
+}
+
+type FixedLease = tokio::sync::watch::Sender<super::LeaseState>;
+
+/// The error of a request that reached too few masters.
+fn too_few(tally: Tally, total: usize, quorum: usize, what: &str) -> std::io::Error {
+    std::io::Error::other(format!(
+        "only {} of {total} Redlock masters {what} ({} refused, {} did not answer); a majority is {quorum}",
+        tally.yes, tally.no, tally.silent
+    ))
+}
+
+/// One grant: what its release needs.
+struct RedlockGrant {
+    masters: Arc<Masters>,
+    key: String,
+    value: String,
+    held: Arc<StdMutex<HashMap<String, String>>>,
+    keepalive: Option<KeepAlive>,
+    _fixed_lease: Option<FixedLease>,
+}
+
+#[async_trait]
+impl Release for RedlockGrant {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let mut grant = *self;
+        drop(grant.keepalive.take()); // stop renewing before deleting
+        lock(&grant.held).remove(&grant.value);
+        let tally = grant.masters.delete_everywhere(&grant.key, &grant.value).await;
+        // Lost when a majority answered that our value was gone already (expired, or
+        // taken); masters that did not answer will expire the key on their own.
+        if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
+            Err(LockError::Lost { key: grant.key })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for Redlock {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(LockError::ShutDown { backend: BACKEND });
+        }
+        let ttl = self.options.ttl;
+        let value = format!("{}:{:032x}", owner.as_str(), rand::random::<u128>());
+        let started = Instant::now();
+        let tally = self.masters.set_everywhere(key, &value, ttl).await;
+        // Step 3: a majority, and time left after the round trip and the drift margin.
+        let valid_until = trusted_until(started, ttl);
+        if tally.yes >= self.quorum() && Instant::now() < valid_until {
+            lock(&self.held).insert(value.clone(), key.to_owned());
+            let (keepalive, fixed, lease) = self.lease_for(key, &value, started);
+            let grant = RedlockGrant {
+                masters: self.masters.clone(),
+                key: key.to_owned(),
+                value,
+                held: self.held.clone(),
+                keepalive,
+                _fixed_lease: fixed,
+            };
+            return Ok(LockGuard::new(key, grant).with_validity(valid_until).with_lease(lease));
+        }
+        // Step 4: give back whatever we may have got, everywhere, before anyone retries.
+        self.masters.delete_everywhere(key, &value).await;
+        let total = self.masters.masters.len();
+        if tally.yes + tally.no < self.quorum() {
+            // Not "held": too few masters answered to know.
+            return Err(LockError::backend(
+                BACKEND,
+                std::io::Error::other(format!(
+                    "only {} of {total} Redlock masters answered ({} did not within {:?}); a grant needs {}. \
+                     Start them (`make services`) or fix --redlock-urls",
+                    tally.yes + tally.no,
+                    tally.silent,
+                    self.masters.node_timeout,
+                    self.quorum()
+                )),
+            ));
+        }
+        Err(LockError::Busy { key: key.to_owned() })
+    }
+
+    /// The trait's polling loop, with one difference: an attempt that heard from too few
+    /// masters is retried like a refused one, [`NO_MAJORITY_ATTEMPTS`] times in a row,
+    /// before the buyer gets the error. Under load a master's answer can miss the short
+    /// node timeout (the connection's reader task did not run in time); that is a slow
+    /// master, not a dead one. Masters that are really down fail every attempt at
+    /// once, so the buyer still hears so within a few backoff pauses.
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let unheard_in_a_row = AtomicU32::new(0);
+        let attempt = || async {
+            match self.try_acquire(key, owner).await {
+                Err(LockError::Backend { .. })
+                    if unheard_in_a_row.fetch_add(1, Ordering::SeqCst) + 1 < NO_MAJORITY_ATTEMPTS =>
+                {
+                    Err(LockError::Busy { key: key.to_owned() })
+                }
+                answered => {
+                    if matches!(answered, Err(LockError::Busy { .. })) {
+                        unheard_in_a_row.store(0, Ordering::SeqCst);
+                    }
+                    answered
+                }
+            }
+        };
+        poll_until_granted(key, timeout, attempt, |pause| tokio::time::sleep(pause)).await
+    }
+
+    /// Deletes every key this handle still holds, on every master, and refuses later acquires.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        let held: Vec<(String, String)> = lock(&self.held).drain().collect();
+        for (value, key) in held {
+            self.masters.delete_everywhere(&key, &value).await;
+        }
+        Ok(())
+    }
+}
