@@ -6,7 +6,8 @@
 #
 # A RUN is a strategy (`redis`), or a strategy and a variant: `mysql+no-semaphore` runs
 # a MySQL lock with `--mysql-permits 0` (no semaphore in front of MySQL) and a pool of
-# 64 connections per instance, to measure what the semaphore saves.
+# 64 connections per instance, to measure what the semaphore saves. `redis-degrade`
+# keeps its lock in the lock Redis on 6380, apart from the stock.
 #
 # Starts the backing servers it needs (and stops the ones it started), builds in
 # release mode, and leaves the reports in .run/results/.
@@ -19,12 +20,14 @@ LOGS="$RUN/logs"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local redis redlock etcd zookeeper mysql mysql+no-semaphore mysql-version mysql-version+no-semaphore atomic)
+  STRATEGIES=(none local redis redis-degrade redlock etcd zookeeper mysql mysql+no-semaphore mysql-version
+              mysql-version+no-semaphore atomic)
 
 # The flags a run adds to `seckill serve`.
 variant_flags() {
   case $1 in
     *+no-semaphore) echo "--mysql-permits 0 --mysql-pool 64" ;;
+    redis-degrade) echo "--lock-redis-url redis://127.0.0.1:6380" ;;
     *+*) die "unknown variant in \`$1\`; the one variant is +no-semaphore (for mysql and mysql-version)" ;;
     *) echo "" ;;
   esac

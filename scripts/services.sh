@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The backing servers, as plain processes on loopback: Redis, the five Redlock masters,
+# The backing servers, as plain processes on loopback: Redis, the lock Redis of
+# redis-degrade, the five Redlock masters,
 # etcd, ZooKeeper, MariaDB, and the test suite's own Redis.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
 #   scripts/services.sh stop [NAME...]
 #                               stop only what `start` started (servers it reused keep running);
-#                               NAME is redis, redlock-6381 ... redlock-6385, redis-test, etcd,
+#                               NAME is redis, lock-redis, redlock-6381 ... redlock-6385, redis-test, etcd,
 #                               zookeeper or mysql
 #   scripts/services.sh status  say what listens on each port
 #
@@ -25,6 +26,8 @@ LOGS="$RUN/logs"
 
 REDIS_PORT=6379
 TEST_REDIS_PORT=6390
+# A Redis for the lock alone (--lock-redis-url), so the lock can fail while the stock stays readable.
+LOCK_REDIS_PORT=6380
 # Five independent Redis masters for --lock redlock (no replication between them).
 REDLOCK_PORTS=(6381 6382 6383 6384 6385)
 ETCD_PORT=2379
@@ -92,6 +95,15 @@ start_redis() {
     --save '' --appendonly no --daemonize no
   wait_for redis 20 redis-cli -p $REDIS_PORT ping
   say "redis: started on $REDIS_PORT"
+}
+
+start_lock_redis() {
+  if listening $LOCK_REDIS_PORT; then say "lock-redis: reusing the server on $LOCK_REDIS_PORT"; return; fi
+  mkdir -p "$RUN/lock-redis"
+  start_daemon lock-redis redis-server --port $LOCK_REDIS_PORT --bind 127.0.0.1 --dir "$RUN/lock-redis" \
+    --save '' --appendonly no --daemonize no
+  wait_for lock-redis 20 redis-cli -p $LOCK_REDIS_PORT ping
+  say "lock-redis: started on $LOCK_REDIS_PORT"
 }
 
 # A Redlock master forgets the keys it granted if it restarts empty, and then two
@@ -204,7 +216,7 @@ status() {
   local name port
   local redlock=()
   for port in "${REDLOCK_PORTS[@]}"; do redlock+=("redlock-$port:$port"); done
-  for name_port in redis:$REDIS_PORT "${redlock[@]}" redis-test:$TEST_REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
+  for name_port in redis:$REDIS_PORT lock-redis:$LOCK_REDIS_PORT "${redlock[@]}" redis-test:$TEST_REDIS_PORT etcd:$ETCD_PORT zookeeper:$ZK_PORT mariadb:$MYSQL_PORT; do
     name=${name_port%%:*}; port=${name_port##*:}
     if listening "$port"; then say "$name: listening on $port"; else say "$name: not running (port $port)"; fi
   done
@@ -215,6 +227,7 @@ case "${1:-start}" in
   start)
     install_missing
     start_redis
+    start_lock_redis
     start_redlock_masters
     start_test_redis
     start_etcd

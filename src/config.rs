@@ -38,6 +38,20 @@ pub struct Config {
     /// Redis holding the stock (and the lock, for `--lock redis`).
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// The Redis that holds the lock of `--lock redis` and `--lock redis-degrade`;
+    /// default: the stock's Redis (--redis-url).
+    #[arg(long, env = "SECKILL_LOCK_REDIS_URL")]
+    pub lock_redis_url: Option<String>,
+    /// `--lock redis-degrade`: lock Redis failures in a row (errors or timeouts) that
+    /// switch every instance to the MySQL version lock.
+    #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub degrade_after_failures: u32,
+    /// `--lock redis-degrade`: how long the lock Redis must answer every probe before
+    /// every instance switches back to it, in milliseconds.
+    #[arg(long, env = "SECKILL_DEGRADE_RECOVER_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub degrade_recover_ms: u64,
     /// The independent Redis masters of `--lock redlock`, comma separated (at least 3).
     #[arg(long, env = "SECKILL_REDLOCK_URLS", value_delimiter = ',',
           default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385")]
@@ -102,6 +116,11 @@ impl Config {
 
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.acquire_timeout_ms)
+    }
+
+    /// The Redis the lock lives in: `--lock-redis-url`, or the stock's.
+    pub fn lock_redis_url(&self) -> &str {
+        self.lock_redis_url.as_deref().unwrap_or(&self.redis_url)
     }
 
     /// The semaphore in front of MySQL: `None` for `--mysql-permits 0`.

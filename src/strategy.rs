@@ -9,7 +9,9 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::lock::degrade::{DegradeOptions, DegradingLock};
 use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
+use crate::lock::lock_mode::SharedMode;
 use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
 use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use crate::lock::redis::{RedisLock, RedisLockOptions};
@@ -28,6 +30,8 @@ pub enum Strategy {
     Local,
     /// Redis `SET NX PX` with an owner token, owner-checked release and renewal.
     Redis,
+    /// Redis, switching every instance to the MySQL version lock while Redis fails, and back.
+    RedisDegrade,
     /// Redlock: `SET NX PX` on a majority of independent Redis masters, with validity.
     Redlock,
     /// etcd: keys under a kept-alive lease, granted in revision order.
@@ -49,6 +53,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::Local => "local",
             Strategy::Redis => "redis",
+            Strategy::RedisDegrade => "redis-degrade",
             Strategy::Redlock => "redlock",
             Strategy::Etcd => "etcd",
             Strategy::Zookeeper => "zookeeper",
@@ -67,7 +72,12 @@ impl Strategy {
     pub fn issues_fencing_tokens(self) -> bool {
         matches!(
             self,
-            Strategy::Redis | Strategy::Etcd | Strategy::Zookeeper | Strategy::Mysql | Strategy::MysqlVersion
+            Strategy::Redis
+                | Strategy::RedisDegrade
+                | Strategy::Etcd
+                | Strategy::Zookeeper
+                | Strategy::Mysql
+                | Strategy::MysqlVersion
         )
     }
 
@@ -143,7 +153,30 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
     let lock: Arc<dyn DistributedLock> = match config.lock {
         Strategy::None => Arc::new(none::NoLock),
         Strategy::Local => Arc::new(local::LocalLock::default()),
-        Strategy::Redis => Arc::new(RedisLock::connect(redis, redis_lock_options(config)).await?),
+        Strategy::Redis => {
+            let lock_redis = lock_redis(config, redis).await?;
+            Arc::new(RedisLock::connect(&lock_redis, redis_lock_options(config)).await?)
+        }
+        Strategy::RedisDegrade => {
+            let lock_redis = lock_redis(config, redis).await?;
+            let redis_lock = RedisLock::connect(&lock_redis, redis_lock_options(config)).await?;
+            let pool = connect_mysql(config).await?;
+            let mysql_options =
+                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
+            let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
+            // Instances that share a lock Redis share its mode (the password never lands in MySQL).
+            let mode_name = crate::mysql_store::without_password(config.lock_redis_url());
+            let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())
+                .await
+                .context("cannot open the lock's shared mode in MySQL")?;
+            let options = DegradeOptions {
+                ttl: config.lock_ttl(),
+                failures_to_degrade: config.degrade_after_failures,
+                recover_after: std::time::Duration::from_millis(config.degrade_recover_ms),
+            };
+            Arc::new(DegradingLock::start(redis_lock, lock_redis, mysql_lock, shared, options).await?)
+        }
         Strategy::Redlock => {
             let node_timeout = std::time::Duration::from_millis(config.redlock_node_timeout_ms);
             if node_timeout * 10 > config.lock_ttl() {
@@ -219,4 +252,15 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
         );
     }
     crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
+}
+
+/// The Redis the lock lives in: the stock's `client`, or `--lock-redis-url` checked.
+async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<::redis::Client> {
+    match &config.lock_redis_url {
+        None => Ok(stock_redis.clone()),
+        Some(url) => Ok(crate::redis_store::connect_checked(url)
+            .await
+            .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
+            .0),
+    }
 }

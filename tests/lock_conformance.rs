@@ -19,7 +19,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seckill::lock::degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::etcd::EtcdLock;
+use seckill::lock::lock_mode::SharedMode;
 use seckill::lock::local::LocalLock;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
@@ -478,6 +480,77 @@ conformance_suite!(
         }
         contenders
     }
+);
+
+/// `n` degrading locks sharing a mode of their own, which starts as `mode` and, with
+/// a recovery time of an hour, stays there.
+async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> Vec<Contender> {
+    let mode_name = common::unique_key("mode");
+    let setup = common::mysql_pool().await;
+    sqlx::query("INSERT INTO seckill_lock_modes (name, mode, epoch, grants_from) VALUES (?, ?, 1, NOW(3))")
+        .bind(&mode_name)
+        .bind(mode)
+        .execute(&setup)
+        .await
+        .unwrap();
+    let ttl = Duration::from_millis(1000);
+    let options = DegradeOptions { ttl, failures_to_degrade: 3, recover_after: Duration::from_secs(3600) };
+    let mut contenders = Vec::new();
+    for _ in 0..n {
+        let pool = common::mysql_pool().await;
+        let redis_lock = RedisLock::connect(&client, common::redis_options(1000, true)).await.unwrap();
+        let mysql_lock = MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl, renew: true, permits: Some(3) });
+        let shared = SharedMode::open(pool.clone(), &mode_name, &common::unique_key("instance"), ttl).await.unwrap();
+        let lock = DegradingLock::start(redis_lock, client.clone(), mysql_lock, shared, options).await.unwrap();
+        let (redis, in_mysql) = (client.clone(), mode == "mysql");
+        contenders.push(Contender {
+            lock: Arc::new(lock),
+            // As if the lease ran out, in whichever lock the mode uses.
+            lose_lease: Box::new(move |key: String| {
+                Box::pin(async move {
+                    if in_mysql {
+                        sqlx::query(
+                            "UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?",
+                        )
+                        .bind(key)
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                    } else {
+                        let mut connection = common::connection(&redis).await;
+                        let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                    }
+                })
+            }),
+            // A crashed holder stops renewing; dropping the guard stops its renewal.
+            vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+        });
+    }
+    contenders
+}
+
+conformance_suite!(
+    degrade_in_redis_mode,
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        stock_db: 27
+    },
+    |client: ::redis::Client, n: usize| async move { degrading_contenders(client, n, "redis").await }
+);
+
+conformance_suite!(
+    degrade_in_mysql_mode,
+    Traits {
+        separate_clients: true,
+        fencing_tokens: true,
+        lease: true,
+        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        stock_db: 28
+    },
+    |client: ::redis::Client, n: usize| async move { degrading_contenders(client, n, "mysql").await }
 );
 
 conformance_suite!(

@@ -16,6 +16,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
+use seckill::lock::degrade::DegradeStats;
 use seckill::lock::LockStats;
 
 /// The statements the server counts, by command.
@@ -24,7 +25,7 @@ const STATEMENT_COUNTERS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN \
 
 /// The strategies whose cost is counted here.
 pub fn is_database_lock(strategy: &str) -> bool {
-    matches!(strategy, "mysql" | "mysql-version")
+    matches!(strategy, "mysql" | "mysql-version" | "redis-degrade")
 }
 
 /// DML statements the MySQL server has run since it started.
@@ -102,6 +103,9 @@ pub struct DatabaseCost {
     /// Why `statements` is missing, if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub statements_unmeasured: Option<String>,
+    /// `redis-degrade`: each instance's mode, switches and time in each mode at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degrade: Vec<DegradeStats>,
 }
 
 impl DatabaseCost {
@@ -137,6 +141,7 @@ impl DatabaseCost {
             cost.conflicts += after.conflicts.saturating_sub(before.conflicts);
             cost.permits = after.permits.permits;
             cost.peak_in_flight = cost.peak_in_flight.max(after.permits.peak_in_flight);
+            cost.degrade.extend(after.degrade);
         }
         cost
     }
@@ -177,7 +182,13 @@ mod tests {
     use seckill::lock::permits::PermitStats;
 
     fn stats(attempts: u64, grants: u64, conflicts: u64, peak: usize) -> LockStats {
-        LockStats { attempts, grants, conflicts, permits: PermitStats { permits: Some(10), peak_in_flight: peak } }
+        LockStats {
+            attempts,
+            grants,
+            conflicts,
+            permits: PermitStats { permits: Some(10), peak_in_flight: peak },
+            degrade: None,
+        }
     }
 
     #[test]

@@ -186,6 +186,17 @@ impl Report {
                 "semaphore",
                 format!("{}; at most {} attempts in flight", cost.semaphore_label(), cost.peak_in_flight),
             );
+            for (instance, degrade) in cost.degrade.iter().enumerate() {
+                let mode = degrade.mode.map_or("unknown".to_owned(), |mode| format!("{mode:?}").to_lowercase());
+                line(
+                    &mut out,
+                    &format!("lock mode, instance {}", instance + 1),
+                    format!(
+                        "{mode} (epoch {}), {} switches seen; {:.1} s on redis, {:.1} s on mysql",
+                        degrade.epoch, degrade.switches, degrade.seconds_in_redis, degrade.seconds_in_mysql
+                    ),
+                );
+            }
         }
         for finding in &self.findings {
             out.push_str(&format!("  - {finding}\n"));

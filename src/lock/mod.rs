@@ -15,10 +15,11 @@
 //! | [`zookeeper`] | ephemeral sequential nodes, each waiter watching its predecessor | yes |
 //! | [`mysql`] | a table row per held lock, unique by name, with owner, hold count and expiry | yes |
 //! | [`mysql_version`] | optimistic: a compare-and-set on a version column | yes |
+//! | [`degrade`] | `redis`, switching to `mysql_version` while Redis is down, and back | yes |
 //!
 //! Beside them: [`keepalive`] renews a lease while it is held, [`reentrant`] lets
 //! an owner take a key it already holds, and [`permits`] is the semaphore the database
-//! locks put in front of the database. Which strategy runs, and the `atomic` script
+//! locks put in front of the database; [`lock_mode`] keeps the mode `degrade` switches. Which strategy runs, and the `atomic` script
 //! that needs no lock at all, are chosen in [`crate::strategy`].
 //!
 //! ## The contract a backend must meet
@@ -57,9 +58,11 @@
 //! held and refuses new acquires. Queue-based backends also pass `tests/queue_locks.rs`
 //! (one release wakes one waiter, grants in request order).
 
+pub mod degrade;
 pub mod etcd;
 pub mod keepalive;
 pub mod local;
+pub mod lock_mode;
 pub mod mysql;
 pub mod mysql_version;
 pub mod none;
@@ -207,6 +210,46 @@ impl Lease {
         }
     }
 
+    /// Held only while both are, for a grant that rests on two leases (see [`degrade`]).
+    /// A task follows both and ends when the combined lease is lost or nobody holds it.
+    pub fn both(first: Lease, second: Lease) -> Lease {
+        let (mut first, mut second) = match (first.0, second.0) {
+            (None, second) => return Lease(second),
+            (first, None) => return Lease(first),
+            (Some(first), Some(second)) => (first, second),
+        };
+        fn state_of(receiver: &watch::Receiver<LeaseState>) -> LeaseState {
+            if receiver.has_changed().is_err() {
+                LeaseState::Lost // the backend dropped its side
+            } else {
+                *receiver.borrow()
+            }
+        }
+        fn earliest(first: LeaseState, second: LeaseState) -> LeaseState {
+            match (first, second) {
+                (LeaseState::Lost, _) | (_, LeaseState::Lost) => LeaseState::Lost,
+                (LeaseState::Held, other) | (other, LeaseState::Held) => other,
+                (LeaseState::HeldUntil(a), LeaseState::HeldUntil(b)) => LeaseState::HeldUntil(a.min(b)),
+            }
+        }
+        let (sender, combined) = Lease::watched(earliest(state_of(&first), state_of(&second)));
+        tokio::spawn(async move {
+            loop {
+                let gone = tokio::select! {
+                    changed = first.changed() => changed.is_err(),
+                    changed = second.changed() => changed.is_err(),
+                    () = sender.closed() => return,
+                };
+                let state = if gone { LeaseState::Lost } else { earliest(state_of(&first), state_of(&second)) };
+                sender.send_replace(state);
+                if state == LeaseState::Lost {
+                    return;
+                }
+            }
+        });
+        combined
+    }
+
     /// Completes when the lease is lost: for `tokio::select!` against a critical section.
     pub async fn lost(&self) {
         let Some(receiver) = &self.0 else { return std::future::pending().await };
@@ -237,6 +280,14 @@ impl Lease {
 pub trait Release: Send + Sync {
     /// Gives the key back. [`LockError::Lost`] if it was no longer ours.
     async fn release(self: Box<Self>) -> Result<(), LockError>;
+}
+
+/// A wrapper's guard gives back the inner grant it was made from.
+#[async_trait]
+impl Release for Box<dyn Release> {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        (*self).release().await
+    }
 }
 
 /// Nothing to give back: the grant ends when its guard goes away.
@@ -401,7 +452,7 @@ pub trait DistributedLock: Send + Sync {
 }
 
 /// What a database lock counted since it started, as `/healthz` shows it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LockStats {
     /// Acquire attempts that reached the backend.
     pub attempts: u64,
@@ -411,6 +462,9 @@ pub struct LockStats {
     pub conflicts: u64,
     /// The semaphore in front of the backend.
     pub permits: permits::PermitStats,
+    /// `redis-degrade` only: the mode, the switches, the time in each mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade: Option<degrade::DegradeStats>,
 }
 
 /// The polling loop behind the default [`DistributedLock::acquire`], for backends

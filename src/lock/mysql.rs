@@ -376,6 +376,7 @@ impl DistributedLock for MySqlLock {
             grants: self.grants.load(Ordering::Relaxed),
             conflicts: 0,
             permits: self.permits.stats(),
+            degrade: None,
         })
     }
 }

@@ -309,6 +309,7 @@ impl DistributedLock for MySqlVersionLock {
             grants: self.counters.grants.load(Ordering::Relaxed),
             conflicts: self.counters.conflicts.load(Ordering::Relaxed),
             permits: self.permits.stats(),
+            degrade: None,
         })
     }
 }

@@ -1,0 +1,507 @@
+//! Redis that degrades to the MySQL version lock when it fails, and comes back.
+//!
+//! The seed: "if Redis dies, MySQL takes over; so that MySQL does not die too, a
+//! semaphore of 10 permits in front of the MySQL optimistic lock; when Redis recovers,
+//! go back to Redis." Built here as a wrapper around two locks, not a branch inside
+//! either: [`super::redis::RedisLock`] on the *lock* Redis, and
+//! [`super::mysql_version::MySqlVersionLock`] behind its semaphore ([`super::permits`]).
+//!
+//! ## The danger
+//! Switching is easy; switching without two holders is not. A Redis holder granted just
+//! before Redis died may still be in its critical section when the first MySQL grant
+//! is made. Two instances notice a failure at different moments: one grants from MySQL
+//! while the other still grants from Redis. On the way back, one instance takes the
+//! Redis lock while the other still grants the MySQL one.
+//!
+//! ## The protocol
+//! Every instance that uses the same lock Redis shares one **mode** in MySQL
+//! ([`super::lock_mode`]): `redis` or `mysql`, with an **epoch** that grows at every switch.
+//! 1. **Grant only under a mode lease.** Each instance renews a lease on the current
+//!    epoch every `ttl / 3` (one small transaction, not one per sale). It grants in the
+//!    epoch's mode only while that lease is trusted, and every grant's own lease is
+//!    bounded by it: a holder stops trusting its grant when its instance's mode lease
+//!    for that epoch ends, or at once when the instance sees the epoch change.
+//! 2. **Switch by moving the epoch.** After `--degrade-after-failures` Redis failures in
+//!    a row (errors or timeouts, of acquire attempts), an instance switches the mode to
+//!    `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
+//!    an instance switches it back to `redis`. A switch locks the mode row, so it waits
+//!    for renewals in flight, and writes `grants_from`: the moment the last lease on the
+//!    old epoch ends.
+//! 3. **Wait out the old epoch.** No instance grants in the new epoch before
+//!    `grants_from`. Buyers wait (within their acquire timeout) for about one TTL.
+//! 4. **Fence with the epoch.** A grant's fencing token is `(epoch, the inner lock's
+//!    token)`, so the stock refuses any holder of an older epoch once a newer one has
+//!    read: the safety net, should the timing assumptions below ever fail.
+//!
+//! ```text
+//!  Redis dies        A switches (epoch 1 -> 2)          grants_from
+//!      |                 |                                  |
+//!  A: ==redis grant==|   |  (A's lease on epoch 1 ends) ....|==mysql grant==
+//!  B: ====redis grant (B still believes epoch 1)===|        |
+//!                        |  B's renewal reads epoch 2: its  |
+//!                        |  epoch-1 holders are told "lost" |==mysql grant==
+//!      ---------------------------------------------------------------> time
+//!                        |<--- at most one TTL ------------>|
+//! ```
+//!
+//! ## Why no two holders overlap
+//! Let a switch from epoch `e` commit at time `s` (all times on the database's clock).
+//! - A lease on epoch `e` is only renewed by a transaction that read epoch `e` with a
+//!   shared lock on the mode row; the switch holds an exclusive lock on it, so every
+//!   such renewal committed before `s` and none after. Each set `expires_at = its own
+//!   time + ttl`, and the switch read the largest of them: `grants_from >= every
+//!   expires_at of epoch e` (and of earlier epochs, and the previous `grants_from`).
+//! - An instance trusts its epoch-`e` lease until `sent + ttl - drift`, where `sent`
+//!   precedes the renewal's server time; with clocks that drift less than `drift`
+//!   (1% of the TTL plus 2 ms) over one TTL, it stops trusting it before `expires_at`.
+//!   Every epoch-`e` grant is bounded by that lease, so every epoch-`e` holder has
+//!   stopped by `grants_from`.
+//! - Every grant of epoch `e + 1` starts after `grants_from` (plus the drift margin).
+//!   Within one epoch only one lock grants (Redis, or MySQL), and it excludes itself.
+//!   So no two holders overlap, across instances and in both directions, as long as
+//!   pauses are shorter than the drift margin lets through, which is the same
+//!   assumption every lease-based lock makes. Where it fails, the epoch fences.
+//!
+//! ## Limitations
+//! - **MySQL is always needed** for the mode lease, also while Redis is healthy: an
+//!   instance that cannot renew its lease stops granting (a buyer gets
+//!   `503 lock_backend_unavailable`) rather than risk a holder in another mode.
+//! - **A switch costs about one TTL** without grants, in each direction.
+//! - **Redis failures are judged per instance**, from its own attempts: a Redis that
+//!   is slow for one instance only can switch everybody to MySQL.
+//! - **A lock Redis that restarts empty** starts its token counter again at 1, which
+//!   the stock would refuse for the rest of the epoch. An instance that sees the
+//!   counter go back switches to MySQL at once, so Redis returns under a newer epoch.
+//!
+//! ## References
+//! - Martin Kleppmann, "How to do distributed locking" (fencing tokens, epochs):
+//!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
+//! - Cary Gray and David Cheriton, "Leases: An Efficient Fault-Tolerant Mechanism for
+//!   Distributed File Cache Consistency" (1989): waiting out a lease instead of revoking it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::lock_mode::{Mode, ModeLease, SharedMode};
+use super::mysql_version::MySqlVersionLock;
+use super::redis::RedisLock;
+use super::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
+
+const BACKEND: &str = "redis-degrade";
+/// How often the lock Redis is probed while degraded.
+const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// How long a probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// Pauses of a waiter: a jittered backoff, as the trait's polling loop.
+const BACKOFF_START: Duration = Duration::from_millis(2);
+const BACKOFF_MAX: Duration = Duration::from_millis(50);
+
+/// How a [`DegradingLock`] decides to switch.
+#[derive(Clone, Copy, Debug)]
+pub struct DegradeOptions {
+    /// Lease of the grants and of the mode lease.
+    pub ttl: Duration,
+    /// Redis failures in a row (errors or timeouts) that switch to MySQL.
+    pub failures_to_degrade: u32,
+    /// How long the lock Redis must answer every probe before switching back.
+    pub recover_after: Duration,
+}
+
+/// Mode, switches and time in each mode, as `/healthz` and the load test show them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DegradeStats {
+    pub mode: Option<Mode>,
+    pub epoch: u64,
+    /// Switches this instance has seen (made by it or by another instance).
+    pub switches: u64,
+    pub seconds_in_redis: f64,
+    pub seconds_in_mysql: f64,
+}
+
+/// Redis, or the MySQL version lock while Redis is down.
+pub struct DegradingLock {
+    redis: RedisLock,
+    mysql: MySqlVersionLock,
+    shared: Arc<SharedMode>,
+    /// The last mode lease this instance renewed.
+    view: watch::Receiver<Option<ModeLease>>,
+    renew_now: Arc<tokio::sync::Notify>,
+    failures_in_a_row: AtomicU32,
+    /// The newest Redis token this instance was granted, per key: `(epoch, counter)`.
+    newest_redis_token: StdMutex<HashMap<String, (u64, u64)>>,
+    options: DegradeOptions,
+    stats: Arc<StdMutex<ModeClock>>,
+    shut_down: AtomicBool,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Time spent in each mode, as this instance saw it.
+#[derive(Default)]
+struct ModeClock {
+    current: Option<(Mode, u64, Instant)>,
+    switches: u64,
+    in_redis: Duration,
+    in_mysql: Duration,
+}
+
+impl ModeClock {
+    fn observe(&mut self, mode: Mode, epoch: u64) {
+        let now = Instant::now();
+        match self.current {
+            Some((_, seen, _)) if seen == epoch => return,
+            Some((previous, _, since)) => {
+                *self.time_in(previous) += now - since;
+                self.switches += 1;
+                tracing::warn!(?mode, epoch, "the lock switched mode");
+            }
+            None => {}
+        }
+        self.current = Some((mode, epoch, now));
+    }
+
+    fn time_in(&mut self, mode: Mode) -> &mut Duration {
+        match mode {
+            Mode::Redis => &mut self.in_redis,
+            Mode::Mysql => &mut self.in_mysql,
+        }
+    }
+
+    fn stats(&self) -> DegradeStats {
+        let (mut in_redis, mut in_mysql) = (self.in_redis, self.in_mysql);
+        if let Some((mode, _, since)) = self.current {
+            match mode {
+                Mode::Redis => in_redis += since.elapsed(),
+                Mode::Mysql => in_mysql += since.elapsed(),
+            }
+        }
+        DegradeStats {
+            mode: self.current.map(|(mode, _, _)| mode),
+            epoch: self.current.map_or(0, |(_, epoch, _)| epoch),
+            switches: self.switches,
+            seconds_in_redis: in_redis.as_secs_f64(),
+            seconds_in_mysql: in_mysql.as_secs_f64(),
+        }
+    }
+}
+
+fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl DegradingLock {
+    /// Composes the two locks; renews the first mode lease before it returns, so a
+    /// MySQL that cannot keep one is refused at start.
+    pub async fn start(
+        redis: RedisLock,
+        lock_redis: redis::Client,
+        mysql: MySqlVersionLock,
+        shared: SharedMode,
+        options: DegradeOptions,
+    ) -> Result<Self, LockError> {
+        let shared = Arc::new(shared);
+        let first = shared.renew().await.map_err(|error| LockError::backend(BACKEND, error))?;
+        let (publish, view) = watch::channel(Some(first));
+        let stats = Arc::new(StdMutex::new(ModeClock::default()));
+        lock(&stats).observe(first.mode, first.epoch);
+        let renew_now = Arc::new(tokio::sync::Notify::new());
+        let renewer = tokio::spawn(renew_mode_lease(shared.clone(), publish, renew_now.clone(), stats.clone()));
+        let prober = tokio::spawn(probe_while_degraded(
+            lock_redis,
+            shared.clone(),
+            view.clone(),
+            renew_now.clone(),
+            options.recover_after,
+        ));
+        Ok(DegradingLock {
+            redis,
+            mysql,
+            shared,
+            view,
+            renew_now,
+            failures_in_a_row: AtomicU32::new(0),
+            newest_redis_token: StdMutex::default(),
+            options,
+            stats,
+            shut_down: AtomicBool::new(false),
+            tasks: vec![renewer, prober],
+        })
+    }
+
+    /// Renews the mode lease now instead of at the next beat, and waits for the answer
+    /// (at most one TTL): this instance then knows of any switch made so far.
+    pub async fn refresh_mode(&self) {
+        let mut view = self.view.clone();
+        view.borrow_and_update();
+        self.renew_now.notify_one();
+        let _ = tokio::time::timeout(self.options.ttl, view.changed()).await;
+    }
+
+    /// The mode lease as the last renewal left it.
+    fn current(&self) -> Option<ModeLease> {
+        *self.view.borrow()
+    }
+
+    /// One attempt in the mode `lease` says, bounded by that lease.
+    async fn attempt(&self, lease: ModeLease, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        let inner = match lease.mode {
+            Mode::Redis => match self.redis.try_acquire(key, owner).await {
+                Err(LockError::Backend { backend, source }) => {
+                    self.redis_failed(lease, &*source).await;
+                    return Err(LockError::Backend { backend, source });
+                }
+                granted_or_busy => {
+                    let guard = granted_or_busy?;
+                    self.failures_in_a_row.store(0, Ordering::SeqCst);
+                    if self.redis_forgot_its_counter(lease, &guard) {
+                        let _ = guard.release().await;
+                        return Err(LockError::Busy { key: key.to_owned() });
+                    }
+                    guard
+                }
+            },
+            Mode::Mysql => self.mysql.try_acquire(key, owner).await?,
+        };
+        // The grant took time: it counts only if the epoch's lease still allows it.
+        let still = self.current().filter(|now| now.epoch == lease.epoch && now.allows_grants_at(Instant::now()));
+        if still.is_none() {
+            let _ = inner.release().await;
+            return Err(LockError::Busy { key: key.to_owned() });
+        }
+        Ok(self.bound_by_epoch(inner, lease.epoch))
+    }
+
+    /// Step 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
+    fn bound_by_epoch(&self, inner: LockGuard, epoch: u64) -> LockGuard {
+        let (mut info, releaser) = inner.into_parts();
+        info.lease = Lease::both(info.lease, epoch_lease(self.view.clone(), epoch));
+        info.fencing_token = info.fencing_token.map(|token| FencingToken::new(BACKEND, epoch, token.counter));
+        info.into_guard(releaser)
+    }
+
+    /// A lock Redis that restarted empty hands out its token counter from 1 again; in the
+    /// same epoch the stock would refuse every such token as older than the last sale.
+    /// Seen here as a counter that went back: switch at once, so that Redis comes back
+    /// later under a newer epoch, whose tokens outrank every earlier one.
+    fn redis_forgot_its_counter(&self, lease: ModeLease, guard: &LockGuard) -> bool {
+        let Some(counter) = guard.fencing_token().map(|token| token.counter) else { return false };
+        let mut newest = lock(&self.newest_redis_token);
+        let seen = newest.insert(guard.key().to_owned(), (lease.epoch, counter));
+        if matches!(seen, Some((epoch, before)) if epoch == lease.epoch && counter <= before) {
+            drop(newest);
+            tracing::warn!(epoch = lease.epoch, counter, "the lock Redis forgot its token counter (restarted empty)");
+            self.failures_in_a_row.store(self.options.failures_to_degrade, Ordering::SeqCst);
+            let shared = self.shared.clone();
+            let renew_now = self.renew_now.clone();
+            tokio::spawn(async move {
+                if let Err(error) = shared.switch(lease.epoch, Mode::Mysql).await {
+                    tracing::warn!(%error, "could not switch to the MySQL lock");
+                }
+                renew_now.notify_one();
+            });
+            return true;
+        }
+        false
+    }
+
+    /// Step 2, downwards: after enough failures in a row, switch this epoch to MySQL.
+    async fn redis_failed(&self, lease: ModeLease, error: &(dyn std::error::Error + Send + Sync)) {
+        let failures = self.failures_in_a_row.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::debug!(failures, %error, "the lock Redis failed");
+        if failures < self.options.failures_to_degrade {
+            return;
+        }
+        self.failures_in_a_row.store(0, Ordering::SeqCst);
+        match self.shared.switch(lease.epoch, Mode::Mysql).await {
+            Ok(true) => tracing::warn!(failures, %error, "the lock Redis keeps failing: switching to the MySQL lock"),
+            Ok(false) => {} // another instance switched first
+            Err(error) => tracing::warn!(%error, "could not switch to the MySQL lock"),
+        }
+        self.renew_now.notify_one();
+    }
+}
+
+/// A lease that holds while `view` shows `epoch` with a trusted mode lease, and is lost
+/// as soon as this instance sees another epoch.
+fn epoch_lease(mut view: watch::Receiver<Option<ModeLease>>, epoch: u64) -> Lease {
+    let until = move |lease: Option<ModeLease>| match lease {
+        Some(lease) if lease.epoch == epoch => LeaseState::HeldUntil(lease.trusted_until),
+        _ => LeaseState::Lost,
+    };
+    let initial = until(*view.borrow_and_update());
+    let (sender, lease) = Lease::watched(initial);
+    if initial != LeaseState::Lost {
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = view.changed() => if changed.is_err() { break },
+                    () = sender.closed() => return,
+                }
+                let state = until(*view.borrow_and_update());
+                sender.send_replace(state);
+                if state == LeaseState::Lost {
+                    return;
+                }
+            }
+            sender.send_replace(LeaseState::Lost);
+        });
+    }
+    lease
+}
+
+/// Step 1: renews this instance's mode lease every `ttl / 3`, or at once when asked.
+async fn renew_mode_lease(
+    shared: Arc<SharedMode>,
+    publish: watch::Sender<Option<ModeLease>>,
+    renew_now: Arc<tokio::sync::Notify>,
+    stats: Arc<StdMutex<ModeClock>>,
+) {
+    let period = shared.ttl() / 3;
+    let timeout = shared.ttl() / 6;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(period) => {}
+            () = renew_now.notified() => {}
+        }
+        match tokio::time::timeout(timeout, shared.renew()).await {
+            Ok(Ok(lease)) => {
+                lock(&stats).observe(lease.mode, lease.epoch);
+                publish.send_replace(Some(lease));
+            }
+            // The old lease stays published and runs out by itself.
+            Ok(Err(error)) => tracing::warn!(%error, "could not renew the lock's mode lease in MySQL"),
+            Err(_) => tracing::warn!(?timeout, "renewing the lock's mode lease in MySQL timed out"),
+        }
+    }
+}
+
+/// Step 2, upwards: while degraded, ping the lock Redis; once it has answered every
+/// probe for `recover_after`, switch back. Long enough that a Redis that flaps does not
+/// drag every instance through a switch (one TTL without grants) each time.
+async fn probe_while_degraded(
+    lock_redis: redis::Client,
+    shared: Arc<SharedMode>,
+    view: watch::Receiver<Option<ModeLease>>,
+    renew_now: Arc<tokio::sync::Notify>,
+    recover_after: Duration,
+) {
+    let mut healthy_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        let Some(lease) = *view.borrow() else { continue };
+        if lease.mode != Mode::Mysql {
+            healthy_since = None;
+            continue;
+        }
+        let answered = tokio::time::timeout(PROBE_TIMEOUT, async {
+            let mut connection = lock_redis.get_multiplexed_async_connection().await?;
+            redis::cmd("PING").query_async::<String>(&mut connection).await
+        })
+        .await;
+        if !matches!(answered, Ok(Ok(_))) {
+            healthy_since = None;
+            continue;
+        }
+        let since = *healthy_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= recover_after {
+            match shared.switch(lease.epoch, Mode::Redis).await {
+                Ok(true) => tracing::warn!(?recover_after, "the lock Redis is back: switching to it"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "could not switch back to the Redis lock"),
+            }
+            healthy_since = None;
+            renew_now.notify_one();
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for DegradingLock {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        if self.shut_down.load(Ordering::SeqCst) {
+            return Err(LockError::ShutDown { backend: BACKEND });
+        }
+        match self.current() {
+            Some(lease) if lease.allows_grants_at(Instant::now()) => self.attempt(lease, key, owner).await,
+            Some(lease) if Instant::now() < lease.grants_from => Err(LockError::Busy { key: key.to_owned() }),
+            _ => Err(no_mode_lease()),
+        }
+    }
+
+    /// Polls in whichever mode is current, and waits out a switch (step 3) instead of
+    /// failing. A Redis failure is retried (in MySQL once enough of them switched).
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut pause = BACKOFF_START;
+        loop {
+            if self.shut_down.load(Ordering::SeqCst) {
+                return Err(LockError::ShutDown { backend: BACKEND });
+            }
+            let now = Instant::now();
+            let wait = match self.current() {
+                Some(lease) if lease.allows_grants_at(now) => match self.attempt(lease, key, owner).await {
+                    Ok(guard) => return Ok(guard),
+                    Err(LockError::Busy { .. }) => None,
+                    Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => None,
+                    Err(error) => return Err(error),
+                },
+                // Step 3: the new epoch starts at `grants_from`.
+                Some(lease) if now < lease.grants_from => Some(lease.grants_from - now),
+                // No trusted mode lease: MySQL does not answer the renewals.
+                _ if now + BACKOFF_MAX >= deadline => return Err(no_mode_lease()),
+                _ => None,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(LockError::Timeout { key: key.to_owned(), waited: now - started });
+            }
+            let backoff = pause.mul_f64(rand::rng().random_range(0.5..1.5));
+            tokio::time::sleep(wait.unwrap_or(backoff).min(deadline - now)).await;
+            pause = (pause * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Gives back both locks' grants and this instance's mode lease.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.store(true, Ordering::SeqCst);
+        for task in &self.tasks {
+            task.abort();
+        }
+        let redis = self.redis.shutdown().await;
+        let mysql = self.mysql.shutdown().await;
+        self.shared.leave().await.map_err(|error| LockError::backend(BACKEND, error))?;
+        redis.and(mysql)
+    }
+
+    /// The MySQL lock's counters, and the mode.
+    fn stats(&self) -> Option<LockStats> {
+        let mut stats = self.mysql.stats().unwrap_or_default();
+        stats.degrade = Some(lock(&self.stats).stats());
+        Some(stats)
+    }
+}
+
+fn no_mode_lease() -> LockError {
+    LockError::backend(
+        BACKEND,
+        std::io::Error::other(
+            "this instance holds no lease on the lock's mode (MySQL does not answer its renewals), \
+             so it grants nothing rather than risk a holder in the other mode",
+        ),
+    )
+}
+
+impl Drop for DegradingLock {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! What only `redis-degrade` must do: switch to the MySQL version lock when its Redis
+//! dies and back when it heals, and never let a holder of the old mode overlap a holder
+//! of the new one, in either direction. Against a private lock Redis per test and the
+//! MariaDB that `make test` starts. `cargo test --test degrade -- --nocapture` prints
+//! what it measured.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::PrivateRedis;
+use seckill::lock::degrade::{DegradeOptions, DegradingLock};
+use seckill::lock::lock_mode::{Mode, SharedMode};
+use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::redis::RedisLock;
+use seckill::lock::{DistributedLock, LockGuard};
+
+const TTL: Duration = Duration::from_millis(1000);
+
+/// One instance: its own connections, sharing the mode called `mode_name`.
+async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Duration) -> DegradingLock {
+    let pool = common::mysql_pool().await;
+    let redis_lock = RedisLock::connect(&lock_redis.client(), common::redis_options(TTL.as_millis() as u64, true))
+        .await
+        .unwrap();
+    let mysql_lock = MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl: TTL, renew: true, permits: Some(3) });
+    let shared = SharedMode::open(pool, mode_name, &common::unique_key("instance"), TTL).await.unwrap();
+    let options = DegradeOptions { ttl: TTL, failures_to_degrade: 3, recover_after };
+    DegradingLock::start(redis_lock, lock_redis.client(), mysql_lock, shared, options).await.unwrap()
+}
+
+fn epoch_of(guard: &LockGuard) -> u64 {
+    guard.fencing_token().expect("redis-degrade grants carry tokens").epoch
+}
+
+fn mode_of(lock: &DegradingLock) -> Option<Mode> {
+    lock.stats().and_then(|stats| stats.degrade).and_then(|degrade| degrade.mode)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
+    let lock_redis = PrivateRedis::start();
+    let port = lock_redis.port;
+    let lock = instance(&lock_redis, &common::unique_key("mode"), Duration::from_secs(1)).await;
+    let key = common::unique_key("switch");
+
+    let first = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    assert_eq!((mode_of(&lock), epoch_of(&first)), (Some(Mode::Redis), 1));
+    first.release().await.unwrap();
+
+    drop(lock_redis); // killed
+    let died = Instant::now();
+    let degraded = lock.acquire(&key, &common::owner(), Duration::from_secs(15)).await.expect("granted by MySQL");
+    let took = died.elapsed();
+    assert_eq!((mode_of(&lock), epoch_of(&degraded)), (Some(Mode::Mysql), 2));
+    degraded.release().await.unwrap();
+    println!("lock Redis killed: first grant from MySQL after {took:?}");
+
+    let _lock_redis = PrivateRedis::start_on(port);
+    let healed = Instant::now();
+    loop {
+        let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+        let epoch = epoch_of(&guard);
+        guard.release().await.unwrap();
+        if epoch == 3 {
+            break;
+        }
+        assert!(healed.elapsed() < Duration::from_secs(15), "still on MySQL 15 s after Redis came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!("lock Redis back: first grant from Redis after {:?}", healed.elapsed());
+    assert_eq!(mode_of(&lock), Some(Mode::Redis));
+    let stats = lock.stats().unwrap().degrade.unwrap();
+    assert_eq!(stats.switches, 2);
+    assert!(stats.seconds_in_mysql > 0.0 && stats.seconds_in_redis > 0.0, "{stats:?}");
+}
+
+/// A holds a grant of the current mode; the mode switches; B asks for the same key.
+/// B must not be granted before A's grant has ended.
+async fn switch_under_a_holder(from: Mode, to: Mode) {
+    let lock_redis = PrivateRedis::start();
+    let mode_name = common::unique_key("mode");
+    let pool = common::mysql_pool().await;
+    sqlx::query("INSERT INTO seckill_lock_modes (name, mode, epoch, grants_from) VALUES (?, ?, 1, NOW(3))")
+        .bind(&mode_name)
+        .bind(if from == Mode::Redis { "redis" } else { "mysql" })
+        .execute(&pool)
+        .await
+        .unwrap();
+    let never = Duration::from_secs(3600); // no switch but the test's own
+    let (a, b) = (instance(&lock_redis, &mode_name, never).await, instance(&lock_redis, &mode_name, never).await);
+    let key = common::unique_key("overlap");
+    let held = a.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    assert_eq!((mode_of(&a), epoch_of(&held)), (Some(from), 1));
+
+    let switcher = SharedMode::open(pool, &mode_name, &common::unique_key("switcher"), TTL).await.unwrap();
+    assert!(switcher.switch(1, to).await.unwrap());
+    let switched = Instant::now();
+    // B learns of the switch at once; A only at its next renewal, up to a third of a
+    // TTL later. The worst order for safety: B may not grant before A has stopped.
+    b.refresh_mode().await;
+
+    // A never releases: as if it were still inside its critical section.
+    let a_lost = tokio::spawn({
+        let lease = held.lease().clone();
+        async move {
+            lease.lost().await;
+            Instant::now()
+        }
+    });
+    let granted = b.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("B gets the new mode's grant");
+    let b_granted = Instant::now();
+    let a_lost = a_lost.await.unwrap();
+    println!(
+        "{from:?} -> {to:?}: A's grant ended {:?} after the switch, B's started {:?} after it",
+        a_lost - switched,
+        b_granted - switched
+    );
+    assert!(a_lost <= b_granted, "B was granted while A still trusted its grant");
+    assert!(!held.is_held());
+    assert_eq!(epoch_of(&granted), 2, "the new mode's grants carry the new epoch");
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_to_mysql_grants_nothing_until_every_redis_holder_has_stopped() {
+    switch_under_a_holder(Mode::Redis, Mode::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_back_to_redis_grants_nothing_until_every_mysql_holder_has_stopped() {
+    switch_under_a_holder(Mode::Mysql, Mode::Redis).await;
+}
