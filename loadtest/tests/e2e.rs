@@ -3,7 +3,7 @@
 //! one-shot buyers from goose, and the verdict read back from Redis.
 //!
 //! Needs the project's test Redis (`make test` starts it). Each test sells from its own
-//! Redis database (10 to 19, 44 and 47 belong to this file); the attacks run one at a time because
+//! Redis database (10 to 19, 44, 47 and 50 belong to this file); the attacks run one at a time because
 //! goose keeps global state.
 
 #[path = "../../tests/common/mod.rs"]
@@ -76,6 +76,16 @@ async fn the_redis_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
     let report = flash_sale(Strategy::Redis, 10).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_that_degrades_to_mysql_sells_exactly_300_to_500_buyers_across_two_instances() {
+    let report = flash_sale(Strategy::RedisDegrade, 50).await;
+    assert_held(&report);
+    assert_eq!(report.fencing_regressions, Some(0));
+    let cost = report.database.clone().unwrap_or_else(|| panic!("no lock stats: {}", report.render()));
+    assert_eq!(cost.degrade.len(), 2, "both instances report their mode: {}", report.render());
+    assert!(report.render().contains("lock mode, instance 1"), "{}", report.render());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
