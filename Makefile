@@ -1,10 +1,15 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo test services stop status build
+.PHONY: demo demo-degrade test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
 	scripts/demo.sh
+
+## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
+## 3000 buyers and started again, the verdict, and each instance's mode over time.
+demo-degrade:
+	scripts/demo-degrade.sh
 
 ## make test: servers up, then the whole test suite against them.
 ## The last line adds up every test binary's result.
