@@ -53,8 +53,12 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     pub degrade_recover_ms: u64,
     /// The independent Redis masters of `--lock redlock`, comma separated (at least 3).
-    #[arg(long, env = "SECKILL_REDLOCK_URLS", value_delimiter = ',',
-          default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385")]
+    #[arg(
+        long,
+        env = "SECKILL_REDLOCK_URLS",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385"
+    )]
     pub redlock_urls: Vec<String>,
     /// How long one Redlock master may take to answer, in milliseconds; far below the TTL,
     /// so that a dead master costs one short timeout.

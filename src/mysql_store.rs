@@ -73,6 +73,11 @@ pub fn without_password(url: &str) -> String {
     }
 }
 
+/// A duration as the whole microseconds an `INTERVAL ? MICROSECOND` binds.
+pub fn micros(duration: Duration) -> u64 {
+    duration.as_micros() as u64
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -33,7 +33,10 @@ fn an_unknown_strategy_is_refused_with_the_list_of_valid_ones() {
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
     assert!(message.contains("zookeper"), "{message}");
-    assert!(message.contains("none, local, redis, redlock, etcd, zookeeper, mysql, mysql-version, atomic"), "{message}");
+    assert!(
+        message.contains("none, local, redis, redis-degrade, redlock, etcd, zookeeper, mysql, mysql-version, atomic"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -185,7 +188,8 @@ fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix()
     assert!(message.contains("only 1 of 5 Redlock masters answer"), "{message}");
     assert!(message.contains("make services") && message.contains("--redlock-urls"), "{message}");
 
-    let output = seckill(&["serve", "--lock", "redlock", "--redlock-urls", "redis://127.0.0.1:6381,redis://127.0.0.1:6382"]);
+    let output =
+        seckill(&["serve", "--lock", "redlock", "--redlock-urls", "redis://127.0.0.1:6381,redis://127.0.0.1:6382"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("at least 3 masters"), "{}", stderr(&output));
 }
@@ -195,5 +199,8 @@ fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
     let output = seckill(&["serve", "--lock", "redlock", "--redlock-node-timeout-ms", "500", "--lock-ttl-ms", "3000"]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
-    assert!(message.contains("--redlock-node-timeout-ms (500 ms) must be at most a tenth of --lock-ttl-ms"), "{message}");
+    assert!(
+        message.contains("--redlock-node-timeout-ms (500 ms) must be at most a tenth of --lock-ttl-ms"),
+        "{message}"
+    );
 }

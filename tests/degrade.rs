@@ -20,10 +20,10 @@ const TTL: Duration = Duration::from_millis(1000);
 /// One instance: its own connections, sharing the mode called `mode_name`.
 async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Duration) -> DegradingLock {
     let pool = common::mysql_pool().await;
-    let redis_lock = RedisLock::connect(&lock_redis.client(), common::redis_options(TTL.as_millis() as u64, true))
-        .await
-        .unwrap();
-    let mysql_lock = MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl: TTL, renew: true, permits: Some(3) });
+    let redis_lock =
+        RedisLock::connect(&lock_redis.client(), common::redis_options(TTL.as_millis() as u64, true)).await.unwrap();
+    let mysql_lock =
+        MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl: TTL, renew: true, permits: Some(3) });
     let shared = SharedMode::open(pool, mode_name, &common::unique_key("instance"), TTL).await.unwrap();
     let options = DegradeOptions { ttl: TTL, failures_to_degrade: 3, recover_after };
     DegradingLock::start(redis_lock, lock_redis.client(), mysql_lock, shared, options).await.unwrap()
@@ -108,7 +108,8 @@ async fn switch_under_a_holder(from: Mode, to: Mode) {
             Instant::now()
         }
     });
-    let granted = b.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("B gets the new mode's grant");
+    let granted =
+        b.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("B gets the new mode's grant");
     let b_granted = Instant::now();
     let a_lost = a_lost.await.unwrap();
     println!(

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use seckill::lock::degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::etcd::EtcdLock;
-use seckill::lock::lock_mode::SharedMode;
 use seckill::lock::local::LocalLock;
+use seckill::lock::lock_mode::SharedMode;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::redis::RedisLock;
@@ -369,39 +369,51 @@ conformance_suite!(
     }
 );
 
+/// As if a MySQL lock's holder had stopped renewing long ago: its row is past expiry.
+const EXPIRE_LOCK_ROW: &str = "UPDATE seckill_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?";
+const EXPIRE_VERSION_ROW: &str =
+    "UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?";
+
+/// Runs one of the statements above on the row of `key`.
+async fn expire_row(pool: &sqlx::MySqlPool, statement: &'static str, key: String) {
+    sqlx::query(statement).bind(key).execute(pool).await.unwrap();
+}
+
+/// `n` contenders of a MySQL lock, each on a pool of its own as from separate
+/// processes; `expire` is the statement that takes a holder's row away.
+async fn mysql_contenders(
+    n: usize,
+    expire: &'static str,
+    new_lock: impl Fn(sqlx::MySqlPool) -> Arc<dyn DistributedLock>,
+) -> Vec<Contender> {
+    let mut contenders = Vec::new();
+    for _ in 0..n {
+        let pool = common::mysql_pool().await;
+        let lock = new_lock(pool.clone());
+        contenders.push(Contender {
+            lock,
+            lose_lease: Box::new(move |key: String| Box::pin(async move { expire_row(&pool, expire, key).await })),
+            // A crashed holder stops renewing; dropping the guard stops its renewal.
+            vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+        });
+    }
+    contenders
+}
+
+const MYSQL_TTL: Duration = Duration::from_millis(1000);
+
 conformance_suite!(
     mysql,
     Traits {
         separate_clients: true,
         fencing_tokens: true,
         lease: true,
-        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        vanished_holder_frees_within: Some(MYSQL_TTL),
         stock_db: 24
     },
     |_client: ::redis::Client, n: usize| async move {
-        let mut contenders = Vec::new();
-        for _ in 0..n {
-            // A pool per contender, as from separate processes.
-            let pool = common::mysql_pool().await;
-            let options = MySqlLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: Some(3) };
-            let expire = pool.clone();
-            contenders.push(Contender {
-                lock: Arc::new(MySqlLock::new(pool, options)),
-                // As if the holder had stopped renewing long ago: its row is past expiry.
-                lose_lease: Box::new(move |key: String| {
-                    Box::pin(async move {
-                        sqlx::query("UPDATE seckill_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?")
-                            .bind(key)
-                            .execute(&expire)
-                            .await
-                            .unwrap();
-                    })
-                }),
-                // A crashed holder stops renewing; dropping the guard stops its renewal.
-                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
-            });
-        }
-        contenders
+        let options = MySqlLockOptions { ttl: MYSQL_TTL, renew: true, permits: Some(3) };
+        mysql_contenders(n, EXPIRE_LOCK_ROW, |pool| Arc::new(MySqlLock::new(pool, options))).await
     }
 );
 
@@ -411,35 +423,12 @@ conformance_suite!(
         separate_clients: true,
         fencing_tokens: true,
         lease: true,
-        vanished_holder_frees_within: Some(Duration::from_millis(1000)),
+        vanished_holder_frees_within: Some(MYSQL_TTL),
         stock_db: 25
     },
     |_client: ::redis::Client, n: usize| async move {
-        let mut contenders = Vec::new();
-        for _ in 0..n {
-            // A pool per contender, as from separate processes.
-            let pool = common::mysql_pool().await;
-            let options = MySqlVersionLockOptions { ttl: Duration::from_millis(1000), renew: true, permits: Some(3) };
-            let expire = pool.clone();
-            contenders.push(Contender {
-                lock: Arc::new(MySqlVersionLock::new(pool, options)),
-                // As if the holder had stopped renewing long ago: its row is past expiry.
-                lose_lease: Box::new(move |key: String| {
-                    Box::pin(async move {
-                        sqlx::query(
-                            "UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?",
-                        )
-                        .bind(key)
-                        .execute(&expire)
-                        .await
-                        .unwrap();
-                    })
-                }),
-                // A crashed holder stops renewing; dropping the guard stops its renewal.
-                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
-            });
-        }
-        contenders
+        let options = MySqlVersionLockOptions { ttl: MYSQL_TTL, renew: true, permits: Some(3) };
+        mysql_contenders(n, EXPIRE_VERSION_ROW, |pool| Arc::new(MySqlVersionLock::new(pool, options))).await
     }
 );
 
@@ -456,7 +445,8 @@ conformance_suite!(
     },
     |_client: ::redis::Client, n: usize| async move {
         let urls = common::redlock_urls();
-        let options = RedlockOptions { ttl: Duration::from_millis(1000), renew: true, node_timeout: Duration::from_millis(50) };
+        let options =
+            RedlockOptions { ttl: Duration::from_millis(1000), renew: true, node_timeout: Duration::from_millis(50) };
         let mut contenders = Vec::new();
         for _ in 0..n {
             // Connections of its own to every master, as from a separate process.
@@ -499,7 +489,8 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
     for _ in 0..n {
         let pool = common::mysql_pool().await;
         let redis_lock = RedisLock::connect(&client, common::redis_options(1000, true)).await.unwrap();
-        let mysql_lock = MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl, renew: true, permits: Some(3) });
+        let mysql_lock =
+            MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl, renew: true, permits: Some(3) });
         let shared = SharedMode::open(pool.clone(), &mode_name, &common::unique_key("instance"), ttl).await.unwrap();
         let lock = DegradingLock::start(redis_lock, client.clone(), mysql_lock, shared, options).await.unwrap();
         let (redis, in_mysql) = (client.clone(), mode == "mysql");
@@ -509,13 +500,7 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
             lose_lease: Box::new(move |key: String| {
                 Box::pin(async move {
                     if in_mysql {
-                        sqlx::query(
-                            "UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?",
-                        )
-                        .bind(key)
-                        .execute(&pool)
-                        .await
-                        .unwrap();
+                        expire_row(&pool, EXPIRE_VERSION_ROW, key).await;
                     } else {
                         let mut connection = common::connection(&redis).await;
                         let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();

@@ -112,7 +112,8 @@ async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_onc
     let holder = MySqlVersionLock::new(common::mysql_pool().await, options(Some(3)));
     let table_options = |permits| MySqlLockOptions { ttl: Duration::from_secs(5), renew: true, permits };
 
-    let bounded = peak_attempts_in_flight(Arc::new(MySqlVersionLock::new(pool_of(12).await, options(Some(3)))), &holder);
+    let bounded =
+        peak_attempts_in_flight(Arc::new(MySqlVersionLock::new(pool_of(12).await, options(Some(3)))), &holder);
     assert_eq!(bounded.await, 3, "mysql-version with 3 permits");
     let unbounded = peak_attempts_in_flight(Arc::new(MySqlVersionLock::new(pool_of(12).await, options(None))), &holder);
     assert!(unbounded.await > 3, "without the semaphore the crowd should exceed 3 at once");

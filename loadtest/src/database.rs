@@ -31,10 +31,8 @@ pub fn is_database_lock(strategy: &str) -> bool {
 /// DML statements the MySQL server has run since it started.
 pub async fn server_statements(mysql_url: &str) -> anyhow::Result<u64> {
     let connect = sqlx::MySqlConnection::connect(mysql_url);
-    let mut connection = tokio::time::timeout(Duration::from_secs(5), connect)
-        .await
-        .context("timed out")?
-        .context("cannot connect")?;
+    let mut connection =
+        tokio::time::timeout(Duration::from_secs(5), connect).await.context("timed out")?.context("cannot connect")?;
     let counters: Vec<(String, String)> = sqlx::query_as(STATEMENT_COUNTERS).fetch_all(&mut connection).await?;
     let mut total = 0;
     for (name, value) in counters {
@@ -124,12 +122,7 @@ impl DatabaseCost {
     }
 
     /// From the counters before and after the attack.
-    pub fn between(
-        before: &[LockStats],
-        after: &[LockStats],
-        statements: Option<(u64, u64)>,
-        units_sold: i64,
-    ) -> Self {
+    pub fn between(before: &[LockStats], after: &[LockStats], statements: Option<(u64, u64)>, units_sold: i64) -> Self {
         let mut cost = DatabaseCost {
             statements: statements.map(|(before, after)| after.saturating_sub(before)),
             units_sold,

@@ -67,7 +67,8 @@ async fn outages(fault: Fault, db: u8) {
     let cycles: usize = std::env::var("SECKILL_DEGRADE_CYCLES").ok().and_then(|n| n.parse().ok()).unwrap_or(10);
     let mut lock_redis = Some(PrivateRedis::start());
     let port = lock_redis.as_ref().unwrap().port;
-    let (first, second) = (start(db, lock_redis.as_ref().unwrap()).await, start(db, lock_redis.as_ref().unwrap()).await);
+    let (first, second) =
+        (start(db, lock_redis.as_ref().unwrap()).await, start(db, lock_redis.as_ref().unwrap()).await);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
     let reset = http
         .post(format!("{}/stock/reset", first.url))
@@ -135,7 +136,8 @@ async fn outages(fault: Fault, db: u8) {
         buyer.await.unwrap();
     }
     watcher.await.unwrap();
-    let health: serde_json::Value = http.get(format!("{}/healthz", first.url)).send().await.unwrap().json().await.unwrap();
+    let health: serde_json::Value =
+        http.get(format!("{}/healthz", first.url)).send().await.unwrap().json().await.unwrap();
     let degrade = health["lock_stats"]["degrade"].clone();
     first.stop().await.unwrap();
     second.stop().await.unwrap();

@@ -92,7 +92,7 @@ use tokio::task::JoinHandle;
 use super::lock_mode::{Mode, ModeLease, SharedMode};
 use super::mysql_version::MySqlVersionLock;
 use super::redis::RedisLock;
-use super::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
+use super::{unpoisoned, DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
 
 const BACKEND: &str = "redis-degrade";
 /// How often the lock Redis is probed while degraded.
@@ -191,10 +191,6 @@ impl ModeClock {
     }
 }
 
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl DegradingLock {
     /// Composes the two locks; renews the first mode lease before it returns, so a
     /// MySQL that cannot keep one is refused at start.
@@ -209,7 +205,7 @@ impl DegradingLock {
         let first = shared.renew().await.map_err(|error| LockError::backend(BACKEND, error))?;
         let (publish, view) = watch::channel(Some(first));
         let stats = Arc::new(StdMutex::new(ModeClock::default()));
-        lock(&stats).observe(first.mode, first.epoch);
+        unpoisoned(&stats).observe(first.mode, first.epoch);
         let renew_now = Arc::new(tokio::sync::Notify::new());
         let renewer = tokio::spawn(renew_mode_lease(shared.clone(), publish, renew_now.clone(), stats.clone()));
         let prober = tokio::spawn(probe_while_degraded(
@@ -291,7 +287,7 @@ impl DegradingLock {
     /// later under a newer epoch, whose tokens outrank every earlier one.
     fn redis_forgot_its_counter(&self, lease: ModeLease, guard: &LockGuard) -> bool {
         let Some(counter) = guard.fencing_token().map(|token| token.counter) else { return false };
-        let mut newest = lock(&self.newest_redis_token);
+        let mut newest = unpoisoned(&self.newest_redis_token);
         let seen = newest.insert(guard.key().to_owned(), (lease.epoch, counter));
         if matches!(seen, Some((epoch, before)) if epoch == lease.epoch && counter <= before) {
             drop(newest);
@@ -371,7 +367,7 @@ async fn renew_mode_lease(
         }
         match tokio::time::timeout(timeout, shared.renew()).await {
             Ok(Ok(lease)) => {
-                lock(&stats).observe(lease.mode, lease.epoch);
+                unpoisoned(&stats).observe(lease.mode, lease.epoch);
                 publish.send_replace(Some(lease));
             }
             // The old lease stays published and runs out by itself.
@@ -483,7 +479,7 @@ impl DistributedLock for DegradingLock {
     /// The MySQL lock's counters, and the mode.
     fn stats(&self) -> Option<LockStats> {
         let mut stats = self.mysql.stats().unwrap_or_default();
-        stats.degrade = Some(lock(&self.stats).stats());
+        stats.degrade = Some(unpoisoned(&self.stats).stats());
         Some(stats)
     }
 }

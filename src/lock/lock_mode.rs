@@ -83,7 +83,8 @@ const RENEW_LEASE: &str = "INSERT INTO seckill_lock_mode_leases (instance, name,
 const READ_MODE_FOR_SWITCH: &str = "SELECT mode, epoch FROM seckill_lock_modes WHERE name = ? FOR UPDATE";
 /// Step 3: how long until the last lease of this or any earlier epoch ends (0 if none
 /// is left). Binds: name, epoch.
-const LAST_LEASE_ENDS_IN: &str = "SELECT CAST(GREATEST(COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at)), 0), 0) \
+const LAST_LEASE_ENDS_IN: &str =
+    "SELECT CAST(GREATEST(COALESCE(MAX(TIMESTAMPDIFF(MICROSECOND, NOW(3), expires_at)), 0), 0) \
      AS SIGNED) FROM seckill_lock_mode_leases WHERE name = ? AND epoch <= ? LOCK IN SHARE MODE";
 /// Step 3. Never earlier than the old `grants_from`: a switch soon after another must
 /// still wait for the leases the first one waits for. Binds: mode, µs until the old
@@ -151,11 +152,8 @@ impl SharedMode {
             transaction.rollback().await?;
             return Ok(false);
         }
-        let (last_lease_ends_in_us,): (i64,) = sqlx::query_as(LAST_LEASE_ENDS_IN)
-            .bind(&self.name)
-            .bind(from_epoch)
-            .fetch_one(&mut *transaction)
-            .await?;
+        let (last_lease_ends_in_us,): (i64,) =
+            sqlx::query_as(LAST_LEASE_ENDS_IN).bind(&self.name).bind(from_epoch).fetch_one(&mut *transaction).await?;
         sqlx::query(SWITCH)
             .bind(to.as_str())
             .bind(last_lease_ends_in_us.max(0))

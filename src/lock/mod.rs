@@ -467,6 +467,13 @@ pub struct LockStats {
     pub degrade: Option<degrade::DegradeStats>,
 }
 
+/// Locks a std mutex even if a task panicked while holding it: the maps the locks keep
+/// behind one (held grants, waiters, hold counts) stay consistent between statements,
+/// so there is nothing to repair, and a panic elsewhere must not stop every sale.
+pub(crate) fn unpoisoned<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The polling loop behind the default [`DistributedLock::acquire`], for backends
 /// that override `acquire` only to prepare something before they poll.
 pub async fn poll_until_granted<Try, TryFut, Wait, WaitFut>(

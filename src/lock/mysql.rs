@@ -54,9 +54,11 @@ use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use tokio::task::JoinHandle;
 
+use crate::mysql_store::micros;
+
 use super::keepalive::KeepAlive;
 use super::permits::Permits;
-use super::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use super::{unpoisoned, DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql";
 
@@ -117,14 +119,6 @@ pub struct MySqlLock {
 
 fn backend_error(error: sqlx::Error) -> LockError {
     LockError::backend(BACKEND, error)
-}
-
-fn micros(duration: Duration) -> u64 {
-    duration.as_micros() as u64
-}
-
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// How a row was granted.
@@ -266,7 +260,7 @@ impl MySqlGrant {
             return Ok(true);
         }
         let deleted = sqlx::query(DELETE_ROW).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
-        lock(&self.held).remove(&token);
+        unpoisoned(&self.held).remove(&token);
         Ok(deleted.rows_affected() == 1)
     }
 }
@@ -310,7 +304,7 @@ impl DistributedLock for MySqlLock {
         };
         if let Granted::Fresh = granted {
             self.grants.fetch_add(1, Ordering::Relaxed);
-            lock(&self.held).insert(token, (key.to_owned(), owner.as_str().to_owned()));
+            unpoisoned(&self.held).insert(token, (key.to_owned(), owner.as_str().to_owned()));
         }
         let (keepalive, fixed, lease) = if self.options.renew {
             let (pool, ttl) = (self.pool.clone(), self.options.ttl);
@@ -356,7 +350,7 @@ impl DistributedLock for MySqlLock {
         self.shut_down.store(true, Ordering::SeqCst);
         self.permits.close();
         self.sweeper.abort();
-        let held: Vec<(u64, (String, String))> = lock(&self.held).drain().collect();
+        let held: Vec<(u64, (String, String))> = unpoisoned(&self.held).drain().collect();
         for (token, (name, owner)) in held {
             sqlx::query(DELETE_ROW)
                 .bind(&name)

@@ -55,9 +55,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 
+use crate::mysql_store::micros;
+
 use super::keepalive::KeepAlive;
 use super::permits::Permits;
-use super::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use super::{unpoisoned, DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
@@ -122,7 +124,9 @@ impl Row {
 
 /// One attempt's result.
 enum Attempt {
-    Granted { version: u64 },
+    Granted {
+        version: u64,
+    },
     /// The read showed a live holder.
     Held,
     /// The row was free when read, and someone else's write came first.
@@ -131,14 +135,6 @@ enum Attempt {
 
 fn backend_error(error: sqlx::Error) -> LockError {
     LockError::backend(BACKEND, error)
-}
-
-fn micros(duration: Duration) -> u64 {
-    duration.as_micros() as u64
-}
-
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MySqlVersionLock {
@@ -191,7 +187,13 @@ impl MySqlVersionLock {
     }
 
     /// Step 4: a lease renewed every `ttl / 3`, or a fixed one.
-    fn renew_with(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
+    fn renew_with(
+        &self,
+        name: &str,
+        owner: &Owner,
+        version: u64,
+        sent: Instant,
+    ) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
         if !self.options.renew {
             let (sender, lease) = super::keepalive::fixed_lease(sent, self.options.ttl);
             return (None, Some(sender), lease);
@@ -236,7 +238,7 @@ impl Release for VersionGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         drop(grant.keepalive.take()); // stop renewing before giving the row back
-        lock(&grant.held).remove(&(grant.name.clone(), grant.version));
+        unpoisoned(&grant.held).remove(&(grant.name.clone(), grant.version));
         let given_back = sqlx::query(GIVE_BACK)
             .bind(&grant.name)
             .bind(grant.version)
@@ -272,7 +274,7 @@ impl DistributedLock for MySqlVersionLock {
             }
         };
         self.counters.grants.fetch_add(1, Ordering::Relaxed);
-        lock(&self.held).insert((key.to_owned(), version), owner.as_str().to_owned());
+        unpoisoned(&self.held).insert((key.to_owned(), version), owner.as_str().to_owned());
         let (keepalive, fixed_lease, lease) = self.renew_with(key, owner, version, sent);
         let grant = VersionGrant {
             pool: self.pool.clone(),
@@ -290,7 +292,7 @@ impl DistributedLock for MySqlVersionLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.store(true, Ordering::SeqCst);
         self.permits.close();
-        let held: Vec<((String, u64), String)> = lock(&self.held).drain().collect();
+        let held: Vec<((String, u64), String)> = unpoisoned(&self.held).drain().collect();
         for ((name, version), owner) in held {
             sqlx::query(GIVE_BACK)
                 .bind(&name)

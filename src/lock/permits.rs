@@ -70,10 +70,7 @@ impl Permits {
     }
 
     pub fn stats(&self) -> PermitStats {
-        PermitStats {
-            permits: self.limit,
-            peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst),
-        }
+        PermitStats { permits: self.limit, peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst) }
     }
 }
 

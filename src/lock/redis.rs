@@ -53,7 +53,9 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
 use super::keepalive::{fixed_lease, KeepAlive};
-use super::{poll_until_granted, DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release};
+use super::{
+    poll_until_granted, unpoisoned, DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release,
+};
 
 const BACKEND: &str = "redis";
 
@@ -160,7 +162,7 @@ impl RedisLock {
 
     /// The signal a release of `key` fires, created if no local waiter has it yet.
     fn release_signal(&self, key: &str) -> Arc<Notify> {
-        let mut waiters = lock(&self.waiters);
+        let mut waiters = unpoisoned(&self.waiters);
         if let Some(signal) = waiters.get(key).and_then(Weak::upgrade) {
             return signal;
         }
@@ -172,7 +174,7 @@ impl RedisLock {
 
     /// How many keys the waiter map remembers (for the test that it does not grow forever).
     pub fn remembered_keys(&self) -> usize {
-        lock(&self.waiters).len()
+        unpoisoned(&self.waiters).len()
     }
 
     fn fencing_key(key: &str) -> String {
@@ -234,10 +236,6 @@ impl Drop for RedisLock {
     }
 }
 
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Wakes one local waiter for every release announced on [`RELEASE_CHANNEL`].
 /// Runs for the life of the lock; resubscribes when Redis comes back.
 async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
@@ -249,7 +247,7 @@ async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
                         let mut messages = pubsub.on_message();
                         while let Some(message) = messages.next().await {
                             let Ok(key) = message.get_payload::<String>() else { continue };
-                            let signal = lock(&waiters).get(&key).and_then(Weak::upgrade);
+                            let signal = unpoisoned(&waiters).get(&key).and_then(Weak::upgrade);
                             // `notify_one` stores a permit if nobody is waiting yet, so a
                             // waiter that is just about to wait does not miss this release.
                             if let Some(signal) = signal {
@@ -307,7 +305,7 @@ impl Release for RedisGrant {
 
 impl Drop for RedisGrant {
     fn drop(&mut self) {
-        lock(&self.held).remove(&self.token);
+        unpoisoned(&self.held).remove(&self.token);
     }
 }
 
@@ -343,7 +341,7 @@ impl DistributedLock for RedisLock {
             let (sender, lease) = fixed_lease(sent, self.options.ttl);
             (None, Some(sender), lease)
         };
-        lock(&self.held).insert(token.clone(), key.to_owned());
+        unpoisoned(&self.held).insert(token.clone(), key.to_owned());
         let grant = RedisGrant {
             key: key.to_owned(),
             token,
@@ -380,7 +378,7 @@ impl DistributedLock for RedisLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.store(true, Ordering::SeqCst);
         self.listener.abort();
-        let held: Vec<(String, String)> = lock(&self.held).drain().collect();
+        let held: Vec<(String, String)> = unpoisoned(&self.held).drain().collect();
         let mut connection = self.connection.clone();
         for (token, key) in held {
             self.scripts

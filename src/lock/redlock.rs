@@ -57,7 +57,7 @@ use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 
 use super::keepalive::{fixed_lease, trusted_until, KeepAlive};
-use super::{poll_until_granted, DistributedLock, LockError, LockGuard, Owner, Release};
+use super::{poll_until_granted, unpoisoned, DistributedLock, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
 
@@ -240,10 +240,6 @@ pub struct Redlock {
     shut_down: AtomicBool,
 }
 
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Why the masters could not be used at all.
 #[derive(Debug, thiserror::Error)]
 pub enum RedlockError {
@@ -267,7 +263,8 @@ impl Redlock {
             .collect::<Result<Vec<_>, _>>()?;
         let masters = Masters { masters, node_timeout: options.node_timeout };
         // A first connection may take longer than one command: allow a few node timeouts.
-        let answers = join_all(masters.masters.iter().map(|master| master.answers_ping(options.node_timeout * 10))).await;
+        let answers =
+            join_all(masters.masters.iter().map(|master| master.answers_ping(options.node_timeout * 10))).await;
         let reachable = answers.iter().filter(|answered| **answered).count();
         if reachable < masters.quorum() {
             let answering: Vec<&str> = masters
@@ -285,7 +282,11 @@ impl Redlock {
             });
         }
         if reachable < masters.masters.len() {
-            tracing::warn!(reachable, total = masters.masters.len(), "some Redlock masters do not answer; a majority does");
+            tracing::warn!(
+                reachable,
+                total = masters.masters.len(),
+                "some Redlock masters do not answer; a majority does"
+            );
         }
         Ok(Redlock { masters: Arc::new(masters), options, held: Arc::default(), shut_down: AtomicBool::new(false) })
     }
@@ -296,7 +297,12 @@ impl Redlock {
     }
 
     /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one.
-    fn lease_for(&self, key: &str, value: &str, sent: Instant) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
+    fn lease_for(
+        &self,
+        key: &str,
+        value: &str,
+        sent: Instant,
+    ) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
         let ttl = self.options.ttl;
         if !self.options.renew {
             let (sender, lease) = fixed_lease(sent, ttl);
@@ -312,7 +318,10 @@ impl Redlock {
                 } else if tally.no > masters.masters.len() - masters.quorum() {
                     Ok(false) // a majority no longer holds our value: no renewal can bring it back
                 } else {
-                    Err(LockError::backend(BACKEND, too_few(tally, masters.masters.len(), masters.quorum(), "extended")))
+                    Err(LockError::backend(
+                        BACKEND,
+                        too_few(tally, masters.masters.len(), masters.quorum(), "extended"),
+                    ))
                 }
             }
         });
@@ -345,7 +354,7 @@ impl Release for RedlockGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         drop(grant.keepalive.take()); // stop renewing before deleting
-        lock(&grant.held).remove(&grant.value);
+        unpoisoned(&grant.held).remove(&grant.value);
         let tally = grant.masters.delete_everywhere(&grant.key, &grant.value).await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
@@ -370,7 +379,7 @@ impl DistributedLock for Redlock {
         // Step 3: a majority, and time left after the round trip and the drift margin.
         let valid_until = trusted_until(started, ttl);
         if tally.yes >= self.quorum() && Instant::now() < valid_until {
-            lock(&self.held).insert(value.clone(), key.to_owned());
+            unpoisoned(&self.held).insert(value.clone(), key.to_owned());
             let (keepalive, fixed, lease) = self.lease_for(key, &value, started);
             let grant = RedlockGrant {
                 masters: self.masters.clone(),
@@ -431,7 +440,7 @@ impl DistributedLock for Redlock {
     /// Deletes every key this handle still holds, on every master, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.store(true, Ordering::SeqCst);
-        let held: Vec<(String, String)> = lock(&self.held).drain().collect();
+        let held: Vec<(String, String)> = unpoisoned(&self.held).drain().collect();
         for (value, key) in held {
             self.masters.delete_everywhere(&key, &value).await;
         }

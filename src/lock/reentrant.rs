@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{DistributedLock, GuardInfo, LockError, LockGuard, Owner, Release};
+use super::{unpoisoned, DistributedLock, GuardInfo, LockError, LockGuard, Owner, Release};
 
 /// The backend's grant, and how many times its owner has taken it.
 struct Hold {
@@ -84,7 +84,7 @@ impl Reentrant {
         if self.backend.keeps_reentrancy() {
             return None;
         }
-        let mut holds = lock(&self.holds);
+        let mut holds = unpoisoned(&self.holds);
         let hold = holds.get_mut(&(owner.clone(), key.to_owned()))?;
         hold.count += 1;
         Some(hold.info.clone().into_guard(ReleaseOneHold::new(self.holds.clone(), (owner.clone(), key.to_owned()))))
@@ -97,7 +97,7 @@ impl Reentrant {
         }
         let (info, backend_release) = granted.into_parts();
         let id = (owner.clone(), info.key.clone());
-        lock(&self.holds).insert(id.clone(), Hold { count: 1, info: info.clone(), backend_release });
+        unpoisoned(&self.holds).insert(id.clone(), Hold { count: 1, info: info.clone(), backend_release });
         info.into_guard(ReleaseOneHold::new(self.holds.clone(), id))
     }
 }
@@ -123,7 +123,7 @@ impl ReleaseOneHold {
         if std::mem::replace(&mut self.counted_down, true) {
             return None;
         }
-        let mut holds = lock(&self.holds);
+        let mut holds = unpoisoned(&self.holds);
         let hold = holds.get_mut(&self.id)?;
         hold.count -= 1;
         if hold.count > 0 {
@@ -147,8 +147,4 @@ impl Drop for ReleaseOneHold {
     fn drop(&mut self) {
         drop(self.count_down());
     }
-}
-
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

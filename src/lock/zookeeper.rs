@@ -50,7 +50,7 @@ use async_trait::async_trait;
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use super::keepalive::drift;
-use super::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
+use super::{unpoisoned, DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "zookeeper";
 /// Every lock is a parent node under this path.
@@ -90,10 +90,6 @@ pub struct ZooKeeperLock {
 
 fn backend_error(error: zookeeper_client::Error) -> LockError {
     LockError::backend(BACKEND, error)
-}
-
-fn lock<T>(mutex: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl ZooKeeperLock {
@@ -142,10 +138,10 @@ impl ZooKeeperLock {
 
     async fn parent(&self, client: &Client, key: &str) -> Result<String, LockError> {
         let parent = format!("{LOCKS_ROOT}/{key}");
-        if !lock(&self.parents).contains(&parent) {
+        if !unpoisoned(&self.parents).contains(&parent) {
             let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
             client.mkdir(&parent, &persistent).await.map_err(backend_error)?;
-            lock(&self.parents).insert(parent.clone());
+            unpoisoned(&self.parents).insert(parent.clone());
         }
         Ok(parent)
     }
@@ -184,7 +180,7 @@ impl ZooKeeperLock {
     }
 
     fn grant(&self, key: &str, session: &Arc<Session>, path: String, czxid: i64) -> LockGuard {
-        lock(&self.held).insert(path.clone());
+        unpoisoned(&self.held).insert(path.clone());
         let grant = ZooKeeperGrant {
             client: session.client.clone(),
             path: Some(path),
@@ -248,7 +244,7 @@ struct ZooKeeperGrant {
 impl Release for ZooKeeperGrant {
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
         let Some(path) = self.path.take() else { return Ok(()) };
-        lock(&self.held).remove(&path);
+        unpoisoned(&self.held).remove(&path);
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
         match self.client.delete(&path, None).await {
             Ok(()) if session_held => Ok(()),
@@ -264,7 +260,7 @@ impl Drop for ZooKeeperGrant {
     /// Dropped without release: delete the node in the background (see the module notes).
     fn drop(&mut self) {
         if let Some(path) = self.path.take() {
-            lock(&self.held).remove(&path);
+            unpoisoned(&self.held).remove(&path);
             let client = self.client.clone();
             tokio::spawn(async move { client.delete(&path, None).await });
         }
@@ -328,7 +324,7 @@ impl DistributedLock for ZooKeeperLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.store(true, Ordering::SeqCst);
         let client = self.session.lock().await.client.clone();
-        let held: Vec<String> = lock(&self.held).drain().collect();
+        let held: Vec<String> = unpoisoned(&self.held).drain().collect();
         for path in held {
             match client.delete(&path, None).await {
                 Ok(()) | Err(zookeeper_client::Error::NoNode) => {}

@@ -471,7 +471,9 @@ impl PrivateServer {
             .args(["--no-defaults", &user, &format!("--datadir={}", data.display())])
             .arg("--auth-root-authentication-method=socket")
             .output()
-            .unwrap_or_else(|error| panic!("mysql_install_db must be installed (`make services` installs it): {error}"));
+            .unwrap_or_else(|error| {
+                panic!("mysql_install_db must be installed (`make services` installs it): {error}")
+            });
         assert!(installed.status.success(), "mysql_install_db: {}", String::from_utf8_lossy(&installed.stderr));
         let command = [
             "mariadbd",
