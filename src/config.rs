@@ -108,6 +108,10 @@ pub struct Config {
     #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub shutdown_grace_ms: u64,
+    /// Bearer token that `POST /stock/reset` requires. Without one, resets are allowed
+    /// only while the service listens on loopback (see `src/admin.rs`).
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = non_empty_token)]
+    pub admin_token: Option<String>,
     /// Name stamped on sale records; default `seckill-<port>`.
     #[arg(long, env = "SECKILL_INSTANCE")]
     pub instance: Option<String>,
@@ -155,4 +159,12 @@ impl Config {
         }
         Defaults::parse_from(["seckill"]).config
     }
+}
+
+/// An admin token must be worth guessing: at least 16 characters, no white space.
+fn non_empty_token(token: &str) -> Result<String, String> {
+    if token.len() < 16 || token.chars().any(char::is_whitespace) {
+        return Err("the admin token must be at least 16 characters without spaces, e.g. `openssl rand -hex 16`".into());
+    }
+    Ok(token.to_owned())
 }

@@ -23,6 +23,12 @@ pub enum AppError {
     /// The request itself is wrong; the message says how.
     #[error("{0}")]
     BadRequest(String),
+    /// A reset without the admin token, or with a wrong one.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// A reset on a service that listens beyond loopback and has no admin token.
+    #[error("{0}")]
+    Forbidden(String),
     /// The request's body is not JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -67,6 +73,8 @@ impl AppError {
         match self {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             AppError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::LockTimeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_timeout"),
             AppError::LockLost => (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
             AppError::LockBackend(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_backend_unavailable"),

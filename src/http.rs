@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,8 +30,10 @@ use axum::{middleware, BoxError, Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tower::ServiceBuilder;
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::admin::{Denied, ResetAccess};
 use crate::config::MAX_STOCK;
 use crate::error::{errors_as_json, json_error, AppError};
 use crate::lock::FencingToken;
@@ -48,6 +50,7 @@ pub struct AppState(Arc<Shared>);
 
 struct Shared {
     sale: Arc<Sale>,
+    reset_access: ResetAccess,
     strategy: Strategy,
     fencing: FencingStatus,
     initial_stock: i64,
@@ -62,8 +65,15 @@ pub struct Limits {
 }
 
 impl AppState {
-    pub fn new(sale: Sale, strategy: Strategy, fencing: FencingStatus, initial_stock: i64, limits: Limits) -> Self {
-        AppState(Arc::new(Shared { sale: Arc::new(sale), strategy, fencing, initial_stock, limits }))
+    pub fn new(
+        sale: Sale,
+        strategy: Strategy,
+        fencing: FencingStatus,
+        initial_stock: i64,
+        limits: Limits,
+        reset_access: ResetAccess,
+    ) -> Self {
+        AppState(Arc::new(Shared { sale: Arc::new(sale), reset_access, strategy, fencing, initial_stock, limits }))
     }
 
     /// Gives back every lock still held: the last step of a shutdown.
@@ -78,7 +88,10 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/stock/reduce", get(reduce).post(reduce))
         .route("/stock", get(stock))
-        .route("/stock/reset", post(reset).layer(DefaultBodyLimit::max(RESET_BODY_LIMIT)))
+        // A body declared larger than the limit is refused from its Content-Length, before
+        // a byte of it is read (and before a client that asked `Expect: 100-continue`
+        // is told to send it); one that turns out larger is cut off at the limit.
+        .route("/stock/reset", post(reset).layer(RequestBodyLimitLayer::new(RESET_BODY_LIMIT)))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(|| async { StatusCode::NOT_FOUND })
@@ -151,6 +164,24 @@ async fn reset(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<StockSnapshot>, AppError> {
+    let authorization = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
+    match state.0.reset_access.check(authorization) {
+        Ok(()) => {}
+        Err(Denied::BadToken) => {
+            return Err(AppError::Unauthorized(
+                "a reset wipes every sale: send `Authorization: Bearer <token>` with the token of --admin-token / \
+                 SECKILL_ADMIN_TOKEN"
+                    .to_owned(),
+            ))
+        }
+        Err(Denied::NoTokenConfigured) => {
+            return Err(AppError::Forbidden(
+                "this service listens beyond loopback and has no admin token, so resets are refused: start it with \
+                 --admin-token / SECKILL_ADMIN_TOKEN (or --bind 127.0.0.1)"
+                    .to_owned(),
+            ))
+        }
+    }
     let is_json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())

@@ -16,13 +16,15 @@
 //!    beside them [`lock::keepalive`] (lease renewal), [`lock::reentrant`] (hold
 //!    counts) and [`lock::permits`] (the semaphore in front of MySQL).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
-//! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers.
+//! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers;
+//!    [`admin`]: who may reset the sale.
 //! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
 //!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), and
 //!    `report.rs` prints it.
 //! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] and
 //!    [`mysql_store`] (connections with useful errors, migrations), [`server`] (start-up and graceful shutdown), [`telemetry`].
 
+pub mod admin;
 pub mod config;
 pub mod error;
 pub mod http;

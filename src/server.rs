@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
+use crate::admin::ResetAccess;
 use crate::config::Config;
 use crate::http::{app, AppState, Limits};
 use crate::redis_store;
@@ -31,7 +32,11 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         widen_race: config.lock.expected_to_oversell(),
     };
     let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: config.request_timeout() };
-    Ok(AppState::new(sale, config.lock, fencing, config.initial_stock, limits))
+    let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());
+    if let ResetAccess::Refused = reset_access {
+        tracing::warn!(bind = %config.bind, "no --admin-token: POST /stock/reset is refused on this address");
+    }
+    Ok(AppState::new(sale, config.lock, fencing, config.initial_stock, limits, reset_access))
 }
 
 /// Serves until the process is asked to stop, then finishes the requests in flight.

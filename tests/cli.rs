@@ -204,3 +204,10 @@ fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
         "{message}"
     );
 }
+
+#[test]
+fn an_admin_token_too_short_to_be_a_secret_is_refused() {
+    let output = seckill(&["serve", "--admin-token", "secret"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("at least 16 characters"), "{}", stderr(&output));
+}

@@ -87,8 +87,12 @@ pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
     let target = target_of(&http, &options.hosts).await?;
     let host = &options.hosts[0];
-    http.post(format!("{host}/stock/reset"))
-        .json(&serde_json::json!({ "stock": options.initial_stock }))
+    let mut reset =
+        http.post(format!("{host}/stock/reset")).json(&serde_json::json!({ "stock": options.initial_stock }));
+    if let Some(token) = &options.admin_token {
+        reset = reset.bearer_auth(token);
+    }
+    reset
         .send()
         .await
         .and_then(|response| response.error_for_status())

@@ -34,6 +34,8 @@ pub struct Options {
     pub redis_url: String,
     /// The MySQL of the MySQL strategies, whose statement counters are read.
     pub mysql_url: String,
+    /// Sent with the reset, for instances started with `--admin-token`.
+    pub admin_token: Option<String>,
     /// Print goose's own metrics tables too.
     pub goose_metrics: bool,
 }

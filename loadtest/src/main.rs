@@ -33,6 +33,9 @@ struct Cli {
     /// MySQL of the MySQL strategies; its statement counters are read before and after.
     #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
     mysql_url: String,
+    /// The instances' admin token (`--admin-token`), sent with the reset.
+    #[arg(long, env = "SECKILL_ADMIN_TOKEN")]
+    admin_token: Option<String>,
     /// Print the report as one JSON line instead of text.
     #[arg(long)]
     json: bool,
@@ -62,6 +65,7 @@ async fn main() -> ExitCode {
         initial_stock: cli.stock,
         redis_url: cli.redis_url,
         mysql_url: cli.mysql_url,
+        admin_token: cli.admin_token,
         goose_metrics: cli.goose_metrics,
     };
     match run(&options).await {

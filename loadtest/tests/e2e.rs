@@ -37,6 +37,7 @@ fn options(hosts: Vec<String>, db: u8) -> Options {
         initial_stock: 300,
         redis_url: redis_url(db),
         mysql_url: common::mysql_url(),
+        admin_token: None,
         goose_metrics: false,
     }
 }
