@@ -12,15 +12,17 @@
 //!    whose lock is gone, and the atomic script that needs no lock.
 //! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
 //!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`],
-//!    [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`], [`lock::mysql_version`];
+//!    [`lock::redlock`], [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`],
+//!    [`lock::mysql_version`], and [`lock::degrade`], which composes two of them;
 //!    beside them [`lock::keepalive`] (lease renewal), [`lock::reentrant`] (hold
-//!    counts) and [`lock::permits`] (the semaphore in front of MySQL).
+//!    counts), [`lock::permits`] (the semaphore in front of MySQL) and
+//!    [`lock::lock_mode`] (the mode `degrade` shares between instances).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
 //! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers;
 //!    [`admin`]: who may reset the sale.
 //! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
-//!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), and
-//!    `report.rs` prints it.
+//!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), `database.rs`
+//!    counts what a MySQL lock cost, and `report.rs` prints it.
 //! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] and
 //!    [`mysql_store`] (connections with useful errors, migrations), [`server`] (start-up and graceful shutdown), [`telemetry`].
 

@@ -57,8 +57,8 @@ pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
 pub const FENCE_KEY: &str = "stock:fence";
 
-/// Fenced read. KEYS[1] = stock, KEYS[2] = high-water mark.
-/// ARGV[1], ARGV[2] = the holder's token (epoch, counter); no ARGV for an unfenced read.
+/// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark.
+/// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter); no ARGV for an unfenced read.
 /// Returns `{'ok', stock}` or `{'fenced', newest token seen}`.
 pub const READ_SCRIPT: &str = r#"
 if ARGV[1] then
@@ -74,8 +74,8 @@ return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
 /// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark.
-/// ARGV[1] = sale id, ARGV[2] = the new stock, ARGV[3] = the sale record as JSON,
-/// ARGV[4], ARGV[5] = the holder's token (absent when unfenced).
+/// `ARGV[1]` = sale id, `ARGV[2]` = the new stock, `ARGV[3]` = the sale record as JSON,
+/// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced).
 /// Returns `sold`, `fenced` (a newer holder read since) or `aborted` (the seller gave up on this id).
 pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
@@ -90,7 +90,7 @@ redis.call('RPUSH', KEYS[3], ARGV[3])
 return 'sold'
 "#;
 
-/// Settle a sale whose write went unanswered. KEYS[1] = outcomes; ARGV[1] = sale id.
+/// Settle a sale whose write went unanswered. `KEYS[1]` = outcomes; `ARGV[1]` = sale id.
 /// Records `aborted` unless the write got there first; returns the outcome that stands
 /// (`sold:<stock after>` or `aborted`).
 pub const SETTLE_SCRIPT: &str = r#"
@@ -98,8 +98,8 @@ redis.call('HSETNX', KEYS[1], ARGV[1], 'aborted')
 return redis.call('HGET', KEYS[1], ARGV[1])
 "#;
 
-/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes; ARGV[1] = the
-/// sale record as JSON, which the script completes with `stock_before`; ARGV[2] = sale id.
+/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes; `ARGV[1]` = the
+/// sale record as JSON, which the script completes with `stock_before`; `ARGV[2]` = sale id.
 /// Returns the stock it found, -1 when sold out, -2 when the id was settled as aborted;
 /// a `NOTANUMBER` error when the stock is not a number.
 pub const ATOMIC_SALE_SCRIPT: &str = r#"
