@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade test services stop status build
+.PHONY: demo demo-degrade chaos test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -10,6 +10,11 @@ demo:
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.
 demo-degrade:
 	scripts/demo-degrade.sh
+
+## make chaos: a lock holder paused past its lease (SIGSTOP), fencing on and off, 3 runs
+## per strategy, one table. `scripts/chaos.sh RUNS STRATEGY...` for fewer.
+chaos:
+	scripts/chaos.sh
 
 ## make test: servers up, then the whole test suite against them.
 ## The last line adds up every test binary's result.

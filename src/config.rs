@@ -112,6 +112,11 @@ pub struct Config {
     /// only while the service listens on loopback (see `src/admin.rs`).
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = non_empty_token)]
     pub admin_token: Option<String>,
+    /// For the chaos lessons only: every sale waits this long between its lease check
+    /// and its write, so that a pause of the process lands in that window.
+    #[arg(long, env = "SECKILL_CHAOS_PAUSE_BEFORE_WRITE_MS",
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub chaos_pause_before_write_ms: Option<u64>,
     /// Name stamped on sale records; default `seckill-<port>`.
     #[arg(long, env = "SECKILL_INSTANCE")]
     pub instance: Option<String>,

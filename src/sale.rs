@@ -66,6 +66,9 @@ pub struct Sale {
     pub fenced: bool,
     /// Yield between read and write: the baselines only, so their race shows every run.
     pub widen_race: bool,
+    /// Chaos lessons only (`--chaos-pause-before-write-ms`): linger between the lease
+    /// check and the write, the window in which a paused holder writes after its lease.
+    pub chaos_pause_before_write: Option<Duration>,
 }
 
 impl Sale {
@@ -133,6 +136,12 @@ impl Sale {
         // A lease that ran out while we read means someone else may be selling now.
         if !guard.is_held() {
             return Err(AppError::LockLost);
+        }
+        if let Some(pause) = self.chaos_pause_before_write {
+            // Checked a moment ago, written a moment later: a process stopped right here
+            // (a GC pause, SIGSTOP) wakes up and writes with a lease that is long gone.
+            // Only the fencing token can refuse that write. `make chaos` shows it.
+            tokio::time::sleep(pause).await;
         }
 
         // 3. Write: the new stock, one more lucky buyer, and the record of it.

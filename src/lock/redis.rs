@@ -311,9 +311,9 @@ impl Drop for RedisGrant {
 
 #[async_trait]
 impl DistributedLock for RedisLock {
-    async fn try_acquire(&self, key: &str, _owner: &Owner) -> Result<LockGuard, LockError> {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.refuse_if_shut_down()?;
-        let token = new_token();
+        let token = new_token(owner);
         let sent = Instant::now();
         let answer = self
             .scripts
@@ -394,7 +394,8 @@ impl DistributedLock for RedisLock {
     }
 }
 
-/// 128 random bits: no two acquisitions, in any instance, share a token.
-fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
+/// The owner (its instance's name first, so `redis-cli get lock:stock` shows who holds
+/// the lock) and 128 random bits: no two acquisitions, in any instance, share a token.
+fn new_token(owner: &Owner) -> String {
+    format!("{}:{:032x}", owner.as_str(), rand::random::<u128>())
 }
