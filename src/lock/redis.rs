@@ -2,8 +2,9 @@
 //!
 //! ## How it works
 //! 1. **Acquire.** `SET lock:stock <token> NX PX <ttl>` creates the key only if it is
-//!    absent (`NX`) and lets it expire after `ttl` milliseconds (`PX`). The token is a
-//!    random value unique to this acquisition: it says *who* holds the lock. In the same
+//!    absent (`NX`) and lets it expire after `ttl` milliseconds (`PX`). The token is the
+//!    owner (its instance's name first) and a random value unique to this acquisition:
+//!    it says *who* holds the lock, to the release script and to a reader of Redis. In the same
 //!    script, `INCR lock:stock:fence` hands out a fencing token that grows with every grant.
 //! 2. **Renew.** While the lock is held, a background task runs every `ttl / 3`:
 //!    "if the key still holds my token, `PEXPIRE` it". A slow critical section keeps
