@@ -11,8 +11,8 @@ demo:
 demo-degrade:
 	scripts/demo-degrade.sh
 
-## make chaos: a lock holder paused past its lease (SIGSTOP), fencing on and off, 3 runs
-## per strategy, one table. `scripts/chaos.sh RUNS STRATEGY...` for fewer.
+## make chaos: a lock holder paused past its lease (SIGSTOP, fencing on and off) or killed,
+## 3 runs per strategy, one table. `scripts/chaos.sh RUNS STRATEGY...` for fewer.
 chaos:
 	scripts/chaos.sh
 
