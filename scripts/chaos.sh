@@ -40,7 +40,7 @@ pause_seconds() {
   case $1 in
     etcd) echo 4 ;;
     zookeeper) echo 7 ;;
-    *) echo 2 ;;
+    *) echo 1.5 ;; # 3 leases of 500 ms, under the 2 s Redis timeout of the commands in flight
   esac
 }
 
