@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Chaos under load, with real processes: a lock holder paused past its lease (a GC
-# pause, a stalled VM: SIGSTOP, then SIGCONT), with fencing on and off; and a lock
-# holder killed (SIGKILL). Against every strategy whose grants have a lease.
+# Chaos under load: processes pause and die, servers and their leaders fail, and no
+# strategy that claims safety may sell a unit twice or lose a sale.
 #
-#   scripts/chaos.sh [RUNS] [STRATEGY...]      default: 3 runs of every leased strategy
-#   CHAOS_FAULTS=killed scripts/chaos.sh ...   one fault only (paused, killed)
+#   scripts/chaos.sh [RUNS] [STRATEGY...]        default: 3 runs of every fault, on every strategy it applies to
+#   CHAOS_FAULTS="etcd-leader-killed mysql-killed" scripts/chaos.sh 1     only those faults
 #
-# Each run: two instances, 200 buyers for 100 units; every sale lingers 50 ms between
-# its lease check and its write (`--chaos-pause-before-write-ms`, a test-only option),
-# so that the fault usually lands in that window. Once 10 units are sold, instance 1
-# (for the Redis locks: once `GET lock:stock` says it holds the lock) is stopped for
-# longer than its lease and let go, or killed. A paused holder wakes up and writes what
-# it had read: with fencing off that is a unit sold twice; with fencing on, the stock
-# refuses it. A killed holder's lock must come free within its lease.
+# The faults (each row of the table; the README explains what each one shows):
+#   holder-paused                   an instance holding the lock is stopped (SIGSTOP) past its lease,
+#                                   then let go; fencing on and off. For ZooKeeper it is a session expiry.
+#   holder-killed                   an instance holding the lock is killed (SIGKILL)
+#   etcd-leader-killed              the etcd leader of three is killed; restarted 3 s later
+#   etcd-quorum-lost                two of three etcd members are killed; restarted 3 s later
+#   zookeeper-leader-killed         the ZooKeeper leader of three is killed; restarted 3 s later
+#   redlock-2-of-5-killed           two of the five Redlock masters are killed; restarted 3 s later
+#   redlock-3-of-5-killed           three of them: no majority is left; restarted 3 s later
+#   redlock-master-restarted-empty  a master is killed and comes back at once without its data
+#   lock-redis-killed               redis-degrade's lock Redis is killed; restarted 3 s later
+#   lock-redis-paused               it is stopped for 3 s (SIGSTOP)
+#   stock-redis-killed              the stock Redis (AOF, fsync always) is killed and restarted
+#   mysql-killed                    MariaDB is killed under the MySQL locks; restarted at once
 #
-# Exit 1 when a fenced strategy sold a unit twice or lost a sale. The unfenced anomaly
-# is expected; when a run did not reproduce it (the stopped instance did not hold the
-# lock at that moment), the table says so.
+# The servers are the cluster of scripts/cluster.sh (started here, left running; `make
+# cluster-stop` stops it), never those of `make services`. Each run: two instances, 200
+# buyers for 100 units, every sale lingering 50 ms between its lease check and its write
+# (`--chaos-pause-before-write-ms`, a test-only option) so that faults land mid-sale. The
+# fault strikes once 10 units are sold.
+#
+# Exit 1 when a fenced strategy sold a unit twice or lost a sale, or when a sale was
+# granted while the lock's servers had no quorum. The unfenced anomaly is expected;
+# when a run did not reproduce it, the table says so.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,16 +38,36 @@ LOGS="$RUN/logs"
 PORTS=(8080 8090)
 RUNS=${1:-3}
 shift || true
-STRATEGIES=("$@")
-((${#STRATEGIES[@]} > 0)) || STRATEGIES=(redis redis-degrade redlock etcd zookeeper mysql mysql-version)
+ONLY=("$@")
+ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
+  redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
+  lock-redis-paused stock-redis-killed mysql-killed"
+OUTAGE_SECONDS=3
+# A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
+NO_QUORUM_GRACE_MS=1000
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
-# How long the stopped instance sleeps: longer than the strategy's lease. etcd grants
-# whole seconds (2 s at least); a ZooKeeper session lasts at least 2 ticks (4 s).
+# The strategies each fault applies to.
+strategies_for() {
+  case $1 in
+    holder-paused | holder-killed) echo redis redis-degrade redlock etcd zookeeper mysql mysql-version ;;
+    etcd-*) echo etcd ;;
+    zookeeper-*) echo zookeeper ;;
+    redlock-*) echo redlock ;;
+    lock-redis-*) echo redis-degrade ;;
+    stock-redis-killed) echo redis etcd ;;
+    mysql-killed) echo mysql mysql-version ;;
+    *) die "unknown fault '$1'; the faults are: $(echo $ALL_FAULTS)" ;;
+  esac
+}
+
+# How long a paused holder sleeps: longer than the strategy's lease. etcd grants whole
+# seconds (2 s at least); a ZooKeeper session lasts at least 2 ticks (4 s).
 pause_seconds() {
   case $1 in
     etcd) echo 4 ;;
@@ -48,7 +80,10 @@ cd "$ROOT"
 for port in "${PORTS[@]}"; do
   listening "$port" && die "port $port is already in use; stop what listens there (\`ss -ltnp 'sport = :$port'\`)."
 done
-scripts/services.sh start
+"$ROOT/scripts/cluster.sh" start
+eval "$("$ROOT/scripts/cluster.sh" env)"
+STOCK_REDIS=(redis-cli -u "$SECKILL_REDIS_URL")
+LOCK_REDIS=(redis-cli -u "$SECKILL_LOCK_REDIS_URL")
 say "building in release mode"
 cargo build --release --workspace
 mkdir -p "$RESULTS" "$LOGS"
@@ -66,42 +101,95 @@ field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr
 # The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
 answers() { { grep -o '"errors":{[^}]*}' "$1" || true; } | { grep -o "\"$2[^\"]*\":[0-9]*" || true; } |
   awk -F: '{ n += $2 } END { print n + 0 }'; }
+now_ms() { date +%s%3N; }
+sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | grep -o '"sold_at_ms":[0-9]*' | cut -d: -f2 | sort -n; }
 
 # Waits (up to 2 s) until instance 1 holds the lock, where Redis can tell: the lock's
 # value starts with its holder's instance name.
 wait_until_first_holds() {
+  local lock_redis=("${STOCK_REDIS[@]}")
   case $1 in
-    redis | redis-degrade)
+    redis-degrade) lock_redis=("${LOCK_REDIS[@]}") ;&
+    redis)
       for _ in $(seq 1 200); do
-        [[ $(redis-cli -p 6379 get lock:stock) == "seckill-${PORTS[0]}:"* ]] && return
+        [[ $("${lock_redis[@]}" get lock:stock) == "seckill-${PORTS[0]}:"* ]] && return
         sleep 0.01
       done ;;
   esac
 }
 
-now_ms() { date +%s%3N; }
-
-# Milliseconds from $1 (unix ms) to the first sale after it, or "none".
-first_sale_after() {
-  redis-cli -p 6379 lrange sales 0 -1 | grep -o '"sold_at_ms":[0-9]*' | cut -d: -f2 |
-    awk -v t="$1" '$1 > t { if (first == "" || $1 < first) first = $1 } END { print (first == "" ? "none" : first - t) }'
+# kill_then_restart SECONDS MEMBER...: kill -9 the members, and start them again SECONDS later.
+kill_then_restart() {
+  local seconds=$1 member; shift
+  for member in "$@"; do cluster kill "$member"; done
+  sleep "$seconds"
+  for member in "$@"; do cluster restart "$member"; done
 }
 
-table=("| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | first sale after the fault (worst run) | verdicts |"
-       "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+# The fault itself, once 10 units are sold. Writes when it struck (fault-at) and, for
+# faults that take away a quorum, when the quorum was back (restored-at).
+strike() {
+  local fault=$1 strategy=$2 holder=$3
+  wait_until_first_holds "$strategy"
+  now_ms >"$RESULTS/fault-at"
+  case $fault in
+    holder-paused) kill -STOP "$holder"; sleep "$(pause_seconds "$strategy")"; kill -CONT "$holder" ;;
+    holder-killed) kill -KILL "$holder" ;;
+    etcd-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader etcd)" ;;
+    etcd-quorum-lost)
+      local leader follower
+      leader=$(cluster_leader etcd)
+      follower=etcd-1; [[ $leader == etcd-1 ]] && follower=etcd-2
+      for m in "$leader" "$follower"; do cluster kill "$m"; done
+      sleep $OUTAGE_SECONDS
+      now_ms >"$RESULTS/restored-at"
+      for m in "$leader" "$follower"; do cluster restart "$m"; done ;;
+    zookeeper-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader zookeeper)" ;;
+    redlock-2-of-5-killed) kill_then_restart $OUTAGE_SECONDS redlock-6481 redlock-6482 ;;
+    redlock-3-of-5-killed)
+      for m in redlock-6481 redlock-6482 redlock-6483; do cluster kill "$m"; done
+      sleep $OUTAGE_SECONDS
+      now_ms >"$RESULTS/restored-at"
+      for m in redlock-6481 redlock-6482 redlock-6483; do cluster restart "$m"; done ;;
+    redlock-master-restarted-empty) cluster kill redlock-6481; cluster restart redlock-6481 --empty ;;
+    lock-redis-killed) kill_then_restart $OUTAGE_SECONDS lock-redis ;;
+    lock-redis-paused) cluster pause lock-redis; sleep $OUTAGE_SECONDS; cluster resume lock-redis ;;
+    stock-redis-killed) kill_then_restart 0 stock-redis ;;
+    mysql-killed) kill_then_restart 0 mysql ;;
+  esac
+}
+cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
+
+# The longest time, in ms, that nobody sold after the fault struck at $1: the outage a buyer saw.
+longest_stall_after() {
+  sale_times | awk -v t="$1" 'BEGIN { prev = t } $1 > t { if ($1 - prev > worst) worst = $1 - prev; prev = $1 }
+    END { print (prev == t ? "none" : worst) }'
+}
+
+# Sales that began while there was no quorum: after the grace, before the quorum was back.
+sold_without_quorum() {
+  local from=$(($1 + NO_QUORUM_GRACE_MS)) to=$2
+  sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
+}
+
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest stall after the fault (worst run) | verdicts |"
+table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
-for scenario in ${CHAOS_FAULTS:-paused killed}; do
-  [[ $scenario == paused || $scenario == killed ]] || die "CHAOS_FAULTS takes paused and killed, got '$scenario'"
-  for strategy in "${STRATEGIES[@]}"; do
-    for fencing in on off; do
-      [[ $scenario == killed && $fencing == off ]] && continue # a dead holder writes nothing
-      reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 verdicts=()
+for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
+  for strategy in $(strategies_for "$fault"); do
+    if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
+    # Only a paused holder can write late; every other fault runs with fencing on.
+    fencings=(on); [[ $fault == holder-paused ]] && fencings=(on off)
+    # redis-degrade keeps its lock in its own Redis, the one that lock-redis-* faults hit.
+    lock_redis=(); [[ $strategy == redis-degrade ]] && lock_redis=(--lock-redis-url "$SECKILL_LOCK_REDIS_URL")
+    for fencing in "${fencings[@]}"; do
+      reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
-        name="$scenario-$strategy-fencing-$fencing-$run"
+        name="$fault-$strategy-fencing-$fencing-$run"
         for port in "${PORTS[@]}"; do
-          target/release/seckill serve --port "$port" --lock "$strategy" --fencing "$fencing" \
-            --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000 \
-            >"$LOGS/chaos-$name-$port.log" 2>&1 &
+          env -u SECKILL_LOCK_REDIS_URL target/release/seckill serve --port "$port" --lock "$strategy" \
+            --fencing "$fencing" "${lock_redis[@]}" --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 \
+            --acquire-timeout-ms 30000 >"$LOGS/chaos-$name-$port.log" 2>&1 &
           instances+=($!)
         done
         for port in "${PORTS[@]}"; do
@@ -109,30 +197,26 @@ for scenario in ${CHAOS_FAULTS:-paused killed}; do
           listening "$port" || die "seckill --lock $strategy did not start on $port; see $LOGS/chaos-$name-$port.log"
         done
         report="$RESULTS/$name.json"
-        generation=$(redis-cli -p 6379 get stock:generation)
-        rm -f "$RESULTS/fault-started"
+        generation=$("${STOCK_REDIS[@]}" get stock:generation)
+        rm -f "$RESULTS/fault-at" "$RESULTS/restored-at"
         (
-          until [[ $(redis-cli -p 6379 get stock:generation) != "$generation" ]]; do sleep 0.01; done
-          until (($(redis-cli -p 6379 get lucky) >= 10)); do sleep 0.01; done
-          wait_until_first_holds "$strategy"
-          now_ms >"$RESULTS/fault-started"
-          if [[ $scenario == paused ]]; then
-            kill -STOP "${instances[0]}"
-            sleep "$(pause_seconds "$strategy")"
-            kill -CONT "${instances[0]}"
-          else
-            kill -KILL "${instances[0]}"
-          fi
+          until [[ $("${STOCK_REDIS[@]}" get stock:generation) != "$generation" ]]; do sleep 0.01; done
+          until (($("${STOCK_REDIS[@]}" get lucky 2>/dev/null || echo 0) >= 10)); do sleep 0.01; done
+          strike "$fault" "$strategy" "${instances[0]}"
         ) &
-        fault=$!
-        target/release/loadtest --users 200 --stock 100 --report-file "$report" >/dev/null 2>&1 || true
-        wait "$fault" || true
+        striker=$!
+        target/release/loadtest --users 200 --stock 100 --report-file "$report" >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
+        wait "$striker" || true
         stop_instances
-        [[ -s $report ]] || die "the load test wrote no report for $name"
-        # How long the other instance could not sell: the lock of a stopped or dead
-        # holder must come free within its lease (or session).
-        recovery=$(first_sale_after "$(cat "$RESULTS/fault-started" 2>/dev/null || now_ms)")
-        if [[ $recovery == none ]]; then worst=none; elif [[ $worst != none ]] && ((recovery > worst)); then worst=$recovery; fi
+        [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
+        [[ -s $RESULTS/fault-at ]] || die "the fault $fault never struck in $name (fewer than 10 units sold?)"
+        fault_at=$(cat "$RESULTS/fault-at")
+        stall=$(longest_stall_after "$fault_at")
+        if [[ $stall == none ]]; then worst=none; elif [[ $worst != none ]] && ((stall > worst)); then worst=$stall; fi
+        if [[ -s $RESULTS/restored-at ]]; then
+          granted=$(sold_without_quorum "$fault_at" "$(cat "$RESULTS/restored-at")")
+          no_quorum=$(( ${no_quorum/-/0} + granted ))
+        fi
         run_twice=$(field "$report" units_sold_twice)
         verdict=$(field "$report" verdict)
         twice=$((twice + run_twice))
@@ -144,10 +228,12 @@ for scenario in ${CHAOS_FAULTS:-paused killed}; do
         verdicts+=("$verdict")
       done
       fenced=$(field "$report" fencing)
-      if [[ $fenced == on ]] && ((twice > 0 || lost > 0)); then unsafe+=("$scenario/$strategy"); fi
+      if [[ $fenced == on ]] && ((twice > 0 || lost > 0)); then unsafe+=("$fault/$strategy (sold twice or lost)"); fi
+      if [[ $no_quorum != - ]] && ((no_quorum > 0)); then unsafe+=("$fault/$strategy (sold without a quorum)"); fi
       if [[ $fenced == on ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
       [[ $worst == none ]] || worst="$worst ms"
-      table+=("| $scenario | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $worst | ${verdicts[*]} |")
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst | ${verdicts[*]} |")
+      printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break
     done
@@ -155,8 +241,9 @@ for scenario in ${CHAOS_FAULTS:-paused killed}; do
 done
 
 echo
-say "a holder paused past its lease, or killed; $RUNS runs each (200 buyers, 100 units, two instances):"
-printf '%s\n' "${table[@]}"
+say "$RUNS runs per row (200 buyers, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
+printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
+say "the table is also in $RESULTS/table.md; each run's report is in $RESULTS/"
 if ((${#unsafe[@]} > 0)); then
-  die "fenced strategies that sold a unit twice or lost a sale (fault/strategy): ${unsafe[*]}"
+  die "unsafe: ${unsafe[*]}"
 fi

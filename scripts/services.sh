@@ -4,6 +4,7 @@
 # etcd, ZooKeeper, MariaDB, and the test suite's own Redis.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
+#   scripts/services.sh install only install the Debian packages that are missing
 #   scripts/services.sh stop [NAME...]
 #                               stop only what `start` started (servers it reused keep running);
 #                               NAME is redis, lock-redis, redlock-6381 ... redlock-6385, redis-test, etcd,
@@ -34,27 +35,13 @@ ETCD_PORT=2379
 ETCD_PEER_PORT=2380
 ZK_PORT=2181
 MYSQL_PORT=3306
-MYSQL_SOCKET="$RUN/mysql/mysqld.sock"
 
 # Debian packages the project needs; protobuf is for the etcd client's build.
 PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
-
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# wait_for NAME SECONDS COMMAND...: polls COMMAND until it succeeds.
-wait_for() {
-  local name=$1 seconds=$2; shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      die "$name did not come up within ${seconds}s; its log is in $LOGS/$name.log"
-    fi
-    sleep 0.2
-  done
-}
+source "$ROOT/scripts/lib/servers.sh"
 
 install_missing() {
   local missing=()
@@ -81,28 +68,15 @@ install_missing() {
   return 0
 }
 
-# start_daemon NAME COMMAND...: runs COMMAND detached, logs to .run/logs/NAME.log, remembers its pid.
-start_daemon() {
-  local name=$1; shift
-  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! >"$PIDS/$name.pid"
-}
-
 start_redis() {
   if listening $REDIS_PORT; then say "redis: reusing the server on $REDIS_PORT"; return; fi
-  mkdir -p "$RUN/redis"
-  start_daemon redis redis-server --port $REDIS_PORT --bind 127.0.0.1 --dir "$RUN/redis" \
-    --save '' --appendonly no --daemonize no
-  wait_for redis 20 redis-cli -p $REDIS_PORT ping
+  start_redis_server redis $REDIS_PORT --save '' --appendonly no
   say "redis: started on $REDIS_PORT"
 }
 
 start_lock_redis() {
   if listening $LOCK_REDIS_PORT; then say "lock-redis: reusing the server on $LOCK_REDIS_PORT"; return; fi
-  mkdir -p "$RUN/lock-redis"
-  start_daemon lock-redis redis-server --port $LOCK_REDIS_PORT --bind 127.0.0.1 --dir "$RUN/lock-redis" \
-    --save '' --appendonly no --daemonize no
-  wait_for lock-redis 20 redis-cli -p $LOCK_REDIS_PORT ping
+  start_redis_server lock-redis $LOCK_REDIS_PORT --save '' --appendonly no
   say "lock-redis: started on $LOCK_REDIS_PORT"
 }
 
@@ -113,11 +87,8 @@ start_redlock_masters() {
   local port
   for port in "${REDLOCK_PORTS[@]}"; do
     if listening "$port"; then say "redlock-$port: reusing the server on $port"; continue; fi
-    mkdir -p "$RUN/redlock-$port"
-    start_daemon "redlock-$port" redis-server --port "$port" --bind 127.0.0.1 --dir "$RUN/redlock-$port" \
-      --save '' --appendonly yes --appendfsync always --daemonize no
+    start_redis_server "redlock-$port" "$port" --save '' --appendonly yes --appendfsync always
   done
-  for port in "${REDLOCK_PORTS[@]}"; do wait_for "redlock-$port" 20 redis-cli -p "$port" ping; done
   say "redlock: five masters on ${REDLOCK_PORTS[*]}"
 }
 
@@ -132,84 +103,29 @@ start_test_redis() {
     say "redis-test: already running on $TEST_REDIS_PORT"
     return
   fi
-  mkdir -p "$dir"
   # 64 logical databases: tests that use the fixed stock keys each take one.
-  start_daemon redis-test redis-server --port $TEST_REDIS_PORT --bind 127.0.0.1 --dir "$dir" \
-    --save '' --appendonly no --daemonize no --databases 64
-  wait_for redis-test 20 redis-cli -p $TEST_REDIS_PORT ping
+  start_redis_server redis-test $TEST_REDIS_PORT --save '' --appendonly no --databases 64
   say "redis-test: started on $TEST_REDIS_PORT (for the tests only)"
 }
 
 start_etcd() {
   if listening $ETCD_PORT; then say "etcd: reusing the server on $ETCD_PORT"; return; fi
-  mkdir -p "$RUN/etcd"
-  start_daemon etcd etcd --name seckill --data-dir "$RUN/etcd/data" \
-    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "seckill=http://127.0.0.1:$ETCD_PEER_PORT"
+  start_etcd_member etcd $ETCD_PORT $ETCD_PEER_PORT "etcd=http://127.0.0.1:$ETCD_PEER_PORT"
   wait_for etcd 30 listening $ETCD_PORT
   say "etcd: started on $ETCD_PORT"
 }
 
 start_zookeeper() {
   if listening $ZK_PORT; then say "zookeeper: reusing the server on $ZK_PORT"; return; fi
-  local dir="$RUN/zookeeper"
-  mkdir -p "$dir/conf" "$dir/data"
-  # The admin server would take port 8080, where the first seckill instance listens.
-  cat >"$dir/conf/zoo.cfg" <<EOF
-tickTime=2000
-dataDir=$dir/data
-clientPort=$ZK_PORT
-clientPortAddress=127.0.0.1
-admin.enableServer=false
-4lw.commands.whitelist=ruok
-EOF
-  cp /etc/zookeeper/conf/log4j.properties "$dir/conf/" 2>/dev/null || true
-  start_daemon zookeeper java -cp "$dir/conf:/usr/share/java/zookeeper.jar" \
-    -Dzookeeper.log.dir="$LOGS" -Dzookeeper.root.logger=INFO,CONSOLE \
-    org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/conf/zoo.cfg"
+  start_zookeeper_member zookeeper $ZK_PORT
   wait_for zookeeper 60 listening $ZK_PORT
   say "zookeeper: started on $ZK_PORT"
 }
 
 start_mysql() {
   if listening $MYSQL_PORT; then say "mariadb: reusing the server on $MYSQL_PORT"; return; fi
-  local dir="$RUN/mysql"
-  mkdir -p "$dir"
-  if [[ ! -d $dir/data/mysql ]]; then
-    mysql_install_db --no-defaults --user="$(id -un)" --datadir="$dir/data" --auth-root-authentication-method=socket \
-      >"$LOGS/mysql-install.log" 2>&1 || die "mysql_install_db failed; see $LOGS/mysql-install.log"
-  fi
-  start_daemon mysql mariadbd --no-defaults --user="$(id -un)" --datadir="$dir/data" \
-    --socket="$MYSQL_SOCKET" --port=$MYSQL_PORT --bind-address=127.0.0.1 --pid-file="$dir/mariadb.pid" \
-    --skip-log-bin --max-connections=400
-  wait_for mysql 60 mysqladmin --no-defaults --socket="$MYSQL_SOCKET" -uroot ping
-  # The service's database and account (used by the MySQL lock strategies).
-  mysql --no-defaults --socket="$MYSQL_SOCKET" -uroot <<'SQL'
-CREATE DATABASE IF NOT EXISTS seckill;
-CREATE USER IF NOT EXISTS 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill';
-CREATE USER IF NOT EXISTS 'seckill'@'localhost' IDENTIFIED BY 'seckill';
-GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'127.0.0.1';
-GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'localhost';
-SQL
+  start_mariadb mysql $MYSQL_PORT
   say "mariadb: started on $MYSQL_PORT (database seckill, user seckill/seckill)"
-}
-
-stop_started() {
-  shopt -s nullglob
-  local pidfile name pid pidfiles=("$PIDS"/*.pid)
-  if (($# > 0)); then pidfiles=(); for name in "$@"; do [[ -e $PIDS/$name.pid ]] && pidfiles+=("$PIDS/$name.pid"); done; fi
-  for pidfile in "${pidfiles[@]}"; do
-    name=$(basename "$pidfile" .pid)
-    pid=$(cat "$pidfile")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -9 "$pid" 2>/dev/null || true
-      say "$name: stopped"
-    fi
-    rm -f "$pidfile"
-  done
 }
 
 status() {
@@ -224,6 +140,7 @@ status() {
 
 mkdir -p "$PIDS" "$LOGS"
 case "${1:-start}" in
+  install) install_missing ;;
   start)
     install_missing
     start_redis
@@ -236,5 +153,5 @@ case "${1:-start}" in
     ;;
   stop) shift; stop_started "$@" ;;
   status) status ;;
-  *) die "unknown command '${1}'; use start, stop or status" ;;
+  *) die "unknown command '${1}'; use start, install, stop or status" ;;
 esac

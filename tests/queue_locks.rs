@@ -125,7 +125,7 @@ async fn zookeeper_grants_in_the_order_of_requests() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_waiter_whose_session_is_revoked_fails_instead_of_believing_it_holds_the_key() {
+async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believing_it_holds_its_dead_key() {
     let key = common::unique_key("revoked-waiter");
     let (holder, waiter) = (etcd().await, etcd().await);
     let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
@@ -134,14 +134,20 @@ async fn an_etcd_waiter_whose_session_is_revoked_fails_instead_of_believing_it_h
         tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    common::revoke_etcd_lease(waiter.lease_id().await).await;
+    let revoked = waiter.lease_id().await;
+    common::revoke_etcd_lease(revoked).await;
+    let revoked_at = common::etcd_revision().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     held.release().await.unwrap(); // the queue moves on: the waiter must not take this as a grant
 
-    let started = Instant::now();
-    let outcome = waiting.await.unwrap();
-    assert!(matches!(outcome, Err(LockError::Lost { .. })), "expected Lost, got {outcome:?}");
-    assert!(started.elapsed() < Duration::from_secs(5), "noticed only after {:?}", started.elapsed());
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("granted in time").unwrap();
+    let granted = granted.expect("the waiter queued again and was granted");
+    // Its dead key was created before the revoke; a grant on it would carry that revision.
+    let token = granted.fencing_token().expect("etcd grants carry a token").counter;
+    assert!(token > revoked_at as u64, "granted on a key from before the revoke: token {token} <= {revoked_at}");
+    assert_ne!(waiter.lease_id().await, revoked, "the grant must be on a new session");
+    assert!(granted.lease().is_held());
+    granted.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

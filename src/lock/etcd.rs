@@ -30,7 +30,11 @@
 //!   the guard's lease turns lost when renewals stop succeeding, and the stock refuses
 //!   its older fencing token.
 //! - **Availability.** etcd needs a majority of its members; without one, acquires
-//!   fail (503), they never grant.
+//!   fail (503), they never grant. When the member this client talks to dies, or an
+//!   election is on, a request fails with a transport error: every step is tried again
+//!   ([`retry_transient`]) until the acquire's deadline, and the keep-alive stream is
+//!   opened again, on whichever member answers. Every step may be repeated safely: the
+//!   queue key is created only if absent, and reads and watches change nothing.
 //! - **Dropped guards.** A guard dropped without release deletes its key in the
 //!   background: the session outlives the grant, so waiting for a lease would be forever.
 //!
@@ -39,6 +43,7 @@
 //! - Jepsen, "etcd 3.4.3" (2020), on locks and lost sessions: <https://jepsen.io/analyses/etcd-3.4.3>
 //! - etcd API guarantees (revisions): <https://etcd.io/docs/latest/learning/api_guarantees/>
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -57,8 +62,14 @@ const BACKEND: &str = "etcd";
 const KEY_PREFIX: &str = "seckill/locks/";
 /// How long opening a connection to etcd may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one request may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long one request may take. Short, because a request sent to a member that
+/// died or is electing a leader may hang: another try goes to a member that answers.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a step outside an acquire's own deadline (connect, release, a try-acquire)
+/// keeps trying after transient failures: longer than an election.
+const RETRY_BUDGET: Duration = Duration::from_secs(3);
+/// After a transient failure, how long to wait before trying again.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// How an [`EtcdLock`] connects.
 #[derive(Clone, Debug)]
@@ -89,6 +100,43 @@ fn backend_error(error: etcd_client::Error) -> LockError {
     LockError::backend(BACKEND, error)
 }
 
+/// Failures that another try may cure: the member we talked to went away, or the
+/// cluster is electing a leader. Not: a lease that is gone, or a bad request.
+fn is_transient(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
+        }
+        _ => false,
+    }
+}
+
+/// Sends a request, and again after each transient failure, until `deadline`.
+async fn retry_transient<T, F, Fut>(deadline: Instant, mut request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    loop {
+        match request().await {
+            Ok(answer) => return Ok(answer),
+            Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
+                tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// The lease named in a request no longer exists on the server (expired or revoked),
+/// even if our keep-alive has not heard yet.
+fn is_lease_gone(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::NotFound)
+}
+
 /// Whole seconds, rounded up, at least 1.
 fn lease_seconds(ttl: Duration) -> i64 {
     (ttl.as_millis().div_ceil(1000) as i64).max(1)
@@ -107,7 +155,7 @@ impl EtcdLock {
                 "etcd leases are whole seconds: the lock TTL is rounded up"
             );
         }
-        let session = Session::start(&client, ttl_seconds).await?;
+        let session = Session::start(&client, ttl_seconds, Instant::now() + RETRY_BUDGET).await?;
         Ok(EtcdLock {
             client,
             ttl_seconds,
@@ -127,21 +175,29 @@ impl EtcdLock {
         self.wakeups.load(Ordering::SeqCst)
     }
 
-    /// The current session, or a new one if the last lease was lost.
-    async fn current_session(&self) -> Result<Arc<Session>, LockError> {
+    /// The current session, or a new one if the last lease was lost, or if it is
+    /// `dead`: a session whose lease the server no longer has.
+    async fn current_session(&self, dead: Option<&Arc<Session>>, deadline: Instant) -> Result<Arc<Session>, LockError> {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(LockError::ShutDown { backend: BACKEND });
         }
         let mut session = self.session.lock().await;
-        if !session.lease.is_held() {
+        if !session.lease.is_held() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
             tracing::warn!(lease = session.lease_id, "the etcd session was lost; starting a new one");
-            *session = Arc::new(Session::start(&self.client, self.ttl_seconds).await?);
+            *session = Arc::new(Session::start(&self.client, self.ttl_seconds, deadline).await?);
         }
         Ok(session.clone())
     }
 
-    /// Steps 2 and 3: queues a key of ours under `key`'s prefix.
-    async fn enqueue(&self, session: &Arc<Session>, key: &str, owner: &Owner) -> Result<Queued, LockError> {
+    /// Steps 2 and 3: queues a key of ours under `key`'s prefix. Sent again after a
+    /// transient failure: a key that the lost attempt did create is found, not duplicated.
+    async fn enqueue(
+        &self,
+        session: &Arc<Session>,
+        key: &str,
+        owner: &Owner,
+        deadline: Instant,
+    ) -> Result<Enqueued, LockError> {
         let prefix = format!("{KEY_PREFIX}{key}/");
         let own_key = format!("{prefix}{:016x}-{:016x}", session.lease_id, rand::random::<u64>());
         let oldest = || GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1);
@@ -153,7 +209,16 @@ impl EtcdLock {
                 TxnOp::get(prefix.clone(), Some(oldest())),
             ])
             .or_else([TxnOp::get(own_key.clone(), None), TxnOp::get(prefix.clone(), Some(oldest()))]);
-        let response = self.client.clone().txn(txn).await.map_err(backend_error)?;
+        let response = match retry_transient(deadline, || {
+            let (mut client, txn) = (self.client.clone(), txn.clone());
+            async move { client.txn(txn).await }
+        })
+        .await
+        {
+            Ok(response) => response,
+            Err(error) if is_lease_gone(&error) => return Ok(Enqueued::LeaseGone),
+            Err(error) => return Err(backend_error(error)),
+        };
         let responses = response.op_responses();
         let own_revision = match (response.succeeded(), responses.first()) {
             (true, _) => response.header().map_or(0, |header| header.revision()),
@@ -164,46 +229,65 @@ impl EtcdLock {
             Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
             _ => 0,
         };
-        Ok(Queued { prefix, own_key, own_revision, holder_revision })
+        Ok(Enqueued::Queued(Queued { prefix, own_key, own_revision, holder_revision }))
     }
 
-    /// Step 4: waits until no key older than ours is left under the prefix.
+    /// Step 4: waits until no key older than ours is left under the prefix. A watch
+    /// that breaks (its member died) is opened again, so the caller bounds this wait.
     async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<(), LockError> {
-        let mut client = self.client.clone();
         loop {
-            let just_before = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(1)
-                .with_max_create_revision(queued.own_revision - 1);
-            let response = client.get(queued.prefix.clone(), Some(just_before)).await.map_err(backend_error)?;
-            let Some(predecessor) = response.kvs().first() else { return Ok(()) };
-            // Watch from the revision we read at, so a delete in between is not missed.
-            let read_at = response.header().map_or(0, |header| header.revision());
-            let watch = WatchOptions::new().with_start_revision(read_at + 1);
-            let mut stream = client.watch(predecessor.key().to_vec(), Some(watch)).await.map_err(backend_error)?;
-            let deleted = async {
-                while let Some(message) = stream.message().await.map_err(backend_error)? {
-                    if message.canceled() {
-                        return Err(LockError::backend(BACKEND, std::io::Error::other("the watch was canceled")));
-                    }
-                    if message.events().iter().any(|event| event.event_type() == EventType::Delete) {
-                        return Ok(());
-                    }
+            match self.wait_for_predecessor(queued, session).await {
+                Ok(Wait::NoneLeft) => return Ok(()),
+                Ok(Wait::Woken) => {
+                    self.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
-                Err(LockError::backend(BACKEND, std::io::Error::other("the watch stream ended")))
-            };
-            tokio::select! {
-                deleted = deleted => deleted?,
-                () = session.lease.lost() => return Ok(()), // the re-read below reports it
+                Ok(Wait::SessionLost) => return Ok(()), // the re-read after the wait reports it
+                Err(error) if error.transient => {
+                    tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(error) => return Err(backend_error(error.source)),
             }
-            self.wakeups.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One look at the key just before ours: none is left, or it was deleted, or our
+    /// session was lost meanwhile.
+    async fn wait_for_predecessor(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
+        let mut client = self.client.clone();
+        let just_before = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_max_create_revision(queued.own_revision - 1);
+        let response = client.get(queued.prefix.clone(), Some(just_before)).await?;
+        let Some(predecessor) = response.kvs().first() else { return Ok(Wait::NoneLeft) };
+        // Watch from the revision we read at, so a delete in between is not missed.
+        let read_at = response.header().map_or(0, |header| header.revision());
+        let watch = WatchOptions::new().with_start_revision(read_at + 1);
+        let mut stream = client.watch(predecessor.key().to_vec(), Some(watch)).await?;
+        let deleted = async {
+            while let Some(message) = stream.message().await? {
+                if message.canceled() {
+                    return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into());
+                }
+                if message.events().iter().any(|event| event.event_type() == EventType::Delete) {
+                    return Ok(Wait::Woken);
+                }
+            }
+            // The stream ended without a cancel: its member went away. Watch again.
+            let ended = etcd_client::Error::WatchError("the watch stream ended".into());
+            Err(WatchFailure { source: ended, transient: true })
+        };
+        tokio::select! {
+            deleted = deleted => deleted,
+            () = session.lease.lost() => Ok(Wait::SessionLost),
         }
     }
 
     /// Deletes a key of ours; `Ok(false)` if it was already gone.
     async fn delete(&self, key: &str) -> Result<bool, LockError> {
-        Ok(self.client.clone().delete(key, None).await.map_err(backend_error)?.deleted() > 0)
+        delete_key(&self.client, key).await
     }
 
     fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>) -> LockGuard {
@@ -217,29 +301,98 @@ impl EtcdLock {
 
 impl Session {
     /// Grants a lease and keeps it alive every `ttl / 3`.
-    async fn start(client: &Client, ttl_seconds: i64) -> Result<Session, LockError> {
-        let mut client = client.clone();
-        let sent = Instant::now();
-        let granted = client.lease_grant(ttl_seconds, None).await.map_err(backend_error)?;
+    /// Tries again after transient failures until `deadline` (an election may be on).
+    async fn start(client: &Client, ttl_seconds: i64, deadline: Instant) -> Result<Session, LockError> {
+        let client = client.clone();
+        let (granted, sent) = retry_transient(deadline, || {
+            let mut client = client.clone();
+            async move {
+                let sent = Instant::now();
+                client.lease_grant(ttl_seconds, None).await.map(|granted| (granted, sent))
+            }
+        })
+        .await
+        .map_err(backend_error)?;
         let lease_id = granted.id();
         // etcd may grant more than asked (its minimum TTL); the lease is what it granted.
         let ttl = Duration::from_secs(granted.ttl().max(ttl_seconds) as u64);
-        let (keeper, stream) = client.lease_keep_alive(lease_id).await.map_err(backend_error)?;
-        let channel = Arc::new(tokio::sync::Mutex::new((keeper, stream)));
+        let opened = retry_transient(deadline, || {
+            let mut client = client.clone();
+            async move { client.lease_keep_alive(lease_id).await }
+        })
+        .await
+        .map_err(backend_error)?;
+        // The keep-alive stream, or None after it broke: the next renewal opens a new one,
+        // on whichever member answers (the lease lives in the cluster, not in the stream).
+        let channel = Arc::new(tokio::sync::Mutex::new(Some(opened)));
         let (keepalive, lease) = KeepAlive::spawn(BACKEND, &format!("lease {lease_id:x}"), ttl, sent, move || {
-            let channel = channel.clone();
+            let (channel, mut client) = (channel.clone(), client.clone());
             async move {
                 let mut channel = channel.lock().await;
-                let (keeper, stream) = &mut *channel;
-                keeper.keep_alive().await.map_err(backend_error)?;
-                match stream.message().await.map_err(backend_error)? {
+                if channel.is_none() {
+                    *channel = Some(client.lease_keep_alive(lease_id).await.map_err(backend_error)?);
+                }
+                let (keeper, stream) = channel.as_mut().expect("opened above");
+                let answer = match keeper.keep_alive().await {
+                    Ok(()) => stream.message().await,
+                    Err(error) => Err(error),
+                };
+                match answer {
                     // A TTL of 0 means the lease is gone: expired or revoked.
-                    Some(answer) => Ok(answer.ttl() > 0),
-                    None => Err(LockError::backend(BACKEND, std::io::Error::other("keep-alive stream closed"))),
+                    Ok(Some(answer)) => Ok(answer.ttl() > 0),
+                    Ok(None) => {
+                        *channel = None;
+                        Err(LockError::backend(BACKEND, std::io::Error::other("keep-alive stream closed")))
+                    }
+                    Err(error) => {
+                        *channel = None;
+                        Err(backend_error(error))
+                    }
                 }
             }
         });
         Ok(Session { lease_id, lease, _keepalive: keepalive })
+    }
+}
+
+/// Deletes a key of ours, trying again for up to [`RETRY_BUDGET`] after transient
+/// failures (a key left behind would keep the next waiter waiting until its lease ends);
+/// `Ok(false)` if it was already gone.
+async fn delete_key(client: &Client, key: &str) -> Result<bool, LockError> {
+    let deleted = retry_transient(Instant::now() + RETRY_BUDGET, || {
+        let mut client = client.clone();
+        async move { client.delete(key, None).await }
+    })
+    .await
+    .map_err(backend_error)?;
+    Ok(deleted.deleted() > 0)
+}
+
+/// A queue key, or none because the session's lease is gone on the server.
+enum Enqueued {
+    Queued(Queued),
+    LeaseGone,
+}
+
+/// How one look at the predecessor ended.
+enum Wait {
+    /// No key older than ours is left: we hold the lock.
+    NoneLeft,
+    /// The key just before ours was deleted: look again.
+    Woken,
+    /// Our lease ended while we waited: our key is gone with it.
+    SessionLost,
+}
+
+/// A read or watch that failed, and whether watching again may cure it.
+struct WatchFailure {
+    source: etcd_client::Error,
+    transient: bool,
+}
+
+impl From<etcd_client::Error> for WatchFailure {
+    fn from(source: etcd_client::Error) -> Self {
+        WatchFailure { transient: is_transient(&source), source }
     }
 }
 
@@ -270,7 +423,7 @@ impl Release for EtcdGrant {
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
         let Some(own_key) = self.own_key.take() else { return Ok(()) };
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
-        let deleted = self.client.delete(own_key.as_str(), None).await.map_err(backend_error)?.deleted() > 0;
+        let deleted = delete_key(&self.client, &own_key).await?;
         if deleted && session_held {
             Ok(())
         } else {
@@ -292,8 +445,16 @@ impl Drop for EtcdGrant {
 #[async_trait]
 impl DistributedLock for EtcdLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        let session = self.current_session().await?;
-        let queued = self.enqueue(&session, key, owner).await?;
+        let deadline = Instant::now() + RETRY_BUDGET;
+        let mut session = self.current_session(None, deadline).await?;
+        let mut enqueued = self.enqueue(&session, key, owner, deadline).await?;
+        if let Enqueued::LeaseGone = enqueued {
+            session = self.current_session(Some(&session), deadline).await?;
+            enqueued = self.enqueue(&session, key, owner, deadline).await?;
+        }
+        let Enqueued::Queued(queued) = enqueued else {
+            return Err(LockError::backend(BACKEND, std::io::Error::other("a new etcd lease vanished at once")));
+        };
         if queued.holds() {
             return Ok(self.grant(key, queued, &session));
         }
@@ -302,17 +463,26 @@ impl DistributedLock for EtcdLock {
     }
 
     /// Queues, then waits for the key just before ours (step 4) instead of polling.
+    /// A waiter whose session ended while it waited (a lease lost to a pause or to a
+    /// leader election) never held the lock: it queues again on a new session, at the
+    /// back, until its deadline.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        let session = self.current_session().await?;
-        let queued = self.enqueue(&session, key, owner).await?;
-        if !queued.holds() {
-            match tokio::time::timeout(
-                timeout.saturating_sub(started.elapsed()),
-                self.wait_for_predecessors(&queued, &session),
-            )
-            .await
-            {
+        let deadline = started + timeout;
+        let mut dead_session = None;
+        loop {
+            let session = self.current_session(dead_session.as_ref(), deadline).await?;
+            let queued = match self.enqueue(&session, key, owner, deadline).await? {
+                Enqueued::Queued(queued) => queued,
+                Enqueued::LeaseGone => {
+                    dead_session = Some(session);
+                    continue;
+                }
+            };
+            if queued.holds() {
+                return Ok(self.grant(key, queued, &session));
+            }
+            match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => {
                     let _ = self.delete(&queued.own_key).await;
@@ -323,13 +493,24 @@ impl DistributedLock for EtcdLock {
                     return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
                 }
             }
-            // The wait is over: is our key still there, or did the session die meanwhile?
-            let own = self.client.clone().get(queued.own_key.as_str(), None).await.map_err(backend_error)?;
-            if own.kvs().is_empty() || !session.lease.is_held() {
+            // The wait is over: is our key still there, and our session alive? (Jepsen's
+            // finding: a key that vanished with its session must not be taken for a grant.)
+            let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
+                let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
+                async move { client.get(own_key, None).await }
+            })
+            .await
+            .map_err(backend_error)?;
+            if !own.kvs().is_empty() && session.lease.is_held() {
+                return Ok(self.grant(key, queued, &session));
+            }
+            let _ = self.delete(&queued.own_key).await; // in case the lease outlived our view of it
+            dead_session = Some(session);
+            if Instant::now() >= deadline {
                 return Err(LockError::Lost { key: key.to_owned() });
             }
+            tracing::info!(key, "the etcd session ended while waiting; queueing again on a new session");
         }
-        Ok(self.grant(key, queued, &session))
     }
 
     /// Revokes the session's lease: every key of this instance goes at once.

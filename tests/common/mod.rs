@@ -355,6 +355,13 @@ pub async fn revoke_etcd_lease(lease: i64) {
     client.lease_revoke(lease).await.expect("the lease exists");
 }
 
+/// etcd's current revision: every later write gets a larger one.
+pub async fn etcd_revision() -> i64 {
+    let mut client = etcd_client::Client::connect(etcd_endpoints(), None).await.expect("etcd runs (`make services`)");
+    let answer = client.get("seckill/revision-probe", None).await.expect("etcd answers");
+    answer.header().expect("a header").revision()
+}
+
 /// ZooKeeper as `make services` starts it, or `SECKILL_TEST_ZK_CONNECT`.
 pub fn zookeeper_connect() -> String {
     std::env::var("SECKILL_TEST_ZK_CONNECT").unwrap_or_else(|_| "127.0.0.1:2181".to_owned())
