@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade chaos test services stop status build
+.PHONY: demo demo-degrade chaos cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -11,10 +11,22 @@ demo:
 demo-degrade:
 	scripts/demo-degrade.sh
 
-## make chaos: a lock holder paused past its lease (SIGSTOP, fencing on and off) or killed,
-## 3 runs per strategy, one table. `scripts/chaos.sh RUNS STRATEGY...` for fewer.
+## make chaos: holders paused and killed, leaders and quorums lost, Redlock masters and
+## the stock Redis and MariaDB killed, under load; 3 runs of each, one table.
+## `scripts/chaos.sh RUNS STRATEGY...` or CHAOS_FAULTS="..." for fewer.
 chaos:
 	scripts/chaos.sh
+
+## make cluster: the chaos suite's servers (3 etcd, 3 ZooKeeper, 5 Redlock masters, AOF Redis,
+## MariaDB) on their own ports, data in .run/cluster/; cluster-stop stops only those.
+cluster:
+	scripts/cluster.sh start
+
+cluster-stop:
+	scripts/cluster.sh stop
+
+cluster-status:
+	scripts/cluster.sh status
 
 ## make test: servers up, then the whole test suite against them.
 ## The last line adds up every test binary's result.

@@ -160,10 +160,13 @@ strike() {
 }
 cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
 
-# The longest time, in ms, that nobody sold after the fault struck at $1: the outage a buyer saw.
+# The longest time, in ms, that nobody sold after the fault struck at $1: the outage a
+# buyer saw. While stock is left ($3 > 0), the time from the last sale to the load
+# test's end at $2 counts too: buyers who all got 503s saw nothing sold either.
 longest_stall_after() {
-  sale_times | awk -v t="$1" 'BEGIN { prev = t } $1 > t { if ($1 - prev > worst) worst = $1 - prev; prev = $1 }
-    END { print (prev == t ? "none" : worst) }'
+  sale_times | awk -v t="$1" -v end="$2" -v left="$3" 'BEGIN { prev = t }
+    $1 > t { if ($1 - prev > worst) worst = $1 - prev; prev = $1 }
+    END { if (left > 0 && end - prev > worst) worst = end - prev; print worst + 0 }'
 }
 
 # Sales that began while there was no quorum: after the grace, before the quorum was back.
@@ -172,7 +175,7 @@ sold_without_quorum() {
   sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
 }
 
-header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest stall after the fault (worst run) | verdicts |"
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | verdicts |"
 table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
@@ -211,8 +214,8 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
         [[ -s $RESULTS/fault-at ]] || die "the fault $fault never struck in $name (fewer than 10 units sold?)"
         fault_at=$(cat "$RESULTS/fault-at")
-        stall=$(longest_stall_after "$fault_at")
-        if [[ $stall == none ]]; then worst=none; elif [[ $worst != none ]] && ((stall > worst)); then worst=$stall; fi
+        stall=$(longest_stall_after "$fault_at" "$(date -r "$report" +%s%3N)" "$(field "$report" stock_left)")
+        ((stall > worst)) && worst=$stall
         if [[ -s $RESULTS/restored-at ]]; then
           granted=$(sold_without_quorum "$fault_at" "$(cat "$RESULTS/restored-at")")
           no_quorum=$(( ${no_quorum/-/0} + granted ))
@@ -231,8 +234,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       if [[ $fenced == on ]] && ((twice > 0 || lost > 0)); then unsafe+=("$fault/$strategy (sold twice or lost)"); fi
       if [[ $no_quorum != - ]] && ((no_quorum > 0)); then unsafe+=("$fault/$strategy (sold without a quorum)"); fi
       if [[ $fenced == on ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
-      [[ $worst == none ]] || worst="$worst ms"
-      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst | ${verdicts[*]} |")
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break

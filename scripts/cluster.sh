@@ -55,7 +55,14 @@ port_of() {
   esac
 }
 
-running() { [[ -e $PIDS/$1.pid ]] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+# A member runs when its process exists and is not a zombie (a killed member whose
+# parent, here init, has not reaped it yet is dead all the same).
+running() {
+  local state
+  [[ -e $PIDS/$1.pid ]] || return 1
+  state=$(ps -o state= -p "$(cat "$PIDS/$1.pid")" 2>/dev/null) || return 1
+  [[ $state != Z* ]]
+}
 
 etcd_initial_cluster() {
   local i list=()
