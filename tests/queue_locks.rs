@@ -151,6 +151,37 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believing_it_holds_its_dead_node() {
+    let key = common::unique_key("expired-waiter");
+    let (holder, waiter) = (zookeeper().await, zookeeper().await);
+    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(15)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The waiter's node: the later of the two in the queue.
+    let parent = format!("/seckill/locks/{key}");
+    let observer = holder.client().await;
+    let mut queue = observer.list_children(&parent).await.expect("the queue exists");
+    queue.sort_by_key(|node| node.rsplit('-').next().unwrap_or_default().to_owned());
+    let dead_node = format!("{parent}/{}", queue.last().expect("two nodes"));
+    let dead_czxid = observer.check_stat(&dead_node).await.unwrap().expect("the waiter's node").czxid;
+    let expired = waiter.client().await;
+    common::expire_zookeeper_session(&expired).await;
+    held.release().await.unwrap();
+
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("granted in time").unwrap();
+    let granted = granted.expect("the waiter queued again and was granted");
+    // A grant on its dead node would carry that node's czxid.
+    let token = granted.fencing_token().expect("ZooKeeper grants carry a token").counter;
+    assert!(token > dead_czxid as u64, "granted on the node of the expired session: token {token}, node {dead_czxid}");
+    assert_ne!(waiter.client().await.session().id(), expired.session().id(), "the grant must be on a new session");
+    assert!(granted.lease().is_held());
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder_sees_it_lost() {
     let key = common::unique_key("expired");
     let (holder, next) = (zookeeper().await, zookeeper().await);

@@ -22,7 +22,8 @@
 //!    from this client for a whole session timeout), every ephemeral node of it is gone.
 //!    The session's state feeds the guard's lease: disconnected means "held only until
 //!    the session timeout runs out", expired means lost. A new session is started at the
-//!    next acquire.
+//!    next acquire. A *waiter* whose session ends never held the lock: it queues again
+//!    on a new session, at the back, until its deadline.
 //! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It
 //!    grows with every write to the ensemble, so with every grant.
 //!
@@ -92,6 +93,17 @@ fn backend_error(error: zookeeper_client::Error) -> LockError {
     LockError::backend(BACKEND, error)
 }
 
+/// An error while waiting: a session that expired (or was closed) means our node is
+/// gone, which is a lost place in the queue, not a broken backend.
+fn waiting_error(error: zookeeper_client::Error, key: &str) -> LockError {
+    match error {
+        zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed => {
+            LockError::Lost { key: key.to_owned() }
+        }
+        error => backend_error(error),
+    }
+}
+
 impl ZooKeeperLock {
     /// Connects and starts a session.
     pub async fn connect(options: ZooKeeperLockOptions) -> Result<Self, LockError> {
@@ -123,13 +135,14 @@ impl ZooKeeperLock {
         self.wakeups.load(Ordering::SeqCst)
     }
 
-    /// The current session, or a new one if the last one expired.
-    async fn current_session(&self) -> Result<Arc<Session>, LockError> {
+    /// The current session, or a new one if the last one ended or is `dead` (its lease
+    /// ran out while a waiter used it; dropping it closes it, and its nodes go with it).
+    async fn current_session(&self, dead: Option<&Arc<Session>>) -> Result<Arc<Session>, LockError> {
         if self.shut_down.load(Ordering::SeqCst) {
             return Err(LockError::ShutDown { backend: BACKEND });
         }
         let mut session = self.session.lock().await;
-        if session.client.state().is_terminated() {
+        if session.client.state().is_terminated() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
             tracing::warn!("the ZooKeeper session ended; starting a new one");
             *session = Arc::new(Session::start(&self.options).await?);
         }
@@ -169,7 +182,7 @@ impl ZooKeeperLock {
 
     /// Steps 2 and 3 for one look: `Ok(None)` if we hold it, or the predecessor to wait for.
     async fn predecessor(&self, client: &Client, parent: &str, own: &str) -> Result<Option<String>, LockError> {
-        let mut children = client.list_children(parent).await.map_err(backend_error)?;
+        let mut children = client.list_children(parent).await.map_err(|error| waiting_error(error, parent))?;
         children.sort_by_key(|child| sequence_of(child));
         match children.iter().position(|child| child == own) {
             Some(0) => Ok(None),
@@ -270,7 +283,7 @@ impl Drop for ZooKeeperGrant {
 #[async_trait]
 impl DistributedLock for ZooKeeperLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        let session = self.current_session().await?;
+        let session = self.current_session(None).await?;
         let client = &session.client;
         let parent = self.parent(client, key).await?;
         let (own, czxid) = self.enqueue(client, &parent, owner).await?;
@@ -288,34 +301,46 @@ impl DistributedLock for ZooKeeperLock {
     /// Queues, then waits for the predecessor's deletion (step 3) instead of polling.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        let session = self.current_session().await?;
-        let client = &session.client;
-        let parent = self.parent(client, key).await?;
-        let (own, czxid) = self.enqueue(client, &parent, owner).await?;
-        let path = format!("{parent}/{own}");
-        let wait = async {
-            loop {
-                let Some(predecessor) = self.predecessor(client, &parent, &own).await? else { return Ok(()) };
-                let (stat, watcher) =
-                    client.check_and_watch_stat(&format!("{parent}/{predecessor}")).await.map_err(backend_error)?;
-                if stat.is_none() {
-                    continue; // gone between the listing and the watch: look again
+        let deadline = started + timeout;
+        let mut dead_session = None;
+        loop {
+            let session = self.current_session(dead_session.as_ref()).await?;
+            let client = &session.client;
+            let parent = self.parent(client, key).await?;
+            let (own, czxid) = self.enqueue(client, &parent, owner).await?;
+            let path = format!("{parent}/{own}");
+            let wait = async {
+                loop {
+                    let Some(predecessor) = self.predecessor(client, &parent, &own).await? else { return Ok(()) };
+                    let (stat, watcher) = client
+                        .check_and_watch_stat(&format!("{parent}/{predecessor}"))
+                        .await
+                        .map_err(|error| waiting_error(error, key))?;
+                    if stat.is_none() {
+                        continue; // gone between the listing and the watch: look again
+                    }
+                    tokio::select! {
+                        _ = watcher.changed() => { self.wakeups.fetch_add(1, Ordering::SeqCst); }
+                        () = session.lease.lost() => return Err(LockError::Lost { key: key.to_owned() }),
+                    }
                 }
-                tokio::select! {
-                    _ = watcher.changed() => { self.wakeups.fetch_add(1, Ordering::SeqCst); }
-                    () = session.lease.lost() => return Err(LockError::Lost { key: key.to_owned() }),
+            };
+            match tokio::time::timeout_at(deadline.into(), wait).await {
+                Ok(Ok(())) => return Ok(self.grant(key, &session, path, czxid)),
+                // Our session ended while we waited, so our node is gone or going: queue again.
+                Ok(Err(LockError::Lost { .. })) if Instant::now() < deadline => {
+                    let _ = client.delete(&path, None).await;
+                    tracing::info!(key, "the ZooKeeper session ended while waiting; queueing again on a new session");
+                    dead_session = Some(session.clone());
                 }
-            }
-        };
-        match tokio::time::timeout(timeout.saturating_sub(started.elapsed()), wait).await {
-            Ok(Ok(())) => Ok(self.grant(key, &session, path, czxid)),
-            Ok(Err(error)) => {
-                let _ = client.delete(&path, None).await;
-                Err(error)
-            }
-            Err(_) => {
-                client.delete(&path, None).await.map_err(backend_error)?;
-                Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() })
+                Ok(Err(error)) => {
+                    let _ = client.delete(&path, None).await;
+                    return Err(error);
+                }
+                Err(_) => {
+                    client.delete(&path, None).await.map_err(backend_error)?;
+                    return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
+                }
             }
         }
     }
