@@ -105,11 +105,12 @@ now_ms() { date +%s%3N; }
 sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | grep -o '"sold_at_ms":[0-9]*' | cut -d: -f2 | sort -n; }
 
 # Waits (up to 2 s) until instance 1 holds the lock, where Redis can tell: the lock's
-# value starts with its holder's instance name.
+# value starts with its holder's instance name (for Redlock, on the first master).
 wait_until_first_holds() {
   local lock_redis=("${STOCK_REDIS[@]}")
   case $1 in
     redis-degrade) lock_redis=("${LOCK_REDIS[@]}") ;&
+    redlock) [[ $1 == redlock ]] && lock_redis=(redis-cli -u "${SECKILL_REDLOCK_URLS%%,*}") ;&
     redis)
       for _ in $(seq 1 200); do
         [[ $("${lock_redis[@]}" get lock:stock) == "seckill-${PORTS[0]}:"* ]] && return

@@ -33,14 +33,7 @@ async fn outage(
         adjust(config);
     })
     .await;
-    let reset = reqwest::Client::new()
-        .post(format!("{}/stock/reset", app.url))
-        .header("content-type", "application/json")
-        .body(r#"{"stock": 10}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reset.status().as_u16(), 200);
+    common::reset_stock(&app.url, 10).await;
     assert_eq!(reduce(&app.url).await.1["sold"], true);
 
     server.stop();

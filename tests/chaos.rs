@@ -1,8 +1,11 @@
-//! The short chaos run that `make test` includes: a `redis` lock holder paused past
-//! its lease with SIGSTOP, in two real `seckill` processes, with fencing on and off.
-//! (`make chaos` plays the same fault against every strategy, several times.)
+//! The short chaos run that `make test` includes (`make chaos` plays every fault of
+//! the suite against every strategy, several times):
+//! - a `redis` lock holder paused past its lease with SIGSTOP, in two real `seckill`
+//!   processes, with fencing on and off;
+//! - the stock Redis killed mid-sale and restarted from its append-only file;
+//! - the leader of a three-member etcd cluster killed under a contended lock.
 //!
-//! Every sale lingers 50 ms between its lease check and its write
+//! For the pause, every sale lingers 50 ms between its lease check and its write
 //! (`--chaos-pause-before-write-ms`). The test waits until instance A holds the lock
 //! (`GET lock:stock` names the holder's instance), stops A for 1.5 s, three leases,
 //! and lets it go. Instance B sells meanwhile; A then writes the stock it had read.
@@ -12,10 +15,12 @@ mod common;
 
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
+use seckill::lock::DistributedLock;
 use seckill::stock::SaleRecord;
 
 const STOCK: i64 = 100;
@@ -31,21 +36,19 @@ struct Process {
 }
 
 impl Process {
-    fn start(db: u8, fencing: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    /// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
+    /// every sale lingering 50 ms before its write.
+    fn start(redis_url: &str, fencing: &str) -> Self {
+        let port = common::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args(["serve", "--port", &port.to_string(), "--lock", "redis", "--fencing", fencing])
-            .args(["--redis-url", &common::redis_url(db), "--lock-ttl-ms", "500"])
+            .args(["--redis-url", redis_url, "--lock-ttl-ms", "500"])
             .args(["--chaos-pause-before-write-ms", "50", "--acquire-timeout-ms", "30000"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("the seckill binary runs");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "seckill did not start on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        common::wait_for_port(port, Duration::from_secs(20), "seckill");
         Process { child, port }
     }
 
@@ -76,50 +79,92 @@ struct Outcome {
     records: usize,
     told_sold: usize,
     lock_lost: usize,
+    told_unknown: usize,
     other_errors: Vec<String>,
+}
+
+/// Buyers who keep buying, on alternate instances, until one is told "sold out".
+struct Crowd {
+    buyers: Vec<tokio::task::JoinHandle<()>>,
+    answers: Arc<Mutex<Vec<String>>>,
+}
+
+impl Crowd {
+    fn start(instances: [&Process; 2], buyers: usize) -> Self {
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+        let sold_out = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(Mutex::new(Vec::<String>::new()));
+        let buyers = (0..buyers)
+            .map(|buyer| {
+                let url = instances[buyer % 2].url();
+                let (http, sold_out, answers) = (http.clone(), sold_out.clone(), answers.clone());
+                tokio::spawn(async move {
+                    while !sold_out.load(Ordering::SeqCst) {
+                        let answer = match http.get(format!("{url}/stock/reduce")).send().await {
+                            Err(error) => format!("no answer: {error}"),
+                            Ok(response) => {
+                                let status = response.status().as_u16();
+                                let body: serde_json::Value = response.json().await.unwrap_or_default();
+                                match (status, &body["sold"]) {
+                                    (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
+                                    (200, _) => {
+                                        sold_out.store(true, Ordering::SeqCst);
+                                        "sold out".to_owned()
+                                    }
+                                    _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
+                                }
+                            }
+                        };
+                        answers.lock().unwrap().push(answer);
+                    }
+                })
+            })
+            .collect();
+        Crowd { buyers, answers }
+    }
+
+    /// Waits for every buyer to stop, then reads the sale from the stock Redis.
+    async fn outcome(self, redis: &mut redis::aio::MultiplexedConnection) -> Outcome {
+        for buyer in self.buyers {
+            buyer.await.unwrap();
+        }
+        let (stock, lucky, records): (i64, i64, Vec<String>) =
+            redis::pipe().get("stock").get("lucky").lrange("sales", 0, -1).query_async(redis).await.unwrap();
+        let mut read = HashSet::new();
+        let units_sold_twice = records
+            .iter()
+            .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap().stock_before)
+            .filter(|stock_before| !read.insert(*stock_before))
+            .count();
+        let answers = self.answers.lock().unwrap();
+        let count = |kind: &str| answers.iter().filter(|answer| *answer == kind).count();
+        Outcome {
+            units_sold_twice,
+            stock,
+            lucky,
+            records: records.len(),
+            told_sold: count("sold"),
+            lock_lost: count("503 lock_lost"),
+            told_unknown: count("504 sale_outcome_unknown"),
+            // A 503 sold nothing (a stopped process can also miss its Redis timeouts);
+            // anything else would be a buyer left without a clear answer.
+            other_errors: answers
+                .iter()
+                .filter(|answer| {
+                    !["sold", "sold out", "504 sale_outcome_unknown"].contains(&answer.as_str())
+                        && !answer.starts_with("503 ")
+                })
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     let client = common::redis_client(db).await;
-    let (a, b) = (Process::start(db, fencing), Process::start(db, fencing));
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
-    let reset = http
-        .post(format!("{}/stock/reset", a.url()))
-        .header("content-type", "application/json")
-        .body(format!(r#"{{"stock": {STOCK}}}"#))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reset.status().as_u16(), 200);
-
-    let sold_out = Arc::new(AtomicBool::new(false));
-    let answers = Arc::new(Mutex::new(Vec::<String>::new()));
-    let buyers: Vec<_> = (0..40)
-        .map(|buyer| {
-            let url = if buyer % 2 == 0 { a.url() } else { b.url() };
-            let (http, sold_out, answers) = (http.clone(), sold_out.clone(), answers.clone());
-            tokio::spawn(async move {
-                while !sold_out.load(Ordering::SeqCst) {
-                    let answer = match http.get(format!("{url}/stock/reduce")).send().await {
-                        Err(error) => format!("no answer: {error}"),
-                        Ok(response) => {
-                            let status = response.status().as_u16();
-                            let body: serde_json::Value = response.json().await.unwrap_or_default();
-                            match (status, &body["sold"]) {
-                                (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
-                                (200, _) => {
-                                    sold_out.store(true, Ordering::SeqCst);
-                                    "sold out".to_owned()
-                                }
-                                _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
-                            }
-                        }
-                    };
-                    answers.lock().unwrap().push(answer);
-                }
-            })
-        })
-        .collect();
+    let (a, b) = (Process::start(&common::redis_url(db), fencing), Process::start(&common::redis_url(db), fencing));
+    common::reset_stock(&a.url(), STOCK).await;
+    let crowd = Crowd::start([&a, &b], 40);
 
     // Once the sale is under way, wait until A holds the lock, and stop it there.
     let mut redis = common::connection(&client).await;
@@ -134,35 +179,7 @@ async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     a.signal("-STOP");
     tokio::time::sleep(PAUSE).await;
     a.signal("-CONT");
-    for buyer in buyers {
-        buyer.await.unwrap();
-    }
-
-    let (stock, lucky, records): (i64, i64, Vec<String>) =
-        redis::pipe().get("stock").get("lucky").lrange("sales", 0, -1).query_async(&mut redis).await.unwrap();
-    let mut read = HashSet::new();
-    let units_sold_twice = records
-        .iter()
-        .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap().stock_before)
-        .filter(|stock_before| !read.insert(*stock_before))
-        .count();
-    let answers = answers.lock().unwrap();
-    let count = |kind: &str| answers.iter().filter(|answer| *answer == kind).count();
-    Outcome {
-        units_sold_twice,
-        stock,
-        lucky,
-        records: records.len(),
-        told_sold: count("sold"),
-        lock_lost: count("503 lock_lost"),
-        // A 503 sold nothing (a stopped process can also miss its Redis timeouts);
-        // anything else would be a buyer left without a clear answer.
-        other_errors: answers
-            .iter()
-            .filter(|answer| !["sold", "sold out"].contains(&answer.as_str()) && !answer.starts_with("503 "))
-            .cloned()
-            .collect(),
-    }
+    crowd.outcome(&mut redis).await
 }
 
 /// The two tests stop processes and race on two cores: one at a time.
@@ -203,4 +220,103 @@ async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
         }
     }
     panic!("{RUNS} runs, and the paused holder never wrote after its lease: the scenario did not happen");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_loses_and_doubles_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let stock_redis = common::PrivateRedis::start_persistent();
+    let url = stock_redis.url();
+    let (a, b) = (Process::start(&url, "on"), Process::start(&url, "on"));
+    common::reset_stock(&a.url(), STOCK).await;
+    let crowd = Crowd::start([&a, &b], 40);
+    let mut redis = common::connection(&stock_redis.client()).await;
+    while redis::cmd("GET").arg("lucky").query_async::<i64>(&mut redis).await.unwrap_or(0) < 10 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let (port, data) = stock_redis.crash(); // kill -9, mid-sale
+    let restarted = common::PrivateRedis::restart_persistent(port, data);
+    let mut redis = common::connection(&restarted.client()).await;
+    let outcome = crowd.outcome(&mut redis).await;
+    println!("{outcome:?}");
+
+    assert_eq!(outcome.units_sold_twice, 0, "{outcome:?}");
+    assert_eq!((outcome.stock, outcome.lucky, outcome.records), (0, STOCK, STOCK as usize), "{outcome:?}");
+    // Every unit sold was told to its buyer, or its buyer heard "outcome unknown".
+    let told = outcome.told_sold as i64;
+    assert!(told <= outcome.lucky && outcome.lucky <= told + outcome.told_unknown as i64, "{outcome:?}");
+    assert!(outcome.other_errors.is_empty(), "{outcome:?}");
+}
+
+/// The member of `members` that leads now.
+async fn etcd_leader(members: &[common::PrivateServer]) -> usize {
+    for (index, member) in members.iter().enumerate() {
+        let endpoint = format!("http://127.0.0.1:{}", member.port);
+        let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else { continue };
+        let Ok(status) = client.status().await else { continue };
+        if status.header().is_some_and(|header| header.member_id() == status.leader()) {
+            return index;
+        }
+    }
+    panic!("no etcd member says it leads");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_three_dies() {
+    let mut members = common::PrivateServer::etcd_cluster(3);
+    let endpoints: Vec<String> = members.iter().map(|member| format!("http://127.0.0.1:{}", member.port)).collect();
+    let options = || EtcdLockOptions { endpoints: endpoints.clone(), ttl: Duration::from_secs(3) };
+    // Two instances, four buyers each, on one key.
+    let (one, two) = (EtcdLock::connect(options()).await.unwrap(), EtcdLock::connect(options()).await.unwrap());
+    let instances: [Arc<dyn DistributedLock>; 2] = [Arc::new(one), Arc::new(two)];
+    let key = common::unique_key("leader-dies");
+    let (inside, overlaps, stop) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let buyers: Vec<_> = (0..8)
+        .map(|buyer| {
+            let lock = instances[buyer % 2].clone();
+            let (key, inside, overlaps, stop) = (key.clone(), inside.clone(), overlaps.clone(), stop.clone());
+            let (grants, errors) = (grants.clone(), errors.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    match lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await {
+                        Ok(guard) => {
+                            if inside.swap(true, Ordering::SeqCst) {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            inside.store(false, Ordering::SeqCst);
+                            grants.lock().unwrap().push(Instant::now());
+                            if let Err(error) = guard.release().await {
+                                errors.lock().unwrap().push(format!("release: {error}"));
+                            }
+                        }
+                        Err(error) => errors.lock().unwrap().push(format!("acquire: {error}")),
+                    }
+                }
+            })
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let leader = etcd_leader(&members).await;
+    let killed_at = Instant::now();
+    members[leader].stop(); // SIGKILL
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    stop.store(true, Ordering::SeqCst);
+    for buyer in buyers {
+        buyer.await.unwrap();
+    }
+
+    let grants = grants.lock().unwrap();
+    let after: Vec<Instant> = grants.iter().copied().filter(|grant| *grant > killed_at).collect();
+    let stall = after.first().map(|first| first.duration_since(killed_at));
+    println!("{} grants, {} after the leader died, the first after {stall:?}", grants.len(), after.len());
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert!(errors.lock().unwrap().is_empty(), "buyers saw errors: {:?}", errors.lock().unwrap());
+    assert!(stall.is_some_and(|stall| stall < Duration::from_secs(4)), "no grant within 4 s of the leader's death");
+    assert!(after.len() >= 50, "only {} grants in the 6 s after the leader died", after.len());
 }

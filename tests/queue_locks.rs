@@ -157,7 +157,8 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
     let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
     let waiting = {
         let (waiter, key) = (waiter.clone(), key.clone());
-        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(15)).await })
+        // Long enough to outlast the expiry below, which can take many tries.
+        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(90)).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The waiter's node: the later of the two in the queue.

@@ -327,6 +327,12 @@ impl DistributedLock for RedisLock {
             .await;
         let fencing_counter = match answer {
             Ok(counter) => counter,
+            // A Redis that restarted answers LOADING while it replays its append-only
+            // file: the script did not run, and the server will answer soon. Wait as
+            // for a held lock, rather than fail every waiter at once.
+            Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) => {
+                return Err(LockError::Busy { key: key.to_owned() });
+            }
             Err(error) => {
                 self.clean_up_failed_acquire(key, token);
                 return Err(LockError::backend(BACKEND, error));

@@ -58,6 +58,8 @@ const BACKEND: &str = "zookeeper";
 const LOCKS_ROOT: &str = "/seckill/locks";
 /// Marks the protected part of a node's name: `_c_<uuid>-lock-`.
 const LOCK_NAME: &str = "-lock-";
+/// After a delete whose answer was lost, how long to wait before sending it again.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -259,12 +261,30 @@ impl Release for ZooKeeperGrant {
         let Some(path) = self.path.take() else { return Ok(()) };
         unpoisoned(&self.held).remove(&path);
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
-        match self.client.delete(&path, None).await {
+        match delete_own_node(&self.client, &path).await {
             Ok(()) if session_held => Ok(()),
             Ok(()) | Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::SessionExpired) => {
                 Err(LockError::Lost { key: path })
             }
             Err(error) => Err(backend_error(error)),
+        }
+    }
+}
+
+/// Step 4, guaranteed (as Curator's `guaranteed()` delete): while our node exists the
+/// whole queue behind it waits, and a delete whose connection broke (the server we
+/// talked to died) may not have happened. So send it again until it is done, the node
+/// is gone, or the session ended (its nodes go with it).
+async fn delete_own_node(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
+    loop {
+        match client.delete(path, None).await {
+            Err(error @ (zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout))
+                if !client.state().is_terminated() =>
+            {
+                tracing::debug!(path, %error, "the delete of our node may not have happened; sending it again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            done => return done,
         }
     }
 }
@@ -275,7 +295,7 @@ impl Drop for ZooKeeperGrant {
         if let Some(path) = self.path.take() {
             unpoisoned(&self.held).remove(&path);
             let client = self.client.clone();
-            tokio::spawn(async move { client.delete(&path, None).await });
+            tokio::spawn(async move { delete_own_node(&client, &path).await });
         }
     }
 }

@@ -148,6 +148,28 @@ pub async fn instance_with(
     seckill::server::Instance::start(config).await.expect("instance starts")
 }
 
+/// `POST /stock/reset` to `stock` on a running instance, which must answer 200.
+pub async fn reset_stock(base_url: &str, stock: i64) {
+    let answer = reqwest::Client::new()
+        .post(format!("{base_url}/stock/reset"))
+        .header("content-type", "application/json")
+        .body(format!(r#"{{"stock": {stock}}}"#))
+        .send()
+        .await
+        .expect("the instance answers");
+    assert_eq!(answer.status().as_u16(), 200, "reset to {stock}: {}", answer.text().await.unwrap_or_default());
+}
+
+/// Waits until something accepts connections on `port`; panics after `within`,
+/// naming `what` did not start.
+pub fn wait_for_port(port: u16, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start on port {port} within {within:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A private redis-server on a free port, for tests that stop, freeze or kill it.
 pub struct PrivateRedis {
     child: Child,
@@ -157,8 +179,7 @@ pub struct PrivateRedis {
 
 impl PrivateRedis {
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Self::start_on(port)
+        Self::start_on(free_port())
     }
 
     /// On `port`, empty (as after a restart without persistence).
@@ -169,8 +190,7 @@ impl PrivateRedis {
     /// With every write in its append-only file, fsynced before it answers, as
     /// `scripts/services.sh` runs the Redlock masters.
     pub fn start_persistent() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        Self::spawn(port, TempDir::new("private-redis"), true)
+        Self::spawn(free_port(), TempDir::new("private-redis"), true)
     }
 
     /// SIGKILL, keeping the data directory for [`PrivateRedis::restart_persistent`].
@@ -196,11 +216,7 @@ impl PrivateRedis {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server must be installed for this test: `make test` installs it");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_for_port(port, Duration::from_secs(10), "redis-server");
         PrivateRedis { child, port, _dir: dir }
     }
 
@@ -381,14 +397,19 @@ pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::Z
 pub async fn expire_zookeeper_session(owner: &zookeeper_client::Client) {
     let mut last_error = None;
     for _ in 0..20 {
-        let joined = zookeeper_client::Client::connector()
-            .with_session(owner.session().clone())
-            .with_connection_timeout(Duration::from_millis(500))
-            .connect(&zookeeper_connect())
-            .await;
+        // The join itself can hang for seconds past its connection timeout: bound it.
+        let joined = tokio::time::timeout(
+            Duration::from_secs(1),
+            zookeeper_client::Client::connector()
+                .with_session(owner.session().clone())
+                .with_connection_timeout(Duration::from_millis(500))
+                .connect(&zookeeper_connect()),
+        )
+        .await;
         match joined {
-            Ok(intruder) => drop(intruder), // closing the session from here expires it for its owner
-            Err(error) => last_error = Some(error),
+            Ok(Ok(intruder)) => drop(intruder), // closing the session from here expires it for its owner
+            Ok(Err(error)) => last_error = Some(error.to_string()),
+            Err(_) => last_error = Some("the join took longer than 1 s".to_owned()),
         }
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline {
@@ -410,21 +431,38 @@ pub struct PrivateServer {
     _dir: TempDir,
 }
 
-fn free_port() -> u16 {
+/// A free port on loopback (the OS picks it; nothing else is bound to it right now).
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 impl PrivateServer {
     /// A single-member etcd.
     pub fn etcd() -> Self {
-        let dir = TempDir::new("private-etcd");
         let (port, peer) = (free_port(), free_port());
+        Self::etcd_member("private", port, peer, &format!("private=http://127.0.0.1:{peer}"))
+    }
+
+    /// An etcd cluster of `members` members; each answers on its own `port`.
+    pub fn etcd_cluster(members: usize) -> Vec<Self> {
+        let ports: Vec<(u16, u16)> = (0..members).map(|_| (free_port(), free_port())).collect();
+        let cluster: Vec<String> =
+            ports.iter().enumerate().map(|(i, (_, peer))| format!("member-{i}=http://127.0.0.1:{peer}")).collect();
+        let cluster = cluster.join(",");
+        // Each opens its client port at once, and serves once a majority is up.
+        let member =
+            |(i, (port, peer)): (usize, &(u16, u16))| Self::etcd_member(&format!("member-{i}"), *port, *peer, &cluster);
+        ports.iter().enumerate().map(member).collect()
+    }
+
+    fn etcd_member(name: &str, port: u16, peer: u16, initial_cluster: &str) -> Self {
+        let dir = TempDir::new("private-etcd");
         let client_url = format!("http://127.0.0.1:{port}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let command = [
             "etcd",
             "--name",
-            "private",
+            name,
             "--data-dir",
             &dir.0.join("data").display().to_string(),
             "--listen-client-urls",
@@ -436,7 +474,7 @@ impl PrivateServer {
             "--initial-advertise-peer-urls",
             &peer_url,
             "--initial-cluster",
-            &format!("private={peer_url}"),
+            initial_cluster,
         ]
         .map(str::to_owned)
         .to_vec();
