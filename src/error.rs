@@ -69,6 +69,11 @@ impl AppError {
         AppError::Internal(error.to_string())
     }
 
+    /// The code a buyer gets in `{"error": code}`, and `/metrics` counts by.
+    pub fn code(&self) -> &'static str {
+        self.status_and_code().1
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),

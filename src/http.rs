@@ -93,6 +93,7 @@ pub fn app(state: AppState) -> Router {
         // is told to send it); one that turns out larger is cut off at the limit.
         .route("/stock/reset", post(reset).layer(RequestBodyLimitLayer::new(RESET_BODY_LIMIT)))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
         .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(middleware::map_response(errors_as_json))
@@ -134,7 +135,9 @@ pub struct ReduceResponse {
 
 async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, AppError> {
     let shared = &state.0;
-    let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = shared.sale.sell_one().await?;
+    let sold_or_refused = shared.sale.sell_one().await;
+    shared.sale.metrics.record_answer(sold_or_refused.as_ref().map(|outcome| outcome.sold).map_err(AppError::code));
+    let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = sold_or_refused?;
     let seller = &shared.sale.seller;
     Ok(Json(ReduceResponse {
         port: seller.port,
@@ -225,6 +228,16 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,
     }))
+}
+
+/// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let degrade = match &state.0.sale.guarding {
+        Guarding::Lock(lock) => lock.backend().stats().and_then(|stats| stats.degrade),
+        Guarding::AtomicScript => None,
+    };
+    let text = state.0.sale.metrics.render(degrade.as_ref());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {

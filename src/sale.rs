@@ -31,6 +31,7 @@ use serde::Serialize;
 use crate::error::AppError;
 use crate::lock::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
+use crate::metrics::{FencedStep, Metrics};
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
@@ -69,6 +70,8 @@ pub struct Sale {
     /// Chaos lessons only (`--chaos-pause-before-write-ms`): linger between the lease
     /// check and the write, the window in which a paused holder writes after its lease.
     pub chaos_pause_before_write: Option<Duration>,
+    /// What `GET /metrics` shows.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Sale {
@@ -89,8 +92,12 @@ impl Sale {
         // 1. Acquire. Each sale is an owner of its own.
         let owner = Owner::new(&self.seller.instance);
         let waiting_since = Instant::now();
+        let waiting = self.metrics.waiting_for_the_lock();
         let guard = lock.acquire(STOCK_LOCK_KEY, &owner, self.acquire_timeout).await?;
-        let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
+        drop(waiting);
+        let lock_wait = waiting_since.elapsed().as_secs_f64();
+        self.metrics.record_lock_wait(lock_wait);
+        let lock_wait_ms = lock_wait * 1000.0;
 
         // 2 and 3. Read, check, write.
         let outcome = self.decrement(&guard, lock_wait_ms).await;
@@ -122,6 +129,7 @@ impl Sale {
             StockRead::Stock(stock) => stock,
             StockRead::Fenced { newest } => {
                 tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder has been here");
+                self.metrics.record_fencing_refusal(FencedStep::Read);
                 return Err(AppError::LockLost);
             }
         };
@@ -157,6 +165,7 @@ impl Sale {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
             Ok(WriteOutcome::Fenced) => {
                 tracing::warn!(token = ?token, "the stock refused a write: a newer holder read in between");
+                self.metrics.record_fencing_refusal(FencedStep::Write);
                 Err(AppError::LockLost)
             }
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),

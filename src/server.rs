@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use crate::admin::ResetAccess;
 use crate::config::Config;
 use crate::http::{app, AppState, Limits};
+use crate::metrics::Metrics;
 use crate::redis_store;
 use crate::sale::Sale;
 use crate::stock::{Seller, StockStore};
@@ -23,6 +24,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let guarding =
         strategy::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
+    let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
     let sale = Sale {
         store,
         guarding,
@@ -31,6 +33,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         fenced: fencing.is_on(),
         widen_race: config.lock.expected_to_oversell(),
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
+        metrics: std::sync::Arc::new(metrics),
     };
     let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: config.request_timeout() };
     let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());

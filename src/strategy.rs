@@ -120,6 +120,16 @@ pub enum FencingStatus {
 }
 
 impl FencingStatus {
+    /// As `/healthz` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FencingStatus::On => "on",
+            FencingStatus::Off => "off",
+            FencingStatus::NoTokens => "no_tokens",
+            FencingStatus::NotNeeded => "not_needed",
+        }
+    }
+
     pub fn is_on(self) -> bool {
         self == FencingStatus::On
     }

@@ -1,0 +1,171 @@
+//! What one instance has done, for Prometheus: `GET /metrics` in the text format.
+//!
+//! Built on the `prometheus` crate, in a registry of the instance's own (two instances
+//! in one test process must not share counters). Names follow Prometheus conventions:
+//! `seckill_` first, `_total` on counters, base units (`_seconds`), and labels for the
+//! parts of one measurement (the reason a buyer was turned away, the step a fencing
+//! token was refused at).
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `seckill_units_sold_total` | counter | units this instance sold |
+//! | `seckill_sold_out_answers_total` | counter | buyers told "sold out" |
+//! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_outcome_unknown`, ...) |
+//! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
+//! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
+//! | `seckill_fencing_refusals_total{step}` | counter | reads and writes the stock refused because a newer holder had been there |
+//! | `seckill_lock_mode{mode}` | gauge | `redis-degrade` only: 1 for the mode in use (`redis` or `mysql`), 0 for the other |
+//! | `seckill_lock_mode_switches_total` | counter | `redis-degrade` only: mode switches this instance has seen |
+//! | `seckill_info{strategy,fencing,instance}` | gauge | always 1: what this instance runs |
+
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use crate::lock::degrade::DegradeStats;
+use crate::lock::lock_mode::Mode;
+
+/// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
+/// millisecond, a crowd behind a MySQL lock waits seconds.
+const LOCK_WAIT_BUCKETS: [f64; 15] =
+    [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
+
+/// The metrics of one instance.
+pub struct Metrics {
+    registry: Registry,
+    units_sold: IntCounter,
+    sold_out_answers: IntCounter,
+    failures: IntCounterVec,
+    lock_wait: Histogram,
+    lock_waiters: IntGauge,
+    fencing_refusals: IntCounterVec,
+    lock_mode: IntGaugeVec,
+    mode_switches: IntCounter,
+    /// The switches already counted, so the counter only moves forward.
+    switches_seen: std::sync::atomic::AtomicU64,
+}
+
+/// Where the stock refused a token: on the read, or on the write.
+#[derive(Clone, Copy, Debug)]
+pub enum FencedStep {
+    Read,
+    Write,
+}
+
+impl Metrics {
+    pub fn new(strategy: &str, fencing: &str, instance: &str) -> Self {
+        let registry = Registry::new();
+        let counter = |name: &str, help: &str| {
+            let counter = IntCounter::with_opts(Opts::new(name, help)).expect("a valid metric name");
+            registry.register(Box::new(counter.clone())).expect("registered once");
+            counter
+        };
+        let units_sold = counter("seckill_units_sold_total", "Units this instance sold.");
+        let sold_out_answers = counter("seckill_sold_out_answers_total", "Buyers told that the stock is sold out.");
+        let mode_switches =
+            counter("seckill_lock_mode_switches_total", "redis-degrade: lock mode switches this instance has seen.");
+        let failures = IntCounterVec::new(
+            Opts::new("seckill_reduce_failures_total", "Buyers turned away, by the error code they were given."),
+            &["reason"],
+        )
+        .expect("a valid metric");
+        let lock_wait = Histogram::with_opts(
+            HistogramOpts::new("seckill_lock_wait_seconds", "From asking for the lock to holding it, per grant.")
+                .buckets(LOCK_WAIT_BUCKETS.to_vec()),
+        )
+        .expect("a valid metric");
+        let lock_waiters =
+            IntGauge::with_opts(Opts::new("seckill_lock_waiters", "Buyers waiting for the lock right now."))
+                .expect("a valid metric");
+        let fencing_refusals = IntCounterVec::new(
+            Opts::new(
+                "seckill_fencing_refusals_total",
+                "Stock reads and writes refused because a newer lock holder had been there.",
+            ),
+            &["step"],
+        )
+        .expect("a valid metric");
+        let lock_mode = IntGaugeVec::new(
+            Opts::new("seckill_lock_mode", "redis-degrade: 1 for the lock mode in use, 0 for the other."),
+            &["mode"],
+        )
+        .expect("a valid metric");
+        let info = IntGaugeVec::new(
+            Opts::new("seckill_info", "What this instance runs; always 1."),
+            &["strategy", "fencing", "instance"],
+        )
+        .expect("a valid metric");
+        info.with_label_values(&[strategy, fencing, instance]).set(1);
+        for collector in [
+            Box::new(failures.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(lock_wait.clone()),
+            Box::new(lock_waiters.clone()),
+            Box::new(fencing_refusals.clone()),
+            Box::new(lock_mode.clone()),
+            Box::new(info),
+        ] {
+            registry.register(collector).expect("registered once");
+        }
+        Metrics {
+            registry,
+            units_sold,
+            sold_out_answers,
+            failures,
+            lock_wait,
+            lock_waiters,
+            fencing_refusals,
+            lock_mode,
+            mode_switches,
+            switches_seen: Default::default(),
+        }
+    }
+
+    /// One buyer's answer: sold, sold out, or the error code of a refusal.
+    pub fn record_answer(&self, answer: Result<bool, &'static str>) {
+        match answer {
+            Ok(true) => self.units_sold.inc(),
+            Ok(false) => self.sold_out_answers.inc(),
+            Err(code) => self.failures.with_label_values(&[code]).inc(),
+        }
+    }
+
+    /// A grant, after waiting `seconds` for it.
+    pub fn record_lock_wait(&self, seconds: f64) {
+        self.lock_wait.observe(seconds);
+    }
+
+    /// Counts a buyer as waiting for the lock until the returned guard is dropped.
+    pub fn waiting_for_the_lock(&self) -> WaiterGuard<'_> {
+        self.lock_waiters.inc();
+        WaiterGuard(&self.lock_waiters)
+    }
+
+    pub fn record_fencing_refusal(&self, step: FencedStep) {
+        let step = match step {
+            FencedStep::Read => "read",
+            FencedStep::Write => "write",
+        };
+        self.fencing_refusals.with_label_values(&[step]).inc();
+    }
+
+    /// The text format, with the degrade mode as of now when the strategy has one.
+    pub fn render(&self, degrade: Option<&DegradeStats>) -> String {
+        if let Some(degrade) = degrade {
+            for (mode, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
+                self.lock_mode.with_label_values(&[name]).set(i64::from(degrade.mode == Some(mode)));
+            }
+            let seen = self.switches_seen.swap(degrade.switches, std::sync::atomic::Ordering::SeqCst);
+            self.mode_switches.inc_by(degrade.switches.saturating_sub(seen));
+        }
+        let mut text = Vec::new();
+        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut text).expect("text encoding cannot fail");
+        String::from_utf8(text).expect("the text format is UTF-8")
+    }
+}
+
+/// Keeps one buyer counted in `seckill_lock_waiters` while it lives.
+pub struct WaiterGuard<'a>(&'a IntGauge);
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

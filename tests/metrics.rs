@@ -1,0 +1,58 @@
+//! `GET /metrics`: Prometheus's text format, whose counters move with the sales.
+//! Redis database 56 belongs to this file.
+
+mod common;
+
+use seckill::lock::STOCK_LOCK_KEY;
+use seckill::strategy::Strategy;
+
+/// The value of one sample, `name{labels} value`, as the text format prints it.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn scrape(url: &str) -> String {
+    let response = reqwest::get(format!("{url}/metrics")).await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("text/plain; version=0.0.4"), "{content_type}");
+    response.text().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
+    let app = common::instance(Strategy::Redis, 56, 300).await;
+    common::reset_stock(&app.url, 2).await;
+    let before = scrape(&app.url).await;
+    assert_eq!(sample(&before, "seckill_units_sold_total"), Some(0.0), "{before}");
+    let info = format!(r#"seckill_info{{fencing="on",instance="seckill-{}",strategy="redis"}}"#, app.port);
+    assert_eq!(sample(&before, &info), Some(1.0), "{before}");
+
+    for _ in 0..3 {
+        reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
+    }
+    // Someone else holds the lock for longer than the 300 ms acquire timeout.
+    let client = common::redis_client(56).await;
+    let _: () = redis::cmd("SET")
+        .arg(STOCK_LOCK_KEY)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(5000)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
+    let refused = reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
+    assert_eq!(refused.status().as_u16(), 503);
+
+    let after = scrape(&app.url).await;
+    assert_eq!(sample(&after, "seckill_units_sold_total"), Some(2.0), "{after}");
+    assert_eq!(sample(&after, "seckill_sold_out_answers_total"), Some(1.0), "{after}");
+    assert_eq!(sample(&after, r#"seckill_reduce_failures_total{reason="lock_timeout"}"#), Some(1.0), "{after}");
+    // Three grants (two sales and the sold-out answer), each waited for.
+    assert_eq!(sample(&after, "seckill_lock_wait_seconds_count"), Some(3.0), "{after}");
+    assert_eq!(sample(&after, r#"seckill_lock_wait_seconds_bucket{le="+Inf"}"#), Some(3.0), "{after}");
+    assert_eq!(sample(&after, "seckill_lock_waiters"), Some(0.0), "nobody waits now: {after}");
+    assert!(after.contains("# TYPE seckill_lock_wait_seconds histogram"), "{after}");
+    assert!(after.contains("# TYPE seckill_units_sold_total counter"), "{after}");
+    app.stop().await.unwrap();
+}
