@@ -32,7 +32,7 @@
 //! - **Availability.** etcd needs a majority of its members; without one, acquires
 //!   fail (503), they never grant. When the member this client talks to dies, or an
 //!   election is on, a request fails with a transport error: every step is tried again
-//!   ([`retry_transient`]) until the acquire's deadline, and the keep-alive stream is
+//!   (`retry_transient`) until the acquire's deadline, and the keep-alive stream is
 //!   opened again, on whichever member answers. Every step may be repeated safely: the
 //!   queue key is created only if absent, and reads and watches change nothing.
 //! - **Dropped guards.** A guard dropped without release deletes its key in the
