@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade chaos cluster cluster-stop cluster-status test services stop status build
+.PHONY: demo demo-degrade lockbench chaos cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -10,6 +10,12 @@ demo:
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.
 demo-degrade:
 	scripts/demo-degrade.sh
+
+## make lockbench: each lock alone, without the sale: acquire+release pairs per second at
+## 1, 16 and 64 contenders, on one key and on a key each; JSON in .run/results/lockbench.json.
+lockbench: services
+	cargo build --release -p loadtest --bin lockbench
+	target/release/lockbench --json .run/results/lockbench.json
 
 ## make chaos: holders paused and killed, leaders and quorums lost, Redlock masters and
 ## the stock Redis and MariaDB killed, under load; 3 runs of each, one table.
