@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
-use seckill::lock::DistributedLock;
+use seckill::lock::{DistributedLock, LockError};
 use seckill::stock::SaleRecord;
 
 const STOCK: i64 = 100;
@@ -275,11 +275,14 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
         (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    // A holder whose keep-alive could not renew through the election counts its lease
+    // lost (safe: a sale would stop before its write) and its release says so.
+    let lost_at_release = Arc::new(AtomicUsize::new(0));
     let buyers: Vec<_> = (0..8)
         .map(|buyer| {
             let lock = instances[buyer % 2].clone();
             let (key, inside, overlaps, stop) = (key.clone(), inside.clone(), overlaps.clone(), stop.clone());
-            let (grants, errors) = (grants.clone(), errors.clone());
+            let (grants, errors, lost_at_release) = (grants.clone(), errors.clone(), lost_at_release.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
                     match lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await {
@@ -290,8 +293,10 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
                             tokio::time::sleep(Duration::from_millis(5)).await;
                             inside.store(false, Ordering::SeqCst);
                             grants.lock().unwrap().push(Instant::now());
-                            if let Err(error) = guard.release().await {
-                                errors.lock().unwrap().push(format!("release: {error}"));
+                            match guard.release().await {
+                                Ok(()) => {}
+                                Err(LockError::Lost { .. }) => _ = lost_at_release.fetch_add(1, Ordering::SeqCst),
+                                Err(error) => errors.lock().unwrap().push(format!("release: {error}")),
                             }
                         }
                         Err(error) => errors.lock().unwrap().push(format!("acquire: {error}")),
@@ -314,9 +319,15 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
     let grants = grants.lock().unwrap();
     let after: Vec<Instant> = grants.iter().copied().filter(|grant| *grant > killed_at).collect();
     let stall = after.first().map(|first| first.duration_since(killed_at));
-    println!("{} grants, {} after the leader died, the first after {stall:?}", grants.len(), after.len());
+    let lost = lost_at_release.load(Ordering::SeqCst);
+    println!(
+        "{} grants, {} after the leader died, the first after {stall:?}; {lost} leases lost",
+        grants.len(),
+        after.len()
+    );
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
     assert!(errors.lock().unwrap().is_empty(), "buyers saw errors: {:?}", errors.lock().unwrap());
     assert!(stall.is_some_and(|stall| stall < Duration::from_secs(4)), "no grant within 4 s of the leader's death");
     assert!(after.len() >= 50, "only {} grants in the 6 s after the leader died", after.len());
+    assert!(lost * 10 <= grants.len(), "{lost} of {} grants lost their lease", grants.len());
 }
