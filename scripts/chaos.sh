@@ -48,7 +48,7 @@ NO_QUORUM_GRACE_MS=1000
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+source "$ROOT/scripts/lib/servers.sh" # listening
 cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
