@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade lockbench chaos cluster cluster-stop cluster-status test services stop status build
+.PHONY: demo demo-degrade bench lockbench chaos cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -10,6 +10,12 @@ demo:
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.
 demo-degrade:
 	scripts/demo-degrade.sh
+
+## make bench: every strategy measured the same way: the 500-buyer crowd 5 times, one serial
+## client, 64 keep-alive connections, each against the bound of its lock's critical path;
+## one table, the ordering, and .run/results/bench/report.html. `scripts/bench.sh RUN...` for fewer.
+bench:
+	scripts/bench.sh
 
 ## make lockbench: each lock alone, without the sale: acquire+release pairs per second at
 ## 1, 16 and 64 contenders, on one key and on a key each; JSON in .run/results/lockbench.json.

@@ -36,14 +36,27 @@ ETCD_PEER_PORT=2380
 ZK_PORT=2181
 MYSQL_PORT=3306
 
-# Debian packages the project needs; protobuf is for the etcd client's build.
-PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev)
+# Debian packages the project needs; protobuf is for the etcd client's build, chromium
+# for the dashboard's browser test.
+PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev
+          chromium)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"
 
+# The browser test's driver (playwright-core, pinned in tests/browser/package-lock.json),
+# from the npm registry with the machine's Node.js; it drives Debian's chromium.
+install_browser_driver() {
+  [[ -d $ROOT/tests/browser/node_modules/playwright-core ]] && return 0
+  command -v npm >/dev/null || die "npm is missing: the dashboard's browser test needs Node.js 20 or newer with npm"
+  say "installing playwright-core for the browser test (npm ci in tests/browser)"
+  npm ci --prefix "$ROOT/tests/browser" --no-audit --no-fund >>"$LOGS/npm.log" 2>&1 ||
+    die "npm ci in tests/browser failed; see $LOGS/npm.log"
+}
+
 install_missing() {
+  install_browser_driver
   local missing=()
   for package in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")

@@ -96,6 +96,11 @@ pub struct Config {
     #[arg(long, env = "SECKILL_INITIAL_STOCK", default_value_t = 300,
           value_parser = clap::value_parser!(i64).range(0..=MAX_STOCK))]
     pub initial_stock: i64,
+    /// Whether the buyers of this instance queue in process first, so that only the head
+    /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
+    /// buyer ask the backend, to measure what the queue saves.
+    #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub local_queue: bool,
     /// Whether the stock checks the lock's fencing token on every read and write.
     /// `off` exists for the lesson that shows two holders selling one unit.
     #[arg(long, env = "SECKILL_FENCING", value_enum, default_value_t = Fencing::On)]

@@ -7,6 +7,8 @@
 //! | `POST /stock/reset` | `Content-Type: application/json`, body `{"stock": 300}` (optional): a new sale |
 //! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced, and what a database lock counted |
 //! | `GET /readyz` | Redis answers a `PING` |
+//! | `GET /metrics` | Prometheus's text format ([`crate::metrics`]) |
+//! | `GET /` and `GET /events` | the live dashboard and its event stream ([`crate::dashboard`]) |
 //!
 //! In front of every route, as axum's examples do it: a bound on requests in flight
 //! (more are shed at once with 503 `overloaded`), a request timeout (504), and the
@@ -35,6 +37,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::admin::{Denied, ResetAccess};
 use crate::config::MAX_STOCK;
+use crate::dashboard::{self, Banner};
 use crate::error::{errors_as_json, json_error, AppError};
 use crate::lock::FencingToken;
 use crate::sale::{Sale, SaleOutcome};
@@ -95,6 +98,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
+        .route("/", get(dashboard::page))
+        .route("/events", get(events))
         .fallback(|| async { StatusCode::NOT_FOUND })
         .layer(middleware::map_response(errors_as_json))
         .layer(
@@ -137,6 +142,11 @@ async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, A
     let shared = &state.0;
     let sold_or_refused = shared.sale.sell_one().await;
     shared.sale.metrics.record_answer(sold_or_refused.as_ref().map(|outcome| outcome.sold).map_err(AppError::code));
+    if let Err(error) = &sold_or_refused {
+        // For the dashboard, after the answer and in the background: never on a sale's path.
+        let (store, instance, code) = (shared.sale.store.clone(), shared.sale.seller.instance.clone(), error.code());
+        tokio::spawn(async move { store.count_refusal(&instance, code).await });
+    }
     let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = sold_or_refused?;
     let seller = &shared.sale.seller;
     Ok(Json(ReduceResponse {
@@ -228,6 +238,17 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,
     }))
+}
+
+/// `GET /events`: the dashboard's stream of server-sent events.
+async fn events(State(state): State<AppState>) -> impl IntoResponse {
+    let shared = &state.0;
+    let banner = Banner {
+        strategy: shared.strategy.name(),
+        fencing: shared.fencing.name(),
+        instance: shared.sale.seller.instance.clone(),
+    };
+    dashboard::events(shared.sale.store.clone(), banner)
 }
 
 /// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).

@@ -19,7 +19,8 @@
 //!    [`lock::lock_mode`] (the mode `degrade` shares between instances).
 //! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
 //! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers;
-//!    [`admin`]: who may reset the sale; [`metrics`]: what `GET /metrics` counts.
+//!    [`admin`]: who may reset the sale; [`metrics`]: what `GET /metrics` counts;
+//!    [`dashboard`]: the live page at `GET /` and its event stream.
 //! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
 //!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), `database.rs`
 //!    counts what a MySQL lock cost, and `report.rs` prints it.
@@ -28,6 +29,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod http;
 pub mod lock;

@@ -1,7 +1,14 @@
 //! One sale, start to end: the read-check-write under a lock, and what the buyer is told.
 //!
 //! ## The decrement under a lock
-//! 1. Acquire the lock (wait at most the acquire timeout).
+//! 0. Queue in process: the buyers of one instance line up (first come, first served)
+//!    behind one local mutex, and only the head of the line asks the distributed lock.
+//!    Two instances then put two contenders before the backend instead of hundreds:
+//!    a release is followed at once by the next local buyer's acquire, instead of by
+//!    a crowd that polls or wakes up, and the backend serves the holder instead of the
+//!    crowd. It changes who asks, never what a grant means: the distributed lock still
+//!    decides between instances. (`--local-queue false` takes it away, to measure it.)
+//! 1. Acquire the lock (wait at most the acquire timeout, the local queue included).
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
 //!    the sale is over: sold out.
 //! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token.
@@ -72,6 +79,9 @@ pub struct Sale {
     pub chaos_pause_before_write: Option<Duration>,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
+    /// Step 0: the in-process line in front of a distributed lock; `None` for the
+    /// baselines (whose lesson is the race) and with `--local-queue false`.
+    pub local_queue: Option<tokio::sync::Mutex<()>>,
 }
 
 impl Sale {
@@ -92,8 +102,18 @@ impl Sale {
         // 1. Acquire. Each sale is an owner of its own.
         let owner = Owner::new(&self.seller.instance);
         let waiting_since = Instant::now();
+        let deadline = waiting_since + self.acquire_timeout;
         let waiting = self.metrics.waiting_for_the_lock();
-        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, self.acquire_timeout).await?;
+        // 0. Our turn in this instance's line, held until after the release.
+        let _turn =
+            match &self.local_queue {
+                Some(line) => Some(tokio::time::timeout_at(deadline.into(), line.lock()).await.map_err(|_| {
+                    LockError::Timeout { key: STOCK_LOCK_KEY.to_owned(), waited: waiting_since.elapsed() }
+                })?),
+                None => None,
+            };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
         drop(waiting);
         let lock_wait = waiting_since.elapsed().as_secs_f64();
         self.metrics.record_lock_wait(lock_wait);

@@ -56,6 +56,9 @@ pub const GENERATION_KEY: &str = "stock:generation";
 pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
 pub const FENCE_KEY: &str = "stock:fence";
+/// Buyers turned away, by instance and error code (`seckill-8080 lock_timeout`), for
+/// the dashboard: a hash written after the answer, off the sale's path.
+pub const REFUSALS_KEY: &str = "stock:refusals";
 
 /// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark.
 /// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter); no ARGV for an unfenced read.
@@ -182,6 +185,17 @@ pub struct StockSnapshot {
     pub initial: Option<i64>,
 }
 
+/// One look at the sale for the dashboard (see [`StockStore::dashboard_view`]).
+pub struct DashboardView {
+    pub snapshot: StockSnapshot,
+    pub generation: i64,
+    pub records: Vec<SaleRecord>,
+    /// Records read from the list, readable or not: where the next look starts.
+    pub records_read: usize,
+    /// `("<instance> <error code>", count)`.
+    pub refusals: Vec<(String, i64)>,
+}
+
 /// What a fenced read found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StockRead {
@@ -262,6 +276,7 @@ impl StockStore {
             .del(SALES_KEY)
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
+            .del(REFUSALS_KEY)
             .incr(GENERATION_KEY, 1)
             .query_async::<()>(&mut self.connection.clone())
             .await?;
@@ -297,6 +312,47 @@ impl StockStore {
             sales,
             initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
         })
+    }
+
+    /// What the dashboard shows, in one round trip: the counters, the reset generation,
+    /// up to `limit` sale records from index `from` on, and the refusals.
+    pub async fn dashboard_view(&self, from: usize, limit: usize) -> Result<DashboardView, StockError> {
+        let last = (from + limit).saturating_sub(1);
+        type Raw =
+            (Option<String>, Option<String>, i64, Option<String>, Option<String>, Vec<String>, Vec<(String, i64)>);
+        let (stock, lucky, sales, initial, generation, raw, refusals): Raw = redis::pipe()
+            .get(STOCK_KEY)
+            .get(LUCKY_KEY)
+            .llen(SALES_KEY)
+            .get(INITIAL_STOCK_KEY)
+            .get(GENERATION_KEY)
+            .lrange(SALES_KEY, from as isize, last as isize)
+            .hgetall(REFUSALS_KEY)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(DashboardView {
+            snapshot: StockSnapshot {
+                stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
+                lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
+                sales,
+                initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
+            },
+            generation: number(GENERATION_KEY, generation.as_deref())?.unwrap_or(0),
+            records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
+            records_read: raw.len(),
+            refusals,
+        })
+    }
+
+    /// Counts a buyer turned away, for the dashboard. Not part of any sale.
+    pub async fn count_refusal(&self, instance: &str, code: &str) -> Result<(), StockError> {
+        redis::cmd("HINCRBY")
+            .arg(REFUSALS_KEY)
+            .arg(format!("{instance} {code}"))
+            .arg(1)
+            .query_async::<i64>(&mut self.connection.clone())
+            .await?;
+        Ok(())
     }
 
     pub async fn ping(&self) -> Result<(), StockError> {

@@ -46,22 +46,36 @@ pub struct Tally {
     /// Every error, by kind. All but the `outcome_unknown` ones sold nothing.
     pub errors: BTreeMap<String, usize>,
     pub latencies_ms: Vec<f64>,
+    /// The lock wait of every answered sale or sold-out answer, as the service reported it.
+    pub lock_waits_ms: Vec<f64>,
     pub first_sent: Option<Instant>,
     pub last_answered: Option<Instant>,
 }
 
 /// One buyer's answer.
-enum Answer {
-    Sold,
-    SoldOut,
+pub enum Answer {
+    /// A unit, after waiting this long for the lock (as the service measured it).
+    Sold {
+        lock_wait_ms: f64,
+    },
+    SoldOut {
+        lock_wait_ms: f64,
+    },
+    /// The error's kind: `503 lock_timeout`, `timeout`, `connection failed`, ...
     Error(String),
 }
 
 impl Tally {
-    fn record(&mut self, answer: Answer, sent: Instant, answered: Instant) {
+    pub fn record(&mut self, answer: Answer, sent: Instant, answered: Instant) {
         match answer {
-            Answer::Sold => self.sold += 1,
-            Answer::SoldOut => self.sold_out += 1,
+            Answer::Sold { lock_wait_ms } => {
+                self.sold += 1;
+                self.lock_waits_ms.push(lock_wait_ms);
+            }
+            Answer::SoldOut { lock_wait_ms } => {
+                self.sold_out += 1;
+                self.lock_waits_ms.push(lock_wait_ms);
+            }
             Answer::Error(kind) if outcome_unknown(&kind) => {
                 self.outcome_unknown += 1;
                 *self.errors.entry(kind).or_default() += 1;
@@ -159,11 +173,19 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
     let host = &hosts[user.weighted_users_index % hosts.len()];
     let sent = Instant::now();
     let goose = user.get_named(&format!("{host}/stock/reduce"), "reduce").await?;
-    let answer = match goose.response {
+    let answer = answer_of(goose.response).await;
+    let answered = Instant::now();
+    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
+    Ok(())
+}
+
+/// What an answer to `/stock/reduce` (or its absence) means for the buyer.
+pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> Answer {
+    match response {
         Err(error) => Answer::Error(if error.is_timeout() { "timeout".into() } else { "connection failed".into() }),
         Ok(response) if response.status().is_success() => match response.json::<ReduceResponse>().await {
-            Ok(body) if body.sold => Answer::Sold,
-            Ok(_) => Answer::SoldOut,
+            Ok(body) if body.sold => Answer::Sold { lock_wait_ms: body.lock_wait_ms },
+            Ok(body) => Answer::SoldOut { lock_wait_ms: body.lock_wait_ms },
             Err(_) => Answer::Error("unreadable answer".into()),
         },
         Ok(response) => {
@@ -176,10 +198,7 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
                 .unwrap_or_else(|| "http".to_owned());
             Answer::Error(format!("{status} {code}"))
         }
-    };
-    let answered = Instant::now();
-    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
-    Ok(())
+    }
 }
 
 #[cfg(test)]

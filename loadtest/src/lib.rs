@@ -9,12 +9,23 @@
 //!    (statements, attempts, version conflicts), read before and after the attack.
 //! 4. [`report`]: the verdict as a reader sees it, and the comparison table;
 //!    [`chart`] draws that table as an SVG.
+//!
+//! ## The benchmark (`make bench`)
+//! 5. [`bench`]: each strategy measured the same way: the crowd N times, one serial
+//!    client and a [`sustained`] keep-alive load, against the bound of its critical
+//!    path ([`bound`]), with the CPU each process used ([`cpu`]).
+//! 6. [`html`]: all of it as one self-contained HTML report.
 
+pub mod bench;
+pub mod bound;
 pub mod chart;
 pub mod checker;
+pub mod cpu;
 pub mod crowd;
 pub mod database;
+pub mod html;
 pub mod report;
+pub mod sustained;
 
 use anyhow::bail;
 

@@ -41,6 +41,14 @@ pub struct Report {
     pub p50_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
+    /// The lock wait the service reported with each answer (sold or sold out).
+    #[serde(default)]
+    pub lock_wait_p50_ms: f64,
+    #[serde(default)]
+    pub lock_wait_p99_ms: f64,
+    /// Every such wait, for the benchmark's distribution; not kept in a demo report.
+    #[serde(default, skip_serializing)]
+    pub lock_waits_ms: Vec<f64>,
     pub verdict: Verdict,
     /// Whether this strategy is expected to oversell across two instances.
     pub expected_to_oversell: bool,
@@ -57,6 +65,8 @@ impl Report {
         let answered = tally.latencies_ms.len();
         let mut latencies = tally.latencies_ms;
         latencies.sort_by(f64::total_cmp);
+        let mut lock_waits = tally.lock_waits_ms;
+        lock_waits.sort_by(f64::total_cmp);
         // The service's own word on which strategies cannot guard two instances.
         let expected_to_oversell =
             <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).is_ok_and(Strategy::expected_to_oversell);
@@ -80,6 +90,9 @@ impl Report {
             p50_ms: percentile(&latencies, 0.50),
             p95_ms: percentile(&latencies, 0.95),
             p99_ms: percentile(&latencies, 0.99),
+            lock_wait_p50_ms: percentile(&lock_waits, 0.50),
+            lock_wait_p99_ms: percentile(&lock_waits, 0.99),
+            lock_waits_ms: lock_waits,
             verdict: judgement.verdict,
             expected_to_oversell,
             findings: judgement.findings,
@@ -288,6 +301,9 @@ mod tests {
             p50_ms: 1.0,
             p95_ms: 1.0,
             p99_ms: 1.0,
+            lock_wait_p50_ms: 0.0,
+            lock_wait_p99_ms: 0.0,
+            lock_waits_ms: vec![],
             verdict,
             expected_to_oversell,
             findings: vec![],

@@ -1,0 +1,225 @@
+//! `bench`: the numbers behind the README, measured the same way for every strategy.
+//!
+//!   bench measure --label redis --out .run/results/bench/redis.json [--runs 5] ...
+//!       one strategy, whose two instances run (see `loadtest::bench`)
+//!   bench report .run/results/bench/*.json --html report.html [--chaos table.md] [--lockbench lockbench.json]
+//!       the tables, the ordering, and one self-contained HTML report
+//!
+//! `make bench` (scripts/bench.sh) starts the instances of each strategy and runs both.
+//! Exit codes: 0 done; 1 a strategy broke its promise (a safe one oversold or lost a
+//! sale, a baseline did not oversell); 2 the benchmark could not run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use loadtest::bench::{self, BenchOptions, StrategyBench};
+use loadtest::cpu::Watched;
+use loadtest::sustained::Load;
+use loadtest::Options;
+
+#[derive(Parser)]
+#[command(name = "bench", about = "Measure each strategy against its bound, and report")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure the strategy the instances run; write the results as JSON.
+    Measure {
+        /// The row's name: the strategy, or a variant such as `mysql+no-semaphore`.
+        #[arg(long)]
+        label: String,
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+        #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090")]
+        hosts: Vec<String>,
+        /// Crowd runs (500 buyers, 300 units each).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Keep-alive connections of the sustained load, split between the instances.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+        /// Seconds of each sustained window.
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// Sustained windows; the median is reported, with the spread.
+        #[arg(long, default_value_t = 3)]
+        sustained_runs: usize,
+        /// Seconds of the serial client.
+        #[arg(long, default_value_t = 2.0)]
+        serial_seconds: f64,
+        /// A process whose CPU use to report, as NAME=PID (repeat it).
+        #[arg(long = "watch", value_name = "NAME=PID", value_parser = parse_watched)]
+        watched: Vec<Watched>,
+        /// The instances' admin token, if they have one.
+        #[arg(long, env = "SECKILL_ADMIN_TOKEN")]
+        admin_token: Option<String>,
+    },
+    /// Print the tables of several measurements and write the HTML report.
+    Report {
+        #[arg(required = true, value_name = "JSON")]
+        results: Vec<PathBuf>,
+        #[arg(long, value_name = "PATH")]
+        html: Option<PathBuf>,
+        /// Also write the tables as Markdown.
+        #[arg(long, value_name = "PATH")]
+        markdown: Option<PathBuf>,
+        /// When and where it ran, for the report's first line.
+        #[arg(long, default_value = "")]
+        headline: String,
+        /// The chaos table (`make chaos` writes .run/results/chaos/table.md); skipped if absent.
+        #[arg(long, value_name = "PATH")]
+        chaos: Option<PathBuf>,
+        /// The raw lock benchmark (`make lockbench` writes .run/results/lockbench.json); skipped if absent.
+        #[arg(long, value_name = "PATH")]
+        lockbench: Option<PathBuf>,
+    },
+}
+
+fn parse_watched(text: &str) -> Result<Watched, String> {
+    let (name, pid) = text.split_once('=').ok_or("expected NAME=PID, e.g. redis-server=1234")?;
+    let pid = pid.parse().map_err(|_| format!("`{pid}` is not a process id"))?;
+    Ok(Watched { name: name.to_owned(), pid })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Measure {
+            label,
+            out,
+            hosts,
+            runs,
+            connections,
+            seconds,
+            sustained_runs,
+            serial_seconds,
+            watched,
+            admin_token,
+        } => {
+            let config = seckill::config::Config::defaults(); // the SECKILL_* settings the instances got
+            let crowd = Options {
+                hosts: hosts.iter().map(|host| host.trim_end_matches('/').to_owned()).collect(),
+                users: 500,
+                initial_stock: 300,
+                redis_url: config.redis_url.clone(),
+                mysql_url: config.mysql_url.clone(),
+                admin_token,
+                goose_metrics: false,
+            };
+            let options = BenchOptions {
+                crowd,
+                config,
+                label,
+                runs,
+                sustained: Load { connections, seconds },
+                sustained_runs,
+                serial_seconds,
+                watched,
+            };
+            match bench::measure(&options).await {
+                Ok(result) => {
+                    if let Err(error) = write(&out, &serde_json::to_string(&result).expect("plain data")) {
+                        eprintln!("bench: {error}");
+                        return ExitCode::from(2);
+                    }
+                    print!("{}", bench::render_tables(std::slice::from_ref(&result)));
+                    if result.kept_its_promise() {
+                        ExitCode::SUCCESS
+                    } else {
+                        eprintln!("bench: `{}` did not keep its promise; see {}", result.label, out.display());
+                        ExitCode::from(1)
+                    }
+                }
+                Err(error) => {
+                    eprintln!("bench error: {error:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Report { results, html, markdown, headline, chaos, lockbench } => {
+            report(&results, html.as_deref(), markdown.as_deref(), headline, chaos.as_deref(), lockbench.as_deref())
+        }
+    }
+}
+
+fn report(
+    paths: &[PathBuf],
+    html: Option<&Path>,
+    markdown: Option<&Path>,
+    headline: String,
+    chaos: Option<&Path>,
+    lockbench: Option<&Path>,
+) -> ExitCode {
+    let mut benches = Vec::new();
+    for path in paths {
+        let parsed = std::fs::read_to_string(path)
+            .map_err(|error| error.to_string())
+            .and_then(|text| serde_json::from_str::<StrategyBench>(&text).map_err(|error| error.to_string()));
+        match parsed {
+            Ok(bench) => benches.push(bench),
+            Err(error) => {
+                eprintln!("bench: {} is not a result of `bench measure`: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let tables = bench::render_tables(&benches);
+    print!("{tables}");
+    if let Some(path) = markdown {
+        if let Err(error) = write(path, &tables) {
+            eprintln!("bench: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    if let Some(path) = html {
+        let extras = loadtest::html::Extras {
+            headline,
+            chaos_table: chaos.and_then(|path| std::fs::read_to_string(path).ok()),
+            lockbench_table: lockbench.and_then(lockbench_table),
+        };
+        if let Err(error) = write(path, &loadtest::html::report(&benches, &extras)) {
+            eprintln!("bench: {error}");
+            return ExitCode::from(2);
+        }
+        println!("report: {}", path.display());
+    }
+    if benches.iter().all(StrategyBench::kept_its_promise) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// The lockbench runs as a Markdown table, or `None` if the file is absent or unreadable.
+fn lockbench_table(path: &Path) -> Option<String> {
+    let runs: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let mut table = "| strategy | contenders | keys | pairs/s | median pair ms | p99 pair ms | errors |\n\
+                     | --- | ---: | --- | ---: | ---: | ---: | ---: |\n"
+        .to_owned();
+    for run in runs {
+        table.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} |\n",
+            run["strategy"].as_str()?,
+            run["contenders"],
+            run["keys"].as_str()?,
+            run["pairs_per_second"].as_f64()?,
+            run["median_pair_ms"].as_f64()?,
+            run["p99_pair_ms"].as_f64()?,
+            run["errors"]
+        ));
+    }
+    Some(table)
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty());
+    folder
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(path, text))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}

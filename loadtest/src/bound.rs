@@ -1,0 +1,400 @@
+//! The bound each lock is judged against: how fast could it possibly sell, given the
+//! round trips that cannot overlap?
+//!
+//! Under contention a lock serializes the sales, and one sale's steps run one after
+//! another: the holder reads and writes the stock, releases, the next waiter learns of
+//! it and takes the lock. That chain, from one grant to the next, is the lock's
+//! **critical path**. Everything else (HTTP, parsing, the buyers still waiting) can
+//! overlap with it. So the fastest a lock can sell is one sale per critical path:
+//!
+//! ```text
+//! bound (sales/s) = 1 / sum over the steps of (round trips x that backend's round-trip time)
+//! ```
+//!
+//! A step counts a full round trip when the chain waits for its answer, and half of
+//! one when only one direction is on the path: a release's request frees the lock when
+//! it arrives (its answer travels while the next holder is already going), and a
+//! wake-up (a pub/sub message, a watch event) travels one way. A polling lock's wake-up
+//! counts as half a round trip too: its best case, a retry that arrives just after the
+//! release. The round-trip times are measured in the same run ([`measure_round_trips`]),
+//! on a quiet machine, one request at a time, and for the kind of request the step is:
+//! a write that a server must make durable first (etcd's and ZooKeeper's logs, MySQL's
+//! commit, a Redlock master's append-only file) costs far more than a PING, so each
+//! backend is timed twice, reading and writing, and each step uses its own kind.
+//!
+//! The baselines have no such path: `none` and `local` do not serialize two instances,
+//! and `atomic` runs the whole sale in one script, so Redis's own speed bounds it.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use seckill::config::Config;
+use seckill::strategy::Strategy;
+
+/// Round trips timed per backend (after a few to warm the connection up).
+const PROBES: usize = 1000;
+const WARM_UP_PROBES: usize = 50;
+
+/// A server the sale talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// The Redis that holds the stock (`--redis-url`).
+    StockRedis,
+    /// The Redis that holds the lock (`--lock-redis-url`, by default the stock's).
+    LockRedis,
+    /// All Redlock masters, asked at once: the answer of the slowest counts.
+    RedlockMasters,
+    Etcd,
+    Zookeeper,
+    Mysql,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::StockRedis => "stock Redis",
+            Backend::LockRedis => "lock Redis",
+            Backend::RedlockMasters => "5 Redlock masters",
+            Backend::Etcd => "etcd",
+            Backend::Zookeeper => "ZooKeeper",
+            Backend::Mysql => "MySQL",
+        }
+    }
+}
+
+/// What a step asks of its backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Reads, or a message the server passes on (a watch event, a pub/sub message).
+    Read,
+    /// Changes data: the server makes it durable (if it persists at all) before answering.
+    Write,
+}
+
+/// One step of the critical path.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Step {
+    pub name: String,
+    pub backend: Backend,
+    pub access: Access,
+    pub round_trips: f64,
+}
+
+fn step(name: &str, backend: Backend, access: Access, round_trips: f64) -> Step {
+    Step { name: name.to_owned(), backend, access, round_trips }
+}
+
+/// The chain from one grant to the next, as each lock in `src/lock/` runs it.
+/// `None` for the baselines, which serialize nothing across instances.
+pub fn critical_path(strategy: Strategy) -> Option<Vec<Step>> {
+    use Access::{Read, Write};
+    use Backend::*;
+    // Every lock's holder reads and writes the stock (`src/sale.rs`): two scripts. The
+    // fenced read writes too: it raises the token's high-water mark.
+    let sale = [step("read the stock", StockRedis, Write, 1.0), step("write the sale", StockRedis, Write, 1.0)];
+    let lock_steps = match strategy {
+        Strategy::None | Strategy::Local | Strategy::Atomic => return None,
+        // Release script (DEL + PUBLISH); the waiter's instance hears the PUBLISH;
+        // the waiter's acquire script (SET NX PX + INCR for the token).
+        Strategy::Redis => vec![
+            step("release (DEL, PUBLISH)", LockRedis, Write, 0.5),
+            step("wake-up (pub/sub message)", LockRedis, Read, 0.5),
+            step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
+        ],
+        // The same scripts through the degrade wrapper, but waiters poll.
+        Strategy::RedisDegrade => vec![
+            step("release (DEL)", LockRedis, Write, 0.5),
+            step("wake-up (poll, at best)", LockRedis, Read, 0.5),
+            step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
+        ],
+        // Every master at once, so each step costs the slowest master's round trip.
+        Strategy::Redlock => vec![
+            step("release (DEL on every master)", RedlockMasters, Write, 0.5),
+            step("wake-up (poll, at best)", RedlockMasters, Read, 0.5),
+            step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
+        ],
+        // The waiter watches its predecessor; on the delete event it lists the keys
+        // before its own (none left), then re-reads its own key (the session check).
+        Strategy::Etcd => vec![
+            step("release (DELETE own key)", Etcd, Write, 0.5),
+            step("wake-up (watch event)", Etcd, Read, 0.5),
+            step("list the keys before mine", Etcd, Read, 1.0),
+            step("re-read own key", Etcd, Read, 1.0),
+        ],
+        // The waiter watches its predecessor; on the delete event it lists the children.
+        Strategy::Zookeeper => vec![
+            step("release (delete own node)", Zookeeper, Write, 0.5),
+            step("wake-up (watch event)", Zookeeper, Read, 0.5),
+            step("list the children", Zookeeper, Read, 1.0),
+        ],
+        // Polling: INSERT the row, then take and stamp a fencing token.
+        Strategy::Mysql => vec![
+            step("release (DELETE row)", Mysql, Write, 0.5),
+            step("wake-up (poll, at best)", Mysql, Read, 0.5),
+            step("acquire (INSERT row)", Mysql, Write, 1.0),
+            step("next fencing token", Mysql, Write, 1.0),
+            step("stamp the token on the row", Mysql, Write, 1.0),
+        ],
+        // Polling: read the row and its version, then compare-and-set it.
+        Strategy::MysqlVersion => vec![
+            step("release (UPDATE owner = '')", Mysql, Write, 0.5),
+            step("wake-up (poll, at best)", Mysql, Read, 0.5),
+            step("read the row", Mysql, Read, 1.0),
+            step("compare-and-set the version", Mysql, Write, 1.0),
+        ],
+    };
+    Some(sale.into_iter().chain(lock_steps).collect())
+}
+
+/// One backend's measured round-trip time, for one kind of request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RoundTrip {
+    pub backend: Backend,
+    pub access: Access,
+    pub median_us: f64,
+    pub p99_us: f64,
+}
+
+/// The bound in sales per second, from the path and the measured round trips.
+pub fn bound_sales_per_second(path: &[Step], round_trips: &[RoundTrip]) -> Option<f64> {
+    let mut seconds = 0.0;
+    for step in path {
+        let rtt = round_trips.iter().find(|rtt| rtt.backend == step.backend && rtt.access == step.access)?;
+        seconds += step.round_trips * rtt.median_us / 1e6;
+    }
+    (seconds > 0.0).then(|| 1.0 / seconds)
+}
+
+/// Times the round trips to every backend on the strategy's path (and the stock Redis),
+/// reading and writing, as the service is configured (`SECKILL_*` settings or their defaults).
+pub async fn measure_round_trips(strategy: Strategy, config: &Config) -> anyhow::Result<Vec<RoundTrip>> {
+    let mut backends = vec![Backend::StockRedis];
+    for step in critical_path(strategy).unwrap_or_default() {
+        if !backends.contains(&step.backend) {
+            backends.push(step.backend);
+        }
+    }
+    let mut measured = Vec::new();
+    for backend in backends {
+        for access in [Access::Read, Access::Write] {
+            let samples = time_round_trips(backend, access, config)
+                .await
+                .with_context(|| format!("timing {} round trips to the {}", access.name(), backend.name()))?;
+            measured.push(summarize(backend, access, samples));
+        }
+    }
+    Ok(measured)
+}
+
+impl Access {
+    pub fn name(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+        }
+    }
+}
+
+fn summarize(backend: Backend, access: Access, mut samples: Vec<Duration>) -> RoundTrip {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6;
+    RoundTrip { backend, access, median_us: at(0.5), p99_us: at(0.99) }
+}
+
+/// Where the write probes write: keys and rows of their own, never the sale's or a lock's.
+const PROBE_KEY: &str = "seckill:bench:round-trip";
+
+/// The cheapest request of each kind a backend answers, one at a time.
+async fn time_round_trips(backend: Backend, access: Access, config: &Config) -> anyhow::Result<Vec<Duration>> {
+    let redis_urls = match backend {
+        Backend::StockRedis => Some(vec![config.redis_url.clone()]),
+        Backend::LockRedis => Some(vec![config.lock_redis_url().to_owned()]),
+        Backend::RedlockMasters => Some(config.redlock_urls.clone()),
+        _ => None,
+    };
+    if let Some(urls) = redis_urls {
+        let command = match access {
+            Access::Read => redis::cmd("PING"),
+            Access::Write => redis::cmd("SET").arg(PROBE_KEY).arg("1").arg("PX").arg(60_000).to_owned(),
+        };
+        return redis_round_trips(&urls, command).await;
+    }
+    match backend {
+        Backend::Etcd => {
+            let client = etcd_client::Client::connect(&config.etcd_endpoints, None).await?;
+            timed(|| {
+                let mut client = client.clone();
+                async move {
+                    match access {
+                        Access::Read => client.get(PROBE_KEY, None).await.map(drop),
+                        Access::Write => client.put(PROBE_KEY, "1", None).await.map(drop),
+                    }
+                }
+            })
+            .await
+        }
+        Backend::Zookeeper => {
+            use zookeeper_client::{Acls, CreateMode, Error};
+            let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
+            let path = "/seckill-bench-round-trip";
+            match client.create(path, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all())).await {
+                Ok(_) | Err(Error::NodeExists) => {}
+                Err(error) => return Err(error.into()),
+            }
+            timed(|| async {
+                match access {
+                    Access::Read => client.check_stat(path).await.map(drop),
+                    Access::Write => client.set_data(path, b"1", None).await.map(drop),
+                }
+            })
+            .await
+        }
+        _ => {
+            use sqlx::Connection;
+            let mut connection = sqlx::MySqlConnection::connect(&config.mysql_url).await?;
+            let mut samples = Vec::with_capacity(PROBES);
+            for probe in 0..WARM_UP_PROBES + PROBES {
+                let sent = Instant::now();
+                match access {
+                    Access::Read => sqlx::query("SELECT 1").execute(&mut connection).await?,
+                    // One autocommitted write on a row of its own, as each lock statement is.
+                    Access::Write => {
+                        sqlx::query(
+                            "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, 1) \
+                         ON DUPLICATE KEY UPDATE counter = counter + 1",
+                        )
+                        .bind(PROBE_KEY)
+                        .execute(&mut connection)
+                        .await?
+                    }
+                };
+                if probe >= WARM_UP_PROBES {
+                    samples.push(sent.elapsed());
+                }
+            }
+            Ok(samples)
+        }
+    }
+}
+
+/// `command` on every one of `urls` at once; a sample lasts until the slowest answers.
+/// One URL is asked directly, without a task per request to skew the figure.
+async fn redis_round_trips(urls: &[String], command: redis::Cmd) -> anyhow::Result<Vec<Duration>> {
+    let mut connections = Vec::new();
+    for url in urls {
+        let client = redis::Client::open(url.as_str())?;
+        connections.push(client.get_multiplexed_async_connection().await?);
+    }
+    if let [connection] = connections.as_slice() {
+        return timed(|| {
+            let (mut connection, command) = (connection.clone(), command.clone());
+            async move { command.query_async::<redis::Value>(&mut connection).await.map(drop) }
+        })
+        .await;
+    }
+    timed(|| {
+        let (connections, command) = (connections.clone(), command.clone());
+        async move {
+            let mut asks = tokio::task::JoinSet::new();
+            for mut connection in connections {
+                let command = command.clone();
+                asks.spawn(async move { command.query_async::<redis::Value>(&mut connection).await });
+            }
+            while let Some(answer) = asks.join_next().await {
+                answer.expect("a probe task does not panic")?;
+            }
+            Ok::<(), redis::RedisError>(())
+        }
+    })
+    .await
+}
+
+async fn timed<F, Fut, E>(mut request: F) -> anyhow::Result<Vec<Duration>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut samples = Vec::with_capacity(PROBES);
+    for probe in 0..WARM_UP_PROBES + PROBES {
+        let sent = Instant::now();
+        request().await?;
+        if probe >= WARM_UP_PROBES {
+            samples.push(sent.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_is_one_sale_per_critical_path() {
+        let path = critical_path(Strategy::Redis).unwrap();
+        let trips: f64 = path.iter().map(|step| step.round_trips).sum();
+        assert_eq!(trips, 4.0, "read, write, half a release, half a wake-up, an acquire");
+        let rtt = |backend, access| RoundTrip { backend, access, median_us: 50.0, p99_us: 0.0 };
+        let rtts = [
+            rtt(Backend::StockRedis, Access::Write),
+            rtt(Backend::LockRedis, Access::Read),
+            rtt(Backend::LockRedis, Access::Write),
+        ];
+        let bound = bound_sales_per_second(&path, &rtts).unwrap();
+        assert!((bound - 5000.0).abs() < 1e-6, "4 trips of 50 us: 5000 sales/s, got {bound}");
+    }
+
+    #[test]
+    fn baselines_have_no_bound_and_every_lock_has_one() {
+        for strategy in [Strategy::None, Strategy::Local, Strategy::Atomic] {
+            assert!(critical_path(strategy).is_none(), "{strategy}");
+        }
+        for strategy in [
+            Strategy::Redis,
+            Strategy::RedisDegrade,
+            Strategy::Redlock,
+            Strategy::Etcd,
+            Strategy::Zookeeper,
+            Strategy::Mysql,
+            Strategy::MysqlVersion,
+        ] {
+            assert!(critical_path(strategy).is_some_and(|path| path.len() >= 4), "{strategy}");
+        }
+    }
+
+    #[test]
+    fn a_write_costs_what_a_write_costs() {
+        let path = critical_path(Strategy::Mysql).unwrap();
+        let rtt = |backend, access, median_us| RoundTrip { backend, access, median_us, p99_us: 0.0 };
+        let fast_writes = [
+            rtt(Backend::StockRedis, Access::Write, 0.0),
+            rtt(Backend::Mysql, Access::Read, 100.0),
+            rtt(Backend::Mysql, Access::Write, 100.0),
+        ];
+        let slow_writes = [
+            rtt(Backend::StockRedis, Access::Write, 0.0),
+            rtt(Backend::Mysql, Access::Read, 100.0),
+            rtt(Backend::Mysql, Access::Write, 1000.0),
+        ];
+        let (fast, slow) = (
+            bound_sales_per_second(&path, &fast_writes).unwrap(),
+            bound_sales_per_second(&path, &slow_writes).unwrap(),
+        );
+        // 3.5 write round trips and half a read on MySQL's side.
+        assert!((fast - 1e6 / 400.0).abs() < 1e-6, "{fast}");
+        assert!((slow - 1e6 / 3550.0).abs() < 1e-6, "{slow}");
+    }
+
+    #[test]
+    fn a_missing_round_trip_time_gives_no_bound() {
+        let path = critical_path(Strategy::Etcd).unwrap();
+        let only_redis =
+            [RoundTrip { backend: Backend::StockRedis, access: Access::Write, median_us: 50.0, p99_us: 0.0 }];
+        assert!(bound_sales_per_second(&path, &only_redis).is_none());
+    }
+}

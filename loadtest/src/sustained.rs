@@ -1,0 +1,133 @@
+//! What the service sells per second, measured on the service and not on the load
+//! generator: keep-alive connections that send the next request the moment the last
+//! answer arrives, for a few seconds, against a stock that does not run out.
+//!
+//! The 500-buyer crowd cannot measure this: its 500 requests are launched in about
+//! 0.1 s, so the fast strategies finish before the last buyer is even sent, and its
+//! requests per second is goose's launch rate. Here the connections are busy the whole
+//! window, so sales per second is the service's pace (or the machine's, when the load
+//! generator shares its cores: [`crate::cpu`] tells which).
+//!
+//! - **Sustained**: `connections` connections, split between the instances.
+//! - **Serial**: one connection to one instance; no contention, so one sale's whole
+//!   path (HTTP, acquire, read, write, release) end to end.
+//!
+//! Each window ends with the same check as the crowd's: the sale is read back from Redis
+//! and judged, so a strategy that oversells under sustained load is caught too.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::checker::{self, Verdict};
+use crate::crowd::{self, answer_of, Answer, Tally};
+use crate::report::percentile;
+use crate::Options;
+
+/// Enough units that no window sells out: 64 connections at 100k sales/s for 10 s.
+pub const ENDLESS_STOCK: i64 = 100_000_000;
+/// Answers in the first moments are not counted: connections are still opening.
+const WARM_UP: Duration = Duration::from_millis(300);
+
+/// How hard, and for how long.
+#[derive(Clone, Debug)]
+pub struct Load {
+    pub connections: usize,
+    pub seconds: f64,
+}
+
+/// What one window measured.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Throughput {
+    pub connections: usize,
+    pub seconds: f64,
+    pub sales_per_second: f64,
+    /// Every answer, sold or not.
+    pub answers_per_second: f64,
+    pub sold: usize,
+    pub errors: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// The sale read back from Redis after the window: held, oversold or lost.
+    pub verdict: Verdict,
+}
+
+/// The answers that fell inside the timed window.
+#[derive(Default)]
+struct Window {
+    sold: usize,
+    latencies_ms: Vec<f64>,
+}
+
+/// Resets the sale to [`ENDLESS_STOCK`], then keeps `load.connections` connections busy.
+pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughput> {
+    let options = Options { initial_stock: ENDLESS_STOCK, ..options.clone() };
+    let target = crowd::prepare(&options).await?;
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let window = Arc::new(Mutex::new(Window::default()));
+    let counted_from = Instant::now() + WARM_UP;
+    let deadline = counted_from + Duration::from_secs_f64(load.seconds);
+    let connections: Vec<_> = (0..load.connections)
+        .map(|index| {
+            let host = options.hosts[index % options.hosts.len()].clone();
+            let (tally, window) = (tally.clone(), window.clone());
+            tokio::spawn(async move { keep_buying(&host, counted_from, deadline, &tally, &window).await })
+        })
+        .collect();
+    for connection in connections {
+        connection.await.context("a load connection panicked")??;
+    }
+    let tally = std::mem::take(&mut *unpoisoned(&tally));
+    let mut window = std::mem::take(&mut *unpoisoned(&window));
+    let sale = checker::read_sale(&options.redis_url).await?;
+    let judgement = checker::judge(ENDLESS_STOCK, &target, &sale, &tally);
+    window.latencies_ms.sort_by(f64::total_cmp);
+    let seconds = load.seconds;
+    Ok(Throughput {
+        connections: load.connections,
+        seconds,
+        sales_per_second: window.sold as f64 / seconds,
+        answers_per_second: window.latencies_ms.len() as f64 / seconds,
+        sold: tally.sold,
+        errors: tally.errors.values().sum(),
+        p50_ms: percentile(&window.latencies_ms, 0.50),
+        p99_ms: percentile(&window.latencies_ms, 0.99),
+        verdict: judgement.verdict,
+    })
+}
+
+/// One keep-alive connection: the next request as soon as the last answer is in.
+/// Every answer goes to the tally the verdict is judged on; only those sent and
+/// answered inside the window are timed, so the rate covers exactly the window.
+async fn keep_buying(
+    host: &str,
+    counted_from: Instant,
+    deadline: Instant,
+    tally: &Mutex<Tally>,
+    window: &Mutex<Window>,
+) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .timeout(Duration::from_secs(90))
+        .build()
+        .context("cannot build an HTTP client")?;
+    let url = format!("{host}/stock/reduce");
+    while Instant::now() < deadline {
+        let sent = Instant::now();
+        let answer = answer_of(http.get(&url).send().await).await;
+        let answered = Instant::now();
+        if sent >= counted_from && answered <= deadline {
+            let mut window = unpoisoned(window);
+            window.sold += usize::from(matches!(answer, Answer::Sold { .. }));
+            window.latencies_ms.push((answered - sent).as_secs_f64() * 1000.0);
+        }
+        unpoisoned(tally).record(answer, sent, answered);
+    }
+    Ok(())
+}
+
+fn unpoisoned<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

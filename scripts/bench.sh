@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The benchmark behind the README's performance tables: for every strategy, two
+# instances on ports 8080 and 8090, then `bench measure` (the 500-buyer crowd N times,
+# one serial client, a sustained keep-alive load, the bound of the lock's critical
+# path and who used the CPU); then one table, the ordering found, and an HTML report.
+#
+#   scripts/bench.sh [RUN...]          default: every strategy
+#   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
+#
+# A RUN is a strategy or a strategy and a variant, as for `make demo`. Starts the backing
+# servers it needs (and stops the ones it started), builds in release mode, and leaves
+# one JSON per run, the tables (tables.md) and report.html in .run/results/bench/.
+# The report includes the chaos table and the lock benchmark when `make chaos` and
+# `make lockbench` have left theirs in .run/results/.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+RUN="$ROOT/.run"
+LOGS="$RUN/logs"
+RESULTS="$RUN/results/bench"
+PORTS=(8080 8090)
+STRATEGIES=("$@")
+((${#STRATEGIES[@]} > 0)) ||
+  STRATEGIES=(none local atomic redis redis-degrade redlock etcd zookeeper mysql mysql-version)
+
+say() { printf '[bench] %s\n' "$*"; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+source "$ROOT/scripts/lib/servers.sh"   # listening
+source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
+
+for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
+
+mkdir -p "$RESULTS" "$LOGS" "$RUN/pids"
+cd "$ROOT"
+remember_running_servers
+cleanup() {
+  stop_instances
+  stop_servers_started_since
+}
+trap cleanup EXIT
+refuse_busy_ports
+
+scripts/services.sh start
+say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
+cargo build --release --workspace
+
+# The processes whose CPU use `bench` reports: both instances and every backing server.
+watch_flags() {
+  local pidfile i
+  for pidfile in "$RUN"/pids/*.pid; do
+    echo "--watch $(basename "$pidfile" .pid)=$(cat "$pidfile")"
+  done
+  for i in "${!INSTANCE_PIDS[@]}"; do echo "--watch seckill-${PORTS[$i]}=${INSTANCE_PIDS[$i]}"; done
+}
+
+rm -f "$RESULTS"/*.json
+results=()
+failed=()
+for run in "${STRATEGIES[@]}"; do
+  start_instances "$run"
+  say "$run: round trips, ${BENCH_RUNS:-5} crowd runs, serial client, sustained load"
+  read -r -a watch <<<"$(watch_flags | tr '\n' ' ')"
+  # The lock Redis of redis-degrade, for the round-trip probe (the instances got it as a flag).
+  lock_redis=()
+  [[ $run == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:6380)
+  status=0
+  "${lock_redis[@]}" target/release/bench measure --label "$run" --out "$RESULTS/$run.json" \
+    --runs "${BENCH_RUNS:-5}" --seconds "${BENCH_SECONDS:-2}" --connections "${BENCH_CONNECTIONS:-64}" \
+    "${watch[@]}" || status=$?
+  case $status in
+    0) results+=("$RESULTS/$run.json") ;;
+    1) results+=("$RESULTS/$run.json"); failed+=("$run") ;;
+    *) die "the benchmark could not run against $run; its instances' logs are $LOGS/seckill-$run-*.log" ;;
+  esac
+  stop_instances
+done
+
+echo
+headline="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), release build, servers of \`make services\` on loopback"
+say "$headline"
+target/release/bench report "${results[@]}" --headline "$headline" --markdown "$RESULTS/tables.md" \
+  --html "$RESULTS/report.html" --chaos "$RUN/results/chaos/table.md" --lockbench "$RUN/results/lockbench.json" || true
+if ((${#failed[@]} > 0)); then
+  die "strategies that did not keep their promise (see their rows): ${failed[*]}"
+fi

@@ -1,0 +1,144 @@
+//! The live dashboard: `GET /` serves one page (compiled into the binary, nothing
+//! fetched from elsewhere), and `GET /events` streams the sale to it as server-sent
+//! events, four times a second.
+//!
+//! Everything it shows is read from the stock Redis, which every instance shares, so
+//! one page on either instance sees them all:
+//! - `stock`, `lucky` and the stock of the last reset;
+//! - the sale records written since the last event: who sold (the instance), and when
+//!   it held the lock (`locked_at_ms` to `sold_at_ms`): the page draws the lock passing
+//!   between the instances from them;
+//! - the buyers turned away, by instance and error code (each instance counts its
+//!   own in `stock:refusals` after answering, off the sale's path).
+//!
+//! Each stream keeps its place in the sales list and starts over after a reset (the
+//! reset generation changed), so a class can reset and watch the next sale from zero.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::Html;
+use futures_util::Stream;
+use serde::Serialize;
+
+use crate::stock::{SaleRecord, StockStore};
+
+/// How often the page is told.
+const TICK: Duration = Duration::from_millis(250);
+/// Sale records sent per event at most; a page opened late catches up over a few events.
+const RECORDS_PER_EVENT: usize = 2000;
+
+/// The page. The markup, style and script are in `dashboard.html`, beside this file.
+pub async fn page() -> Html<&'static str> {
+    Html(include_str!("dashboard.html"))
+}
+
+/// What the page shows about the instance it came from.
+#[derive(Clone, Serialize)]
+pub struct Banner {
+    pub strategy: &'static str,
+    pub fencing: &'static str,
+    pub instance: String,
+}
+
+/// One event: the sale now, and what happened since the last event.
+#[derive(Serialize)]
+struct Tick<'a> {
+    banner: &'a Banner,
+    /// The sale was reset since the last event (or this is the first): start over.
+    reset: bool,
+    stock: i64,
+    lucky: i64,
+    initial: Option<i64>,
+    sales: Vec<SoldUnit>,
+    refusals: Vec<(String, i64)>,
+    /// When this was read, by this instance's clock (the records use the same clocks).
+    now_ms: u64,
+}
+
+/// One unit, as the timeline draws it.
+#[derive(Serialize)]
+struct SoldUnit {
+    instance: String,
+    stock_before: i64,
+    locked_at_ms: u64,
+    sold_at_ms: u64,
+}
+
+impl From<SaleRecord> for SoldUnit {
+    fn from(record: SaleRecord) -> Self {
+        SoldUnit {
+            instance: record.instance,
+            stock_before: record.stock_before,
+            locked_at_ms: record.locked_at_ms,
+            sold_at_ms: record.sold_at_ms,
+        }
+    }
+}
+
+/// Where one stream is in the sale.
+struct Cursor {
+    store: StockStore,
+    banner: Banner,
+    generation: Option<i64>,
+    next_record: usize,
+}
+
+/// `GET /events`: a tick every [`TICK`]; a Redis that does not answer is an `error`
+/// event (the page says so), and the stream goes on.
+pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let cursor = Cursor { store, banner, generation: None, next_record: 0 };
+    let stream = futures_util::stream::unfold((cursor, true), |(mut cursor, first)| async move {
+        if !first {
+            tokio::time::sleep(TICK).await;
+        }
+        let event = cursor.next_event().await;
+        Some((Ok(event), (cursor, false)))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
+
+impl Cursor {
+    async fn next_event(&mut self) -> Event {
+        let view = match self.store.dashboard_view(self.next_record, RECORDS_PER_EVENT).await {
+            Ok(view) => view,
+            Err(error) => {
+                return Event::default()
+                    .event("error")
+                    .data(format!("the stock's Redis did not answer ({error}); is it running? `make services`"))
+            }
+        };
+        let reset = self.generation != Some(view.generation);
+        if reset && self.generation.is_some() {
+            // The list started over: read it again from its first record next time.
+            self.generation = Some(view.generation);
+            self.next_record = 0;
+            return self.tick(true, &view.snapshot, Vec::new(), view.refusals);
+        }
+        self.generation = Some(view.generation);
+        self.next_record += view.records_read;
+        let sales = view.records.into_iter().map(SoldUnit::from).collect();
+        self.tick(reset, &view.snapshot, sales, view.refusals)
+    }
+
+    fn tick(
+        &self,
+        reset: bool,
+        snapshot: &crate::stock::StockSnapshot,
+        sales: Vec<SoldUnit>,
+        refusals: Vec<(String, i64)>,
+    ) -> Event {
+        let tick = Tick {
+            banner: &self.banner,
+            reset,
+            stock: snapshot.stock,
+            lucky: snapshot.lucky,
+            initial: snapshot.initial,
+            sales,
+            refusals,
+            now_ms: crate::stock::unix_ms(),
+        };
+        Event::default().event("tick").json_data(&tick).unwrap_or_else(|_| Event::default().event("error"))
+    }
+}

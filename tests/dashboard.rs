@@ -1,0 +1,79 @@
+//! The live dashboard in a real headless browser (Debian's chromium, driven by
+//! playwright-core from `tests/browser/`): two instances sell, the page on the first
+//! follows every sale of both, without a console error. The screenshot it takes is
+//! left in `.run/results/dashboard.png` (the README's picture comes from it).
+//! Redis database 59 (of the project's test Redis) belongs to this file.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use seckill::strategy::Strategy;
+
+const DB: u8 = 59;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/browser/dashboard.mjs");
+    assert!(
+        root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
+        "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
+    );
+    let first = common::instance(Strategy::Redis, DB, 10_000).await;
+    let second = common::instance(Strategy::Redis, DB, 10_000).await;
+    common::reset_stock(&first.url, 150).await;
+
+    // A crowd first, so the page opens on a sale already under way across both instances.
+    let http = reqwest::Client::new();
+    let buyers: Vec<_> = (0..120)
+        .map(|buyer| {
+            let url = format!("{}/stock/reduce", if buyer % 2 == 0 { &first.url } else { &second.url });
+            let http = http.clone();
+            tokio::spawn(async move { http.get(url).send().await.map(|answer| answer.status()) })
+        })
+        .collect();
+    for buyer in buyers {
+        assert!(buyer.await.unwrap().expect("the instance answers").is_success());
+    }
+
+    let screenshot = root.join(".run/results/dashboard.png");
+    std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
+    let page = format!("{}/", first.url);
+    let buy_urls = format!("{},{}", first.url, second.url);
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node").arg(&script).arg(&page).arg(&buy_urls).arg(&screenshot).output()
+    })
+    .await
+    .unwrap()
+    .expect("node runs (Node.js 20 or newer)");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "the dashboard failed in the browser:\n{stderr}\n{stdout}");
+    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the script prints what it saw");
+    assert_eq!(seen["before"]["stock"], 30, "the page opened on the sale as Redis holds it: {seen}");
+    assert_eq!(seen["after"]["stock"], 18, "12 more units sold while it watched: {seen}");
+    assert_eq!(seen["after"]["lucky"], 132);
+    assert_eq!(seen["after"]["strategy"], "redis");
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
+    let instance = common::instance(Strategy::Redis, DB + 1, 10_000).await;
+    let http = reqwest::Client::new();
+    let page = http.get(format!("{}/", instance.url)).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("new EventSource(\"/events\")"), "the page listens to its own instance");
+    for outside in ["src=\"http", "href=\"http", "@import"] {
+        assert!(!html.contains(outside), "the page must not load anything from elsewhere ({outside})");
+    }
+    let mut events = http.get(format!("{}/events", instance.url)).send().await.unwrap();
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let first_chunk = String::from_utf8_lossy(&events.chunk().await.unwrap().unwrap()).into_owned();
+    assert!(first_chunk.starts_with("event: tick\ndata: {"), "{first_chunk}");
+    assert!(first_chunk.contains("\"strategy\":\"redis\""), "{first_chunk}");
+    instance.stop().await.unwrap();
+}
