@@ -21,7 +21,8 @@ RESULTS="$RUN/results/bench"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local atomic redis redis-degrade redlock etcd zookeeper mysql mysql-version)
+  STRATEGIES=(none local atomic redis redis+no-local-queue redis-degrade redlock redlock+no-local-queue etcd zookeeper
+              mysql mysql-version)
 
 say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -62,7 +63,7 @@ for run in "${STRATEGIES[@]}"; do
   read -r -a watch <<<"$(watch_flags | tr '\n' ' ')"
   # The lock Redis of redis-degrade, for the round-trip probe (the instances got it as a flag).
   lock_redis=()
-  [[ $run == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:6380)
+  [[ ${run%%+*} == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:6380)
   status=0
   "${lock_redis[@]}" target/release/bench measure --label "$run" --out "$RESULTS/$run.json" \
     --runs "${BENCH_RUNS:-5}" --seconds "${BENCH_SECONDS:-2}" --connections "${BENCH_CONNECTIONS:-64}" \

@@ -18,8 +18,8 @@ LOGS="$RUN/logs"
 PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local redis redis-degrade redlock etcd zookeeper mysql mysql+no-semaphore mysql-version
-              mysql-version+no-semaphore atomic)
+  STRATEGIES=(none local redis redis-degrade redlock etcd zookeeper mysql mysql+no-local-queue mysql+no-semaphore
+              mysql-version mysql-version+no-local-queue mysql-version+no-semaphore atomic)
 
 say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }

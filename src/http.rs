@@ -5,7 +5,7 @@
 //! | `GET` or `POST /stock/reduce` | try to buy one unit |
 //! | `GET /stock` | `{stock, lucky, sales, initial}` |
 //! | `POST /stock/reset` | `Content-Type: application/json`, body `{"stock": 300}` (optional): a new sale |
-//! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced, and what a database lock counted |
+//! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced and queued locally, and what a database lock counted |
 //! | `GET /readyz` | Redis answers a `PING` |
 //! | `GET /metrics` | Prometheus's text format ([`crate::metrics`]) |
 //! | `GET /` and `GET /events` | the live dashboard and its event stream ([`crate::dashboard`]) |
@@ -234,6 +234,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "status": "ok",
         "strategy": shared.strategy,
         "fencing": shared.fencing,
+        "local_queue": shared.sale.local_queue.is_some(),
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,

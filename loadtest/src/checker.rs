@@ -215,7 +215,7 @@ mod tests {
     fn judged(stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize, unknown: usize) -> Judgement {
         let sale = SaleState { stock, lucky, generation: 1, records, unreadable_records: 0 };
         let tally = Tally { sold: told_sold, outcome_unknown: unknown, ..Tally::default() };
-        let target = Target { strategy: "redis".into(), fencing: FencingStatus::On };
+        let target = Target { strategy: "redis".into(), fencing: FencingStatus::On, local_queue: true };
         judge(3, &target, &sale, &tally)
     }
 

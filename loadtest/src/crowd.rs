@@ -34,6 +34,9 @@ fn outcome_unknown(kind: &str) -> bool {
 pub struct Target {
     pub strategy: String,
     pub fencing: FencingStatus,
+    /// Whether the buyers of an instance queue in process before the lock (`--local-queue`).
+    #[serde(default)]
+    pub local_queue: bool,
 }
 
 /// What the buyers were told, gathered from every goose user.
@@ -131,14 +134,19 @@ async fn target_of(http: &reqwest::Client, hosts: &[String]) -> anyhow::Result<T
         targets.push(target);
     }
     let first = targets[0].clone();
-    if targets.iter().any(|t| t.strategy != first.strategy || t.fencing != first.fencing) {
+    if targets
+        .iter()
+        .any(|t| t.strategy != first.strategy || t.fencing != first.fencing || t.local_queue != first.local_queue)
+    {
         let pairs: Vec<String> = hosts
             .iter()
             .zip(&targets)
-            .map(|(h, t)| format!("{h} runs `{}` with fencing {:?}", t.strategy, t.fencing))
+            .map(|(h, t)| {
+                format!("{h} runs `{}` with fencing {:?}, local queue {}", t.strategy, t.fencing, t.local_queue)
+            })
             .collect();
         bail!(
-            "the instances run different strategies ({}); start them with the same --lock and --fencing",
+            "the instances run different strategies ({}); start them with the same --lock, --fencing and --local-queue",
             pairs.join(", ")
         );
     }

@@ -17,6 +17,9 @@ use crate::Options;
 pub struct Report {
     pub strategy: String,
     pub fencing: FencingStatus,
+    /// Whether the instances queued their buyers in process before the lock.
+    #[serde(default)]
+    pub local_queue: bool,
     pub hosts: Vec<String>,
     pub users: usize,
     pub initial_stock: i64,
@@ -73,6 +76,7 @@ impl Report {
         Report {
             strategy: target.strategy,
             fencing: target.fencing,
+            local_queue: target.local_queue,
             hosts: options.hosts.clone(),
             users: options.users,
             initial_stock: options.initial_stock,
@@ -107,9 +111,16 @@ impl Report {
 
     /// The strategy, and how it ran when that matters for the comparison.
     pub fn label(&self) -> String {
-        match &self.database {
-            Some(cost) if cost.permits.is_none() => format!("{} (no semaphore)", self.strategy),
-            _ => self.strategy.clone(),
+        let mut without = Vec::new();
+        if !self.local_queue && !self.expected_to_oversell && self.strategy != "atomic" {
+            without.push("no local queue");
+        }
+        if self.database.as_ref().is_some_and(|cost| cost.permits.is_none()) {
+            without.push("no semaphore");
+        }
+        match without.is_empty() {
+            true => self.strategy.clone(),
+            false => format!("{} ({})", self.strategy, without.join(", ")),
         }
     }
 
@@ -284,6 +295,7 @@ mod tests {
         Report {
             strategy: strategy.into(),
             fencing: FencingStatus::NoTokens,
+            local_queue: true,
             hosts: vec!["h".into()],
             users: 5,
             initial_stock: 3,

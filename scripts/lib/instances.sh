@@ -5,17 +5,24 @@
 # The caller sets ROOT, RUN, LOGS and PORTS, defines say and die, and sources servers.sh
 # (for `listening`).
 
-# A run is a strategy (`redis`), or a strategy and a variant: `mysql+no-semaphore` runs
-# a MySQL lock with `--mysql-permits 0` (no semaphore in front of MySQL) and a pool of
-# 64 connections per instance, to measure what the semaphore saves. `redis-degrade`
-# keeps its lock in the lock Redis on 6380, apart from the stock.
+# A run is a strategy (`redis`), or a strategy and a variant after a `+`:
+#   +no-local-queue  `--local-queue false`: every buyer asks the lock itself, instead of
+#                    only the head of its instance's line (what the line saves)
+#   +no-semaphore    for mysql and mysql-version: no line and no semaphore in front of
+#                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
+# `redis-degrade` keeps its lock in the lock Redis on 6380, apart from the stock.
 variant_flags() {
-  case $1 in
-    *+no-semaphore) echo "--mysql-permits 0 --mysql-pool 64" ;;
-    redis-degrade) echo "--lock-redis-url redis://127.0.0.1:6380" ;;
-    *+*) die "unknown variant in \`$1\`; the one variant is +no-semaphore (for mysql and mysql-version)" ;;
-    *) echo "" ;;
+  local strategy=${1%%+*} variant=
+  [[ $1 == *+* ]] && variant=${1#*+}
+  local flags=()
+  [[ $strategy == redis-degrade ]] && flags+=(--lock-redis-url redis://127.0.0.1:6380)
+  case $variant in
+    "") ;;
+    no-local-queue) flags+=(--local-queue false) ;;
+    no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
+    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue and +no-semaphore" ;;
   esac
+  echo "${flags[*]}"
 }
 
 # refuse_busy_ports: dies, naming the port, if something already listens on one of PORTS.

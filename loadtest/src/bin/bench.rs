@@ -46,11 +46,11 @@ enum Command {
         /// Seconds of each sustained window.
         #[arg(long, default_value_t = 2.0)]
         seconds: f64,
-        /// Sustained windows; the median is reported, with the spread.
+        /// Windows of serial and of sustained load; the median is reported, with the spread.
         #[arg(long, default_value_t = 3)]
         sustained_runs: usize,
-        /// Seconds of the serial client.
-        #[arg(long, default_value_t = 2.0)]
+        /// Seconds of each window of the serial client (as many windows as sustained ones).
+        #[arg(long, default_value_t = 1.0)]
         serial_seconds: f64,
         /// A process whose CPU use to report, as NAME=PID (repeat it).
         #[arg(long = "watch", value_name = "NAME=PID", value_parser = parse_watched)]
