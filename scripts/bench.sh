@@ -7,7 +7,9 @@
 #   scripts/bench.sh [RUN...]          default: every strategy
 #   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
 #
-# A RUN is a strategy or a strategy and a variant, as for `make demo`. Starts the backing
+# A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
+# the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
+# uvicorn instances, its packages installed into .run/peer-venv on first use. Starts the backing
 # servers it needs (and stops the ones it started), builds in release mode, and leaves
 # one JSON per run, the tables (tables.md) and report.html in .run/results/bench/.
 # The report includes the chaos table and the lock benchmark when `make chaos` and
@@ -22,14 +24,30 @@ PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
   STRATEGIES=(none local atomic redis redis+no-local-queue redis-degrade redlock redlock+no-local-queue etcd zookeeper
-              mysql mysql-version)
+              mysql mysql-version python-peer)
 
 say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening
 source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
 
-for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
+for run in "${STRATEGIES[@]}"; do [[ $run == python-peer ]] || variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
+
+# The Python peer: two uvicorn instances of loadtest/peer/app.py on PORTS.
+start_python_peer() {
+  local venv="$RUN/peer-venv" port
+  if [[ ! -x $venv/bin/uvicorn ]]; then
+    say "installing the Python peer's packages (loadtest/peer/requirements.txt) into $venv"
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q -r loadtest/peer/requirements.txt; } >>"$LOGS/peer-pip.log" 2>&1 ||
+      die "could not install the Python peer's packages; see $LOGS/peer-pip.log"
+  fi
+  for port in "${PORTS[@]}"; do
+    PEER_PORT=$port "$venv/bin/uvicorn" --app-dir loadtest/peer app:app --host 127.0.0.1 --port "$port" \
+      --no-access-log --log-level warning >"$LOGS/python-peer-$port.log" 2>&1 &
+    INSTANCE_PIDS+=($!)
+  done
+  await_instances python-peer "the Python peer (uvicorn)"
+}
 
 mkdir -p "$RESULTS" "$LOGS" "$RUN/pids"
 cd "$ROOT"
@@ -51,14 +69,15 @@ watch_flags() {
   for pidfile in "$RUN"/pids/*.pid; do
     echo "--watch $(basename "$pidfile" .pid)=$(cat "$pidfile")"
   done
-  for i in "${!INSTANCE_PIDS[@]}"; do echo "--watch seckill-${PORTS[$i]}=${INSTANCE_PIDS[$i]}"; done
+  local name=seckill
+  [[ $run == python-peer ]] && name=python-peer
+  for i in "${!INSTANCE_PIDS[@]}"; do echo "--watch $name-${PORTS[$i]}=${INSTANCE_PIDS[$i]}"; done
 }
 
-rm -f "$RESULTS"/*.json
 results=()
 failed=()
 for run in "${STRATEGIES[@]}"; do
-  start_instances "$run"
+  if [[ $run == python-peer ]]; then start_python_peer; else start_instances "$run"; fi
   say "$run: round trips, ${BENCH_RUNS:-5} crowd runs, serial client, sustained load"
   read -r -a watch <<<"$(watch_flags | tr '\n' ' ')"
   # The lock Redis of redis-degrade, for the round-trip probe (the instances got it as a flag).

@@ -48,9 +48,15 @@ start_instances() {
       >"$LOGS/seckill-$run-$port.log" 2>&1 &
     INSTANCE_PIDS+=($!)
   done
+  await_instances "$run" "seckill --lock $strategy ${flags[*]}"
+}
+
+# await_instances RUN WHAT: waits (10 s at most) until something listens on each of PORTS.
+await_instances() {
+  local run=$1 what=$2 port
   for port in "${PORTS[@]}"; do
     for _ in $(seq 1 100); do listening "$port" && break; sleep 0.1; done
-    listening "$port" || die "seckill --lock $strategy ${flags[*]} did not start on $port; see $LOGS/seckill-$run-$port.log"
+    listening "$port" || die "$what did not start on $port; see $LOGS/*$run-$port.log"
   done
 }
 

@@ -1,0 +1,95 @@
+"""The peer `make bench` measures seckill against: the same sale, written the way a
+Python developer would write it with Starlette and redis-py's own lock.
+
+    GET  /stock/reduce   lock, read stock, write stock-1 and lucky+1 and a sale record, unlock
+    POST /stock/reset    {"stock": N}: a new sale
+    GET  /healthz        what runs here, in the shape the load test reads
+
+It speaks just enough of seckill's protocol (same Redis keys, same answers) for the
+load test and its checker to judge it like any strategy. It has no fencing token (a
+redis-py lock has none), and it waits for the lock the way redis-py does by default:
+it tries again every 100 ms. (Retrying every 1 ms instead was slower still when we
+measured it: 250 waiters per instance polling that often keep Python's one core busy.)
+
+Run as two instances, as seckill is (scripts/bench.sh does this):
+    PEER_PORT=8080 uvicorn app:app --port 8080 --no-access-log
+"""
+
+import json
+import os
+import time
+import uuid
+
+import redis.asyncio as redis
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+PORT = int(os.environ.get("PEER_PORT", "8080"))
+INSTANCE = f"python-peer-{PORT}"
+# A pool that makes a request wait for a free connection instead of failing with "Too
+# many connections" when 250 buyers arrive at once.
+POOL = redis.BlockingConnectionPool.from_url(
+    os.environ.get("SECKILL_REDIS_URL", "redis://127.0.0.1:6379"), max_connections=64, timeout=10, decode_responses=True
+)
+REDIS = redis.Redis(connection_pool=POOL)
+
+
+async def reduce(request):
+    waiting_since = time.time()
+    # One Lock object per request: redis-py keeps the owner's token in it.
+    lock = REDIS.lock("lock:stock", timeout=3, blocking_timeout=10)
+    if not await lock.acquire():
+        return JSONResponse({"error": "lock_timeout", "message": "the lock stayed busy for 10 s"}, status_code=503)
+    locked_at = time.time()
+    try:
+        stock = int(await REDIS.get("stock") or 0)
+        if stock <= 0:
+            sold, stock_after = False, 0
+        else:
+            record = {
+                "sale_id": uuid.uuid4().hex,
+                "instance": INSTANCE,
+                "port": PORT,
+                "strategy": "python-peer",
+                "stock_before": stock,
+                "lock_wait_ms": (locked_at - waiting_since) * 1000,
+                "locked_at_ms": int(locked_at * 1000),
+                "sold_at_ms": int(time.time() * 1000),
+            }
+            async with REDIS.pipeline(transaction=True) as pipe:
+                pipe.set("stock", stock - 1).incr("lucky").rpush("sales", json.dumps(record))
+                await pipe.execute()
+            sold, stock_after = True, stock - 1
+    finally:
+        await lock.release()
+    return JSONResponse({
+        "port": PORT,
+        "instance": INSTANCE,
+        "strategy": "redis",
+        "sold": sold,
+        "stock_after": stock_after,
+        "lock_wait_ms": (locked_at - waiting_since) * 1000,
+        "message": f"{PORT} reduce stock end!",
+    })
+
+
+async def reset(request):
+    stock = int((await request.json()).get("stock", 300))
+    async with REDIS.pipeline(transaction=True) as pipe:
+        pipe.set("stock", stock).set("lucky", 0).set("stock:initial", stock)
+        pipe.delete("sales", "stock:outcomes", "stock:fence").incr("stock:generation")
+        await pipe.execute()
+    return JSONResponse({"stock": stock, "lucky": 0, "sales": 0, "initial": stock})
+
+
+async def healthz(request):
+    # The load test reads the lock it should judge this by: redis, without tokens.
+    return JSONResponse({"status": "ok", "strategy": "redis", "fencing": "no_tokens", "instance": INSTANCE})
+
+
+app = Starlette(routes=[
+    Route("/stock/reduce", reduce, methods=["GET", "POST"]),
+    Route("/stock/reset", reset, methods=["POST"]),
+    Route("/healthz", healthz),
+])
