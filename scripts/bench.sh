@@ -49,19 +49,8 @@ start_python_peer() {
   await_instances python-peer "the Python peer (uvicorn)"
 }
 
-mkdir -p "$RESULTS" "$LOGS" "$RUN/pids"
-cd "$ROOT"
-remember_running_servers
-cleanup() {
-  stop_instances
-  stop_servers_started_since
-}
-trap cleanup EXIT
-refuse_busy_ports
-
-scripts/services.sh start
-say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
-cargo build --release --workspace
+mkdir -p "$RESULTS"
+begin_run
 
 # The processes whose CPU use `bench` reports: both instances and every backing server.
 watch_flags() {

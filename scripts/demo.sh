@@ -28,21 +28,8 @@ source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_i
 
 for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
 
-mkdir -p "$RESULTS" "$LOGS" "$RUN/pids"
-cd "$ROOT"
-
-# Stop only what this run starts.
-remember_running_servers
-cleanup() {
-  stop_instances
-  stop_servers_started_since
-}
-trap cleanup EXIT
-refuse_busy_ports
-
-scripts/services.sh start
-say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
-cargo build --release --workspace
+mkdir -p "$RESULTS"
+begin_run
 
 reports=()
 failed=()

@@ -117,13 +117,12 @@ pub fn critical_path(strategy: Strategy) -> Option<Vec<Step>> {
             step("wake-up (poll, at best)", RedlockMasters, Read, 0.5),
             step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
         ],
-        // The waiter watches its predecessor; on the delete event it lists the keys
-        // before its own (none left), then re-reads its own key (the session check).
+        // The waiter watches its predecessor; on the delete event it reads its own key
+        // and the one before it in one range read (none before: granted).
         Strategy::Etcd => vec![
             step("release (DELETE own key)", Etcd, Write, 0.5),
             step("wake-up (watch event)", Etcd, Read, 0.5),
-            step("list the keys before mine", Etcd, Read, 1.0),
-            step("re-read own key", Etcd, Read, 1.0),
+            step("read own key and the one before it", Etcd, Read, 1.0),
         ],
         // The waiter watches its predecessor; on the delete event it lists the children.
         Strategy::Zookeeper => vec![

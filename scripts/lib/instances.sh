@@ -67,6 +67,25 @@ stop_instances() {
   INSTANCE_PIDS=()
 }
 
+# begin_run: what demo.sh and bench.sh do before their first run. From here on, at exit,
+# stop the instances and the servers this script starts (not those already running);
+# refuse busy ports; start the servers; build in release mode.
+begin_run() {
+  mkdir -p "$LOGS" "$RUN/pids"
+  cd "$ROOT"
+  remember_running_servers
+  trap end_run EXIT
+  refuse_busy_ports
+  scripts/services.sh start
+  say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
+  cargo build --release --workspace
+}
+
+end_run() {
+  stop_instances
+  stop_servers_started_since
+}
+
 # remember_running_servers, then later stop_servers_started_since: stops the backing
 # servers (of scripts/services.sh) that were not running when it was remembered.
 SERVERS_ALREADY_RUNNING=()

@@ -18,9 +18,13 @@
 //!    under the prefix holds the lock: first come, first served.
 //! 4. **Wait for the one before you.** A waiter watches only the key created just
 //!    before its own (no thundering herd: one release wakes one waiter) and, when it is
-//!    deleted, looks again. After the wait it re-reads its own key and fails if the key
-//!    is gone: the session was lost while it waited (the fix etcd made after Jepsen
-//!    found that a waiter could believe it held a lock its expired session had lost).
+//!    deleted, looks again. Each look reads its own key and the one before it in one
+//!    range read: if its own key is gone, the session was lost while it waited, and it
+//!    queues again (the check etcd added after Jepsen found that a waiter could believe
+//!    it held a lock its expired session had lost; etcd's Go client spends a second
+//!    read on it). The watch starts at the current revision, and a look at the
+//!    predecessor follows it: a watch from a past revision is caught up by a loop that
+//!    etcd runs every 100 ms, which would stall a hand-over that races the watch.
 //! 5. **Release** deletes the own key; so does an acquire that timed out.
 //! 6. **Fencing token**: the own key's create revision. It grows with every grant,
 //!    across every key and instance, because etcd's revision does.
@@ -51,7 +55,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    TxnOpResponse,
 };
 
 use super::keepalive::KeepAlive;
@@ -234,14 +238,17 @@ impl EtcdLock {
 
     /// Step 4: waits until no key older than ours is left under the prefix. A watch
     /// that breaks (its member died) is opened again, so the caller bounds this wait.
-    async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<(), LockError> {
+    /// Waits until no key older than ours is left. `Ok(true)` when the last look saw our
+    /// own key still there (no need to read it again), `Ok(false)` when the session was
+    /// lost meanwhile.
+    async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<bool, LockError> {
         loop {
             match self.wait_for_predecessor(queued, session).await {
-                Ok(Wait::NoneLeft) => return Ok(()),
+                Ok(Wait::NoneLeft) => return Ok(true),
                 Ok(Wait::Woken) => {
                     self.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
-                Ok(Wait::SessionLost) => return Ok(()), // the re-read after the wait reports it
+                Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
                 Err(error) if error.transient => {
                     tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
                     tokio::time::sleep(RETRY_PAUSE).await;
@@ -251,21 +258,44 @@ impl EtcdLock {
         }
     }
 
-    /// One look at the key just before ours: none is left, or it was deleted, or our
-    /// session was lost meanwhile.
+    /// One look at our key and the one just before it: none is left before ours, or it
+    /// was deleted, or our key or session was lost meanwhile.
     async fn wait_for_predecessor(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
         let mut client = self.client.clone();
-        let just_before = GetOptions::new()
+        // One range read, newest first, up to our own key: ours, then the one before it.
+        // Our key in the same read is the check Jepsen asked for (a key that vanished with
+        // its session must not be taken for a grant), without a read of its own.
+        let ours_and_before = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_max_create_revision(queued.own_revision - 1);
-        let response = client.get(queued.prefix.clone(), Some(just_before)).await?;
-        let Some(predecessor) = response.kvs().first() else { return Ok(Wait::NoneLeft) };
-        // Watch from the revision we read at, so a delete in between is not missed.
-        let read_at = response.header().map_or(0, |header| header.revision());
-        let watch = WatchOptions::new().with_start_revision(read_at + 1);
-        let mut stream = client.watch(predecessor.key().to_vec(), Some(watch)).await?;
+            .with_limit(2)
+            .with_max_create_revision(queued.own_revision);
+        let response = client.get(queued.prefix.clone(), Some(ours_and_before)).await?;
+        let mut keys = response.kvs().iter();
+        match keys.next() {
+            Some(own) if own.key() == queued.own_key.as_bytes() => {}
+            _ => return Ok(Wait::SessionLost),
+        }
+        let Some(predecessor) = keys.next() else { return Ok(Wait::NoneLeft) };
+        let predecessor = predecessor.key().to_vec();
+        // Watch from now on, then look whether the predecessor is still there: a delete
+        // before the watch existed is seen by that look, one after it by the watch. (A
+        // watch that starts at a past revision would see both, but etcd catches such a
+        // watcher up in a loop that runs every 100 ms: every hand-over would wait for it.)
+        let mut stream = client.watch(predecessor.clone(), None).await?;
+        loop {
+            match stream.message().await? {
+                Some(message) if message.canceled() => {
+                    return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into())
+                }
+                Some(message) if message.created() => break,
+                Some(_) => continue,
+                None => return Err(watch_ended()),
+            }
+        }
+        if client.get(predecessor, Some(GetOptions::new().with_count_only())).await?.count() == 0 {
+            return Ok(Wait::Woken);
+        }
         let deleted = async {
             while let Some(message) = stream.message().await? {
                 if message.canceled() {
@@ -275,9 +305,7 @@ impl EtcdLock {
                     return Ok(Wait::Woken);
                 }
             }
-            // The stream ended without a cancel: its member went away. Watch again.
-            let ended = etcd_client::Error::WatchError("the watch stream ended".into());
-            Err(WatchFailure { source: ended, transient: true })
+            Err(watch_ended())
         };
         tokio::select! {
             deleted = deleted => deleted,
@@ -384,6 +412,11 @@ enum Wait {
     SessionLost,
 }
 
+/// The stream ended without a cancel: its member went away. Watch again.
+fn watch_ended() -> WatchFailure {
+    WatchFailure { source: etcd_client::Error::WatchError("the watch stream ended".into()), transient: true }
+}
+
 /// A read or watch that failed, and whether watching again may cure it.
 struct WatchFailure {
     source: etcd_client::Error,
@@ -482,19 +515,23 @@ impl DistributedLock for EtcdLock {
             if queued.holds() {
                 return Ok(self.grant(key, queued, &session));
             }
-            match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => {
-                    let _ = self.delete(&queued.own_key).await;
-                    return Err(error);
-                }
-                Err(_) => {
-                    self.delete(&queued.own_key).await?;
-                    return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
-                }
+            let own_key_seen =
+                match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
+                    Ok(Ok(own_key_seen)) => own_key_seen,
+                    Ok(Err(error)) => {
+                        let _ = self.delete(&queued.own_key).await;
+                        return Err(error);
+                    }
+                    Err(_) => {
+                        self.delete(&queued.own_key).await?;
+                        return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
+                    }
+                };
+            if own_key_seen && session.lease.is_held() {
+                return Ok(self.grant(key, queued, &session));
             }
-            // The wait is over: is our key still there, and our session alive? (Jepsen's
-            // finding: a key that vanished with its session must not be taken for a grant.)
+            // The wait ended otherwise: is our key still there, and our session alive?
+            // (Jepsen's finding: a key that vanished with its session is not a grant.)
             let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
                 let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
                 async move { client.get(own_key, None).await }
