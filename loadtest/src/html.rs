@@ -44,9 +44,22 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         escape(&extras.headline)
     );
 
-    let crowd: Vec<_> = benches.iter().filter_map(|bench| bench.crowd_runs.first().cloned()).collect();
+    // Each row under the name the benchmark gave its run (the Python peer's instances
+    // say they run `redis`).
+    let crowd: Vec<_> = benches
+        .iter()
+        .filter_map(|bench| {
+            let mut run = bench.crowd_runs.first().cloned()?;
+            run.strategy = bench.label.clone();
+            run.local_queue = true; // the label already says when the line was off
+            run.database = None;
+            Some(run)
+        })
+        .collect();
     section(&mut page, "Units sold against the stock", "One crowd run per strategy: 500 buyers, 300 units, two instances. Red is oversold: units sold beyond the stock.");
+    page.push_str("<div style=\"overflow-x: auto\">");
     page.push_str(&crate::chart::comparison_svg(&crowd));
+    page.push_str("</div>\n");
 
     section(&mut page, "Sales per second against the bound", "Serial: one client alone. Sustained: many keep-alive connections on both instances. Bound: one sale per critical path at the measured round-trip time.");
     let rows: Vec<(String, Vec<f64>)> = benches
@@ -159,14 +172,15 @@ fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Scale, 
         for (i, value) in values.iter().enumerate() {
             let y = top + i as f64 * ROW;
             let width = x(*value);
+            // No value (a baseline has no bound): a dash, without a unit.
             let shown = if *value == 0.0 {
                 "—".to_owned()
             } else if *value >= 100.0 {
-                format!("{value:.0}")
+                format!("{value:.0} {unit}")
             } else {
-                format!("{value:.2}")
+                format!("{value:.2} {unit}")
             };
-            let _ = writeln!(svg, "<rect x=\"{LABEL_WIDTH}\" y=\"{y}\" width=\"{width:.1}\" height=\"{}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{}\">{shown} {}</text>", ROW - 4.0, COLORS[i % COLORS.len()], LABEL_WIDTH + width + 4.0, y + ROW - 7.0, escape(unit));
+            let _ = writeln!(svg, "<rect x=\"{LABEL_WIDTH}\" y=\"{y}\" width=\"{width:.1}\" height=\"{}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{}\">{}</text>", ROW - 4.0, COLORS[i % COLORS.len()], LABEL_WIDTH + width + 4.0, y + ROW - 7.0, escape(shown.trim()));
         }
     }
     if let Some(at) = line_at {
