@@ -34,7 +34,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         widen_race: config.lock.expected_to_oversell(),
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
         metrics: std::sync::Arc::new(metrics),
-        local_queue: (config.local_queue && !config.lock.expected_to_oversell()).then(Default::default),
+        local_queue: (config.local_queue && config.lock.takes_a_local_queue()).then(Default::default),
     };
     let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: config.request_timeout() };
     let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());

@@ -63,6 +63,15 @@ impl Strategy {
         }
     }
 
+    /// Whether the buyers of an instance line up in process before this strategy's lock
+    /// (`src/sale.rs`, step 0). Not for the baselines, whose lesson is the race; and not
+    /// for `redis-degrade`, which decides that Redis is down by counting failed attempts
+    /// in a row: behind a line only one attempt at a time can fail, each after Redis's
+    /// response timeout, and a frozen Redis would be noticed three times later.
+    pub fn takes_a_local_queue(self) -> bool {
+        !self.expected_to_oversell() && self != Strategy::RedisDegrade
+    }
+
     /// Whether two instances running this strategy are expected to oversell.
     pub fn expected_to_oversell(self) -> bool {
         matches!(self, Strategy::None | Strategy::Local)

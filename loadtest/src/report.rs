@@ -112,7 +112,9 @@ impl Report {
     /// The strategy, and how it ran when that matters for the comparison.
     pub fn label(&self) -> String {
         let mut without = Vec::new();
-        if !self.local_queue && !self.expected_to_oversell && self.strategy != "atomic" {
+        let takes_a_line = <Strategy as clap::ValueEnum>::from_str(&self.strategy, true)
+            .is_ok_and(|strategy| strategy.takes_a_local_queue() && strategy != Strategy::Atomic);
+        if !self.local_queue && takes_a_line {
             without.push("no local queue");
         }
         if self.database.as_ref().is_some_and(|cost| cost.permits.is_none()) {
