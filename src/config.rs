@@ -154,12 +154,6 @@ impl Config {
         Duration::from_millis(self.shutdown_grace_ms)
     }
 
-    /// How long one request may take before the service answers 504 itself: the
-    /// lock wait, plus the sale's own bounded steps (see [`crate::sale`]), plus slack.
-    pub fn request_timeout(&self) -> Duration {
-        self.acquire_timeout() + crate::sale::STEPS_AFTER_ACQUIRE_BUDGET
-    }
-
     /// The defaults, as if no flag or variable were given (for tests and embedding).
     pub fn defaults() -> Self {
         #[derive(Parser)]

@@ -22,12 +22,17 @@ use axum::response::Html;
 use futures_util::Stream;
 use serde::Serialize;
 
-use crate::stock::{SaleRecord, StockStore};
+use crate::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore, GENERATION_KEY, SALES_KEY};
 
 /// How often the page is told.
 const TICK: Duration = Duration::from_millis(250);
 /// Sale records sent per event at most; a page opened late catches up over a few events.
 const RECORDS_PER_EVENT: usize = 2000;
+
+/// Buyers turned away, by instance and error code (`seckill-8080 lock_timeout`): a hash
+/// each instance writes after its answer, off the sale's path. A reset deletes it
+/// (the server registers it with [`StockStore::also_reset`]).
+pub const REFUSALS_KEY: &str = "stock:refusals";
 
 /// The page. The markup, style and script are in `dashboard.html`, beside this file.
 pub async fn page() -> Html<&'static str> {
@@ -77,6 +82,47 @@ impl From<SaleRecord> for SoldUnit {
     }
 }
 
+/// One look at the sale for the dashboard (see [`look_at_the_sale`]).
+pub struct DashboardView {
+    pub snapshot: StockSnapshot,
+    pub generation: i64,
+    pub records: Vec<SaleRecord>,
+    /// Records read from the list, readable or not: where the next look starts.
+    pub records_read: usize,
+    /// `("<instance> <error code>", count)`.
+    pub refusals: Vec<(String, i64)>,
+}
+
+/// What the page shows, in one round trip: the counters, the reset generation, up to
+/// `limit` sale records from index `from` on, and the refusals.
+pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> Result<DashboardView, StockError> {
+    let last = (from + limit).saturating_sub(1);
+    let mut pipe = redis::pipe();
+    StockSnapshot::queue_reads(&mut pipe);
+    pipe.get(GENERATION_KEY).lrange(SALES_KEY, from as isize, last as isize).hgetall(REFUSALS_KEY);
+    type Raw = (Option<String>, Option<String>, i64, Option<String>, Option<String>, Vec<String>, Vec<(String, i64)>);
+    let (stock, lucky, sales, initial, generation, raw, refusals): Raw =
+        pipe.query_async(&mut store.connection()).await?;
+    Ok(DashboardView {
+        snapshot: StockSnapshot::parse((stock, lucky, sales, initial))?,
+        generation: number(GENERATION_KEY, generation.as_deref())?.unwrap_or(0),
+        records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
+        records_read: raw.len(),
+        refusals,
+    })
+}
+
+/// Counts a buyer turned away. Not part of any sale.
+pub async fn count_refusal(store: &StockStore, instance: &str, code: &str) -> Result<(), StockError> {
+    redis::cmd("HINCRBY")
+        .arg(REFUSALS_KEY)
+        .arg(format!("{instance} {code}"))
+        .arg(1)
+        .query_async::<i64>(&mut store.connection())
+        .await?;
+    Ok(())
+}
+
 /// Where one stream is in the sale.
 struct Cursor {
     store: StockStore,
@@ -101,7 +147,7 @@ pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Resul
 
 impl Cursor {
     async fn next_event(&mut self) -> Event {
-        let view = match self.store.dashboard_view(self.next_record, RECORDS_PER_EVENT).await {
+        let view = match look_at_the_sale(&self.store, self.next_record, RECORDS_PER_EVENT).await {
             Ok(view) => view,
             Err(error) => {
                 return Event::default()

@@ -40,9 +40,10 @@ use crate::config::MAX_STOCK;
 use crate::dashboard::{self, Banner};
 use crate::error::{errors_as_json, json_error, AppError};
 use crate::lock::FencingToken;
+use crate::sale::Guarding;
 use crate::sale::{Sale, SaleOutcome};
 use crate::stock::StockSnapshot;
-use crate::strategy::{FencingStatus, Guarding, Strategy};
+use crate::strategy::{FencingStatus, Strategy};
 
 /// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.
 const RESET_BODY_LIMIT: usize = 1024;
@@ -145,7 +146,7 @@ async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, A
     if let Err(error) = &sold_or_refused {
         // For the dashboard, after the answer and in the background: never on a sale's path.
         let (store, instance, code) = (shared.sale.store.clone(), shared.sale.seller.instance.clone(), error.code());
-        tokio::spawn(async move { store.count_refusal(&instance, code).await });
+        tokio::spawn(async move { dashboard::count_refusal(&store, &instance, code).await });
     }
     let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = sold_or_refused?;
     let seller = &shared.sale.seller;
@@ -195,9 +196,18 @@ async fn reset(
             ))
         }
     }
-    let is_json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
+    let stock = stock_to_reset_to(content_type, &body, state.0.initial_stock)?;
+    let store = &state.0.sale.store;
+    store.reset(stock).await?;
+    tracing::info!(stock, "sale reset");
+    Ok(Json(store.snapshot().await?))
+}
+
+/// The stock a reset asks for: the body's `{"stock": N}`, or `default` for an empty
+/// body. Only JSON is taken, so that a plain form on another web page cannot reset.
+fn stock_to_reset_to(content_type: Option<&str>, body: &[u8], default: i64) -> Result<i64, AppError> {
+    let is_json = content_type
         .and_then(|value| value.split(';').next())
         .is_some_and(|media_type| media_type.trim().eq_ignore_ascii_case("application/json"));
     if !is_json {
@@ -210,18 +220,15 @@ async fn reset(
     let requested = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        let request: ResetRequest = serde_json::from_slice(&body)
+        let request: ResetRequest = serde_json::from_slice(body)
             .map_err(|error| AppError::BadRequest(format!("body must be JSON like {{\"stock\": 300}}: {error}")))?;
         request.stock
     };
-    let stock = requested.unwrap_or(state.0.initial_stock);
+    let stock = requested.unwrap_or(default);
     if !(0..=MAX_STOCK).contains(&stock) {
         return Err(AppError::BadRequest(format!("stock must be between 0 and {MAX_STOCK}, got {stock}")));
     }
-    let store = &state.0.sale.store;
-    store.reset(stock).await?;
-    tracing::info!(stock, "sale reset");
-    Ok(Json(store.snapshot().await?))
+    Ok(stock)
 }
 
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
@@ -273,5 +280,36 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 "the stock's Redis does not answer a PING; check that the servers run (`make services`)",
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JSON: Option<&str> = Some("application/json; charset=utf-8");
+
+    #[test]
+    fn an_empty_reset_body_puts_the_initial_stock_back() {
+        assert_eq!(stock_to_reset_to(JSON, b"  \n", 300).unwrap(), 300);
+    }
+
+    #[test]
+    fn a_reset_body_names_the_stock() {
+        assert_eq!(stock_to_reset_to(JSON, br#"{"stock": 42}"#, 300).unwrap(), 42);
+        assert_eq!(stock_to_reset_to(JSON, br#"{}"#, 300).unwrap(), 300);
+    }
+
+    #[test]
+    fn a_reset_refuses_anything_but_json_with_a_known_field_and_a_stock_in_range() {
+        let code = |result: Result<i64, AppError>| result.unwrap_err().code();
+        assert_eq!(
+            code(stock_to_reset_to(Some("application/x-www-form-urlencoded"), b"stock=1", 300)),
+            "unsupported_media_type"
+        );
+        assert_eq!(code(stock_to_reset_to(None, b"", 300)), "unsupported_media_type");
+        assert_eq!(code(stock_to_reset_to(JSON, br#"{"stok": 1}"#, 300)), "bad_request");
+        assert_eq!(code(stock_to_reset_to(JSON, br#"{"stock": -1}"#, 300)), "bad_request");
+        assert_eq!(code(stock_to_reset_to(JSON, br#"{"stock": 1000000001}"#, 300)), "bad_request");
     }
 }

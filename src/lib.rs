@@ -5,39 +5,45 @@
 //! lower; a lock decides who goes next. Swap the lock, rerun the load test, and see
 //! which strategies oversell.
 //!
+//! If you read one file, read [`sale`]: one sale, start to end.
+//!
 //! ## Reading order
-//! 1. [`sale`]: one sale, start to end: acquire, read, check, write, release, and
-//!    what the buyer is told.
-//! 2. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
+//! Each module uses only modules above it in this list, so the tree reads top down.
+//! 1. [`redis_store`] and [`mysql_store`]: connections that fail with an error naming
+//!    the fix, and the MySQL migrations.
+//! 2. [`lock`]: the one trait and its guard (the contract a backend meets), then one
+//!    file per strategy, named as `--lock` names it: [`lock::none`], [`lock::local`],
+//!    [`lock::redis`], [`lock::redlock`], [`lock::etcd`], [`lock::zookeeper`],
+//!    [`lock::mysql`], [`lock::mysql_version`] and [`lock::redis_degrade`], which
+//!    composes two of them. The building blocks they share (lease renewal,
+//!    reentrancy, the semaphore in front of MySQL) stand apart in [`lock::parts`].
+//! 3. [`strategy`]: the closed list of strategies and what each one promises.
+//! 4. [`config`]: flags and `SECKILL_*` variables.
+//! 5. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock.
-//! 3. [`lock`]: the one trait and the guard (the contract a backend meets), then one
-//!    file per strategy: [`lock::none`], [`lock::local`], [`lock::redis`],
-//!    [`lock::redlock`], [`lock::etcd`], [`lock::zookeeper`], [`lock::mysql`],
-//!    [`lock::mysql_version`], and [`lock::degrade`], which composes two of them;
-//!    beside them [`lock::keepalive`] (lease renewal), [`lock::reentrant`] (hold
-//!    counts), [`lock::permits`] (the semaphore in front of MySQL) and
-//!    [`lock::lock_mode`] (the mode `degrade` shares between instances).
-//! 4. [`strategy`]: the closed list of strategies and the one `match` that builds them.
-//! 5. [`http`]: routes, limits and handlers; [`error`]: how failures become HTTP answers;
-//!    [`admin`]: who may reset the sale; [`metrics`]: what `GET /metrics` counts;
-//!    [`dashboard`]: the live page at `GET /` and its event stream.
-//! 6. The load test lives in the `loadtest/` crate: goose fires the buyers
-//!    (`crowd.rs`), the checker reads Redis and judges (`checker.rs`), `database.rs`
-//!    counts what a MySQL lock cost, and `report.rs` prints it.
-//! 7. Glue: [`config`] (flags and `SECKILL_*` variables), [`redis_store`] and
-//!    [`mysql_store`] (connections with useful errors, migrations), [`server`] (start-up and graceful shutdown), [`telemetry`].
+//! 6. [`metrics`]: what `GET /metrics` counts; [`error`]: how failures become HTTP answers.
+//! 7. [`sale`]: one sale, start to end: the local queue, acquire, read, check, write,
+//!    release, and what the buyer is told.
+//! 8. [`wiring`]: from the config to the lock, the one place that builds every strategy.
+//! 9. [`dashboard`]: the live page at `GET /` and its event stream; [`admin`]: who may
+//!    reset the sale; [`http`]: routes, limits and handlers.
+//! 10. [`server`]: start-up and graceful shutdown; [`telemetry`]: logs.
+//!
+//! The load test lives in the `loadtest/` crate: it fires the buyers, reads the sale
+//! back from Redis, and judges it; `make bench` measures each lock against its bound.
 
-pub mod admin;
-pub mod config;
-pub mod dashboard;
-pub mod error;
-pub mod http;
-pub mod lock;
-pub mod metrics;
-pub mod mysql_store;
 pub mod redis_store;
-pub mod sale;
-pub mod server;
-pub mod stock;
+pub mod mysql_store;
+pub mod lock;
 pub mod strategy;
+pub mod config;
+pub mod stock;
+pub mod metrics;
+pub mod error;
+pub mod sale;
+pub mod wiring;
+pub mod dashboard;
+pub mod admin;
+pub mod http;
+pub mod server;
 pub mod telemetry;

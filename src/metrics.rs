@@ -20,8 +20,8 @@
 
 use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::lock::degrade::DegradeStats;
-use crate::lock::lock_mode::Mode;
+use crate::lock::redis_degrade::mode::Mode;
+use crate::lock::redis_degrade::DegradeStats;
 
 /// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
 /// millisecond, a crowd behind a MySQL lock waits seconds.

@@ -2,7 +2,7 @@
 //!
 //! ## The decrement under a lock
 //! 0. Queue in process: the buyers of one instance line up (first come, first served)
-//!    behind one local mutex, and only the head of the line asks the distributed lock.
+//!    behind one local mutex, and only the head of the queue asks the distributed lock.
 //!    Two instances then put two contenders before the backend instead of hundreds:
 //!    a release is followed at once by the next local buyer's acquire, instead of by
 //!    a crowd that polls or wakes up, and the backend serves the holder instead of the
@@ -36,13 +36,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::AppError;
-use crate::lock::reentrant::Reentrant;
+use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
+use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
 use crate::metrics::{FencedStep, Metrics};
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
-use crate::strategy::Guarding;
 
 /// How long a sale keeps asking Redis how an unanswered write ended.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
@@ -52,6 +52,30 @@ const SETTLE_RETRY: Duration = Duration::from_millis(200);
 /// bounded by the Redis response timeout), settling, release, and slack. The HTTP
 /// request timeout is the acquire timeout plus this, so it never cuts a sale short.
 pub const STEPS_AFTER_ACQUIRE_BUDGET: Duration = Duration::from_secs(20);
+
+/// What guards the stock: a lock around a read-modify-write, or one atomic script.
+#[derive(Clone)]
+pub enum Guarding {
+    Lock(Reentrant),
+    AtomicScript,
+}
+
+impl Guarding {
+    /// Gives back every lock still held, at shutdown.
+    pub async fn shutdown(&self) {
+        if let Guarding::Lock(lock) = self {
+            if let Err(error) = lock.shutdown().await {
+                tracing::warn!(%error, "the lock did not shut down cleanly; its leases will run out on their own");
+            }
+        }
+    }
+}
+
+/// The sale's part of every lock's critical path (see [`crate::lock::critical_path`]):
+/// the holder's fenced read and its write, two scripts on the stock Redis. The fenced
+/// read writes too: it raises the token's high-water mark.
+pub const CRITICAL_PATH: &[Step] =
+    &[step("read the stock", StockRedis, Write, 1.0), step("write the sale", StockRedis, Write, 1.0)];
 
 /// The answer to one buyer.
 #[derive(Clone, Debug, Serialize)]

@@ -11,18 +11,18 @@ use crate::config::Config;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
 use crate::redis_store;
-use crate::sale::Sale;
+use crate::sale::{Sale, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::stock::{Seller, StockStore};
-use crate::strategy;
+use crate::wiring;
 
 /// Connects to every backend `config` needs and builds the app state.
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
-    let store = StockStore::new(connection);
+    let store = StockStore::new(connection).also_reset(crate::dashboard::REFUSALS_KEY);
     store.seed_if_missing(config.initial_stock).await.context("seeding the stock in Redis")?;
     let guarding =
-        strategy::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
+        wiring::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
     let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
     let sale = Sale {
@@ -36,12 +36,18 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         metrics: std::sync::Arc::new(metrics),
         local_queue: (config.local_queue && config.lock.takes_a_local_queue()).then(Default::default),
     };
-    let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: config.request_timeout() };
+    let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: request_timeout(config) };
     let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());
     if let ResetAccess::Refused = reset_access {
         tracing::warn!(bind = %config.bind, "no --admin-token: POST /stock/reset is refused on this address");
     }
     Ok(AppState::new(sale, config.lock, fencing, config.initial_stock, limits, reset_access))
+}
+
+/// How long one request may take before the service answers 504 itself: the
+/// lock wait, plus the sale's own bounded steps (see [`crate::sale`]), plus slack.
+fn request_timeout(config: &Config) -> Duration {
+    config.acquire_timeout() + STEPS_AFTER_ACQUIRE_BUDGET
 }
 
 /// Serves until the process is asked to stop, then finishes the requests in flight.

@@ -56,9 +56,6 @@ pub const GENERATION_KEY: &str = "stock:generation";
 pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
 pub const FENCE_KEY: &str = "stock:fence";
-/// Buyers turned away, by instance and error code (`seckill-8080 lock_timeout`), for
-/// the dashboard: a hash written after the answer, off the sale's path.
-pub const REFUSALS_KEY: &str = "stock:refusals";
 
 /// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark.
 /// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter); no ARGV for an unfenced read.
@@ -185,15 +182,23 @@ pub struct StockSnapshot {
     pub initial: Option<i64>,
 }
 
-/// One look at the sale for the dashboard (see [`StockStore::dashboard_view`]).
-pub struct DashboardView {
-    pub snapshot: StockSnapshot,
-    pub generation: i64,
-    pub records: Vec<SaleRecord>,
-    /// Records read from the list, readable or not: where the next look starts.
-    pub records_read: usize,
-    /// `("<instance> <error code>", count)`.
-    pub refusals: Vec<(String, i64)>,
+/// What [`StockSnapshot::queue_reads`] reads: stock, lucky, sales, initial.
+pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
+
+impl StockSnapshot {
+    /// Adds the snapshot's reads to `pipe`; [`StockSnapshot::parse`] reads their answers.
+    pub fn queue_reads(pipe: &mut redis::Pipeline) {
+        pipe.get(STOCK_KEY).get(LUCKY_KEY).llen(SALES_KEY).get(INITIAL_STOCK_KEY);
+    }
+
+    pub fn parse((stock, lucky, sales, initial): RawSnapshot) -> Result<Self, StockError> {
+        Ok(StockSnapshot {
+            stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
+            lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
+            sales,
+            initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
+        })
+    }
 }
 
 /// What a fenced read found.
@@ -252,6 +257,9 @@ pub struct StockStore {
     write: Script,
     settle: Script,
     atomic_sale: Script,
+    /// Keys that other parts of the service keep per sale (the dashboard's refusals):
+    /// a reset deletes them in the same transaction.
+    also_reset: Vec<&'static str>,
 }
 
 impl StockStore {
@@ -262,24 +270,32 @@ impl StockStore {
             write: Script::new(WRITE_SCRIPT),
             settle: Script::new(SETTLE_SCRIPT),
             atomic_sale: Script::new(ATOMIC_SALE_SCRIPT),
+            also_reset: Vec::new(),
         }
+    }
+
+    /// A reset also deletes `key`, a key another part of the service keeps per sale.
+    pub fn also_reset(mut self, key: &'static str) -> Self {
+        self.also_reset.push(key);
+        self
     }
 
     /// Puts `stock` units on sale and forgets every earlier sale, its outcomes and the
     /// fencing high-water mark: a new sale begins.
     pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
-        redis::pipe()
-            .atomic()
+        let mut pipe = redis::pipe();
+        pipe.atomic()
             .set(STOCK_KEY, stock)
             .set(LUCKY_KEY, 0)
             .set(INITIAL_STOCK_KEY, stock)
             .del(SALES_KEY)
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
-            .del(REFUSALS_KEY)
-            .incr(GENERATION_KEY, 1)
-            .query_async::<()>(&mut self.connection.clone())
-            .await?;
+            .incr(GENERATION_KEY, 1);
+        for key in &self.also_reset {
+            pipe.del(*key);
+        }
+        pipe.query_async::<()>(&mut self.connection.clone()).await?;
         Ok(())
     }
 
@@ -299,60 +315,14 @@ impl StockStore {
     }
 
     pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
-        let (stock, lucky, sales, initial): (Option<String>, Option<String>, i64, Option<String>) = redis::pipe()
-            .get(STOCK_KEY)
-            .get(LUCKY_KEY)
-            .llen(SALES_KEY)
-            .get(INITIAL_STOCK_KEY)
-            .query_async(&mut self.connection.clone())
-            .await?;
-        Ok(StockSnapshot {
-            stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
-            lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
-            sales,
-            initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
-        })
+        let mut pipe = redis::pipe();
+        StockSnapshot::queue_reads(&mut pipe);
+        StockSnapshot::parse(pipe.query_async(&mut self.connection.clone()).await?)
     }
 
-    /// What the dashboard shows, in one round trip: the counters, the reset generation,
-    /// up to `limit` sale records from index `from` on, and the refusals.
-    pub async fn dashboard_view(&self, from: usize, limit: usize) -> Result<DashboardView, StockError> {
-        let last = (from + limit).saturating_sub(1);
-        type Raw =
-            (Option<String>, Option<String>, i64, Option<String>, Option<String>, Vec<String>, Vec<(String, i64)>);
-        let (stock, lucky, sales, initial, generation, raw, refusals): Raw = redis::pipe()
-            .get(STOCK_KEY)
-            .get(LUCKY_KEY)
-            .llen(SALES_KEY)
-            .get(INITIAL_STOCK_KEY)
-            .get(GENERATION_KEY)
-            .lrange(SALES_KEY, from as isize, last as isize)
-            .hgetall(REFUSALS_KEY)
-            .query_async(&mut self.connection.clone())
-            .await?;
-        Ok(DashboardView {
-            snapshot: StockSnapshot {
-                stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
-                lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
-                sales,
-                initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
-            },
-            generation: number(GENERATION_KEY, generation.as_deref())?.unwrap_or(0),
-            records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
-            records_read: raw.len(),
-            refusals,
-        })
-    }
-
-    /// Counts a buyer turned away, for the dashboard. Not part of any sale.
-    pub async fn count_refusal(&self, instance: &str, code: &str) -> Result<(), StockError> {
-        redis::cmd("HINCRBY")
-            .arg(REFUSALS_KEY)
-            .arg(format!("{instance} {code}"))
-            .arg(1)
-            .query_async::<i64>(&mut self.connection.clone())
-            .await?;
-        Ok(())
+    /// The connection, for a reader that adds keys of its own (the dashboard).
+    pub fn connection(&self) -> ConnectionManager {
+        self.connection.clone()
     }
 
     pub async fn ping(&self) -> Result<(), StockError> {
@@ -433,7 +403,7 @@ impl StockStore {
 }
 
 /// Parses a stored counter, naming the key if it holds something else.
-fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
+pub(crate) fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
     match value {
         None => Ok(None),
         Some(text) => text.trim().parse().map(Some).map_err(|_| StockError::NotANumber { key, value: text.to_owned() }),

@@ -1,24 +1,10 @@
-//! Which strategy guards the stock: the closed list, and the one `match` that builds it.
+//! Which strategy guards the stock: the closed list, and what each one promises.
 //!
 //! Every strategy but one is a lock around the read-check-write (see [`crate::lock`]).
 //! `atomic` is not a lock: it moves the whole check-and-decrement into one Redis
 //! script (see [`crate::stock`]), which is why it is the speed ceiling.
 
-use std::sync::Arc;
-
-use anyhow::Context;
-
-use crate::config::Config;
-use crate::lock::degrade::{DegradeOptions, DegradingLock};
-use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
-use crate::lock::lock_mode::SharedMode;
-use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
-use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
-use crate::lock::redis::{RedisLock, RedisLockOptions};
-use crate::lock::redlock::{Redlock, RedlockOptions};
-use crate::lock::reentrant::Reentrant;
-use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
-use crate::lock::{local, none, DistributedLock};
+use crate::lock::{self, Step};
 
 /// Every strategy the service can run with; `--lock <strategy>` picks one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -66,7 +52,7 @@ impl Strategy {
     /// Whether the buyers of an instance line up in process before this strategy's lock
     /// (`src/sale.rs`, step 0). Not for the baselines, whose lesson is the race; and not
     /// for `redis-degrade`, which decides that Redis is down by counting failed attempts
-    /// in a row: behind a line only one attempt at a time can fail, each after Redis's
+    /// in a row: behind a local queue only one attempt at a time can fail, each after Redis's
     /// response timeout, and a frozen Redis would be noticed three times later.
     pub fn takes_a_local_queue(self) -> bool {
         !self.expected_to_oversell() && self != Strategy::RedisDegrade
@@ -88,6 +74,22 @@ impl Strategy {
                 | Strategy::Mysql
                 | Strategy::MysqlVersion
         )
+    }
+
+    /// The round trips from one grant to the next, as the strategy's own file declares
+    /// them (see [`crate::lock::critical_path`]). `None` for the baselines: `none` and
+    /// `local` serialize nothing across instances, and `atomic` takes no lock.
+    pub fn critical_path(self) -> Option<&'static [Step]> {
+        match self {
+            Strategy::None | Strategy::Local | Strategy::Atomic => None,
+            Strategy::Redis => Some(lock::redis::CRITICAL_PATH),
+            Strategy::RedisDegrade => Some(lock::redis_degrade::CRITICAL_PATH),
+            Strategy::Redlock => Some(lock::redlock::CRITICAL_PATH),
+            Strategy::Etcd => Some(lock::etcd::CRITICAL_PATH),
+            Strategy::Zookeeper => Some(lock::zookeeper::CRITICAL_PATH),
+            Strategy::Mysql => Some(lock::mysql::CRITICAL_PATH),
+            Strategy::MysqlVersion => Some(lock::mysql_version::CRITICAL_PATH),
+        }
     }
 
     /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.
@@ -144,142 +146,50 @@ impl FencingStatus {
     }
 }
 
-/// What guards the stock: a lock around a read-modify-write, or one atomic script.
-#[derive(Clone)]
-pub enum Guarding {
-    Lock(Reentrant),
-    AtomicScript,
-}
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
 
-impl Guarding {
-    /// Gives back every lock still held, at shutdown.
-    pub async fn shutdown(&self) {
-        if let Guarding::Lock(lock) = self {
-            if let Err(error) = lock.shutdown().await {
-                tracing::warn!(%error, "the lock did not shut down cleanly; its leases will run out on their own");
-            }
+    use super::*;
+
+    #[test]
+    fn only_the_two_baselines_are_expected_to_oversell() {
+        let oversell: Vec<Strategy> =
+            Strategy::value_variants().iter().copied().filter(|strategy| strategy.expected_to_oversell()).collect();
+        assert_eq!(oversell, [Strategy::None, Strategy::Local]);
+    }
+
+    #[test]
+    fn every_lock_but_redis_degrade_takes_a_local_queue() {
+        for strategy in Strategy::value_variants() {
+            let expected = !matches!(strategy, Strategy::None | Strategy::Local | Strategy::RedisDegrade);
+            assert_eq!(strategy.takes_a_local_queue(), expected, "{strategy}");
         }
     }
-}
 
-/// The options of the `redis` lock, as `config` sets them.
-pub fn redis_lock_options(config: &Config) -> RedisLockOptions {
-    RedisLockOptions { ttl: config.lock_ttl(), renew: true }
-}
-
-/// Builds what `config.lock` names. The one place that knows every strategy.
-pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<Guarding> {
-    let lock: Arc<dyn DistributedLock> = match config.lock {
-        Strategy::None => Arc::new(none::NoLock),
-        Strategy::Local => Arc::new(local::LocalLock::default()),
-        Strategy::Redis => {
-            let lock_redis = lock_redis(config, redis).await?;
-            Arc::new(RedisLock::connect(&lock_redis, redis_lock_options(config)).await?)
-        }
-        Strategy::RedisDegrade => {
-            let lock_redis = lock_redis(config, redis).await?;
-            let redis_lock = RedisLock::connect(&lock_redis, redis_lock_options(config)).await?;
-            let pool = connect_mysql(config).await?;
-            let mysql_options =
-                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
-            let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
-            let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
-            // Instances that share a lock Redis share its mode (the password never lands in MySQL).
-            let mode_name = crate::mysql_store::without_password(config.lock_redis_url());
-            let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())
-                .await
-                .context("cannot open the lock's shared mode in MySQL")?;
-            let options = DegradeOptions {
-                ttl: config.lock_ttl(),
-                failures_to_degrade: config.degrade_after_failures,
-                recover_after: std::time::Duration::from_millis(config.degrade_recover_ms),
-            };
-            Arc::new(DegradingLock::start(redis_lock, lock_redis, mysql_lock, shared, options).await?)
-        }
-        Strategy::Redlock => {
-            let node_timeout = std::time::Duration::from_millis(config.redlock_node_timeout_ms);
-            if node_timeout * 10 > config.lock_ttl() {
-                anyhow::bail!(
-                    "--redlock-node-timeout-ms ({} ms) must be at most a tenth of --lock-ttl-ms ({} ms): \
-                     a master that does not answer must cost a small part of the lease, not most of it",
-                    config.redlock_node_timeout_ms,
-                    config.lock_ttl_ms
-                );
-            }
-            let options = RedlockOptions { ttl: config.lock_ttl(), renew: true, node_timeout };
-            Arc::new(Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
-                format!(
-                    "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
-                     or point --redlock-urls / SECKILL_REDLOCK_URLS at at least 3 running Redis masters",
-                    config.redlock_urls.join(",")
-                )
-            })?)
-        }
-        Strategy::Etcd => {
-            let options = EtcdLockOptions { endpoints: config.etcd_endpoints.clone(), ttl: config.lock_ttl() };
-            Arc::new(EtcdLock::connect(options).await.with_context(|| {
-                format!(
-                    "cannot reach etcd at {}.\n  Start it with `make services` (or `etcd`), or point \
-                     --etcd-endpoints / SECKILL_ETCD_ENDPOINTS at a running server",
-                    config.etcd_endpoints.join(",")
-                )
-            })?)
-        }
-        Strategy::Zookeeper => {
-            let options =
-                ZooKeeperLockOptions { connect: config.zk_connect.clone(), session_timeout: config.lock_ttl() };
-            Arc::new(ZooKeeperLock::connect(options).await.with_context(|| {
-                format!(
-                    "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
-                     --zk-connect / SECKILL_ZK_CONNECT at a running server",
-                    config.zk_connect
-                )
-            })?)
-        }
-        Strategy::Mysql => {
-            let pool = connect_mysql(config).await?;
-            let options = MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
-            Arc::new(MySqlLock::new(pool, options))
-        }
-        Strategy::MysqlVersion => {
-            let pool = connect_mysql(config).await?;
-            let options =
-                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
-            Arc::new(MySqlVersionLock::new(pool, options))
-        }
-        Strategy::Atomic => return Ok(Guarding::AtomicScript),
-    };
-    Ok(Guarding::Lock(Reentrant::new(lock)))
-}
-
-/// The pool of the MySQL strategies, after checking that the semaphore leaves
-/// connections free for renewals and releases.
-async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
-    if config.mysql_permits >= config.mysql_pool {
-        anyhow::bail!(
-            "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
-             connections that waiting buyers cannot take. Lower the permits or raise the pool \
-             (--mysql-permits 0 takes the semaphore away)",
-            config.mysql_permits,
-            config.mysql_pool
-        );
+    #[test]
+    fn fencing_is_on_only_for_strategies_with_tokens_and_only_when_asked() {
+        assert_eq!(Strategy::Redis.fencing(Fencing::On), FencingStatus::On);
+        assert_eq!(Strategy::Redis.fencing(Fencing::Off), FencingStatus::Off);
+        assert_eq!(Strategy::Redlock.fencing(Fencing::On), FencingStatus::NoTokens, "Redlock issues no tokens");
+        assert_eq!(Strategy::Local.fencing(Fencing::On), FencingStatus::NoTokens);
+        assert_eq!(Strategy::Atomic.fencing(Fencing::On), FencingStatus::NotNeeded);
     }
-    if config.mysql_permits().is_none() {
-        tracing::warn!(
-            pool = config.mysql_pool,
-            "--mysql-permits 0: no semaphore in front of MySQL; every waiter polls it, up to the pool's size"
-        );
-    }
-    crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
-}
 
-/// The Redis the lock lives in: the stock's `client`, or `--lock-redis-url` checked.
-async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<::redis::Client> {
-    match &config.lock_redis_url {
-        None => Ok(stock_redis.clone()),
-        Some(url) => Ok(crate::redis_store::connect_checked(url)
-            .await
-            .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
-            .0),
+    #[test]
+    fn every_lock_declares_a_critical_path_and_no_baseline_does() {
+        for strategy in Strategy::value_variants() {
+            let baseline = matches!(strategy, Strategy::None | Strategy::Local | Strategy::Atomic);
+            assert_eq!(strategy.critical_path().is_none(), baseline, "{strategy}");
+        }
+        let redis_trips: f64 = Strategy::Redis.critical_path().unwrap().iter().map(|step| step.round_trips).sum();
+        assert_eq!(redis_trips, 2.0, "half a release, half a wake-up, one acquire");
+    }
+
+    #[test]
+    fn every_name_is_the_flag_clap_parses() {
+        for strategy in Strategy::value_variants() {
+            assert_eq!(Strategy::from_str(strategy.name(), false).unwrap(), *strategy);
+        }
     }
 }

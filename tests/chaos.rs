@@ -9,7 +9,7 @@
 //! (`--chaos-pause-before-write-ms`). The test waits until instance A holds the lock
 //! (`GET lock:stock` names the holder's instance), stops A for 1.5 s, three leases,
 //! and lets it go. Instance B sells meanwhile; A then writes the stock it had read.
-//! Redis databases 54 and 55 belong to this file.
+//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 

@@ -84,7 +84,9 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
     let port = taken.local_addr().unwrap().port().to_string();
     let output = tokio::time::timeout(
         Duration::from_secs(20),
-        tokio::task::spawn_blocking(move || seckill(&["serve", "--port", &port, "--redis-url", &common::redis_url(6)])),
+        tokio::task::spawn_blocking(move || {
+            seckill(&["serve", "--port", &port, "--redis-url", &common::redis_url(62)])
+        }),
     )
     .await
     .expect("seckill exits instead of serving")
@@ -97,12 +99,12 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
 
 #[tokio::test]
 async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
-    common::redis_client(6).await;
+    common::redis_client(62).await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port().to_string();
     drop(free);
     let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-    command.args(["serve", "--port", &port, "--redis-url", &common::redis_url(6)]);
+    command.args(["serve", "--port", &port, "--redis-url", &common::redis_url(62)]);
     for (key, _) in std::env::vars() {
         if key.starts_with("SECKILL_") || key == "RUST_LOG" {
             command.env_remove(key);
@@ -131,7 +133,7 @@ fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
         "--etcd-endpoints",
         "http://127.0.0.1:1",
         "--redis-url",
-        &common::redis_url(6),
+        &common::redis_url(62),
     ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
@@ -143,8 +145,15 @@ fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
 #[test]
 fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
     let started = std::time::Instant::now();
-    let output =
-        seckill(&["serve", "--lock", "zookeeper", "--zk-connect", "127.0.0.1:1", "--redis-url", &common::redis_url(6)]);
+    let output = seckill(&[
+        "serve",
+        "--lock",
+        "zookeeper",
+        "--zk-connect",
+        "127.0.0.1:1",
+        "--redis-url",
+        &common::redis_url(62),
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("cannot reach ZooKeeper at 127.0.0.1:1"), "{message}");
@@ -159,7 +168,7 @@ fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_f
         ("mysql", "mysql://seckill:wrong@127.0.0.1:3306/seckill", "mysql://seckill:***@127.0.0.1:3306/seckill"),
         ("mysql-version", "mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
     ] {
-        let output = seckill(&["serve", "--lock", strategy, "--mysql-url", url, "--redis-url", &common::redis_url(6)]);
+        let output = seckill(&["serve", "--lock", strategy, "--mysql-url", url, "--redis-url", &common::redis_url(62)]);
         assert_eq!(output.status.code(), Some(1), "{strategy} {url}");
         let message = stderr(&output);
         assert!(message.contains(&format!("cannot use MySQL at {shown}")), "{message}");
@@ -182,7 +191,8 @@ fn mysql_permits_that_leave_no_connection_for_releases_are_refused() {
 #[test]
 fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix() {
     let urls = "redis://127.0.0.1:6381,redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3,redis://127.0.0.1:4";
-    let output = seckill(&["serve", "--lock", "redlock", "--redlock-urls", urls, "--redis-url", &common::redis_url(6)]);
+    let output =
+        seckill(&["serve", "--lock", "redlock", "--redlock-urls", urls, "--redis-url", &common::redis_url(62)]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("only 1 of 5 Redlock masters answer"), "{message}");

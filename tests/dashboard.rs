@@ -2,7 +2,7 @@
 //! playwright-core from `tests/browser/`): two instances sell, the page on the first
 //! follows every sale of both, without a console error. The screenshot it takes is
 //! left in `.run/results/dashboard.png` (the README's picture comes from it).
-//! Redis database 59 (of the project's test Redis) belongs to this file.
+//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 

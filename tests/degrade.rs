@@ -9,10 +9,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::PrivateRedis;
-use seckill::lock::degrade::{DegradeOptions, DegradingLock};
-use seckill::lock::lock_mode::{Mode, SharedMode};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::redis::RedisLock;
+use seckill::lock::redis_degrade::mode::{Mode, SharedMode};
+use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::{DistributedLock, LockGuard};
 
 const TTL: Duration = Duration::from_millis(1000);

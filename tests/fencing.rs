@@ -7,7 +7,7 @@ mod common;
 use seckill::lock::FencingToken;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
-// Test Redis databases 30 to 39 belong to this file, one per test: the stock keys have fixed names.
+// One test Redis database per test, because the stock keys have fixed names (`DATABASES` in tests/common/test_redis.rs).
 const INITIAL: i64 = 10;
 
 #[derive(Clone, Copy, Debug)]

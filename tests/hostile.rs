@@ -1,6 +1,6 @@
 //! Malformed and hostile requests: each gets a clear error, the service stays up, and
 //! the sale is untouched. And the admin token that guards `POST /stock/reset`.
-//! Redis databases 51 to 53 belong to this file.
+//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 

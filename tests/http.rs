@@ -1,5 +1,5 @@
 //! The HTTP surface, against a real Redis. Each test owns one test Redis database
-//! (1 to 9 and 40 to 49 belong to this file), because the stock keys have fixed names; tests that
+//! (which ones: `DATABASES` in tests/common/test_redis.rs), because the stock keys have fixed names; tests that
 //! stop or freeze Redis start a private one.
 
 mod common;

@@ -1,7 +1,8 @@
 //! Step 0 of a sale (`src/sale.rs`): the buyers of one instance line up in process, and
 //! only the head of the line asks the distributed lock. Seen from the backend: at most
 //! one acquire attempt of an instance is ever in flight, where without the line the
-//! crowd fills the semaphore in front of MySQL. Redis database 61 belongs to this file.
+//! crowd fills the semaphore in front of MySQL. Its Redis database is in
+//! `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 

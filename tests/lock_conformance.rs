@@ -9,7 +9,9 @@
 //! has (fencing tokens, a lease), and a strategy that cannot meet a line says why in
 //! its `Traits`, in one place.
 //!
-//! A new backend joins with one `conformance_suite!` block at the bottom. The suites
+//! The checks are plain `async fn`s over a [`Subject`] (read them as code); a thin
+//! macro writes one `#[tokio::test]` per check and strategy. A new backend joins with
+//! one `conformance_suite!` block at the bottom. The suites
 //! need the real servers `make test` starts: the test Redis, etcd and ZooKeeper.
 
 mod common;
@@ -19,15 +21,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seckill::lock::degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::local::LocalLock;
-use seckill::lock::lock_mode::SharedMode;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::parts::reentrant::Reentrant;
 use seckill::lock::redis::RedisLock;
+use seckill::lock::redis_degrade::mode::SharedMode;
+use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
-use seckill::lock::reentrant::Reentrant;
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError, LockGuard};
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
@@ -63,213 +65,231 @@ fn no_hook<T: Send + 'static>() -> Hook<T> {
     Box::new(|_| Box::pin(async {}))
 }
 
+/// One strategy under test: what it offers, and how to make its contenders.
+struct Subject {
+    traits: Traits,
+    make_contenders: Box<dyn Fn(::redis::Client, usize) -> Pin<Box<dyn Future<Output = Vec<Contender>>>>>,
+}
+
+impl Subject {
+    /// `n` contenders with their hooks, and a client of the test Redis they use.
+    async fn contenders_with_hooks(&self, n: usize) -> (::redis::Client, Vec<Contender>) {
+        let client = common::redis_client(0).await;
+        let contenders = (self.make_contenders)(client.clone(), n).await;
+        (client, contenders)
+    }
+
+    /// `n` contenders' lock handles.
+    async fn contenders(&self, n: usize) -> (::redis::Client, Vec<Arc<dyn DistributedLock>>) {
+        let (client, contenders) = self.contenders_with_hooks(n).await;
+        (client, contenders.into_iter().map(|contender| contender.lock).collect())
+    }
+}
+
+// The checks: one plain `async fn` per promise, run against every strategy below.
+
+async fn concurrent_read_modify_writes_under_the_lock_lose_no_update(subject: &Subject) {
+    let (client, locks) = subject.contenders(2).await;
+    let total = common::racing_increments(&client, locks, 4, 25).await;
+    assert_eq!(total, 2 * 4 * 25, "some increments overlapped: the lock let two holders in");
+}
+
+async fn try_acquire_fails_fast_while_the_lock_is_held(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("held");
+    let guard = locks[0].try_acquire(&key, &common::owner()).await.expect("a free key is granted");
+    let started = Instant::now();
+    let refused = locks[1].try_acquire(&key, &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "expected Busy, got {refused:?}");
+    assert!(started.elapsed() < Duration::from_millis(200), "try_acquire waited {:?}", started.elapsed());
+    guard.release().await.unwrap();
+}
+
+async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("timeout");
+    let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let started = Instant::now();
+    let refused = locks[1].acquire(&key, &common::owner(), Duration::from_millis(300)).await;
+    let waited = started.elapsed();
+    assert!(matches!(refused, Err(LockError::Timeout { .. })), "expected Timeout, got {refused:?}");
+    assert!(waited >= Duration::from_millis(300), "gave up early, after {waited:?}");
+    assert!(waited < Duration::from_millis(1500), "overshot the timeout: {waited:?}");
+    guard.release().await.unwrap();
+}
+
+async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("handover");
+    let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let waiter = {
+        let (lock, key) = (locks[1].clone(), key.clone());
+        tokio::spawn(async move {
+            let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await?;
+            let granted_at = Instant::now();
+            guard.release().await?;
+            Ok::<_, LockError>(granted_at)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the waiter got a lock that was still held");
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let granted_at = waiter.await.unwrap().expect("the waiter gets the lock");
+    let handover = granted_at.saturating_duration_since(released_at);
+    assert!(handover < Duration::from_millis(200), "handover took {handover:?}");
+}
+
+async fn different_keys_do_not_block_each_other(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let first = locks[0].try_acquire(&common::unique_key("a"), &common::owner()).await.unwrap();
+    let second = locks[1].try_acquire(&common::unique_key("b"), &common::owner()).await.expect("another key is free");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+async fn an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let (mine, theirs) = (Reentrant::new(locks[0].clone()), Reentrant::new(locks[1].clone()));
+    let (me, stranger) = (common::owner(), common::owner());
+    let key = common::unique_key("reentrant");
+
+    let outer = mine.acquire(&key, &me, Duration::from_secs(1)).await.unwrap();
+    let started = Instant::now();
+    let inner = mine.acquire(&key, &me, Duration::from_secs(1)).await.expect("the owner re-enters");
+    assert!(started.elapsed() < Duration::from_millis(100), "re-entry waited {:?}", started.elapsed());
+    assert_eq!(inner.fencing_token(), outer.fencing_token(), "one grant, one token");
+
+    inner.release().await.unwrap();
+    let refused = theirs.try_acquire(&key, &stranger).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "freed at the first of two releases: {refused:?}");
+    outer.release().await.unwrap();
+    let granted = theirs.acquire(&key, &stranger, Duration::from_secs(2)).await.expect("free after the last release");
+    granted.release().await.unwrap();
+}
+
+async fn fencing_tokens_grow_strictly_with_every_grant(subject: &Subject) {
+    if !subject.traits.fencing_tokens {
+        return; // this strategy issues no tokens; its sale runs unfenced
+    }
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("fence");
+    let mut tokens = Vec::new();
+    for round in 0..6 {
+        let guard = locks[round % 2].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+        tokens.push(guard.fencing_token().expect("every grant carries a token").order());
+        guard.release().await.unwrap();
+    }
+    assert!(tokens.windows(2).all(|pair| pair[1] > pair[0]), "tokens did not grow: {tokens:?}");
+}
+
+async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &Subject) {
+    if !subject.traits.lease {
+        return; // no lease to lose: the lock lasts until it is released
+    }
+    let (_, mut contenders) = subject.contenders_with_hooks(2).await;
+    let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
+    let lose_lease = contenders.remove(0).lose_lease;
+    let stock_client = common::redis_client(subject.traits.stock_db).await;
+    let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap());
+    store.reset(10).await.unwrap();
+    let key = common::unique_key("lost");
+
+    let old = locks[0].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let old_token = old.fencing_token().cloned();
+    assert_eq!(store.read(old_token.as_ref()).await.unwrap(), StockRead::Stock(10));
+    assert!(old.is_held());
+
+    lose_lease(key.clone()).await;
+    let new = locks[1].acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("taken over");
+    let new_token = new.fencing_token().cloned();
+    assert_eq!(store.read(new_token.as_ref()).await.unwrap(), StockRead::Stock(10));
+
+    tokio::time::timeout(Duration::from_secs(5), old.lease().lost())
+        .await
+        .expect("the old holder learns that its lease is gone");
+    assert!(!old.is_held());
+    let seller = Seller { instance: "old".into(), port: 0, strategy: "test" };
+    let record = SaleRecord::new(&seller, "stale-write", 10, old_token.clone(), 0.0, 0);
+    let refused = store.write(&record, 9, old_token.as_ref()).await.unwrap();
+    if subject.traits.fencing_tokens {
+        assert_eq!(refused, WriteOutcome::Fenced, "the stock took a write from a holder whose lock is gone");
+        let snapshot = store.snapshot().await.unwrap();
+        assert_eq!((snapshot.stock, snapshot.lucky), (10, 0), "something was sold: {snapshot:?}");
+    }
+    assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
+    new.release().await.unwrap();
+}
+
+async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(subject: &Subject) {
+    let Some(bound) = subject.traits.vanished_holder_frees_within else {
+        return; // see the strategy's Traits for why
+    };
+    let (_, mut contenders) = subject.contenders_with_hooks(2).await;
+    let key = common::unique_key("vanish");
+    let Contender { lock, vanish, .. } = contenders.remove(0);
+    let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    vanish(guard).await;
+    drop(lock);
+    let vanished_at = Instant::now();
+    let survivor = &contenders[0].lock;
+    let granted = survivor.acquire(&key, &common::owner(), bound * 3).await.expect("the key is freed");
+    let waited = vanished_at.elapsed();
+    assert!(waited < bound + Duration::from_secs(1), "freed only after {waited:?}");
+    granted.release().await.unwrap();
+}
+
+async fn shutdown_frees_what_was_held_and_refuses_new_acquires(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("shutdown");
+    let held = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    locks[0].shutdown().await.expect("shutdown succeeds");
+    let refused = locks[0].try_acquire(&common::unique_key("after"), &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::ShutDown { .. })), "expected ShutDown, got {refused:?}");
+    if subject.traits.separate_clients {
+        // Another process gets the key at once, not after a lease runs out.
+        let started = Instant::now();
+        let granted = locks[1].acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+        assert!(started.elapsed() < Duration::from_millis(500), "freed only after {:?}", started.elapsed());
+        granted.release().await.unwrap();
+    }
+    drop(held);
+}
+
+/// Writes one `#[tokio::test]` per check for a strategy: the test calls the check with
+/// the strategy's [`Subject`]. Nothing else happens in the macro.
 macro_rules! conformance_suite {
     ($strategy:ident, $traits:expr, $contenders:expr) => {
         mod $strategy {
             use super::*;
 
-            const TRAITS: Traits = $traits;
-
-            async fn contenders_with_hooks(n: usize) -> (::redis::Client, Vec<Contender>) {
-                let client = common::redis_client(0).await;
-                let contenders = ($contenders)(client.clone(), n).await;
-                (client, contenders)
+            fn subject() -> Subject {
+                Subject { traits: $traits, make_contenders: Box::new(|client, n| Box::pin(($contenders)(client, n))) }
             }
 
-            async fn contenders(n: usize) -> (::redis::Client, Vec<Arc<dyn DistributedLock>>) {
-                let (client, contenders) = contenders_with_hooks(n).await;
-                (client, contenders.into_iter().map(|contender| contender.lock).collect())
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn concurrent_read_modify_writes_under_the_lock_lose_no_update() {
-                let (client, locks) = contenders(2).await;
-                let total = common::racing_increments(&client, locks, 4, 25).await;
-                assert_eq!(total, 2 * 4 * 25, "some increments overlapped: the lock let two holders in");
-            }
-
-            #[tokio::test]
-            async fn try_acquire_fails_fast_while_the_lock_is_held() {
-                let (_, locks) = contenders(2).await;
-                let key = common::unique_key("held");
-                let guard = locks[0].try_acquire(&key, &common::owner()).await.expect("a free key is granted");
-                let started = Instant::now();
-                let refused = locks[1].try_acquire(&key, &common::owner()).await;
-                assert!(matches!(refused, Err(LockError::Busy { .. })), "expected Busy, got {refused:?}");
-                assert!(started.elapsed() < Duration::from_millis(200), "try_acquire waited {:?}", started.elapsed());
-                guard.release().await.unwrap();
-            }
-
-            #[tokio::test]
-            async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held() {
-                let (_, locks) = contenders(2).await;
-                let key = common::unique_key("timeout");
-                let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
-                let started = Instant::now();
-                let refused = locks[1].acquire(&key, &common::owner(), Duration::from_millis(300)).await;
-                let waited = started.elapsed();
-                assert!(matches!(refused, Err(LockError::Timeout { .. })), "expected Timeout, got {refused:?}");
-                assert!(waited >= Duration::from_millis(300), "gave up early, after {waited:?}");
-                assert!(waited < Duration::from_millis(1500), "overshot the timeout: {waited:?}");
-                guard.release().await.unwrap();
-            }
-
-            #[tokio::test]
-            async fn a_waiter_gets_the_lock_soon_after_it_is_released() {
-                let (_, locks) = contenders(2).await;
-                let key = common::unique_key("handover");
-                let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
-                let waiter = {
-                    let (lock, key) = (locks[1].clone(), key.clone());
-                    tokio::spawn(async move {
-                        let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await?;
-                        let granted_at = Instant::now();
-                        guard.release().await?;
-                        Ok::<_, LockError>(granted_at)
-                    })
-                };
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                assert!(!waiter.is_finished(), "the waiter got a lock that was still held");
-                let released_at = Instant::now();
-                guard.release().await.unwrap();
-                let granted_at = waiter.await.unwrap().expect("the waiter gets the lock");
-                let handover = granted_at.saturating_duration_since(released_at);
-                assert!(handover < Duration::from_millis(200), "handover took {handover:?}");
-            }
-
-            #[tokio::test]
-            async fn different_keys_do_not_block_each_other() {
-                let (_, locks) = contenders(2).await;
-                let first = locks[0].try_acquire(&common::unique_key("a"), &common::owner()).await.unwrap();
-                let second = locks[1]
-                    .try_acquire(&common::unique_key("b"), &common::owner())
-                    .await
-                    .expect("another key is free");
-                first.release().await.unwrap();
-                second.release().await.unwrap();
-            }
-
-            #[tokio::test]
-            async fn an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release() {
-                let (_, locks) = contenders(2).await;
-                let (mine, theirs) = (Reentrant::new(locks[0].clone()), Reentrant::new(locks[1].clone()));
-                let (me, stranger) = (common::owner(), common::owner());
-                let key = common::unique_key("reentrant");
-
-                let outer = mine.acquire(&key, &me, Duration::from_secs(1)).await.unwrap();
-                let started = Instant::now();
-                let inner = mine.acquire(&key, &me, Duration::from_secs(1)).await.expect("the owner re-enters");
-                assert!(started.elapsed() < Duration::from_millis(100), "re-entry waited {:?}", started.elapsed());
-                assert_eq!(inner.fencing_token(), outer.fencing_token(), "one grant, one token");
-
-                inner.release().await.unwrap();
-                let refused = theirs.try_acquire(&key, &stranger).await;
-                assert!(
-                    matches!(refused, Err(LockError::Busy { .. })),
-                    "freed at the first of two releases: {refused:?}"
-                );
-                outer.release().await.unwrap();
-                let granted =
-                    theirs.acquire(&key, &stranger, Duration::from_secs(2)).await.expect("free after the last release");
-                granted.release().await.unwrap();
-            }
-
-            #[tokio::test]
-            async fn fencing_tokens_grow_strictly_with_every_grant() {
-                if !TRAITS.fencing_tokens {
-                    return; // this strategy issues no tokens; its sale runs unfenced
-                }
-                let (_, locks) = contenders(2).await;
-                let key = common::unique_key("fence");
-                let mut tokens = Vec::new();
-                for round in 0..6 {
-                    let guard = locks[round % 2].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-                    tokens.push(guard.fencing_token().expect("every grant carries a token").order());
-                    guard.release().await.unwrap();
-                }
-                assert!(tokens.windows(2).all(|pair| pair[1] > pair[0]), "tokens did not grow: {tokens:?}");
-            }
-
-            #[tokio::test]
-            async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused() {
-                if !TRAITS.lease {
-                    return; // no lease to lose: the lock lasts until it is released
-                }
-                let (_, mut contenders) = contenders_with_hooks(2).await;
-                let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
-                let lose_lease = contenders.remove(0).lose_lease;
-                let stock_client = common::redis_client(TRAITS.stock_db).await;
-                let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap());
-                store.reset(10).await.unwrap();
-                let key = common::unique_key("lost");
-
-                let old = locks[0].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-                let old_token = old.fencing_token().cloned();
-                assert_eq!(store.read(old_token.as_ref()).await.unwrap(), StockRead::Stock(10));
-                assert!(old.is_held());
-
-                lose_lease(key.clone()).await;
-                let new = locks[1].acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("taken over");
-                let new_token = new.fencing_token().cloned();
-                assert_eq!(store.read(new_token.as_ref()).await.unwrap(), StockRead::Stock(10));
-
-                tokio::time::timeout(Duration::from_secs(5), old.lease().lost())
-                    .await
-                    .expect("the old holder learns that its lease is gone");
-                assert!(!old.is_held());
-                let seller = Seller { instance: "old".into(), port: 0, strategy: "test" };
-                let record = SaleRecord::new(&seller, "stale-write", 10, old_token.clone(), 0.0, 0);
-                let refused = store.write(&record, 9, old_token.as_ref()).await.unwrap();
-                if TRAITS.fencing_tokens {
-                    assert_eq!(
-                        refused,
-                        WriteOutcome::Fenced,
-                        "the stock took a write from a holder whose lock is gone"
-                    );
-                    let snapshot = store.snapshot().await.unwrap();
-                    assert_eq!((snapshot.stock, snapshot.lucky), (10, 0), "something was sold: {snapshot:?}");
-                }
-                assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
-                new.release().await.unwrap();
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease() {
-                let Some(bound) = TRAITS.vanished_holder_frees_within else {
-                    return; // see the strategy's Traits for why
-                };
-                let (_, mut contenders) = contenders_with_hooks(2).await;
-                let key = common::unique_key("vanish");
-                let Contender { lock, vanish, .. } = contenders.remove(0);
-                let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
-                vanish(guard).await;
-                drop(lock);
-                let vanished_at = Instant::now();
-                let survivor = &contenders[0].lock;
-                let granted = survivor.acquire(&key, &common::owner(), bound * 3).await.expect("the key is freed");
-                let waited = vanished_at.elapsed();
-                assert!(waited < bound + Duration::from_secs(1), "freed only after {waited:?}");
-                granted.release().await.unwrap();
-            }
-
-            #[tokio::test]
-            async fn shutdown_frees_what_was_held_and_refuses_new_acquires() {
-                let (_, locks) = contenders(2).await;
-                let key = common::unique_key("shutdown");
-                let held = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
-                locks[0].shutdown().await.expect("shutdown succeeds");
-                let refused = locks[0].try_acquire(&common::unique_key("after"), &common::owner()).await;
-                assert!(matches!(refused, Err(LockError::ShutDown { .. })), "expected ShutDown, got {refused:?}");
-                if TRAITS.separate_clients {
-                    // Another process gets the key at once, not after a lease runs out.
-                    let started = Instant::now();
-                    let granted = locks[1].acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
-                    assert!(started.elapsed() < Duration::from_millis(500), "freed only after {:?}", started.elapsed());
-                    granted.release().await.unwrap();
-                }
-                drop(held);
+            checks! {
+                one_thread: try_acquire_fails_fast_while_the_lock_is_held, acquire_gives_up_with_a_timeout_error_while_the_lock_is_held, a_waiter_gets_the_lock_soon_after_it_is_released, different_keys_do_not_block_each_other, an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release, fencing_tokens_grow_strictly_with_every_grant, a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused, shutdown_frees_what_was_held_and_refuses_new_acquires;
+                two_threads: concurrent_read_modify_writes_under_the_lock_lose_no_update, a_holder_that_vanishes_without_release_frees_the_key_within_its_lease;
             }
         }
+    };
+}
+
+/// The wrappers themselves. A check that races two contenders runs on two threads.
+macro_rules! checks {
+    (one_thread: $($check:ident),*; two_threads: $($racing:ident),*;) => {
+        $(
+            #[tokio::test]
+            async fn $check() {
+                super::$check(&subject()).await
+            }
+        )*
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $racing() {
+                super::$racing(&subject()).await
+            }
+        )*
     };
 }
 

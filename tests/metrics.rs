@@ -1,5 +1,5 @@
 //! `GET /metrics`: Prometheus's text format, whose counters move with the sales.
-//! Redis database 56 belongs to this file.
+//! Its Redis database is in `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 

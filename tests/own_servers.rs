@@ -20,6 +20,6 @@ async fn the_tests_refuse_a_redis_the_project_did_not_start() {
 #[test]
 fn the_tests_default_to_the_projects_own_port_not_the_standard_one() {
     if std::env::var("SECKILL_TEST_REDIS_URL").is_err() {
-        assert!(common::redis_url(3).starts_with("redis://127.0.0.1:6390/"), "{}", common::redis_url(3));
+        assert!(common::redis_url(63).starts_with("redis://127.0.0.1:6390/"), "{}", common::redis_url(63));
     }
 }

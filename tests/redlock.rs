@@ -112,7 +112,7 @@ async fn with_persistence_a_restarted_master_still_holds_its_key_so_a_bare_major
         Redlock::connect(&urls(&masters), options()).await.unwrap(),
         Redlock::connect(&urls(&masters), options()).await.unwrap(),
     );
-    let down: Vec<(u16, common::TempDir)> = masters.drain(3..).map(PrivateRedis::crash).collect();
+    let down: Vec<(u16, tempfile::TempDir)> = masters.drain(3..).map(PrivateRedis::crash).collect();
     let key = common::unique_key("bare-majority");
     let held = first.try_acquire(&key, &common::owner()).await.expect("three of five is a majority");
 

@@ -11,12 +11,8 @@
 //! bound (sales/s) = 1 / sum over the steps of (round trips x that backend's round-trip time)
 //! ```
 //!
-//! A step counts a full round trip when the chain waits for its answer, and half of
-//! one when only one direction is on the path: a release's request frees the lock when
-//! it arrives (its answer travels while the next holder is already going), and a
-//! wake-up (a pub/sub message, a watch event) travels one way. A polling lock's wake-up
-//! counts as half a round trip too: its best case, a retry that arrives just after the
-//! release. The round-trip times are measured in the same run ([`measure_round_trips`]),
+//! Each lock declares its path beside its code (`seckill::lock::critical_path` says how
+//! a step is counted). The round-trip times are measured in the same run ([`measure_round_trips`]),
 //! on a quiet machine, one request at a time, and for the kind of request the step is:
 //! a write that a server must make durable first (etcd's and ZooKeeper's logs, MySQL's
 //! commit, a Redlock master's append-only file) costs far more than a PING, so each
@@ -31,122 +27,19 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
+pub use seckill::lock::critical_path::{Access, Backend, Step};
 use seckill::strategy::Strategy;
 
 /// Round trips timed per backend (after a few to warm the connection up).
 const PROBES: usize = 500;
 const WARM_UP_PROBES: usize = 50;
 
-/// A server the sale talks to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backend {
-    /// The Redis that holds the stock (`--redis-url`).
-    StockRedis,
-    /// The Redis that holds the lock (`--lock-redis-url`, by default the stock's).
-    LockRedis,
-    /// All Redlock masters, asked at once: the answer of the slowest counts.
-    RedlockMasters,
-    Etcd,
-    Zookeeper,
-    Mysql,
-}
-
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::StockRedis => "stock Redis",
-            Backend::LockRedis => "lock Redis",
-            Backend::RedlockMasters => "5 Redlock masters",
-            Backend::Etcd => "etcd",
-            Backend::Zookeeper => "ZooKeeper",
-            Backend::Mysql => "MySQL",
-        }
-    }
-}
-
-/// What a step asks of its backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Access {
-    /// Reads, or a message the server passes on (a watch event, a pub/sub message).
-    Read,
-    /// Changes data: the server makes it durable (if it persists at all) before answering.
-    Write,
-}
-
-/// One step of the critical path.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Step {
-    pub name: String,
-    pub backend: Backend,
-    pub access: Access,
-    pub round_trips: f64,
-}
-
-fn step(name: &str, backend: Backend, access: Access, round_trips: f64) -> Step {
-    Step { name: name.to_owned(), backend, access, round_trips }
-}
-
-/// The chain from one grant to the next, as each lock in `src/lock/` runs it.
-/// `None` for the baselines, which serialize nothing across instances.
+/// The chain from one grant to the next: the sale's own steps (`seckill::sale`), then
+/// the lock's, as its file in `src/lock/` declares them. `None` for the baselines,
+/// which serialize nothing across instances.
 pub fn critical_path(strategy: Strategy) -> Option<Vec<Step>> {
-    use Access::{Read, Write};
-    use Backend::*;
-    // Every lock's holder reads and writes the stock (`src/sale.rs`): two scripts. The
-    // fenced read writes too: it raises the token's high-water mark.
-    let sale = [step("read the stock", StockRedis, Write, 1.0), step("write the sale", StockRedis, Write, 1.0)];
-    let lock_steps = match strategy {
-        Strategy::None | Strategy::Local | Strategy::Atomic => return None,
-        // Release script (DEL + PUBLISH); the waiter's instance hears the PUBLISH;
-        // the waiter's acquire script (SET NX PX + INCR for the token).
-        Strategy::Redis => vec![
-            step("release (DEL, PUBLISH)", LockRedis, Write, 0.5),
-            step("wake-up (pub/sub message)", LockRedis, Read, 0.5),
-            step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
-        ],
-        // The same scripts through the degrade wrapper, but waiters poll.
-        Strategy::RedisDegrade => vec![
-            step("release (DEL)", LockRedis, Write, 0.5),
-            step("wake-up (poll, at best)", LockRedis, Read, 0.5),
-            step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
-        ],
-        // Every master at once, so each step costs the slowest master's round trip.
-        Strategy::Redlock => vec![
-            step("release (DEL on every master)", RedlockMasters, Write, 0.5),
-            step("wake-up (poll, at best)", RedlockMasters, Read, 0.5),
-            step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
-        ],
-        // The waiter watches its predecessor; on the delete event it reads its own key
-        // and the one before it in one range read (none before: granted).
-        Strategy::Etcd => vec![
-            step("release (DELETE own key)", Etcd, Write, 0.5),
-            step("wake-up (watch event)", Etcd, Read, 0.5),
-            step("read own key and the one before it", Etcd, Read, 1.0),
-        ],
-        // The waiter watches its predecessor; on the delete event it lists the children.
-        Strategy::Zookeeper => vec![
-            step("release (delete own node)", Zookeeper, Write, 0.5),
-            step("wake-up (watch event)", Zookeeper, Read, 0.5),
-            step("list the children", Zookeeper, Read, 1.0),
-        ],
-        // Polling: INSERT the row, then take and stamp a fencing token.
-        Strategy::Mysql => vec![
-            step("release (DELETE row)", Mysql, Write, 0.5),
-            step("wake-up (poll, at best)", Mysql, Read, 0.5),
-            step("acquire (INSERT row)", Mysql, Write, 1.0),
-            step("next fencing token", Mysql, Write, 1.0),
-            step("stamp the token on the row", Mysql, Write, 1.0),
-        ],
-        // Polling: read the row and its version, then compare-and-set it.
-        Strategy::MysqlVersion => vec![
-            step("release (UPDATE owner = '')", Mysql, Write, 0.5),
-            step("wake-up (poll, at best)", Mysql, Read, 0.5),
-            step("read the row", Mysql, Read, 1.0),
-            step("compare-and-set the version", Mysql, Write, 1.0),
-        ],
-    };
-    Some(sale.into_iter().chain(lock_steps).collect())
+    let lock_steps = strategy.critical_path()?;
+    Some(seckill::sale::CRITICAL_PATH.iter().chain(lock_steps).cloned().collect())
 }
 
 /// One backend's measured round-trip time, for one kind of request.
@@ -187,15 +80,6 @@ pub async fn measure_round_trips(strategy: Strategy, config: &Config) -> anyhow:
         }
     }
     Ok(measured)
-}
-
-impl Access {
-    pub fn name(self) -> &'static str {
-        match self {
-            Access::Read => "read",
-            Access::Write => "write",
-        }
-    }
 }
 
 /// Keeps, for each backend and kind of request, the quicker median of `earlier` and `later`.

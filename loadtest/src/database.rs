@@ -16,7 +16,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use seckill::lock::degrade::DegradeStats;
+use seckill::lock::redis_degrade::DegradeStats;
 use seckill::lock::LockStats;
 
 /// The statements the server counts, by command.
@@ -172,7 +172,7 @@ pub fn per_sale_label(value: Option<f64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill::lock::permits::PermitStats;
+    use seckill::lock::parts::permits::PermitStats;
 
     fn stats(attempts: u64, grants: u64, conflicts: u64, peak: usize) -> LockStats {
         LockStats {

@@ -1,6 +1,6 @@
 //! `bench` as `make bench` runs it, briefly: two instances of the Redis lock, one crowd
-//! run, a short serial and sustained load; then the report. Redis database 58 (of the
-//! project's test Redis) belongs to this file.
+//! run, a short serial and sustained load; then the report. Its Redis database
+//! is in `DATABASES` in tests/common/test_redis.rs.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -19,8 +19,8 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         Instance::start(common::config(Strategy::Redis, DB)).await.expect("an instance starts on the test Redis")
     };
     let (first, second) = (start().await, start().await);
-    let dir = common::TempDir::new("bench");
-    let json = dir.0.join("redis.json");
+    let dir = common::temp_dir("bench");
+    let json = dir.path().join("redis.json");
     let bench = env!("CARGO_BIN_EXE_bench");
 
     let measured = tokio::task::spawn_blocking({
@@ -60,8 +60,8 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     assert!(result["sustained_cpu"]["processes"].as_array().unwrap().iter().any(|p| p["name"] == "this-test"));
     assert!(stdout.contains("| redis | 1/1 | 300 (300–300) |"), "{stdout}");
 
-    let html = dir.0.join("report.html");
-    let chaos = dir.0.join("chaos.md");
+    let html = dir.path().join("report.html");
+    let chaos = dir.path().join("chaos.md");
     std::fs::write(&chaos, "| fault | strategy | sold twice |\n| --- | --- | ---: |\n| holder-killed | redis | 0 |\n")
         .unwrap();
     let reported = Command::new(bench)
@@ -72,7 +72,7 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         .arg("--chaos")
         .arg(&chaos)
         .arg("--lockbench")
-        .arg(dir.0.join("no-lockbench-here.json"))
+        .arg(dir.path().join("no-lockbench-here.json"))
         .output()
         .expect("bench report runs");
     let tables = String::from_utf8_lossy(&reported.stdout);

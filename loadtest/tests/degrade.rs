@@ -5,7 +5,7 @@
 //! prints the answers per mode and the sales per second in each.
 //! `SECKILL_DEGRADE_CYCLES` sets the number of outages (default 10).
 //!
-//! Redis databases 48 and 49 belong to this file.
+//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;

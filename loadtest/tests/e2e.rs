@@ -3,7 +3,7 @@
 //! one-shot buyers from goose, and the verdict read back from Redis.
 //!
 //! Needs the project's test Redis (`make test` starts it). Each test sells from its own
-//! Redis database (10 to 19, 44, 47 and 50 belong to this file); the attacks run one at a time because
+//! Redis database (`DATABASES` in tests/common/test_redis.rs); the attacks run one at a time because
 //! goose keeps global state.
 
 #[path = "../../tests/common/mod.rs"]

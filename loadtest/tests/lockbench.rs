@@ -1,6 +1,6 @@
 //! `lockbench` as a reader runs it: a short run against real locks prints one row per
-//! strategy, contender count and key layout, with no errors. Redis database 57 (of the
-//! project's test Redis) belongs to this file.
+//! strategy, contender count and key layout, with no errors. Its Redis database is in
+//! `DATABASES` in tests/common/test_redis.rs.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -10,8 +10,8 @@ use std::process::Command;
 #[tokio::test]
 async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
     common::redis_client(57).await; // the project's test Redis, or a clear panic
-    let dir = common::TempDir::new("lockbench");
-    let json = dir.0.join("lockbench.json");
+    let dir = common::temp_dir("lockbench");
+    let json = dir.path().join("lockbench.json");
     let output = Command::new(env!("CARGO_BIN_EXE_lockbench"))
         .args(["--strategies", "local,redis", "--contenders", "1,4", "--seconds", "0.3"])
         .arg("--json")

@@ -6,7 +6,7 @@
 //!
 //! ## How it works
 //! 1. **A session per instance.** At start the lock grants one lease and keeps it alive
-//!    ([`super::keepalive`], every `ttl / 3`). Every key this instance creates is
+//!    ([`crate::lock::parts::keepalive`], every `ttl / 3`). Every key this instance creates is
 //!    attached to it, so if the instance dies, the lease runs out and all its keys
 //!    vanish together. etcd counts lease TTLs in whole seconds (and grants at least
 //!    its minimum, about 2 s by default), so `--lock-ttl-ms` is rounded up to seconds.
@@ -48,7 +48,7 @@
 //! - etcd API guarantees (revisions): <https://etcd.io/docs/latest/learning/api_guarantees/>
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -58,10 +58,21 @@ use etcd_client::{
     TxnOpResponse,
 };
 
-use super::keepalive::KeepAlive;
-use super::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "etcd";
+
+/// The critical path from one grant to the next: the holder deletes its key, the
+/// waiter's watch on it fires, and the waiter reads its own key and the one before it
+/// in one range read (none before: granted). See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (DELETE own key)", Etcd, Write, 0.5),
+    step("wake-up (watch event)", Etcd, Read, 0.5),
+    step("read own key and the one before it", Etcd, Read, 1.0),
+];
 /// Every lock key lives under this prefix, then the lock's name.
 const KEY_PREFIX: &str = "seckill/locks/";
 /// How long opening a connection to etcd may take.
@@ -83,6 +94,16 @@ pub struct EtcdLockOptions {
     pub ttl: Duration,
 }
 
+/// A lock whose queue is a set of etcd keys, ordered by revision.
+pub struct EtcdLock {
+    client: Client,
+    ttl_seconds: i64,
+    session: tokio::sync::Mutex<Arc<Session>>,
+    shut_down: ShutDownSwitch,
+    /// How many times a waiter was woken by its predecessor's deletion.
+    wakeups: Arc<AtomicU64>,
+}
+
 /// One lease, kept alive for as long as this value lives.
 struct Session {
     lease_id: i64,
@@ -90,60 +111,12 @@ struct Session {
     _keepalive: KeepAlive,
 }
 
-/// A lock whose queue is a set of etcd keys, ordered by revision.
-pub struct EtcdLock {
+/// One grant: the own key, deleted on release.
+struct EtcdGrant {
     client: Client,
-    ttl_seconds: i64,
-    session: tokio::sync::Mutex<Arc<Session>>,
-    shut_down: AtomicBool,
-    /// How many times a waiter was woken by its predecessor's deletion.
-    wakeups: Arc<AtomicU64>,
-}
-
-fn backend_error(error: etcd_client::Error) -> LockError {
-    LockError::backend(BACKEND, error)
-}
-
-/// Failures that another try may cure: the member we talked to went away, or the
-/// cluster is electing a leader. Not: a lease that is gone, or a bad request.
-fn is_transient(error: &etcd_client::Error) -> bool {
-    use tonic::Code;
-    match error {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        etcd_client::Error::GRpcStatus(status) => {
-            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
-        }
-        _ => false,
-    }
-}
-
-/// Sends a request, and again after each transient failure, until `deadline`.
-async fn retry_transient<T, F, Fut>(deadline: Instant, mut request: F) -> Result<T, etcd_client::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>>,
-{
-    loop {
-        match request().await {
-            Ok(answer) => return Ok(answer),
-            Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
-                tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
-/// The lease named in a request no longer exists on the server (expired or revoked),
-/// even if our keep-alive has not heard yet.
-fn is_lease_gone(error: &etcd_client::Error) -> bool {
-    matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::NotFound)
-}
-
-/// Whole seconds, rounded up, at least 1.
-fn lease_seconds(ttl: Duration) -> i64 {
-    (ttl.as_millis().div_ceil(1000) as i64).max(1)
+    own_key: Option<String>,
+    /// Weak, so a grant does not keep its session alive: when the instance goes, its lease goes.
+    session: Weak<Session>,
 }
 
 impl EtcdLock {
@@ -164,7 +137,7 @@ impl EtcdLock {
             client,
             ttl_seconds,
             session: tokio::sync::Mutex::new(Arc::new(session)),
-            shut_down: AtomicBool::new(false),
+            shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: Arc::default(),
         })
     }
@@ -178,13 +151,155 @@ impl EtcdLock {
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::SeqCst)
     }
+}
 
+#[async_trait]
+impl DistributedLock for EtcdLock {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        let deadline = Instant::now() + RETRY_BUDGET;
+        let mut session = self.current_session(None, deadline).await?;
+        let mut enqueued = self.enqueue(&session, key, owner, deadline).await?;
+        if let Enqueued::LeaseGone = enqueued {
+            session = self.current_session(Some(&session), deadline).await?;
+            enqueued = self.enqueue(&session, key, owner, deadline).await?;
+        }
+        let Enqueued::Queued(queued) = enqueued else {
+            return Err(LockError::backend(BACKEND, std::io::Error::other("a new etcd lease vanished at once")));
+        };
+        if queued.holds() {
+            return Ok(self.grant(key, queued, &session));
+        }
+        self.delete(&queued.own_key).await?;
+        Err(LockError::Busy { key: key.to_owned() })
+    }
+
+    /// Queues, then waits for the key just before ours (step 4) instead of polling.
+    /// A waiter whose session ended while it waited (a lease lost to a pause or to a
+    /// leader election) never held the lock: it queues again on a new session, at the
+    /// back, until its deadline.
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut dead_session = None;
+        loop {
+            let session = self.current_session(dead_session.as_ref(), deadline).await?;
+            let queued = match self.enqueue(&session, key, owner, deadline).await? {
+                Enqueued::Queued(queued) => queued,
+                Enqueued::LeaseGone => {
+                    dead_session = Some(session);
+                    continue;
+                }
+            };
+            if queued.holds() {
+                return Ok(self.grant(key, queued, &session));
+            }
+            let own_key_seen =
+                match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
+                    Ok(Ok(own_key_seen)) => own_key_seen,
+                    Ok(Err(error)) => {
+                        let _ = self.delete(&queued.own_key).await;
+                        return Err(error);
+                    }
+                    Err(_) => {
+                        self.delete(&queued.own_key).await?;
+                        return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
+                    }
+                };
+            if own_key_seen && session.lease.is_held() {
+                return Ok(self.grant(key, queued, &session));
+            }
+            // The wait ended otherwise: is our key still there, and our session alive?
+            // (Jepsen's finding: a key that vanished with its session is not a grant.)
+            let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
+                let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
+                async move { client.get(own_key, None).await }
+            })
+            .await
+            .map_err(backend_error)?;
+            if !own.kvs().is_empty() && session.lease.is_held() {
+                return Ok(self.grant(key, queued, &session));
+            }
+            let _ = self.delete(&queued.own_key).await; // in case the lease outlived our view of it
+            dead_session = Some(session);
+            if Instant::now() >= deadline {
+                return Err(LockError::Lost { key: key.to_owned() });
+            }
+            tracing::info!(key, "the etcd session ended while waiting; queueing again on a new session");
+        }
+    }
+
+    /// Revokes the session's lease: every key of this instance goes at once.
+    async fn shutdown(&self) -> Result<(), LockError> {
+        self.shut_down.turn();
+        let lease_id = self.session.lock().await.lease_id;
+        self.client.clone().lease_revoke(lease_id).await.map_err(backend_error)?;
+        Ok(())
+    }
+}
+
+// The steps, in the order the protocol runs them.
+
+impl Session {
+    /// Grants a lease and keeps it alive every `ttl / 3`.
+    /// Tries again after transient failures until `deadline` (an election may be on).
+    async fn start(client: &Client, ttl_seconds: i64, deadline: Instant) -> Result<Session, LockError> {
+        let client = client.clone();
+        let (granted, sent) = retry_transient(deadline, || {
+            let mut client = client.clone();
+            async move {
+                let sent = Instant::now();
+                client.lease_grant(ttl_seconds, None).await.map(|granted| (granted, sent))
+            }
+        })
+        .await
+        .map_err(backend_error)?;
+        let lease_id = granted.id();
+        // etcd may grant more than asked (its minimum TTL); the lease is what it granted.
+        let ttl = Duration::from_secs(granted.ttl().max(ttl_seconds) as u64);
+        let opened = retry_transient(deadline, || {
+            let mut client = client.clone();
+            async move { client.lease_keep_alive(lease_id).await }
+        })
+        .await
+        .map_err(backend_error)?;
+        // The keep-alive stream, or None after it broke: the next renewal opens a new one,
+        // on whichever member answers (the lease lives in the cluster, not in the stream).
+        let channel = Arc::new(tokio::sync::Mutex::new(Some(opened)));
+        let (keepalive, lease) = KeepAlive::spawn(BACKEND, &format!("lease {lease_id:x}"), ttl, sent, move || {
+            let (channel, mut client) = (channel.clone(), client.clone());
+            async move {
+                let mut channel = channel.lock().await;
+                if channel.is_none() {
+                    *channel = Some(client.lease_keep_alive(lease_id).await.map_err(backend_error)?);
+                }
+                let (keeper, stream) = channel.as_mut().expect("opened above");
+                let answer = match keeper.keep_alive().await {
+                    Ok(()) => stream.message().await,
+                    Err(error) => Err(error),
+                };
+                match answer {
+                    // A TTL of 0 means the lease is gone: expired or revoked.
+                    Ok(Some(answer)) => Ok(answer.ttl() > 0),
+                    Ok(None) => {
+                        *channel = None;
+                        Err(LockError::backend(BACKEND, std::io::Error::other("keep-alive stream closed")))
+                    }
+                    Err(error) => {
+                        *channel = None;
+                        Err(backend_error(error))
+                    }
+                }
+            }
+        });
+        Ok(Session { lease_id, lease, _keepalive: keepalive })
+    }
+}
+
+impl EtcdLock {
     /// The current session, or a new one if the last lease was lost, or if it is
     /// `dead`: a session whose lease the server no longer has.
     async fn current_session(&self, dead: Option<&Arc<Session>>, deadline: Instant) -> Result<Arc<Session>, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
+        self.shut_down.refuse_if_shut_down()?;
         let mut session = self.session.lock().await;
         if !session.lease.is_held() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
             tracing::warn!(lease = session.lease_id, "the etcd session was lost; starting a new one");
@@ -327,106 +442,10 @@ impl EtcdLock {
     }
 }
 
-impl Session {
-    /// Grants a lease and keeps it alive every `ttl / 3`.
-    /// Tries again after transient failures until `deadline` (an election may be on).
-    async fn start(client: &Client, ttl_seconds: i64, deadline: Instant) -> Result<Session, LockError> {
-        let client = client.clone();
-        let (granted, sent) = retry_transient(deadline, || {
-            let mut client = client.clone();
-            async move {
-                let sent = Instant::now();
-                client.lease_grant(ttl_seconds, None).await.map(|granted| (granted, sent))
-            }
-        })
-        .await
-        .map_err(backend_error)?;
-        let lease_id = granted.id();
-        // etcd may grant more than asked (its minimum TTL); the lease is what it granted.
-        let ttl = Duration::from_secs(granted.ttl().max(ttl_seconds) as u64);
-        let opened = retry_transient(deadline, || {
-            let mut client = client.clone();
-            async move { client.lease_keep_alive(lease_id).await }
-        })
-        .await
-        .map_err(backend_error)?;
-        // The keep-alive stream, or None after it broke: the next renewal opens a new one,
-        // on whichever member answers (the lease lives in the cluster, not in the stream).
-        let channel = Arc::new(tokio::sync::Mutex::new(Some(opened)));
-        let (keepalive, lease) = KeepAlive::spawn(BACKEND, &format!("lease {lease_id:x}"), ttl, sent, move || {
-            let (channel, mut client) = (channel.clone(), client.clone());
-            async move {
-                let mut channel = channel.lock().await;
-                if channel.is_none() {
-                    *channel = Some(client.lease_keep_alive(lease_id).await.map_err(backend_error)?);
-                }
-                let (keeper, stream) = channel.as_mut().expect("opened above");
-                let answer = match keeper.keep_alive().await {
-                    Ok(()) => stream.message().await,
-                    Err(error) => Err(error),
-                };
-                match answer {
-                    // A TTL of 0 means the lease is gone: expired or revoked.
-                    Ok(Some(answer)) => Ok(answer.ttl() > 0),
-                    Ok(None) => {
-                        *channel = None;
-                        Err(LockError::backend(BACKEND, std::io::Error::other("keep-alive stream closed")))
-                    }
-                    Err(error) => {
-                        *channel = None;
-                        Err(backend_error(error))
-                    }
-                }
-            }
-        });
-        Ok(Session { lease_id, lease, _keepalive: keepalive })
-    }
-}
-
-/// Deletes a key of ours, trying again for up to [`RETRY_BUDGET`] after transient
-/// failures (a key left behind would keep the next waiter waiting until its lease ends);
-/// `Ok(false)` if it was already gone.
-async fn delete_key(client: &Client, key: &str) -> Result<bool, LockError> {
-    let deleted = retry_transient(Instant::now() + RETRY_BUDGET, || {
-        let mut client = client.clone();
-        async move { client.delete(key, None).await }
-    })
-    .await
-    .map_err(backend_error)?;
-    Ok(deleted.deleted() > 0)
-}
-
 /// A queue key, or none because the session's lease is gone on the server.
 enum Enqueued {
     Queued(Queued),
     LeaseGone,
-}
-
-/// How one look at the predecessor ended.
-enum Wait {
-    /// No key older than ours is left: we hold the lock.
-    NoneLeft,
-    /// The key just before ours was deleted: look again.
-    Woken,
-    /// Our lease ended while we waited: our key is gone with it.
-    SessionLost,
-}
-
-/// The stream ended without a cancel: its member went away. Watch again.
-fn watch_ended() -> WatchFailure {
-    WatchFailure { source: etcd_client::Error::WatchError("the watch stream ended".into()), transient: true }
-}
-
-/// A read or watch that failed, and whether watching again may cure it.
-struct WatchFailure {
-    source: etcd_client::Error,
-    transient: bool,
-}
-
-impl From<etcd_client::Error> for WatchFailure {
-    fn from(source: etcd_client::Error) -> Self {
-        WatchFailure { transient: is_transient(&source), source }
-    }
 }
 
 /// A key of ours in the queue.
@@ -443,12 +462,14 @@ impl Queued {
     }
 }
 
-/// One grant: the own key, deleted on release.
-struct EtcdGrant {
-    client: Client,
-    own_key: Option<String>,
-    /// Weak, so a grant does not keep its session alive: when the instance goes, its lease goes.
-    session: Weak<Session>,
+/// How one look at the predecessor ended.
+enum Wait {
+    /// No key older than ours is left: we hold the lock.
+    NoneLeft,
+    /// The key just before ours was deleted: look again.
+    Woken,
+    /// Our lease ended while we waited: our key is gone with it.
+    SessionLost,
 }
 
 #[async_trait]
@@ -475,86 +496,80 @@ impl Drop for EtcdGrant {
     }
 }
 
-#[async_trait]
-impl DistributedLock for EtcdLock {
-    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        let deadline = Instant::now() + RETRY_BUDGET;
-        let mut session = self.current_session(None, deadline).await?;
-        let mut enqueued = self.enqueue(&session, key, owner, deadline).await?;
-        if let Enqueued::LeaseGone = enqueued {
-            session = self.current_session(Some(&session), deadline).await?;
-            enqueued = self.enqueue(&session, key, owner, deadline).await?;
-        }
-        let Enqueued::Queued(queued) = enqueued else {
-            return Err(LockError::backend(BACKEND, std::io::Error::other("a new etcd lease vanished at once")));
-        };
-        if queued.holds() {
-            return Ok(self.grant(key, queued, &session));
-        }
-        self.delete(&queued.own_key).await?;
-        Err(LockError::Busy { key: key.to_owned() })
-    }
+/// Deletes a key of ours, trying again for up to [`RETRY_BUDGET`] after transient
+/// failures (a key left behind would keep the next waiter waiting until its lease ends);
+/// `Ok(false)` if it was already gone.
+async fn delete_key(client: &Client, key: &str) -> Result<bool, LockError> {
+    let deleted = retry_transient(Instant::now() + RETRY_BUDGET, || {
+        let mut client = client.clone();
+        async move { client.delete(key, None).await }
+    })
+    .await
+    .map_err(backend_error)?;
+    Ok(deleted.deleted() > 0)
+}
 
-    /// Queues, then waits for the key just before ours (step 4) instead of polling.
-    /// A waiter whose session ended while it waited (a lease lost to a pause or to a
-    /// leader election) never held the lock: it queues again on a new session, at the
-    /// back, until its deadline.
-    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let mut dead_session = None;
-        loop {
-            let session = self.current_session(dead_session.as_ref(), deadline).await?;
-            let queued = match self.enqueue(&session, key, owner, deadline).await? {
-                Enqueued::Queued(queued) => queued,
-                Enqueued::LeaseGone => {
-                    dead_session = Some(session);
-                    continue;
-                }
-            };
-            if queued.holds() {
-                return Ok(self.grant(key, queued, &session));
+// Hardening: transient failures, lost leases, broken watches.
+
+fn backend_error(error: etcd_client::Error) -> LockError {
+    LockError::backend(BACKEND, error)
+}
+
+/// Failures that another try may cure: the member we talked to went away, or the
+/// cluster is electing a leader. Not: a lease that is gone, or a bad request.
+fn is_transient(error: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match error {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
+        }
+        _ => false,
+    }
+}
+
+/// Sends a request, and again after each transient failure, until `deadline`.
+async fn retry_transient<T, F, Fut>(deadline: Instant, mut request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    loop {
+        match request().await {
+            Ok(answer) => return Ok(answer),
+            Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
+                tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
+                tokio::time::sleep(RETRY_PAUSE).await;
             }
-            let own_key_seen =
-                match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
-                    Ok(Ok(own_key_seen)) => own_key_seen,
-                    Ok(Err(error)) => {
-                        let _ = self.delete(&queued.own_key).await;
-                        return Err(error);
-                    }
-                    Err(_) => {
-                        self.delete(&queued.own_key).await?;
-                        return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
-                    }
-                };
-            if own_key_seen && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session));
-            }
-            // The wait ended otherwise: is our key still there, and our session alive?
-            // (Jepsen's finding: a key that vanished with its session is not a grant.)
-            let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
-                let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
-                async move { client.get(own_key, None).await }
-            })
-            .await
-            .map_err(backend_error)?;
-            if !own.kvs().is_empty() && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session));
-            }
-            let _ = self.delete(&queued.own_key).await; // in case the lease outlived our view of it
-            dead_session = Some(session);
-            if Instant::now() >= deadline {
-                return Err(LockError::Lost { key: key.to_owned() });
-            }
-            tracing::info!(key, "the etcd session ended while waiting; queueing again on a new session");
+            Err(error) => return Err(error),
         }
     }
+}
 
-    /// Revokes the session's lease: every key of this instance goes at once.
-    async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
-        let lease_id = self.session.lock().await.lease_id;
-        self.client.clone().lease_revoke(lease_id).await.map_err(backend_error)?;
-        Ok(())
+/// The lease named in a request no longer exists on the server (expired or revoked),
+/// even if our keep-alive has not heard yet.
+fn is_lease_gone(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::NotFound)
+}
+
+/// Whole seconds, rounded up, at least 1.
+fn lease_seconds(ttl: Duration) -> i64 {
+    (ttl.as_millis().div_ceil(1000) as i64).max(1)
+}
+
+/// The stream ended without a cancel: its member went away. Watch again.
+fn watch_ended() -> WatchFailure {
+    WatchFailure { source: etcd_client::Error::WatchError("the watch stream ended".into()), transient: true }
+}
+
+/// A read or watch that failed, and whether watching again may cure it.
+struct WatchFailure {
+    source: etcd_client::Error,
+    transient: bool,
+}
+
+impl From<etcd_client::Error> for WatchFailure {
+    fn from(source: etcd_client::Error) -> Self {
+        WatchFailure { transient: is_transient(&source), source }
     }
 }

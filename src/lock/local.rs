@@ -17,25 +17,30 @@
 //! - `tokio::sync::Mutex`: <https://docs.rs/tokio/latest/tokio/sync/struct.Mutex.html>
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{DistributedLock, LockError, LockGuard, Owner, Release};
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::{DistributedLock, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "local";
 
 /// One async mutex per key, in this process only.
-#[derive(Default)]
 pub struct LocalLock {
     // A std mutex is right for the map itself: it is held only to look a key up, never
     // across `.await`. The map holds weak references, so a key nobody holds or waits
     // for costs nothing; dead entries are swept when the map grows.
     mutexes: StdMutex<HashMap<String, Weak<Mutex<()>>>>,
-    shut_down: AtomicBool,
+    shut_down: ShutDownSwitch,
+}
+
+impl Default for LocalLock {
+    fn default() -> Self {
+        LocalLock { mutexes: StdMutex::default(), shut_down: ShutDownSwitch::new(BACKEND) }
+    }
 }
 
 /// The held mutex: dropping it unlocks.
@@ -50,9 +55,7 @@ impl Release for HeldMutex {
 
 impl LocalLock {
     fn mutex_for(&self, key: &str) -> Result<Arc<Mutex<()>>, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
+        self.shut_down.refuse_if_shut_down()?;
         let mut mutexes = self.mutexes.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(mutex) = mutexes.get(key).and_then(Weak::upgrade) {
             return Ok(mutex);
@@ -91,7 +94,7 @@ impl DistributedLock for LocalLock {
     /// Refuses new acquires. Held mutexes are freed as their guards go, which for a
     /// stopping process is at once: nothing outside the process remembers them.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! A lock in a database table: a row per held lock, made unique by its primary key.
 //!
-//! The lock the seeds build on MySQL, improved step by step as they do. The table is
+//! The lock the original articles build on MySQL (the Chinese SpringBoot posts this
+//! project grew from), improved step by step as they do. The table is
 //! created by `migrations/0001_lock_table.sql`; every time is the database server's
 //! clock (`NOW(3)`), so instances with different clocks agree on expiry.
 //!
@@ -14,13 +15,13 @@
 //! 3. **Expiry.** A holder that vanished does not block forever: a row past `expires_at`
 //!    is taken over by one conditional `UPDATE ... WHERE name = ? AND expires_at <= NOW(3)`;
 //!    InnoDB locks the row and re-checks the condition, so two takers can never both
-//!    win. A live holder renews its row every `ttl / 3` ([`super::keepalive`]), and a
-//!    background sweeper deletes rows that expired long ago, as the seed's scheduled
+//!    win. A live holder renews its row every `ttl / 3` ([`crate::lock::parts::keepalive`]), and a
+//!    background sweeper deletes rows that expired long ago, as the articles' scheduled
 //!    task does.
 //! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
 //!    timeout; `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
-//!    instance talk to MySQL at once (a semaphore, as the seed puts in front of MySQL,
-//!    see [`super::permits`]), so a crowd of waiters cannot take every pooled
+//!    instance talk to MySQL at once (a semaphore, as the articles put in front of MySQL,
+//!    see [`crate::lock::parts::permits`]), so a crowd of waiters cannot take every pooled
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
 //!    bound away, to measure what it saves.
 //! 5. **Fencing token.** Once the row is ours, a counter in `seckill_lock_fences` is
@@ -45,22 +46,33 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use tokio::task::JoinHandle;
 
+use crate::lock::parts::counters::AttemptCounters;
+use crate::lock::parts::held_grants::HeldGrants;
+use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::mysql_store::micros;
 
-use super::keepalive::KeepAlive;
-use super::permits::Permits;
-use super::{unpoisoned, DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::permits::Permits;
+use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql";
+
+/// The critical path from one grant to the next: waiters poll, then INSERT the row,
+/// then take and stamp a fencing token. See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (DELETE row)", Mysql, Write, 0.5),
+    step("wake-up (poll, at best)", Mysql, Read, 0.5),
+    step("acquire (INSERT row)", Mysql, Write, 1.0),
+    step("next fencing token", Mysql, Write, 1.0),
+    step("stamp the token on the row", Mysql, Write, 1.0),
+];
 
 /// Step 1: the insert that is the lock. Binds: name, owner, ttl in microseconds.
 const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, expires_at, fencing_token) \
@@ -97,8 +109,8 @@ pub struct MySqlLockOptions {
     pub ttl: Duration,
     /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
-    /// How many acquire attempts of this instance may talk to MySQL at once (the seed's
-    /// semaphore, see [`super::permits`]). Fewer than the pool's connections, so that
+    /// How many acquire attempts of this instance may talk to MySQL at once (the articles'
+    /// semaphore, see [`crate::lock::parts::permits`]). Fewer than the pool's connections, so that
     /// renewals and releases, which take no permit, always find a connection. `None`:
     /// no bound, to measure what the bound saves.
     pub permits: Option<usize>,
@@ -109,11 +121,10 @@ pub struct MySqlLock {
     pool: MySqlPool,
     options: MySqlLockOptions,
     permits: Permits,
-    attempts: AtomicU64,
-    grants: AtomicU64,
+    counters: AttemptCounters,
     /// Grants this handle holds, token to (name, owner), so `shutdown` can delete them.
-    held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
-    shut_down: AtomicBool,
+    held: HeldGrants<u64, (String, String)>,
+    shut_down: ShutDownSwitch,
     sweeper: JoinHandle<()>,
 }
 
@@ -137,10 +148,9 @@ impl MySqlLock {
             pool,
             options,
             permits: Permits::new(options.permits),
-            attempts: AtomicU64::new(0),
-            grants: AtomicU64::new(0),
-            held: Arc::default(),
-            shut_down: AtomicBool::new(false),
+            counters: AttemptCounters::default(),
+            held: HeldGrants::default(),
+            shut_down: ShutDownSwitch::new(BACKEND),
             sweeper,
         }
     }
@@ -244,11 +254,11 @@ struct MySqlGrant {
     name: String,
     owner: String,
     token: u64,
-    held: Arc<StdMutex<HashMap<u64, (String, String)>>>,
+    held: HeldGrants<u64, (String, String)>,
     /// Renewal, when on; dropping it stops renewing.
     _keepalive: Option<KeepAlive>,
     /// Without renewal, the fixed lease lives as long as the grant.
-    _fixed_lease: Option<tokio::sync::watch::Sender<super::LeaseState>>,
+    _fixed_lease: Option<tokio::sync::watch::Sender<crate::lock::LeaseState>>,
 }
 
 impl MySqlGrant {
@@ -260,7 +270,7 @@ impl MySqlGrant {
             return Ok(true);
         }
         let deleted = sqlx::query(DELETE_ROW).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
-        unpoisoned(&self.held).remove(&token);
+        self.held.remove(&token);
         Ok(deleted.rows_affected() == 1)
     }
 }
@@ -291,20 +301,18 @@ impl Release for MySqlGrant {
 #[async_trait]
 impl DistributedLock for MySqlLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
-        let pass = self.permits.enter().await.ok_or(LockError::ShutDown { backend: BACKEND })?;
+        self.shut_down.refuse_if_shut_down()?;
+        let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
-        self.attempts.fetch_add(1, Ordering::Relaxed);
+        self.counters.attempt();
         let granted = self.grant_row(key, owner).await;
         drop(pass);
         let Some((granted, token)) = granted.map_err(backend_error)? else {
             return Err(LockError::Busy { key: key.to_owned() });
         };
         if let Granted::Fresh = granted {
-            self.grants.fetch_add(1, Ordering::Relaxed);
-            unpoisoned(&self.held).insert(token, (key.to_owned(), owner.as_str().to_owned()));
+            self.counters.grant();
+            self.held.insert(token, (key.to_owned(), owner.as_str().to_owned()));
         }
         let (keepalive, fixed, lease) = if self.options.renew {
             let (pool, ttl) = (self.pool.clone(), self.options.ttl);
@@ -325,7 +333,7 @@ impl DistributedLock for MySqlLock {
             });
             (Some(keepalive), None, lease)
         } else {
-            let (sender, lease) = super::keepalive::fixed_lease(sent, self.options.ttl);
+            let (sender, lease) = crate::lock::parts::keepalive::fixed_lease(sent, self.options.ttl);
             (None, Some(sender), lease)
         };
         let grant = MySqlGrant {
@@ -347,10 +355,10 @@ impl DistributedLock for MySqlLock {
 
     /// Deletes every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         self.permits.close();
         self.sweeper.abort();
-        let held: Vec<(u64, (String, String))> = unpoisoned(&self.held).drain().collect();
+        let held = self.held.take_all();
         for (token, (name, owner)) in held {
             sqlx::query(DELETE_ROW)
                 .bind(&name)
@@ -365,12 +373,6 @@ impl DistributedLock for MySqlLock {
 
     /// A lock table has no version conflicts: a refused insert is simply "held".
     fn stats(&self) -> Option<LockStats> {
-        Some(LockStats {
-            attempts: self.attempts.load(Ordering::Relaxed),
-            grants: self.grants.load(Ordering::Relaxed),
-            conflicts: 0,
-            permits: self.permits.stats(),
-            degrade: None,
-        })
+        Some(self.counters.stats(&self.permits))
     }
 }

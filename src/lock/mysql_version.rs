@@ -1,6 +1,6 @@
 //! Optimistic locking: a compare-and-set on a version column.
 //!
-//! The seed's other MySQL lock. Nobody holds a database lock while it waits, and no row
+//! The original articles' other MySQL lock. Nobody holds a database lock while it waits, and no row
 //! is ever inserted or deleted per grant: one row per lock name, created once by
 //! `migrations/0002_version_lock.sql`'s table, whose `version` goes up by one at every
 //! grant. Every time is the database server's clock (`NOW(3)`).
@@ -20,19 +20,19 @@
 //!    `UPDATE ... SET owner = '' WHERE name = ? AND version = ? AND owner = ?`. A holder
 //!    whose row was taken over (it expired) changes nothing, and learns it was lost.
 //! 4. **Expiry and renewal** as the other leases: a live holder renews every `ttl / 3`
-//!    with a compare-and-set on its version ([`super::keepalive`]), and a row past
+//!    with a compare-and-set on its version ([`crate::lock::parts::keepalive`]), and a row past
 //!    `expires_at` is free for the next compare-and-set (step 2), so a vanished holder
 //!    blocks the key for at most one TTL. Nothing needs sweeping: the row stays.
 //! 5. **The semaphore.** At most `--mysql-permits` attempts of one instance talk to
-//!    MySQL at once ([`super::permits`]); `--mysql-permits 0` takes the bound away, to
+//!    MySQL at once ([`crate::lock::parts::permits`]); `--mysql-permits 0` takes the bound away, to
 //!    measure what it saves.
 //!
-//! Reentrancy is not in the row: [`super::reentrant`] keeps the hold count in process.
+//! Reentrancy is not in the row: [`crate::lock::parts::reentrant`] keeps the hold count in process.
 //!
 //! ## Limitations
 //! - **Conflicts are work thrown away.** Every waiter reads, and every waiter that saw
 //!   the row free races the others with a write; all but one lose. Under a crowd the
-//!   statements per sale grow with the number of waiters, which is the seed's "MySQL
+//!   statements per sale grow with the number of waiters, which is the articles' "MySQL
 //!   cannot hold under high concurrency". The load test measures it (statements and
 //!   conflicts per sale, with and without the semaphore).
 //! - **No queue, no wake-up.** Waiters poll; a release is noticed at the next poll.
@@ -47,21 +47,31 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 
+use crate::lock::parts::counters::AttemptCounters;
+use crate::lock::parts::held_grants::HeldGrants;
+use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::mysql_store::micros;
 
-use super::keepalive::KeepAlive;
-use super::permits::Permits;
-use super::{unpoisoned, DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::permits::Permits;
+use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
+
+/// The critical path from one grant to the next: waiters poll, read the row and its
+/// version, then compare-and-set it. See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (UPDATE owner = '')", Mysql, Write, 0.5),
+    step("wake-up (poll, at best)", Mysql, Read, 0.5),
+    step("read the row", Mysql, Read, 1.0),
+    step("compare-and-set the version", Mysql, Write, 1.0),
+];
 
 /// Step 2's read. `expired` is computed by the server, on the server's clock. Binds: name.
 pub const READ_ROW: &str = "SELECT version, owner, CAST(expires_at <= NOW(3) AS SIGNED) AS expired \
@@ -95,17 +105,10 @@ pub struct MySqlVersionLock {
     pool: MySqlPool,
     options: MySqlVersionLockOptions,
     permits: Permits,
-    counters: Counters,
+    counters: AttemptCounters,
     /// Grants this handle holds, version to (name, owner), so `shutdown` can give them back.
-    held: Arc<StdMutex<HashMap<(String, u64), String>>>,
-    shut_down: AtomicBool,
-}
-
-#[derive(Default)]
-struct Counters {
-    attempts: AtomicU64,
-    grants: AtomicU64,
-    conflicts: AtomicU64,
+    held: HeldGrants<(String, u64), String>,
+    shut_down: ShutDownSwitch,
 }
 
 /// The row as step 2 reads it.
@@ -144,9 +147,9 @@ impl MySqlVersionLock {
             pool,
             options,
             permits: Permits::new(options.permits),
-            counters: Counters::default(),
-            held: Arc::default(),
-            shut_down: AtomicBool::new(false),
+            counters: AttemptCounters::default(),
+            held: HeldGrants::default(),
+            shut_down: ShutDownSwitch::new(BACKEND),
         }
     }
 
@@ -193,9 +196,9 @@ impl MySqlVersionLock {
         owner: &Owner,
         version: u64,
         sent: Instant,
-    ) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
+    ) -> (Option<KeepAlive>, Option<FixedLease>, crate::lock::Lease) {
         if !self.options.renew {
-            let (sender, lease) = super::keepalive::fixed_lease(sent, self.options.ttl);
+            let (sender, lease) = crate::lock::parts::keepalive::fixed_lease(sent, self.options.ttl);
             return (None, Some(sender), lease);
         }
         let (pool, ttl) = (self.pool.clone(), self.options.ttl);
@@ -218,7 +221,7 @@ impl MySqlVersionLock {
     }
 }
 
-type FixedLease = tokio::sync::watch::Sender<super::LeaseState>;
+type FixedLease = tokio::sync::watch::Sender<crate::lock::LeaseState>;
 
 /// One grant: what its release needs.
 struct VersionGrant {
@@ -226,7 +229,7 @@ struct VersionGrant {
     name: String,
     owner: String,
     version: u64,
-    held: Arc<StdMutex<HashMap<(String, u64), String>>>,
+    held: HeldGrants<(String, u64), String>,
     /// Renewal, when on; dropping it stops renewing.
     keepalive: Option<KeepAlive>,
     /// Without renewal, the fixed lease lives as long as the grant.
@@ -238,7 +241,7 @@ impl Release for VersionGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         drop(grant.keepalive.take()); // stop renewing before giving the row back
-        unpoisoned(&grant.held).remove(&(grant.name.clone(), grant.version));
+        grant.held.remove(&(grant.name.clone(), grant.version));
         let given_back = sqlx::query(GIVE_BACK)
             .bind(&grant.name)
             .bind(grant.version)
@@ -257,24 +260,22 @@ impl Release for VersionGrant {
 #[async_trait]
 impl DistributedLock for MySqlVersionLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
-        let pass = self.permits.enter().await.ok_or(LockError::ShutDown { backend: BACKEND })?;
+        self.shut_down.refuse_if_shut_down()?;
+        let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
-        self.counters.attempts.fetch_add(1, Ordering::Relaxed);
+        self.counters.attempt();
         let attempt = self.attempt(key, owner).await;
         drop(pass);
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
             Attempt::Held => return Err(LockError::Busy { key: key.to_owned() }),
             Attempt::Conflict => {
-                self.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+                self.counters.conflict();
                 return Err(LockError::Busy { key: key.to_owned() });
             }
         };
-        self.counters.grants.fetch_add(1, Ordering::Relaxed);
-        unpoisoned(&self.held).insert((key.to_owned(), version), owner.as_str().to_owned());
+        self.counters.grant();
+        self.held.insert((key.to_owned(), version), owner.as_str().to_owned());
         let (keepalive, fixed_lease, lease) = self.renew_with(key, owner, version, sent);
         let grant = VersionGrant {
             pool: self.pool.clone(),
@@ -290,9 +291,9 @@ impl DistributedLock for MySqlVersionLock {
 
     /// Gives back every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         self.permits.close();
-        let held: Vec<((String, u64), String)> = unpoisoned(&self.held).drain().collect();
+        let held = self.held.take_all();
         for ((name, version), owner) in held {
             sqlx::query(GIVE_BACK)
                 .bind(&name)
@@ -306,12 +307,6 @@ impl DistributedLock for MySqlVersionLock {
     }
 
     fn stats(&self) -> Option<LockStats> {
-        Some(LockStats {
-            attempts: self.counters.attempts.load(Ordering::Relaxed),
-            grants: self.counters.grants.load(Ordering::Relaxed),
-            conflicts: self.counters.conflicts.load(Ordering::Relaxed),
-            permits: self.permits.stats(),
-            degrade: None,
-        })
+        Some(self.counters.stats(&self.permits))
     }
 }

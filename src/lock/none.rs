@@ -16,7 +16,7 @@
 
 use async_trait::async_trait;
 
-use super::{DistributedLock, LockError, LockGuard, NothingToRelease, Owner};
+use crate::lock::{DistributedLock, LockError, LockGuard, NothingToRelease, Owner};
 
 /// A lock that never excludes anyone.
 pub struct NoLock;

@@ -42,7 +42,6 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -53,12 +52,23 @@ use redis::Script;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
-use super::keepalive::{fixed_lease, KeepAlive};
-use super::{
-    poll_until_granted, unpoisoned, DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release,
-};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::keepalive::{fixed_lease, KeepAlive};
+use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::parts::unpoisoned;
+use crate::lock::{DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
+
+/// The critical path from one grant to the next: the release script (DEL, PUBLISH),
+/// the waiter's instance hearing the PUBLISH, and the waiter's acquire script
+/// (SET NX PX and INCR for the token). See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (DEL, PUBLISH)", LockRedis, Write, 0.5),
+    step("wake-up (pub/sub message)", LockRedis, Read, 0.5),
+    step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
+];
 
 /// Set the key only if absent, with a TTL; on success hand out the next fencing token.
 /// KEYS[1] = lock key, KEYS[2] = fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms.
@@ -135,7 +145,7 @@ pub struct RedisLock {
     scripts: Arc<Scripts>,
     waiters: Waiters,
     held: Held,
-    shut_down: AtomicBool,
+    shut_down: ShutDownSwitch,
     listener: JoinHandle<()>,
 }
 
@@ -156,7 +166,7 @@ impl RedisLock {
             }),
             waiters,
             held: Arc::default(),
-            shut_down: AtomicBool::new(false),
+            shut_down: ShutDownSwitch::new(BACKEND),
             listener,
         })
     }
@@ -183,7 +193,7 @@ impl RedisLock {
     }
 
     /// Starts the renewal task for a lease granted by a request sent at `sent`.
-    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (KeepAlive, super::Lease) {
+    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (KeepAlive, crate::lock::Lease) {
         let (connection, scripts, ttl) = (self.connection.clone(), self.scripts.clone(), self.options.ttl);
         let (key_owned, token) = (key.to_owned(), token.to_owned());
         KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
@@ -220,14 +230,6 @@ impl RedisLock {
                 }
             }
         });
-    }
-
-    fn refuse_if_shut_down(&self) -> Result<(), LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            Err(LockError::ShutDown { backend: BACKEND })
-        } else {
-            Ok(())
-        }
     }
 }
 
@@ -313,7 +315,7 @@ impl Drop for RedisGrant {
 #[async_trait]
 impl DistributedLock for RedisLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        self.refuse_if_shut_down()?;
+        self.shut_down.refuse_if_shut_down()?;
         let token = new_token(owner);
         let sent = Instant::now();
         let answer = self
@@ -383,7 +385,7 @@ impl DistributedLock for RedisLock {
 
     /// Releases every key still held through this handle, then stops listening.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         self.listener.abort();
         let held: Vec<(String, String)> = unpoisoned(&self.held).drain().collect();
         let mut connection = self.connection.clone();

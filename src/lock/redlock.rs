@@ -47,19 +47,30 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 //! - Salvatore Sanfilippo, "Is Redlock safe?": <http://antirez.com/news/101>
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 
-use super::keepalive::{fixed_lease, trusted_until, KeepAlive};
-use super::{poll_until_granted, unpoisoned, DistributedLock, LockError, LockGuard, Owner, Release};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::held_grants::HeldGrants;
+use crate::lock::parts::keepalive::{fixed_lease, trusted_until, KeepAlive};
+use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::{DistributedLock, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
+
+/// The critical path from one grant to the next. Every master is asked at once, so
+/// each step costs the slowest master's round trip. See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (DEL on every master)", RedlockMasters, Write, 0.5),
+    step("wake-up (poll, at best)", RedlockMasters, Read, 0.5),
+    step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
+];
 
 /// Extend the key only if it still holds our value. KEYS[1] = key; ARGV[1] = value, ARGV[2] = ttl in ms.
 const EXTEND_SCRIPT: &str = r#"
@@ -236,8 +247,8 @@ pub struct Redlock {
     masters: Arc<Masters>,
     options: RedlockOptions,
     /// Grants this handle holds, value to key, so `shutdown` can give them back.
-    held: Arc<StdMutex<HashMap<String, String>>>,
-    shut_down: AtomicBool,
+    held: HeldGrants<String, String>,
+    shut_down: ShutDownSwitch,
 }
 
 /// Why the masters could not be used at all.
@@ -288,7 +299,12 @@ impl Redlock {
                 "some Redlock masters do not answer; a majority does"
             );
         }
-        Ok(Redlock { masters: Arc::new(masters), options, held: Arc::default(), shut_down: AtomicBool::new(false) })
+        Ok(Redlock {
+            masters: Arc::new(masters),
+            options,
+            held: HeldGrants::default(),
+            shut_down: ShutDownSwitch::new(BACKEND),
+        })
     }
 
     /// The number of masters a grant needs.
@@ -302,7 +318,7 @@ impl Redlock {
         key: &str,
         value: &str,
         sent: Instant,
-    ) -> (Option<KeepAlive>, Option<FixedLease>, super::Lease) {
+    ) -> (Option<KeepAlive>, Option<FixedLease>, crate::lock::Lease) {
         let ttl = self.options.ttl;
         if !self.options.renew {
             let (sender, lease) = fixed_lease(sent, ttl);
@@ -329,7 +345,7 @@ impl Redlock {
     }
 }
 
-type FixedLease = tokio::sync::watch::Sender<super::LeaseState>;
+type FixedLease = tokio::sync::watch::Sender<crate::lock::LeaseState>;
 
 /// The error of a request that reached too few masters.
 fn too_few(tally: Tally, total: usize, quorum: usize, what: &str) -> std::io::Error {
@@ -344,7 +360,7 @@ struct RedlockGrant {
     masters: Arc<Masters>,
     key: String,
     value: String,
-    held: Arc<StdMutex<HashMap<String, String>>>,
+    held: HeldGrants<String, String>,
     keepalive: Option<KeepAlive>,
     _fixed_lease: Option<FixedLease>,
 }
@@ -354,7 +370,7 @@ impl Release for RedlockGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         drop(grant.keepalive.take()); // stop renewing before deleting
-        unpoisoned(&grant.held).remove(&grant.value);
+        grant.held.remove(&grant.value);
         let tally = grant.masters.delete_everywhere(&grant.key, &grant.value).await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
@@ -369,9 +385,7 @@ impl Release for RedlockGrant {
 #[async_trait]
 impl DistributedLock for Redlock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
+        self.shut_down.refuse_if_shut_down()?;
         let ttl = self.options.ttl;
         let value = format!("{}:{:032x}", owner.as_str(), rand::random::<u128>());
         let started = Instant::now();
@@ -379,7 +393,7 @@ impl DistributedLock for Redlock {
         // Step 3: a majority, and time left after the round trip and the drift margin.
         let valid_until = trusted_until(started, ttl);
         if tally.yes >= self.quorum() && Instant::now() < valid_until {
-            unpoisoned(&self.held).insert(value.clone(), key.to_owned());
+            self.held.insert(value.clone(), key.to_owned());
             let (keepalive, fixed, lease) = self.lease_for(key, &value, started);
             let grant = RedlockGrant {
                 masters: self.masters.clone(),
@@ -439,8 +453,8 @@ impl DistributedLock for Redlock {
 
     /// Deletes every key this handle still holds, on every master, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
-        let held: Vec<(String, String)> = unpoisoned(&self.held).drain().collect();
+        self.shut_down.turn();
+        let held = self.held.take_all();
         for (value, key) in held {
             self.masters.delete_everywhere(&key, &value).await;
         }

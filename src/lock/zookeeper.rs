@@ -43,17 +43,29 @@
 //! - Curator tech note 10 (session loss and locks): <https://cwiki.apache.org/confluence/display/CURATOR/TN10>
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
-use super::keepalive::drift;
-use super::{unpoisoned, DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::keepalive::drift;
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::parts::unpoisoned;
+use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "zookeeper";
+
+/// The critical path from one grant to the next: the holder deletes its node, the
+/// waiter's watch on it fires, and the waiter lists the children to see it is first.
+/// See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (delete own node)", Zookeeper, Write, 0.5),
+    step("wake-up (watch event)", Zookeeper, Read, 0.5),
+    step("list the children", Zookeeper, Read, 1.0),
+];
 /// Every lock is a parent node under this path.
 const LOCKS_ROOT: &str = "/seckill/locks";
 /// Marks the protected part of a node's name: `_c_<uuid>-lock-`.
@@ -86,7 +98,7 @@ pub struct ZooKeeperLock {
     parents: StdMutex<HashSet<String>>,
     /// Nodes of grants still held, so `shutdown` can delete them.
     held: Arc<StdMutex<HashSet<String>>>,
-    shut_down: AtomicBool,
+    shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: AtomicU64,
 }
@@ -122,7 +134,7 @@ impl ZooKeeperLock {
             session: tokio::sync::Mutex::new(Arc::new(session)),
             parents: StdMutex::default(),
             held: Arc::default(),
-            shut_down: AtomicBool::new(false),
+            shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: AtomicU64::new(0),
         })
     }
@@ -140,9 +152,7 @@ impl ZooKeeperLock {
     /// The current session, or a new one if the last one ended or is `dead` (its lease
     /// ran out while a waiter used it; dropping it closes it, and its nodes go with it).
     async fn current_session(&self, dead: Option<&Arc<Session>>) -> Result<Arc<Session>, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
+        self.shut_down.refuse_if_shut_down()?;
         let mut session = self.session.lock().await;
         if session.client.state().is_terminated() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
             tracing::warn!("the ZooKeeper session ended; starting a new one");
@@ -367,7 +377,7 @@ impl DistributedLock for ZooKeeperLock {
 
     /// Deletes every node this handle still holds and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         let client = self.session.lock().await.client.clone();
         let held: Vec<String> = unpoisoned(&self.held).drain().collect();
         for path in held {

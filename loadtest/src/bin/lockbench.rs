@@ -21,7 +21,8 @@ use clap::Parser;
 use serde::Serialize;
 
 use seckill::lock::{DistributedLock, Owner};
-use seckill::strategy::{Guarding, Strategy};
+use seckill::sale::Guarding;
+use seckill::strategy::Strategy;
 
 #[derive(Parser)]
 #[command(name = "lockbench", about = "Acquire+release pairs per second for each lock strategy")]
@@ -122,7 +123,7 @@ async fn lock_of(strategy: Strategy) -> anyhow::Result<Arc<dyn DistributedLock>>
     let mut config = seckill::config::Config::defaults();
     config.lock = strategy;
     let redis = redis::Client::open(config.redis_url.as_str())?;
-    match seckill::strategy::build(&config, &redis).await? {
+    match seckill::wiring::build(&config, &redis).await? {
         Guarding::Lock(lock) => Ok(lock.backend().clone()),
         Guarding::AtomicScript => anyhow::bail!("`{strategy}` takes no lock"),
     }

@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{unpoisoned, DistributedLock, GuardInfo, LockError, LockGuard, Owner, Release};
+use super::unpoisoned;
+use crate::lock::{DistributedLock, GuardInfo, LockError, LockGuard, Owner, Release};
 
 /// The backend's grant, and how many times its owner has taken it.
 struct Hold {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{Lease, LeaseState, LockError};
+use crate::lock::{Lease, LeaseState, LockError};
 
 /// Renews every `ttl / RENEWALS_PER_TTL`.
 pub const RENEWALS_PER_TTL: u32 = 3;

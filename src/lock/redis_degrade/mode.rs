@@ -1,7 +1,7 @@
 //! The mode every instance of `redis-degrade` shares (Redis or MySQL), and each
 //! instance's lease on it: the part of the degrade protocol that lives in MySQL.
 //!
-//! See [`super::degrade`] for the protocol and why it is safe; this module is its
+//! See [`super`] for the protocol and why it is safe; this module is its
 //! bookkeeping. Tables: `migrations/0003_lock_modes.sql`. Every time is the database
 //! server's clock, turned into a local deadline with a drift margin on the safe side.
 //!
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::mysql::MySqlPool;
 
-use super::keepalive::drift;
+use crate::lock::parts::keepalive::drift;
 
 /// Which lock grants, in one epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -1,10 +1,10 @@
 //! Redis that degrades to the MySQL version lock when it fails, and comes back.
 //!
-//! The seed: "if Redis dies, MySQL takes over; so that MySQL does not die too, a
+//! The original articles: "if Redis dies, MySQL takes over; so that MySQL does not die too, a
 //! semaphore of 10 permits in front of the MySQL optimistic lock; when Redis recovers,
 //! go back to Redis." Built here as a wrapper around two locks, not a branch inside
-//! either: [`super::redis::RedisLock`] on the *lock* Redis, and
-//! [`super::mysql_version::MySqlVersionLock`] behind its semaphore ([`super::permits`]).
+//! either: [`crate::lock::redis::RedisLock`] on the *lock* Redis, and
+//! [`crate::lock::mysql_version::MySqlVersionLock`] behind its semaphore ([`crate::lock::parts::permits`]).
 //!
 //! ## The danger
 //! Switching is easy; switching without two holders is not. A Redis holder granted just
@@ -15,7 +15,7 @@
 //!
 //! ## The protocol
 //! Every instance that uses the same lock Redis shares one **mode** in MySQL
-//! ([`super::lock_mode`]): `redis` or `mysql`, with an **epoch** that grows at every switch.
+//! ([`mode`]): `redis` or `mysql`, with an **epoch** that grows at every switch.
 //! 1. **Grant only under a mode lease.** Each instance renews a lease on the current
 //!    epoch every `ttl / 3` (one small transaction, not one per sale). It grants in the
 //!    epoch's mode only while that lease is trusted, and every grant's own lease is
@@ -79,29 +79,39 @@
 //! - Cary Gray and David Cheriton, "Leases: An Efficient Fault-Tolerant Mechanism for
 //!   Distributed File Cache Consistency" (1989): waiting out a lease instead of revoking it.
 
+pub mod mode;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rand::Rng;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::lock_mode::{Mode, ModeLease, SharedMode};
-use super::mysql_version::MySqlVersionLock;
-use super::redis::RedisLock;
-use super::{unpoisoned, DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
+use self::mode::{Mode, ModeLease, SharedMode};
+use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::mysql_version::MySqlVersionLock;
+use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
+use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::parts::unpoisoned;
+use crate::lock::redis::RedisLock;
+use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
 
 const BACKEND: &str = "redis-degrade";
+
+/// The critical path from one grant to the next: the `redis` lock's scripts through
+/// this wrapper, but waiters poll (no pub/sub wake-up). See [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = &[
+    step("release (DEL)", LockRedis, Write, 0.5),
+    step("wake-up (poll, at best)", LockRedis, Read, 0.5),
+    step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
+];
 /// How often the lock Redis is probed while degraded.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How long a probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
-/// Pauses of a waiter: a jittered backoff, as the trait's polling loop.
-const BACKOFF_START: Duration = Duration::from_millis(2);
-const BACKOFF_MAX: Duration = Duration::from_millis(50);
 
 /// How a [`DegradingLock`] decides to switch.
 #[derive(Clone, Copy, Debug)]
@@ -138,7 +148,7 @@ pub struct DegradingLock {
     newest_redis_token: StdMutex<HashMap<String, (u64, u64)>>,
     options: DegradeOptions,
     stats: Arc<StdMutex<ModeClock>>,
-    shut_down: AtomicBool,
+    shut_down: ShutDownSwitch,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -225,7 +235,7 @@ impl DegradingLock {
             newest_redis_token: StdMutex::default(),
             options,
             stats,
-            shut_down: AtomicBool::new(false),
+            shut_down: ShutDownSwitch::new(BACKEND),
             tasks: vec![renewer, prober],
         })
     }
@@ -420,9 +430,7 @@ async fn probe_while_degraded(
 #[async_trait]
 impl DistributedLock for DegradingLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        if self.shut_down.load(Ordering::SeqCst) {
-            return Err(LockError::ShutDown { backend: BACKEND });
-        }
+        self.shut_down.refuse_if_shut_down()?;
         match self.current() {
             Some(lease) if lease.allows_grants_at(Instant::now()) => self.attempt(lease, key, owner).await,
             Some(lease) if Instant::now() < lease.grants_from => Err(LockError::Busy { key: key.to_owned() }),
@@ -433,40 +441,37 @@ impl DistributedLock for DegradingLock {
     /// Polls in whichever mode is current, and waits out a switch (step 3) instead of
     /// failing. A Redis failure is retried (in MySQL once enough of them switched).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
-        let deadline = started + timeout;
-        let mut pause = BACKOFF_START;
-        loop {
-            if self.shut_down.load(Ordering::SeqCst) {
-                return Err(LockError::ShutDown { backend: BACKEND });
-            }
+        let deadline = Instant::now() + timeout;
+        let attempt = || async {
+            self.shut_down.refuse_if_shut_down()?;
+            let busy = || Err(LockError::Busy { key: key.to_owned() });
             let now = Instant::now();
-            let wait = match self.current() {
+            match self.current() {
                 Some(lease) if lease.allows_grants_at(now) => match self.attempt(lease, key, owner).await {
-                    Ok(guard) => return Ok(guard),
-                    Err(LockError::Busy { .. }) => None,
-                    Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => None,
-                    Err(error) => return Err(error),
+                    Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => busy(),
+                    granted_busy_or_failed => granted_busy_or_failed,
                 },
-                // Step 3: the new epoch starts at `grants_from`.
-                Some(lease) if now < lease.grants_from => Some(lease.grants_from - now),
+                // Step 3: the new epoch starts at `grants_from`; `wait` sleeps until then.
+                Some(lease) if now < lease.grants_from => busy(),
                 // No trusted mode lease: MySQL does not answer the renewals.
-                _ if now + BACKOFF_MAX >= deadline => return Err(no_mode_lease()),
-                _ => None,
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(LockError::Timeout { key: key.to_owned(), waited: now - started });
+                _ if now + BACKOFF_MAX >= deadline => Err(no_mode_lease()),
+                _ => busy(),
             }
-            let backoff = pause.mul_f64(rand::rng().random_range(0.5..1.5));
-            tokio::time::sleep(wait.unwrap_or(backoff).min(deadline - now)).await;
-            pause = (pause * 2).min(BACKOFF_MAX);
-        }
+        };
+        let wait = |pause: Duration| async move {
+            let now = Instant::now();
+            let until_the_new_epoch = match self.current() {
+                Some(lease) if now < lease.grants_from => lease.grants_from - now,
+                _ => pause,
+            };
+            tokio::time::sleep(until_the_new_epoch.min(deadline.saturating_duration_since(now))).await;
+        };
+        poll_until_granted(key, timeout, attempt, wait).await
     }
 
     /// Gives back both locks' grants and this instance's mode lease.
     async fn shutdown(&self) -> Result<(), LockError> {
-        self.shut_down.store(true, Ordering::SeqCst);
+        self.shut_down.turn();
         for task in &self.tasks {
             task.abort();
         }

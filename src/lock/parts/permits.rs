@@ -1,9 +1,9 @@
-//! The seed's semaphore in front of MySQL, and the counter that shows what it does.
+//! The original articles' semaphore in front of MySQL, and the counter that shows what it does.
 //!
 //! A lock that polls a database sends a statement or three per attempt, and every
 //! waiter attempts again and again. Two instances with 250 waiters each would keep
 //! hundreds of statements in flight against one database, and the holder's own release
-//! would queue behind them. The seed's answer: "a semaphore of 10 permits in the
+//! would queue behind them. The articles' answer: "a semaphore of 10 permits in the
 //! application server, in front of MySQL". [`Permits`] is that semaphore, or no bound at
 //! all for the comparison, and it records the most attempts it ever let through at once,
 //! so a test and the load test can see the bound hold.

@@ -1,0 +1,143 @@
+//! The guard a grant hands out, and how a backend gives the grant back.
+
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use crate::lock::{FencingToken, Lease, LockError};
+
+/// How a backend gives one grant back. Each backend keeps in it what release needs
+/// (a token, a connection, a session, a permit).
+#[async_trait]
+pub trait Release: Send + Sync {
+    /// Gives the key back. [`LockError::Lost`] if it was no longer ours.
+    async fn release(self: Box<Self>) -> Result<(), LockError>;
+}
+
+/// A wrapper's guard gives back the inner grant it was made from.
+#[async_trait]
+impl Release for Box<dyn Release> {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        (*self).release().await
+    }
+}
+
+/// Nothing to give back: the grant ends when its guard goes away.
+pub struct NothingToRelease;
+
+#[async_trait]
+impl Release for NothingToRelease {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        Ok(())
+    }
+}
+
+/// Proof that the caller holds a key. Give it back with [`LockGuard::release`].
+///
+/// Its fields are private: a caller can read the token but not forge a guard for
+/// someone else's grant.
+pub struct LockGuard {
+    key: String,
+    fencing_token: Option<FencingToken>,
+    valid_until: Option<Instant>,
+    lease: Lease,
+    releaser: Box<dyn Release>,
+}
+
+impl LockGuard {
+    /// A grant of `key` that `releaser` knows how to give back; no token, no lease.
+    pub fn new(key: &str, releaser: impl Release + 'static) -> Self {
+        LockGuard {
+            key: key.to_owned(),
+            fencing_token: None,
+            valid_until: None,
+            lease: Lease::unbounded(),
+            releaser: Box::new(releaser),
+        }
+    }
+
+    pub fn with_fencing_token(mut self, token: FencingToken) -> Self {
+        self.fencing_token = Some(token);
+        self
+    }
+
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The holder must not write after `deadline` (Redlock's remaining validity).
+    pub fn with_validity(mut self, deadline: Instant) -> Self {
+        self.valid_until = Some(deadline);
+        self
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn fencing_token(&self) -> Option<&FencingToken> {
+        self.fencing_token.as_ref()
+    }
+
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.valid_until
+    }
+
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// False once the lease is lost or the validity deadline passed. Checking it before
+    /// a write narrows the window for a late writer; only a fencing token closes it.
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held() && self.valid_until.is_none_or(|deadline| Instant::now() < deadline)
+    }
+
+    /// Gives the key back. [`LockError::Lost`] if the lease had already run out.
+    pub async fn release(self) -> Result<(), LockError> {
+        self.releaser.release().await
+    }
+
+    /// Splits the guard into its parts, for a wrapper that hands out guards of its own.
+    pub(crate) fn into_parts(self) -> (GuardInfo, Box<dyn Release>) {
+        let info = GuardInfo {
+            key: self.key,
+            fencing_token: self.fencing_token,
+            valid_until: self.valid_until,
+            lease: self.lease,
+        };
+        (info, self.releaser)
+    }
+}
+
+/// Everything in a guard but the way to release it.
+#[derive(Clone, Debug)]
+pub(crate) struct GuardInfo {
+    pub key: String,
+    pub fencing_token: Option<FencingToken>,
+    pub valid_until: Option<Instant>,
+    pub lease: Lease,
+}
+
+impl GuardInfo {
+    pub fn into_guard(self, releaser: impl Release + 'static) -> LockGuard {
+        LockGuard {
+            key: self.key,
+            fencing_token: self.fencing_token,
+            valid_until: self.valid_until,
+            lease: self.lease,
+            releaser: Box::new(releaser),
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key)
+            .field("fencing_token", &self.fencing_token)
+            .field("valid_until", &self.valid_until)
+            .finish_non_exhaustive()
+    }
+}

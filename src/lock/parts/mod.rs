@@ -1,0 +1,26 @@
+//! Building blocks the strategies share. None of them is a strategy.
+//!
+//! | file | what it does | used by |
+//! | --- | --- | --- |
+//! | [`polling`] | the jittered-backoff loop behind the trait's default `acquire` | the locks that poll |
+//! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
+//! | [`reentrant`] | lets an owner take a key it already holds | every lock, through the wiring |
+//! | [`permits`] | the semaphore in front of MySQL | `mysql`, `mysql-version` |
+//! | [`held_grants`] | what a handle holds, so `shutdown` can give it back | `redlock`, `mysql`, `mysql-version` |
+//! | [`counters`] | attempts, grants and conflicts, for `/healthz` | `mysql`, `mysql-version` |
+//! | [`shutdown`] | the switch that refuses acquires once a lock is shut down | every lock that shuts down |
+
+pub mod counters;
+pub mod held_grants;
+pub mod keepalive;
+pub mod permits;
+pub mod polling;
+pub mod reentrant;
+pub mod shutdown;
+
+/// Locks a std mutex even if a task panicked while holding it: the maps the locks keep
+/// behind one (held grants, waiters, hold counts) stay consistent between statements,
+/// so there is nothing to repair, and a panic elsewhere must not stop every sale.
+pub fn unpoisoned<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,145 @@
+//! The wiring: from a [`Config`] to the lock that guards the sale.
+//!
+//! The one place that knows how to build every strategy: which servers each one
+//! needs, how to connect to them, and the error that says how to start a server that
+//! is not there. [`crate::strategy`] is only the list; this module makes the list real.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
+use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
+use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use crate::lock::parts::reentrant::Reentrant;
+use crate::lock::redis::{RedisLock, RedisLockOptions};
+use crate::lock::redis_degrade::mode::SharedMode;
+use crate::lock::redis_degrade::{DegradeOptions, DegradingLock};
+use crate::lock::redlock::{Redlock, RedlockOptions};
+use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
+use crate::lock::{local, none, DistributedLock};
+use crate::sale::Guarding;
+use crate::strategy::Strategy;
+
+/// The options of the `redis` lock, as `config` sets them.
+pub fn redis_lock_options(config: &Config) -> RedisLockOptions {
+    RedisLockOptions { ttl: config.lock_ttl(), renew: true }
+}
+
+/// Builds what `config.lock` names. The one place that knows every strategy.
+pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<Guarding> {
+    let lock: Arc<dyn DistributedLock> = match config.lock {
+        Strategy::None => Arc::new(none::NoLock),
+        Strategy::Local => Arc::new(local::LocalLock::default()),
+        Strategy::Redis => {
+            let lock_redis = lock_redis(config, redis).await?;
+            Arc::new(RedisLock::connect(&lock_redis, redis_lock_options(config)).await?)
+        }
+        Strategy::RedisDegrade => {
+            let lock_redis = lock_redis(config, redis).await?;
+            let redis_lock = RedisLock::connect(&lock_redis, redis_lock_options(config)).await?;
+            let pool = connect_mysql(config).await?;
+            let mysql_options =
+                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
+            let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
+            // Instances that share a lock Redis share its mode (the password never lands in MySQL).
+            let mode_name = crate::mysql_store::without_password(config.lock_redis_url());
+            let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())
+                .await
+                .context("cannot open the lock's shared mode in MySQL")?;
+            let options = DegradeOptions {
+                ttl: config.lock_ttl(),
+                failures_to_degrade: config.degrade_after_failures,
+                recover_after: std::time::Duration::from_millis(config.degrade_recover_ms),
+            };
+            Arc::new(DegradingLock::start(redis_lock, lock_redis, mysql_lock, shared, options).await?)
+        }
+        Strategy::Redlock => {
+            let node_timeout = std::time::Duration::from_millis(config.redlock_node_timeout_ms);
+            if node_timeout * 10 > config.lock_ttl() {
+                anyhow::bail!(
+                    "--redlock-node-timeout-ms ({} ms) must be at most a tenth of --lock-ttl-ms ({} ms): \
+                     a master that does not answer must cost a small part of the lease, not most of it",
+                    config.redlock_node_timeout_ms,
+                    config.lock_ttl_ms
+                );
+            }
+            let options = RedlockOptions { ttl: config.lock_ttl(), renew: true, node_timeout };
+            Arc::new(Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
+                format!(
+                    "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
+                     or point --redlock-urls / SECKILL_REDLOCK_URLS at at least 3 running Redis masters",
+                    config.redlock_urls.join(",")
+                )
+            })?)
+        }
+        Strategy::Etcd => {
+            let options = EtcdLockOptions { endpoints: config.etcd_endpoints.clone(), ttl: config.lock_ttl() };
+            Arc::new(EtcdLock::connect(options).await.with_context(|| {
+                format!(
+                    "cannot reach etcd at {}.\n  Start it with `make services` (or `etcd`), or point \
+                     --etcd-endpoints / SECKILL_ETCD_ENDPOINTS at a running server",
+                    config.etcd_endpoints.join(",")
+                )
+            })?)
+        }
+        Strategy::Zookeeper => {
+            let options =
+                ZooKeeperLockOptions { connect: config.zk_connect.clone(), session_timeout: config.lock_ttl() };
+            Arc::new(ZooKeeperLock::connect(options).await.with_context(|| {
+                format!(
+                    "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
+                     --zk-connect / SECKILL_ZK_CONNECT at a running server",
+                    config.zk_connect
+                )
+            })?)
+        }
+        Strategy::Mysql => {
+            let pool = connect_mysql(config).await?;
+            let options = MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            Arc::new(MySqlLock::new(pool, options))
+        }
+        Strategy::MysqlVersion => {
+            let pool = connect_mysql(config).await?;
+            let options =
+                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            Arc::new(MySqlVersionLock::new(pool, options))
+        }
+        Strategy::Atomic => return Ok(Guarding::AtomicScript),
+    };
+    Ok(Guarding::Lock(Reentrant::new(lock)))
+}
+
+/// The pool of the MySQL strategies, after checking that the semaphore leaves
+/// connections free for renewals and releases.
+async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
+    if config.mysql_permits >= config.mysql_pool {
+        anyhow::bail!(
+            "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
+             connections that waiting buyers cannot take. Lower the permits or raise the pool \
+             (--mysql-permits 0 takes the semaphore away)",
+            config.mysql_permits,
+            config.mysql_pool
+        );
+    }
+    if config.mysql_permits().is_none() {
+        tracing::warn!(
+            pool = config.mysql_pool,
+            "--mysql-permits 0: no semaphore in front of MySQL; every waiter polls it, up to the pool's size"
+        );
+    }
+    crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
+}
+
+/// The Redis the lock lives in: the stock's `client`, or `--lock-redis-url` checked.
+async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<::redis::Client> {
+    match &config.lock_redis_url {
+        None => Ok(stock_redis.clone()),
+        Some(url) => Ok(crate::redis_store::connect_checked(url)
+            .await
+            .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
+            .0),
+    }
+}

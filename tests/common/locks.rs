@@ -1,0 +1,61 @@
+//! Small helpers for the lock tests: options, owners, and the race a lock must close.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seckill::lock::redis::RedisLockOptions;
+use seckill::lock::{DistributedLock, Owner};
+
+use super::test_redis::{connection, unique_key};
+
+pub fn redis_options(ttl_ms: u64, renew: bool) -> RedisLockOptions {
+    RedisLockOptions { ttl: Duration::from_millis(ttl_ms), renew }
+}
+
+pub fn owner() -> Owner {
+    Owner::new("test")
+}
+
+/// Runs `tasks_per_lock` tasks per lock; each adds 1 to a Redis counter `iterations`
+/// times by a deliberately non-atomic read, pause, write, holding its lock around it.
+/// Returns the final counter: `locks.len() * tasks_per_lock * iterations` if and only
+/// if no two read-modify-writes overlapped.
+pub async fn racing_increments(
+    client: &redis::Client,
+    locks: Vec<Arc<dyn DistributedLock>>,
+    tasks_per_lock: usize,
+    iterations: usize,
+) -> i64 {
+    let counter = unique_key("counter");
+    let lock_key = unique_key("lock");
+    let mut tasks = Vec::new();
+    for lock in locks {
+        for _ in 0..tasks_per_lock {
+            let (lock, counter, lock_key) = (lock.clone(), counter.clone(), lock_key.clone());
+            let mut connection = connection(client).await;
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..iterations {
+                    let guard =
+                        lock.acquire(&lock_key, &owner(), Duration::from_secs(20)).await.expect("lock within 20 s");
+                    let value: i64 = redis::cmd("GET")
+                        .arg(&counter)
+                        .query_async::<Option<i64>>(&mut connection)
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    // Give another task every chance to read the same value.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    redis::cmd("SET").arg(&counter).arg(value + 1).query_async::<()>(&mut connection).await.unwrap();
+                    guard.release().await.expect("release by the holder");
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("increment task panicked");
+    }
+    let mut connection = connection(client).await;
+    let total: i64 = redis::cmd("GET").arg(&counter).query_async(&mut connection).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&counter).query_async(&mut connection).await.unwrap();
+    total
+}
