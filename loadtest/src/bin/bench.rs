@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use loadtest::bench::{self, BenchOptions, StrategyBench};
-use loadtest::cpu::Watched;
-use loadtest::sustained::Load;
+use loadtest::bench::cpu::Watched;
+use loadtest::bench::sustained::Load;
 use loadtest::Options;
 
 #[derive(Parser)]
@@ -177,12 +177,12 @@ fn report(
         }
     }
     if let Some(path) = html {
-        let extras = loadtest::html::Extras {
+        let extras = loadtest::render::html::Extras {
             headline,
             chaos_table: chaos.and_then(|path| std::fs::read_to_string(path).ok()),
             lockbench_table: lockbench.and_then(lockbench_table),
         };
-        if let Err(error) = write(path, &loadtest::html::report(&benches, &extras)) {
+        if let Err(error) = write(path, &loadtest::render::html::report(&benches, &extras)) {
             eprintln!("bench: {error}");
             return ExitCode::from(2);
         }

@@ -58,7 +58,7 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         .collect();
     section(&mut page, "Units sold against the stock", "One crowd run per strategy: 500 buyers, 300 units, two instances. Red is oversold: units sold beyond the stock.");
     page.push_str("<div style=\"overflow-x: auto\">");
-    page.push_str(&crate::chart::comparison_svg(&crowd));
+    page.push_str(&super::chart::comparison_svg(&crowd));
     page.push_str("</div>\n");
 
     section(&mut page, "Sales per second against the bound", "Serial: one client alone. Sustained: many keep-alive connections on both instances. Bound: one sale per critical path at the measured round-trip time.");

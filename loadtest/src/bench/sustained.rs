@@ -6,7 +6,7 @@
 //! 0.1 s, so the fast strategies finish before the last buyer is even sent, and its
 //! requests per second is goose's launch rate. Here the connections are busy the whole
 //! window, so sales per second is the service's pace (or the machine's, when the load
-//! generator shares its cores: [`crate::cpu`] tells which).
+//! generator shares its cores: [`super::cpu`] tells which).
 //!
 //! - **Sustained**: `connections` connections, split between the instances.
 //! - **Serial**: one connection to one instance; no contention, so one sale's whole
@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::checker::{self, Verdict};
-use crate::crowd::{self, answer_of, Answer, Tally};
-use crate::report::percentile;
-use crate::Options;
+use crate::verdict::checker::{self, Verdict};
+use crate::verdict::crowd::{self, answer_of, Answer, Tally};
+use crate::verdict::report::percentile;
+use crate::verdict::Options;
 
 /// Enough units that no window sells out: 64 connections at 100k sales/s for 10 s.
 pub const ENDLESS_STOCK: i64 = 100_000_000;

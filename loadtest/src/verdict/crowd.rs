@@ -14,7 +14,7 @@ use serde::Deserialize;
 use seckill::http::ReduceResponse;
 use seckill::strategy::FencingStatus;
 
-use crate::Options;
+use super::Options;
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
 const LAUNCH_RATE: &str = "5000";

@@ -2,12 +2,12 @@
 //!
 //! For one strategy (two instances already running), [`measure`]:
 //! 1. times the round trip to each backend on the lock's critical path, on a quiet
-//!    machine ([`crate::bound`]), three times in the course of the run;
+//!    machine ([`bound`]), three times in the course of the run;
 //! 2. runs the 500-buyer / 300-unit crowd N times: the lesson's numbers, with the
 //!    median and spread of each, and every lock wait the service reported;
 //! 3. measures one keep-alive client alone (serial: one sale's whole path), then
 //!    many at once for a few seconds against a stock that does not run out
-//!    ([`crate::sustained`]), watching who used the CPU meanwhile ([`crate::cpu`]);
+//!    ([`sustained`]), watching who used the CPU meanwhile ([`cpu`]);
 //!    each in a few windows, of which the median is reported (this machine is shared,
 //!    and one window can be unlucky);
 //! 4. divides both rates by the bound.
@@ -15,16 +15,22 @@
 //! [`render_tables`] turns the results of every strategy into the README's tables and
 //! settles the seeds' claim "performance: redis > zookeeper > database" with them.
 
+pub mod bound;
+
+pub mod sustained;
+
+pub mod cpu;
+
 use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
 use seckill::strategy::{FencingStatus, Strategy};
 
-use crate::bound::{self, Access, RoundTrip, Step};
-use crate::cpu::{self, CpuReport, Watched};
-use crate::report::percentile;
-use crate::sustained::{self, Load, Throughput};
-use crate::{Options, Report};
+use crate::verdict::report::percentile;
+use crate::verdict::{Options, Report, Verdict};
+use bound::{Access, RoundTrip, Step};
+use cpu::{CpuReport, Watched};
+use sustained::{Load, Throughput};
 
 /// A safe lock should sell at least this fraction of its bound under sustained load.
 pub const TARGET_RATIO: f64 = 0.7;
@@ -122,7 +128,7 @@ impl StrategyBench {
 
     /// Every crowd run and both load windows ended as the strategy promises.
     pub fn kept_its_promise(&self) -> bool {
-        let held = |verdict| verdict == crate::Verdict::Held;
+        let held = |verdict| verdict == Verdict::Held;
         self.crowd.runs_passed == self.crowd.runs
             && (self.expected_to_oversell || (held(self.sustained.verdict) && held(self.serial.verdict)))
     }
@@ -130,7 +136,7 @@ impl StrategyBench {
 
 /// Measures one strategy whose two instances are running (see the module notes).
 pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
-    let target = crate::crowd::prepare(&options.crowd).await?;
+    let target = crate::verdict::crowd::prepare(&options.crowd).await?;
     let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true)
         .map_err(|_| anyhow::anyhow!("the instances run `{}`, which this benchmark does not know", target.strategy))?;
 
@@ -141,7 +147,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
 
     let mut crowd_runs = Vec::new();
     for _ in 0..options.runs.max(1) {
-        crowd_runs.push(crate::run(&options.crowd).await?);
+        crowd_runs.push(crate::verdict::run(&options.crowd).await?);
     }
     let mut lock_waits_ms: Vec<f64> = crowd_runs.iter().flat_map(|run| run.lock_waits_ms.iter().copied()).collect();
     lock_waits_ms.sort_by(f64::total_cmp);
@@ -205,7 +211,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
 /// The window with the median rate, carrying the verdict of the worst: every window
 /// must have held, not only the median one.
 fn median_window(mut windows: Vec<Throughput>) -> Throughput {
-    let broken = windows.iter().map(|window| window.verdict).find(|verdict| *verdict != crate::Verdict::Held);
+    let broken = windows.iter().map(|window| window.verdict).find(|verdict| *verdict != Verdict::Held);
     windows.sort_by(|a, b| a.sales_per_second.total_cmp(&b.sales_per_second));
     let mut median = windows.swap_remove(windows.len() / 2);
     median.verdict = broken.unwrap_or(median.verdict);
@@ -275,7 +281,7 @@ pub fn render_tables(benches: &[StrategyBench]) -> String {
             bench.sustained_spread.median,
             bench.sustained_spread.min,
             bench.sustained_spread.max,
-            if bench.sustained.verdict == crate::Verdict::Oversold { " (oversold)" } else { "" },
+            if bench.sustained.verdict == Verdict::Oversold { " (oversold)" } else { "" },
             or_dash(bench.critical_path_round_trips().map(|trips| format!("{trips}"))),
             rtts.join(", "),
             or_dash(bench.bound_sales_per_second.map(|bound| format!("{bound:.0}"))),

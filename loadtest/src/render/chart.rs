@@ -4,7 +4,7 @@
 //! past the dashed "stock" line. Plain SVG, no dependencies: it opens in any browser
 //! and renders on GitHub.
 
-use crate::{Report, Verdict};
+use crate::verdict::{Report, Verdict};
 
 const WIDTH: f64 = 1120.0;
 const LABEL_WIDTH: f64 = 230.0;

@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use seckill::strategy::{FencingStatus, Strategy};
 
-use crate::checker::{Judgement, SaleState, Verdict};
-use crate::crowd::{Tally, Target};
-use crate::database::{per_sale_label, DatabaseCost};
-use crate::Options;
+use super::checker::{Judgement, SaleState, Verdict};
+use super::crowd::{Tally, Target};
+use super::database::{per_sale_label, DatabaseCost};
+use super::Options;
 
 /// Everything measured in one run.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,0 +1,4 @@
+//! What a reader sees: the comparison chart and the HTML report.
+
+pub mod chart;
+pub mod html;
