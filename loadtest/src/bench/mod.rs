@@ -136,7 +136,8 @@ impl StrategyBench {
 
 /// Measures one strategy whose two instances are running (see the module notes).
 pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
-    let target = crate::verdict::crowd::prepare(&options.crowd).await?;
+    // Only what the instances run: each crowd run resets the sale itself.
+    let target = crate::verdict::crowd::target_of(&options.crowd.hosts).await?;
     let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true)
         .map_err(|_| anyhow::anyhow!("the instances run `{}`, which this benchmark does not know", target.strategy))?;
 

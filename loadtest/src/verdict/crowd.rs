@@ -18,6 +18,8 @@ use super::Options;
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
 const LAUNCH_RATE: &str = "5000";
+/// How long a host may take to say what it runs, or to reset the sale.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-request timeout, seconds: longer than the service's own request timeout.
 const REQUEST_TIMEOUT_SECS: &str = "90";
 /// Answers after which the buyer cannot know whether a unit was sold: the service said
@@ -101,8 +103,8 @@ impl Tally {
 
 /// Asks every host what it runs (they must agree), then resets the sale through the first.
 pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-    let target = target_of(&http, &options.hosts).await?;
+    let target = target_of(&options.hosts).await?;
+    let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let host = &options.hosts[0];
     let mut reset =
         http.post(format!("{host}/stock/reset")).json(&serde_json::json!({ "stock": options.initial_stock }));
@@ -117,7 +119,9 @@ pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     Ok(target)
 }
 
-async fn target_of(http: &reqwest::Client, hosts: &[String]) -> anyhow::Result<Target> {
+/// What every host runs; they must agree. Reads only, changes nothing.
+pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
+    let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let mut targets: Vec<Target> = Vec::new();
     for host in hosts {
         let target: Target = http
