@@ -1,6 +1,7 @@
 //! The flash-sale load test, and the benchmark built on it.
 //!
 //! ## Reading order
+//! 0. [`latency`]: the one percentile. Every latency is recorded in an HdrHistogram.
 //! 1. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
 //!    back from Redis, what it cost the database, and the report of one run.
 //! 2. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
@@ -8,6 +9,8 @@
 //!    critical path, with the CPU each process used.
 //! 3. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
 //!    and the self-contained HTML report.
+
+pub mod latency;
 
 pub mod verdict;
 

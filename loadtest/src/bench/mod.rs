@@ -12,6 +12,8 @@
 //!    and one window can be unlucky);
 //! 4. divides both rates by the bound.
 //!
+//! [`lockbench`] measures the locks alone, without the sale around them.
+//!
 //! [`render_tables`] turns the results of every strategy into the README's tables and
 //! settles the seeds' claim "performance: redis > zookeeper > database" with them.
 
@@ -21,12 +23,14 @@ pub mod sustained;
 
 pub mod cpu;
 
+pub mod lockbench;
+
 use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
 use seckill::strategy::{FencingStatus, Strategy};
 
-use crate::verdict::report::percentile;
+use crate::latency::Latencies;
 use crate::verdict::{Options, Report, Verdict};
 use bound::{Access, RoundTrip, Step};
 use cpu::{CpuReport, Watched};
@@ -65,7 +69,8 @@ impl Spread {
         let mut values: Vec<f64> = values.into_iter().collect();
         values.sort_by(f64::total_cmp);
         Spread {
-            median: percentile(&values, 0.5),
+            // The middle run; of an even number, the lower of the two in the middle.
+            median: values.get(values.len().saturating_sub(1) / 2).copied().unwrap_or(0.0),
             min: values.first().copied().unwrap_or(0.0),
             max: values.last().copied().unwrap_or(0.0),
         }
@@ -152,6 +157,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     }
     let mut lock_waits_ms: Vec<f64> = crowd_runs.iter().flat_map(|run| run.lock_waits_ms.iter().copied()).collect();
     lock_waits_ms.sort_by(f64::total_cmp);
+    let waits = Latencies::of_ms(lock_waits_ms.iter().copied());
     let crowd = CrowdSummary {
         runs: crowd_runs.len(),
         runs_passed: crowd_runs.iter().filter(|run| run.passed()).count(),
@@ -160,8 +166,8 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         p50_ms: Spread::of(crowd_runs.iter().map(|run| run.p50_ms)),
         p95_ms: Spread::of(crowd_runs.iter().map(|run| run.p95_ms)),
         p99_ms: Spread::of(crowd_runs.iter().map(|run| run.p99_ms)),
-        lock_wait_p50_ms: percentile(&lock_waits_ms, 0.5),
-        lock_wait_p99_ms: percentile(&lock_waits_ms, 0.99),
+        lock_wait_p50_ms: waits.percentile_ms(0.5),
+        lock_wait_p99_ms: waits.percentile_ms(0.99),
     };
 
     bound::keep_quickest(&mut round_trips, bound::measure_round_trips(strategy, &options.config).await?);

@@ -3,18 +3,20 @@
 //! and tallies what each buyer was told.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use serde::Deserialize;
+use tokio::sync::Mutex;
 
 use seckill::http::ReduceResponse;
 use seckill::strategy::FencingStatus;
 
 use super::Options;
+use crate::latency::Latencies;
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
 const LAUNCH_RATE: &str = "5000";
@@ -50,7 +52,8 @@ pub struct Tally {
     pub outcome_unknown: usize,
     /// Every error, by kind. All but the `outcome_unknown` ones sold nothing.
     pub errors: BTreeMap<String, usize>,
-    pub latencies_ms: Vec<f64>,
+    /// How long each buyer waited for an answer.
+    pub latencies: Latencies,
     /// The lock wait of every answered sale or sold-out answer, as the service reported it.
     pub lock_waits_ms: Vec<f64>,
     pub first_sent: Option<Instant>,
@@ -87,7 +90,7 @@ impl Tally {
             }
             Answer::Error(kind) => *self.errors.entry(kind).or_default() += 1,
         }
-        self.latencies_ms.push((answered - sent).as_secs_f64() * 1000.0);
+        self.latencies.record(answered - sent);
         self.first_sent = Some(self.first_sent.map_or(sent, |first| first.min(sent)));
         self.last_answered = Some(self.last_answered.map_or(answered, |last| last.max(answered)));
     }
@@ -176,7 +179,7 @@ pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
         .execute()
         .await
         .context("goose could not run the attack")?;
-    let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let tally = std::mem::take(&mut *tally.lock().await);
     Ok(tally)
 }
 
@@ -187,7 +190,7 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
     let goose = user.get_named(&format!("{host}/stock/reduce"), "reduce").await?;
     let answer = answer_of(goose.response).await;
     let answered = Instant::now();
-    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
+    tally.lock().await.record(answer, sent, answered);
     Ok(())
 }
 

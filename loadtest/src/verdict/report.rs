@@ -11,6 +11,7 @@ use super::checker::{Judgement, SaleState, Verdict};
 use super::crowd::{Tally, Target};
 use super::database::{per_sale_label, DatabaseCost};
 use super::Options;
+use crate::latency::Latencies;
 
 /// Everything measured in one run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -65,11 +66,10 @@ pub struct Report {
 impl Report {
     pub fn new(options: &Options, target: Target, sale: &SaleState, tally: Tally, judgement: Judgement) -> Self {
         let seconds = tally.seconds();
-        let answered = tally.latencies_ms.len();
-        let mut latencies = tally.latencies_ms;
-        latencies.sort_by(f64::total_cmp);
+        let answered = tally.latencies.len();
         let mut lock_waits = tally.lock_waits_ms;
         lock_waits.sort_by(f64::total_cmp);
+        let waits = Latencies::of_ms(lock_waits.iter().copied());
         // The service's own word on which strategies cannot guard two instances.
         let expected_to_oversell =
             <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).is_ok_and(Strategy::expected_to_oversell);
@@ -91,11 +91,11 @@ impl Report {
             errors: tally.errors,
             seconds,
             requests_per_second: if seconds > 0.0 { answered as f64 / seconds } else { 0.0 },
-            p50_ms: percentile(&latencies, 0.50),
-            p95_ms: percentile(&latencies, 0.95),
-            p99_ms: percentile(&latencies, 0.99),
-            lock_wait_p50_ms: percentile(&lock_waits, 0.50),
-            lock_wait_p99_ms: percentile(&lock_waits, 0.99),
+            p50_ms: tally.latencies.percentile_ms(0.50),
+            p95_ms: tally.latencies.percentile_ms(0.95),
+            p99_ms: tally.latencies.percentile_ms(0.99),
+            lock_wait_p50_ms: waits.percentile_ms(0.50),
+            lock_wait_p99_ms: waits.percentile_ms(0.99),
             lock_waits_ms: lock_waits,
             verdict: judgement.verdict,
             expected_to_oversell,
@@ -241,15 +241,6 @@ fn fencing_label(fencing: FencingStatus) -> &'static str {
     }
 }
 
-/// Nearest-rank percentile of sorted values.
-pub fn percentile(sorted: &[f64], fraction: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (fraction * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// One table comparing the reports of several runs, one row per strategy.
 pub fn comparison_table(reports: &[Report]) -> String {
     let mut out = String::new();
@@ -344,13 +335,5 @@ mod tests {
     fn without_tokens_the_fencing_check_reads_not_applicable() {
         let text = report("none", Verdict::Oversold).render();
         assert!(text.contains("fencing regressions   n/a"), "{text}");
-    }
-
-    #[test]
-    fn percentiles_use_the_nearest_rank() {
-        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&sorted, 0.50), 50.0);
-        assert_eq!(percentile(&sorted, 0.99), 99.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
     }
 }
