@@ -1,4 +1,4 @@
-//! What a database lock cost per sale: the seed's "MySQL cannot hold under high
+//! What a database lock cost per sale: the original articles' "MySQL cannot hold under high
 //! concurrency", measured.
 //!
 //! Two sources, read before and after the attack:
