@@ -1,14 +1,17 @@
 //! The flash-sale load test, and the benchmark built on it.
 //!
 //! ## Reading order
-//! 0. [`latency`]: the one percentile. Every latency is recorded in an HdrHistogram.
-//! 1. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
+//! 1. [`latency`]: the one percentile. Every latency is recorded in an HdrHistogram.
+//! 2. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
 //!    back from Redis, what it cost the database, and the report of one run.
-//! 2. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
+//! 3. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
 //!    one serial client and a sustained keep-alive load, against the bound of its
-//!    critical path, with the CPU each process used.
-//! 3. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
-//!    and the self-contained HTML report.
+//!    critical path, with the CPU each process used; and `lockbench`, the locks alone.
+//! 4. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
+//!    and the self-contained HTML report, with one escape for all of them.
+//!
+//! Each module imports only those above it. The binaries are thin: `loadtest` (the
+//! verdict), `bench` (measure, then report) and `lockbench`.
 
 pub mod latency;
 

@@ -14,8 +14,9 @@
 //!
 //! [`lockbench`] measures the locks alone, without the sale around them.
 //!
-//! [`render_tables`] turns the results of every strategy into the README's tables and
-//! settles the seeds' claim "performance: redis > zookeeper > database" with them.
+//! [`crate::render::tables`] turns the results of every strategy into the README's
+//! tables, and settles with them the original articles' claim "performance: redis >
+//! zookeeper > database".
 
 pub mod bound;
 
@@ -32,7 +33,7 @@ use seckill::strategy::{FencingStatus, Strategy};
 
 use crate::latency::Latencies;
 use crate::verdict::{Options, Report, Verdict};
-use bound::{Access, RoundTrip, Step};
+use bound::{RoundTrip, Step};
 use cpu::{CpuReport, Watched};
 use sustained::{Load, Throughput};
 
@@ -223,106 +224,4 @@ fn median_window(mut windows: Vec<Throughput>) -> Throughput {
     let mut median = windows.swap_remove(windows.len() / 2);
     median.verdict = broken.unwrap_or(median.verdict);
     median
-}
-
-fn or_dash(value: Option<String>) -> String {
-    value.unwrap_or_else(|| "—".to_owned())
-}
-
-/// The README's tables: the crowd runs, then the rates against the bounds, then the
-/// ordering found and what each strategy ran out of.
-pub fn render_tables(benches: &[StrategyBench]) -> String {
-    let mut out = String::new();
-    let runs = benches.first().map_or(0, |bench| bench.crowd.runs);
-    out.push_str(&format!(
-        "The crowd: 500 buyers, 300 units, two instances; median (min–max) of {runs} runs.\n\n\
-         | strategy | runs as promised | units sold | req/s | p50 ms | p95 ms | p99 ms | lock wait p50 / p99 ms |\n\
-         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-    ));
-    for bench in benches {
-        let c = &bench.crowd;
-        let spread =
-            |s: &Spread, digits: usize| format!("{:.digits$} ({:.digits$}–{:.digits$})", s.median, s.min, s.max);
-        out.push_str(&format!(
-            "| {} | {}/{} | {} | {} | {} | {} | {} | {:.1} / {:.1} |\n",
-            bench.label,
-            c.runs_passed,
-            c.runs,
-            spread(&c.units_sold, 0),
-            spread(&c.requests_per_second, 0),
-            spread(&c.p50_ms, 1),
-            spread(&c.p95_ms, 1),
-            spread(&c.p99_ms, 1),
-            c.lock_wait_p50_ms,
-            c.lock_wait_p99_ms
-        ));
-    }
-    let connections = benches.first().map_or(0, |bench| bench.sustained.connections);
-    let windows = benches.first().map_or(0, |bench| bench.sustained_windows);
-    out.push_str(&format!(
-        "\nSales per second against the bound: serial is one keep-alive client alone; sustained is \
-         {connections} keep-alive connections on both instances, stock that does not run out, median (min–max) \
-         of {windows} windows. The bound is \
-         one sale per critical path (round trips on it x each backend's measured round-trip time).\n\n\
-         | strategy | serial sales/s | sustained sales/s | critical path (round trips) | RTT µs (read / write) | bound sales/s | serial / bound | sustained / bound | what ran out under sustained load |\n\
-         | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |\n"
-    ));
-    for bench in benches {
-        let mut rtts: Vec<String> = Vec::new();
-        for read in bench.round_trips.iter().filter(|rtt| rtt.access == Access::Read) {
-            let write = bench.round_trips.iter().find(|rtt| rtt.backend == read.backend && rtt.access == Access::Write);
-            rtts.push(format!(
-                "{} {:.0} / {:.0}",
-                read.backend.name(),
-                read.median_us,
-                write.map_or(0.0, |w| w.median_us)
-            ));
-        }
-        let ratio = |ratio: Option<f64>| {
-            or_dash(ratio.map(|r| format!("{r:.2}{}", if r < TARGET_RATIO { " (below 0.7)" } else { "" })))
-        };
-        out.push_str(&format!(
-            "| {} | {:.0} | {:.0} ({:.0}–{:.0}){} | {} | {} | {} | {} | {} | {} |\n",
-            bench.label,
-            bench.serial.sales_per_second,
-            bench.sustained_spread.median,
-            bench.sustained_spread.min,
-            bench.sustained_spread.max,
-            if bench.sustained.verdict == Verdict::Oversold { " (oversold)" } else { "" },
-            or_dash(bench.critical_path_round_trips().map(|trips| format!("{trips}"))),
-            rtts.join(", "),
-            or_dash(bench.bound_sales_per_second.map(|bound| format!("{bound:.0}"))),
-            ratio(bench.serial_ratio()),
-            ratio(bench.sustained_ratio()),
-            bench.sustained_cpu.saturated
-        ));
-    }
-    out.push('\n');
-    out.push_str(&ordering(benches));
-    out
-}
-
-/// The safe strategies fastest first, and whether the seeds' claim holds.
-pub fn ordering(benches: &[StrategyBench]) -> String {
-    let mut safe: Vec<&StrategyBench> = benches.iter().filter(|bench| !bench.expected_to_oversell).collect();
-    safe.sort_by(|a, b| b.sustained.sales_per_second.total_cmp(&a.sustained.sales_per_second));
-    let ranked: Vec<String> =
-        safe.iter().map(|bench| format!("{} ({:.0})", bench.label, bench.sustained.sales_per_second)).collect();
-    let mut out = format!("Ordering by sustained sales/s: {}\n", ranked.join(" > "));
-    let rate = |label: &str| benches.iter().find(|bench| bench.label == label).map(|b| b.sustained.sales_per_second);
-    let database = ["mysql", "mysql-version"].iter().filter_map(|label| rate(label)).reduce(f64::max);
-    match (rate("redis"), rate("zookeeper"), database) {
-        (Some(redis), Some(zookeeper), Some(database)) => {
-            let holds = redis > zookeeper && zookeeper > database;
-            out.push_str(&format!(
-                "The claim \"redis > zookeeper > database\" {}: redis {redis:.0}, zookeeper {zookeeper:.0}, \
-                 the faster MySQL lock {database:.0} sales/s.\n",
-                if holds { "holds" } else { "does not hold" }
-            ));
-        }
-        _ => out.push_str(
-            "The claim \"redis > zookeeper > database\" needs redis, zookeeper and a MySQL lock in the run.\n",
-        ),
-    }
-    out
 }

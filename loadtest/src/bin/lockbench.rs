@@ -16,6 +16,8 @@ use std::sync::Arc;
 use clap::Parser;
 
 use loadtest::bench::lockbench;
+use loadtest::render::document::markdown_row;
+use loadtest::render::tables::{lockbench_row, lockbench_table};
 use seckill::lock::DistributedLock;
 use seckill::strategy::{Guarding, Strategy};
 
@@ -54,8 +56,7 @@ async fn lock_of(strategy: Strategy) -> anyhow::Result<Arc<dyn DistributedLock>>
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut runs = Vec::new();
-    println!("| strategy | contenders | keys | pairs/s | median pair ms | p99 pair ms | errors |");
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: |");
+    print!("{}", lockbench_table().markdown_head());
     for &strategy in &cli.strategies {
         let lock = match lock_of(strategy).await {
             Ok(lock) => lock,
@@ -67,16 +68,7 @@ async fn main() -> ExitCode {
         for &contenders in &cli.contenders {
             for one_key in [true, false] {
                 let run = lockbench::run(lock.clone(), strategy, contenders, one_key, cli.seconds).await;
-                println!(
-                    "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} |",
-                    run.strategy,
-                    run.contenders,
-                    run.keys,
-                    run.pairs_per_second,
-                    run.median_pair_ms,
-                    run.p99_pair_ms,
-                    run.errors
-                );
+                print!("{}", markdown_row(&lockbench_row(&run)));
                 if let Some(error) = &run.first_error {
                     eprintln!("lockbench: {} errors in {strategy} x{contenders}, the first: {error}", run.errors);
                 }
