@@ -22,9 +22,9 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
+use crate::latency::Latencies;
 use crate::verdict::checker::{self, Verdict};
 use crate::verdict::crowd::{self, answer_of, Answer, Tally};
-use crate::latency::Latencies;
 use crate::verdict::Options;
 
 /// Enough units that no window sells out: 64 connections at 100k sales/s for 10 s.

@@ -14,10 +14,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use loadtest::bench::lockbench::Run;
-use loadtest::bench::{self, BenchOptions, StrategyBench};
 use loadtest::bench::cpu::Watched;
+use loadtest::bench::lockbench::Run;
 use loadtest::bench::sustained::Load;
+use loadtest::bench::{self, BenchOptions, StrategyBench};
 use loadtest::render::{document, html, tables};
 use loadtest::Options;
 

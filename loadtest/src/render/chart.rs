@@ -179,7 +179,8 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         );
     }
     if scale == Scale::Log {
-        let _ = writeln!(svg, "<text x=\"{:.1}\" y=\"13\" fill=\"#777\" text-anchor=\"end\">log scale</text>", width - 8.0);
+        let _ =
+            writeln!(svg, "<text x=\"{:.1}\" y=\"13\" fill=\"#777\" text-anchor=\"end\">log scale</text>", width - 8.0);
     }
     for (row, (label, values)) in rows.iter().enumerate() {
         let top = 24.0 + row as f64 * group;
@@ -333,7 +334,8 @@ mod tests {
         let text_x = numbers(&svg, "12345 ms", "x").last().copied().unwrap();
         assert!(text_x + text_width(figures, 11.0) <= width, "{svg}");
 
-        let svg = comparison_svg(&[sold("a label that is long (no local queue, no semaphore)", 450, Verdict::Oversold)]);
+        let svg =
+            comparison_svg(&[sold("a label that is long (no local queue, no semaphore)", 450, Verdict::Oversold)]);
         let width = numbers(&svg, "<svg", "width")[0];
         let line = svg.lines().find(|line| line.contains("req/s")).unwrap();
         let text = line.split('>').nth(1).unwrap().trim_end_matches("</text");

@@ -102,8 +102,11 @@ impl Table {
                 }
                 _ => vec![Align::Left; header.len()],
             };
-            let columns: Vec<(&str, Align)> =
-                header.iter().map(String::as_str).zip(aligns.into_iter().chain(std::iter::repeat(Align::Left))).collect();
+            let columns: Vec<(&str, Align)> = header
+                .iter()
+                .map(String::as_str)
+                .zip(aligns.into_iter().chain(std::iter::repeat(Align::Left)))
+                .collect();
             let mut table = Table::new(&columns);
             while let Some(row) = lines.next_if(|line| line.starts_with('|')) {
                 table.push(cells(row));
@@ -172,7 +175,8 @@ mod tests {
 
     #[test]
     fn blocks_are_separated_by_one_blank_line_in_markdown() {
-        let blocks = [Block::Text("Some words.".into()), Block::Table(table()), Block::Text("More.\nAnd more.\n".into())];
+        let blocks =
+            [Block::Text("Some words.".into()), Block::Table(table()), Block::Text("More.\nAnd more.\n".into())];
         assert_eq!(markdown(&blocks), format!("Some words.\n\n{}\nMore.\nAnd more.\n", table().markdown()));
         assert!(html(&blocks).contains("<p>More.</p>\n<p>And more.</p>"));
     }

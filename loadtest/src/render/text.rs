@@ -108,7 +108,6 @@ fn fencing_label(fencing: FencingStatus) -> &'static str {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use crate::verdict::report::tests::report;
