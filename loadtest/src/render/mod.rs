@@ -33,6 +33,11 @@ pub fn escape(text: &str) -> String {
     escaped
 }
 
+/// A figure per sale: `12.3`, or `-` when nothing was sold to divide by.
+pub fn per_sale_label(value: Option<f64>) -> String {
+    value.map_or("-".to_owned(), |value| format!("{value:.1}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape;

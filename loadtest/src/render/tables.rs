@@ -5,10 +5,10 @@
 use crate::bench::bound::Access;
 use crate::bench::lockbench::Run;
 use crate::bench::{Spread, StrategyBench, TARGET_RATIO};
-use crate::verdict::database::per_sale_label;
 use crate::verdict::{Report, Verdict};
 
 use super::document::{Align, Block, Table};
+use super::per_sale_label;
 
 use Align::{Left, Right};
 

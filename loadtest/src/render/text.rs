@@ -3,8 +3,9 @@
 
 use seckill::strategy::FencingStatus;
 
-use crate::verdict::database::per_sale_label;
 use crate::verdict::{Report, Verdict};
+
+use super::per_sale_label;
 
 impl Report {
     /// The verdict as a reader should see it.

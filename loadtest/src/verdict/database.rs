@@ -164,11 +164,6 @@ impl DatabaseCost {
     }
 }
 
-/// `12.3` or `-` when there is nothing to divide by.
-pub fn per_sale_label(value: Option<f64>) -> String {
-    value.map_or("-".to_owned(), |value| format!("{value:.1}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
