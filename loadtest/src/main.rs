@@ -109,9 +109,9 @@ fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> Exi
             }
         }
     }
-    print!("{}", loadtest::report::comparison_table(&reports));
+    print!("{}", loadtest::render::tables::comparison(&reports).markdown());
     if let Some(path) = chart {
-        if let Err(error) = std::fs::write(path, loadtest::chart::comparison_svg(&reports)) {
+        if let Err(error) = std::fs::write(path, loadtest::render::chart::comparison_svg(&reports)) {
             eprintln!("loadtest error: cannot write the chart to {}: {error}", path.display());
             return ExitCode::from(2);
         }

@@ -143,7 +143,7 @@ async fn outages(fault: Fault, db: u8) {
     second.stop().await.unwrap();
 
     // The verdict, from Redis.
-    let sale = loadtest::checker::read_sale(&common::redis_url(db)).await.unwrap();
+    let sale = loadtest::verdict::checker::read_sale(&common::redis_url(db)).await.unwrap();
     let answers = answers.lock().unwrap();
     let mut read: HashSet<i64> = HashSet::new();
     let sold_twice = sale.records.iter().filter(|record| !read.insert(record.stock_before)).count();

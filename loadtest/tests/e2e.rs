@@ -128,7 +128,7 @@ async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_insta
 }
 
 /// The MySQL strategies' report says what the sale cost the database.
-fn assert_database_cost_measured(report: &Report) -> loadtest::database::DatabaseCost {
+fn assert_database_cost_measured(report: &Report) -> loadtest::verdict::database::DatabaseCost {
     let cost = report.database.clone().unwrap_or_else(|| panic!("no database cost: {}", report.render()));
     assert_eq!(cost.units_sold, 300);
     assert!(cost.grants >= 300, "every sale was a grant: {cost:?}");

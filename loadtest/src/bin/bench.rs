@@ -14,9 +14,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use loadtest::bench::cpu::Watched;
+use loadtest::bench::lockbench::Run;
+use loadtest::bench::sustained::Load;
 use loadtest::bench::{self, BenchOptions, StrategyBench};
-use loadtest::cpu::Watched;
-use loadtest::sustained::Load;
+use loadtest::render::{document, html, tables};
 use loadtest::Options;
 
 #[derive(Parser)]
@@ -127,7 +129,7 @@ async fn main() -> ExitCode {
                         eprintln!("bench: {error}");
                         return ExitCode::from(2);
                     }
-                    print!("{}", bench::render_tables(std::slice::from_ref(&result)));
+                    print!("{}", document::markdown(&tables::bench(std::slice::from_ref(&result))));
                     if result.kept_its_promise() {
                         ExitCode::SUCCESS
                     } else {
@@ -168,7 +170,7 @@ fn report(
             }
         }
     }
-    let tables = bench::render_tables(&benches);
+    let tables = document::markdown(&tables::bench(&benches));
     print!("{tables}");
     if let Some(path) = markdown {
         if let Err(error) = write(path, &tables) {
@@ -177,12 +179,12 @@ fn report(
         }
     }
     if let Some(path) = html {
-        let extras = loadtest::html::Extras {
+        let extras = html::Extras {
             headline,
             chaos_table: chaos.and_then(|path| std::fs::read_to_string(path).ok()),
-            lockbench_table: lockbench.and_then(lockbench_table),
+            lockbench: lockbench.and_then(lockbench_runs),
         };
-        if let Err(error) = write(path, &loadtest::html::report(&benches, &extras)) {
+        if let Err(error) = write(path, &html::report(&benches, &extras)) {
             eprintln!("bench: {error}");
             return ExitCode::from(2);
         }
@@ -195,25 +197,9 @@ fn report(
     }
 }
 
-/// The lockbench runs as a Markdown table, or `None` if the file is absent or unreadable.
-fn lockbench_table(path: &Path) -> Option<String> {
-    let runs: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    let mut table = "| strategy | contenders | keys | pairs/s | median pair ms | p99 pair ms | errors |\n\
-                     | --- | ---: | --- | ---: | ---: | ---: | ---: |\n"
-        .to_owned();
-    for run in runs {
-        table.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.2} | {:.2} | {} |\n",
-            run["strategy"].as_str()?,
-            run["contenders"],
-            run["keys"].as_str()?,
-            run["pairs_per_second"].as_f64()?,
-            run["median_pair_ms"].as_f64()?,
-            run["p99_pair_ms"].as_f64()?,
-            run["errors"]
-        ));
-    }
-    Some(table)
+/// The lockbench runs, or `None` if the file is absent or unreadable.
+fn lockbench_runs(path: &Path) -> Option<Vec<Run>> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {

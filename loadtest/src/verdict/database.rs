@@ -1,4 +1,4 @@
-//! What a database lock cost per sale: the seed's "MySQL cannot hold under high
+//! What a database lock cost per sale: the original articles' "MySQL cannot hold under high
 //! concurrency", measured.
 //!
 //! Two sources, read before and after the attack:
@@ -162,11 +162,6 @@ impl DatabaseCost {
             None => "none (--mysql-permits 0)".to_owned(),
         }
     }
-}
-
-/// `12.3` or `-` when there is nothing to divide by.
-pub fn per_sale_label(value: Option<f64>) -> String {
-    value.map_or("-".to_owned(), |value| format!("{value:.1}"))
 }
 
 #[cfg(test)]

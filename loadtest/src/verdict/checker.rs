@@ -10,7 +10,7 @@
 //!   "sold", or more than those plus the buyers whose outcome is unknown (504).
 //!
 //! A run during which the sale was reset (by another load test, say) is not judged at
-//! all: [`crate::run`] refuses it as invalid.
+//! all: [`super::run`] refuses it as invalid.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use seckill::stock::{SaleRecord, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
 use seckill::strategy::FencingStatus;
 
-use crate::crowd::{Tally, Target};
+use super::crowd::{Tally, Target};
 
 /// The verdict of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@
 //! 0.1 s, so the fast strategies finish before the last buyer is even sent, and its
 //! requests per second is goose's launch rate. Here the connections are busy the whole
 //! window, so sales per second is the service's pace (or the machine's, when the load
-//! generator shares its cores: [`crate::cpu`] tells which).
+//! generator shares its cores: [`super::cpu`] tells which).
 //!
 //! - **Sustained**: `connections` connections, split between the instances.
 //! - **Serial**: one connection to one instance; no contention, so one sale's whole
@@ -15,16 +15,17 @@
 //! Each window ends with the same check as the crowd's: the sale is read back from Redis
 //! and judged, so a strategy that oversells under sustained load is caught too.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
 
-use crate::checker::{self, Verdict};
-use crate::crowd::{self, answer_of, Answer, Tally};
-use crate::report::percentile;
-use crate::Options;
+use crate::latency::Latencies;
+use crate::verdict::checker::{self, Verdict};
+use crate::verdict::crowd::{self, answer_of, Answer, Tally};
+use crate::verdict::Options;
 
 /// Enough units that no window sells out: 64 connections at 100k sales/s for 10 s.
 pub const ENDLESS_STOCK: i64 = 100_000_000;
@@ -58,7 +59,7 @@ pub struct Throughput {
 #[derive(Default)]
 struct Window {
     sold: usize,
-    latencies_ms: Vec<f64>,
+    latencies: Latencies,
 }
 
 /// Resets the sale to [`ENDLESS_STOCK`], then keeps `load.connections` connections busy.
@@ -79,21 +80,20 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
     for connection in connections {
         connection.await.context("a load connection panicked")??;
     }
-    let tally = std::mem::take(&mut *unpoisoned(&tally));
-    let mut window = std::mem::take(&mut *unpoisoned(&window));
+    let tally = std::mem::take(&mut *tally.lock().await);
+    let window = std::mem::take(&mut *window.lock().await);
     let sale = checker::read_sale(&options.redis_url).await?;
     let judgement = checker::judge(ENDLESS_STOCK, &target, &sale, &tally);
-    window.latencies_ms.sort_by(f64::total_cmp);
     let seconds = load.seconds;
     Ok(Throughput {
         connections: load.connections,
         seconds,
         sales_per_second: window.sold as f64 / seconds,
-        answers_per_second: window.latencies_ms.len() as f64 / seconds,
+        answers_per_second: window.latencies.len() as f64 / seconds,
         sold: tally.sold,
         errors: tally.errors.values().sum(),
-        p50_ms: percentile(&window.latencies_ms, 0.50),
-        p99_ms: percentile(&window.latencies_ms, 0.99),
+        p50_ms: window.latencies.percentile_ms(0.50),
+        p99_ms: window.latencies.percentile_ms(0.99),
         verdict: judgement.verdict,
     })
 }
@@ -119,15 +119,11 @@ async fn keep_buying(
         let answer = answer_of(http.get(&url).send().await).await;
         let answered = Instant::now();
         if sent >= counted_from && answered <= deadline {
-            let mut window = unpoisoned(window);
+            let mut window = window.lock().await;
             window.sold += usize::from(matches!(answer, Answer::Sold { .. }));
-            window.latencies_ms.push((answered - sent).as_secs_f64() * 1000.0);
+            window.latencies.record(answered - sent);
         }
-        unpoisoned(tally).record(answer, sent, answered);
+        tally.lock().await.record(answer, sent, answered);
     }
     Ok(())
-}
-
-fn unpoisoned<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

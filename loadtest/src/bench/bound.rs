@@ -30,6 +30,8 @@ use seckill::config::Config;
 pub use seckill::lock::critical_path::{Access, Backend, Step};
 use seckill::strategy::Strategy;
 
+use crate::latency::Latencies;
+
 /// Round trips timed per backend (after a few to warm the connection up).
 const PROBES: usize = 500;
 const WARM_UP_PROBES: usize = 50;
@@ -92,10 +94,9 @@ pub fn keep_quickest(earlier: &mut [RoundTrip], later: Vec<RoundTrip>) {
     }
 }
 
-fn summarize(backend: Backend, access: Access, mut samples: Vec<Duration>) -> RoundTrip {
-    samples.sort();
-    let at = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6;
-    RoundTrip { backend, access, median_us: at(0.5), p99_us: at(0.99) }
+fn summarize(backend: Backend, access: Access, samples: Vec<Duration>) -> RoundTrip {
+    let samples = Latencies::of(samples);
+    RoundTrip { backend, access, median_us: samples.percentile_us(0.5), p99_us: samples.percentile_us(0.99) }
 }
 
 /// Where the write probes write: keys and rows of their own, never the sale's or a lock's.

@@ -3,21 +3,25 @@
 //! and tallies what each buyer was told.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use goose::config::GooseConfiguration;
 use goose::prelude::*;
 use serde::Deserialize;
+use tokio::sync::Mutex;
 
 use seckill::http::ReduceResponse;
 use seckill::strategy::FencingStatus;
 
-use crate::Options;
+use super::Options;
+use crate::latency::Latencies;
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
 const LAUNCH_RATE: &str = "5000";
+/// How long a host may take to say what it runs, or to reset the sale.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-request timeout, seconds: longer than the service's own request timeout.
 const REQUEST_TIMEOUT_SECS: &str = "90";
 /// Answers after which the buyer cannot know whether a unit was sold: the service said
@@ -48,7 +52,8 @@ pub struct Tally {
     pub outcome_unknown: usize,
     /// Every error, by kind. All but the `outcome_unknown` ones sold nothing.
     pub errors: BTreeMap<String, usize>,
-    pub latencies_ms: Vec<f64>,
+    /// How long each buyer waited for an answer.
+    pub latencies: Latencies,
     /// The lock wait of every answered sale or sold-out answer, as the service reported it.
     pub lock_waits_ms: Vec<f64>,
     pub first_sent: Option<Instant>,
@@ -85,7 +90,7 @@ impl Tally {
             }
             Answer::Error(kind) => *self.errors.entry(kind).or_default() += 1,
         }
-        self.latencies_ms.push((answered - sent).as_secs_f64() * 1000.0);
+        self.latencies.record(answered - sent);
         self.first_sent = Some(self.first_sent.map_or(sent, |first| first.min(sent)));
         self.last_answered = Some(self.last_answered.map_or(answered, |last| last.max(answered)));
     }
@@ -101,8 +106,8 @@ impl Tally {
 
 /// Asks every host what it runs (they must agree), then resets the sale through the first.
 pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-    let target = target_of(&http, &options.hosts).await?;
+    let target = target_of(&options.hosts).await?;
+    let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let host = &options.hosts[0];
     let mut reset =
         http.post(format!("{host}/stock/reset")).json(&serde_json::json!({ "stock": options.initial_stock }));
@@ -117,7 +122,9 @@ pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     Ok(target)
 }
 
-async fn target_of(http: &reqwest::Client, hosts: &[String]) -> anyhow::Result<Target> {
+/// What every host runs; they must agree. Reads only, changes nothing.
+pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
+    let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let mut targets: Vec<Target> = Vec::new();
     for host in hosts {
         let target: Target = http
@@ -172,7 +179,7 @@ pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
         .execute()
         .await
         .context("goose could not run the attack")?;
-    let tally = std::mem::take(&mut *tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let tally = std::mem::take(&mut *tally.lock().await);
     Ok(tally)
 }
 
@@ -183,7 +190,7 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
     let goose = user.get_named(&format!("{host}/stock/reduce"), "reduce").await?;
     let answer = answer_of(goose.response).await;
     let answered = Instant::now();
-    tally.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).record(answer, sent, answered);
+    tally.lock().await.record(answer, sent, answered);
     Ok(())
 }
 

@@ -1,0 +1,122 @@
+//! The benchmark's report: one HTML file that tells the story without the terminal.
+//! Self-contained: the charts are inline SVG drawn here, no script, no font, no
+//! address outside the file, so it opens the same offline, attached to a mail, or years later.
+//!
+//! Sections: units sold against the stock line; sales per second against the bound;
+//! the crowd's latencies; the lock-wait distributions; the bound ratios; the tables;
+//! and, when those runs exist, the chaos table and the raw lock benchmark.
+
+use std::fmt::Write;
+
+use crate::bench::lockbench::Run;
+use crate::bench::{StrategyBench, TARGET_RATIO};
+
+use super::chart::{bars, comparison_svg, lock_wait_curves, Scale};
+use super::document::{self, Table};
+use super::{escape, tables};
+
+/// The page's look. A chart wider than the column shrinks to fit it (each has a `viewBox`).
+const STYLE: &str = "\
+body { font: 14px/1.45 system-ui, sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222 }
+table { border-collapse: collapse; margin: 1em 0; font-size: 12px }
+th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right }
+th:first-child, td:first-child, td.text { text-align: left }
+svg { display: block; margin: 0.5em 0 1.5em; max-width: 100%; height: auto }
+.note { color: #555 }
+";
+
+/// What the report is made of, besides the benchmark itself.
+pub struct Extras {
+    /// When and where it ran, in words.
+    pub headline: String,
+    /// The chaos suite's table, if `make chaos` ran. Markdown: `scripts/chaos.sh` writes only that.
+    pub chaos_table: Option<String>,
+    /// The raw lock benchmark's runs, if `make lockbench` ran.
+    pub lockbench: Option<Vec<Run>>,
+}
+
+pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
+    let mut page = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>seckill benchmark</title>\n\
+         <style>\n{STYLE}</style></head><body>\n"
+    );
+    let _ = writeln!(
+        page,
+        "<h1>seckill: distributed locks guarding a flash sale</h1>\n<p class=\"note\">{}</p>",
+        escape(&extras.headline)
+    );
+
+    // Each row under the name the benchmark gave its run (the Python peer's instances
+    // say they run `redis`).
+    let crowd: Vec<_> = benches
+        .iter()
+        .filter_map(|bench| {
+            let mut run = bench.crowd_runs.first().cloned()?;
+            run.strategy = bench.label.clone();
+            run.local_queue = true; // the label already says when the local queue was off
+            run.database = None;
+            Some(run)
+        })
+        .collect();
+    section(&mut page, "Units sold against the stock", "One crowd run per strategy: 500 buyers, 300 units, two instances. Red is oversold: units sold beyond the stock.");
+    page.push_str(&comparison_svg(&crowd));
+
+    section(&mut page, "Sales per second against the bound", "Serial: one client alone. Sustained: many keep-alive connections on both instances. Bound: one sale per critical path at the measured round-trip time.");
+    let rows: Vec<(String, Vec<f64>)> = benches
+        .iter()
+        .map(|b| {
+            (
+                b.label.clone(),
+                vec![b.serial.sales_per_second, b.sustained.sales_per_second, b.bound_sales_per_second.unwrap_or(0.0)],
+            )
+        })
+        .collect();
+    page.push_str(&bars(&rows, &["serial", "sustained", "bound"], "sales/s", Scale::Log, None));
+
+    section(
+        &mut page,
+        "Fraction of the bound",
+        "Sales per second divided by the bound; the dashed line is the target of 0.7. The baselines have no bound.",
+    );
+    let rows: Vec<(String, Vec<f64>)> = benches
+        .iter()
+        .filter(|b| b.bound_sales_per_second.is_some())
+        .map(|b| (b.label.clone(), vec![b.serial_ratio().unwrap_or(0.0), b.sustained_ratio().unwrap_or(0.0)]))
+        .collect();
+    page.push_str(&bars(&rows, &["serial / bound", "sustained / bound"], "", Scale::Linear, Some(TARGET_RATIO)));
+
+    section(
+        &mut page,
+        "The crowd's latency",
+        "Median over the runs of each percentile: how long a buyer waited for an answer.",
+    );
+    let rows: Vec<(String, Vec<f64>)> = benches
+        .iter()
+        .map(|b| (b.label.clone(), vec![b.crowd.p50_ms.median, b.crowd.p95_ms.median, b.crowd.p99_ms.median]))
+        .collect();
+    page.push_str(&bars(&rows, &["p50", "p95", "p99"], "ms", Scale::Log, None));
+
+    section(&mut page, "How long buyers waited for the lock", "Every answer of every crowd run: the fraction of buyers (up) who waited at most that long (right). A fair queue rises steadily; a lock that lets the releaser win again leaves a long tail.");
+    page.push_str(&lock_wait_curves(benches));
+
+    section(&mut page, "The figures", "");
+    page.push_str(&document::html(&tables::bench(benches)));
+
+    if let Some(table) = &extras.chaos_table {
+        section(&mut page, "Chaos: faults under load (make chaos)", "");
+        page.push_str(&document::html(&Table::parse_markdown(table)));
+    }
+    if let Some(runs) = &extras.lockbench {
+        section(&mut page, "The locks alone (make lockbench)", "Acquire+release pairs per second, without the sale.");
+        page.push_str(&tables::lockbench(runs).html());
+    }
+    page.push_str("</body></html>\n");
+    page
+}
+
+fn section(page: &mut String, title: &str, note: &str) {
+    let _ = writeln!(page, "<h2>{}</h2>", escape(title));
+    if !note.is_empty() {
+        let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
+    }
+}

@@ -1,0 +1,257 @@
+//! The tables that compare: several verdict runs (`loadtest --compare`), the strategies
+//! of a benchmark (`bench report`, the README), and the locks alone (`lockbench`).
+//! Each is built once as a [`Table`] and written as Markdown or HTML by the caller.
+
+use crate::bench::bound::Access;
+use crate::bench::lockbench::Run;
+use crate::bench::{Spread, StrategyBench, TARGET_RATIO};
+use crate::verdict::{Report, Verdict};
+
+use super::document::{Align, Block, Table};
+use super::per_sale_label;
+
+use Align::{Left, Right};
+
+/// What a missing figure reads as (a baseline has no bound).
+const MISSING: &str = "—";
+
+fn verdict_word(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Held => "held",
+        Verdict::Oversold => "OVERSOLD",
+        Verdict::Lost => "LOST",
+    }
+}
+
+/// Several verdict runs, one row each.
+pub fn comparison(reports: &[Report]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("verdict", Left),
+        ("expected", Left),
+        ("sold", Right),
+        ("stock left", Right),
+        ("units sold twice", Right),
+        ("errors", Right),
+        ("req/s", Right),
+        ("p50 ms", Right),
+        ("p99 ms", Right),
+        ("stmts/sale", Right),
+        ("conflicts/sale", Right),
+    ]);
+    for r in reports {
+        let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
+        let (statements, conflicts) = match &r.database {
+            Some(cost) => (per_sale_label(cost.statements_per_sale()), per_sale_label(cost.conflicts_per_sale())),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
+        table.push(vec![
+            r.label(),
+            verdict_word(r.verdict).to_owned(),
+            expected.to_owned(),
+            r.lucky.to_string(),
+            r.stock_left.to_string(),
+            r.units_sold_twice.to_string(),
+            r.error_count().to_string(),
+            format!("{:.0}", r.requests_per_second),
+            format!("{:.1}", r.p50_ms),
+            format!("{:.1}", r.p99_ms),
+            statements,
+            conflicts,
+        ]);
+    }
+    table
+}
+
+/// The README's tables of a benchmark: the crowd runs, then the rates against the
+/// bounds, then the ordering found and what each strategy ran out of.
+pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
+    let runs = benches.first().map_or(0, |bench| bench.crowd.runs);
+    let connections = benches.first().map_or(0, |bench| bench.sustained.connections);
+    let windows = benches.first().map_or(0, |bench| bench.sustained_windows);
+    vec![
+        Block::Text(format!("The crowd: 500 buyers, 300 units, two instances; median (min–max) of {runs} runs.")),
+        Block::Table(crowd(benches)),
+        Block::Text(format!(
+            "Sales per second against the bound: serial is one keep-alive client alone; sustained is \
+             {connections} keep-alive connections on both instances, stock that does not run out, median (min–max) \
+             of {windows} windows. The bound is \
+             one sale per critical path (round trips on it x each backend's measured round-trip time)."
+        )),
+        Block::Table(rates(benches)),
+        Block::Text(ordering(benches)),
+    ]
+}
+
+fn spread(s: &Spread, digits: usize) -> String {
+    format!("{:.digits$} ({:.digits$}–{:.digits$})", s.median, s.min, s.max)
+}
+
+/// The crowd runs of each strategy.
+fn crowd(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("runs as promised", Right),
+        ("units sold", Right),
+        ("req/s", Right),
+        ("p50 ms", Right),
+        ("p95 ms", Right),
+        ("p99 ms", Right),
+        ("lock wait p50 / p99 ms", Right),
+    ]);
+    for bench in benches {
+        let c = &bench.crowd;
+        table.push(vec![
+            bench.label.clone(),
+            format!("{}/{}", c.runs_passed, c.runs),
+            spread(&c.units_sold, 0),
+            spread(&c.requests_per_second, 0),
+            spread(&c.p50_ms, 1),
+            spread(&c.p95_ms, 1),
+            spread(&c.p99_ms, 1),
+            format!("{:.1} / {:.1}", c.lock_wait_p50_ms, c.lock_wait_p99_ms),
+        ]);
+    }
+    table
+}
+
+/// Each strategy's rates against its bound, and what ran out.
+fn rates(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("serial sales/s", Right),
+        ("sustained sales/s", Right),
+        ("critical path (round trips)", Right),
+        ("RTT µs (read / write)", Left),
+        ("bound sales/s", Right),
+        ("serial / bound", Right),
+        ("sustained / bound", Right),
+        ("what ran out under sustained load", Left),
+    ]);
+    let or_missing = |value: Option<String>| value.unwrap_or_else(|| MISSING.to_owned());
+    let ratio = |ratio: Option<f64>| {
+        or_missing(ratio.map(|r| format!("{r:.2}{}", if r < TARGET_RATIO { " (below 0.7)" } else { "" })))
+    };
+    for bench in benches {
+        let mut rtts: Vec<String> = Vec::new();
+        for read in bench.round_trips.iter().filter(|rtt| rtt.access == Access::Read) {
+            let write = bench.round_trips.iter().find(|rtt| rtt.backend == read.backend && rtt.access == Access::Write);
+            rtts.push(format!(
+                "{} {:.0} / {:.0}",
+                read.backend.name(),
+                read.median_us,
+                write.map_or(0.0, |w| w.median_us)
+            ));
+        }
+        let oversold = if bench.sustained.verdict == Verdict::Oversold { " (oversold)" } else { "" };
+        table.push(vec![
+            bench.label.clone(),
+            format!("{:.0}", bench.serial.sales_per_second),
+            format!("{}{oversold}", spread(&bench.sustained_spread, 0)),
+            or_missing(bench.critical_path_round_trips().map(|trips| format!("{trips}"))),
+            rtts.join(", "),
+            or_missing(bench.bound_sales_per_second.map(|bound| format!("{bound:.0}"))),
+            ratio(bench.serial_ratio()),
+            ratio(bench.sustained_ratio()),
+            bench.sustained_cpu.saturated.clone(),
+        ]);
+    }
+    table
+}
+
+/// The safe strategies fastest first, and whether the original articles' claim holds.
+pub fn ordering(benches: &[StrategyBench]) -> String {
+    let mut safe: Vec<&StrategyBench> = benches.iter().filter(|bench| !bench.expected_to_oversell).collect();
+    safe.sort_by(|a, b| b.sustained.sales_per_second.total_cmp(&a.sustained.sales_per_second));
+    let ranked: Vec<String> =
+        safe.iter().map(|bench| format!("{} ({:.0})", bench.label, bench.sustained.sales_per_second)).collect();
+    let mut out = format!("Ordering by sustained sales/s: {}\n", ranked.join(" > "));
+    let rate = |label: &str| benches.iter().find(|bench| bench.label == label).map(|b| b.sustained.sales_per_second);
+    let database = ["mysql", "mysql-version"].iter().filter_map(|label| rate(label)).reduce(f64::max);
+    match (rate("redis"), rate("zookeeper"), database) {
+        (Some(redis), Some(zookeeper), Some(database)) => {
+            let holds = redis > zookeeper && zookeeper > database;
+            out.push_str(&format!(
+                "The claim \"redis > zookeeper > database\" {}: redis {redis:.0}, zookeeper {zookeeper:.0}, \
+                 the faster MySQL lock {database:.0} sales/s.\n",
+                if holds { "holds" } else { "does not hold" }
+            ));
+        }
+        _ => out.push_str(
+            "The claim \"redis > zookeeper > database\" needs redis, zookeeper and a MySQL lock in the run.\n",
+        ),
+    }
+    out
+}
+
+/// The header of the lock benchmark's table.
+pub fn lockbench_table() -> Table {
+    Table::new(&[
+        ("strategy", Left),
+        ("contenders", Right),
+        ("keys", Left),
+        ("pairs/s", Right),
+        ("median pair ms", Right),
+        ("p99 pair ms", Right),
+        ("errors", Right),
+    ])
+}
+
+/// One run of the lock benchmark as a row of [`lockbench_table`]. `lockbench` prints
+/// each as it is measured; `bench report` puts them all in the report.
+pub fn lockbench_row(run: &Run) -> Vec<String> {
+    vec![
+        run.strategy.clone(),
+        run.contenders.to_string(),
+        run.keys.clone(),
+        format!("{:.0}", run.pairs_per_second),
+        format!("{:.2}", run.median_pair_ms),
+        format!("{:.2}", run.p99_pair_ms),
+        run.errors.to_string(),
+    ]
+}
+
+/// Every run of the lock benchmark.
+pub fn lockbench(runs: &[Run]) -> Table {
+    let mut table = lockbench_table();
+    runs.iter().for_each(|run| table.push(lockbench_row(run)));
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::document::markdown;
+    use crate::verdict::report::tests::report;
+
+    #[test]
+    fn the_comparison_has_a_row_per_run_under_its_header() {
+        let table = comparison(&[report("none", Verdict::Oversold), report("redis", Verdict::Held)]).markdown();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].starts_with("| strategy | verdict | expected | sold |"), "{table}");
+        assert!(lines[1].starts_with("| --- | --- | --- | ---: |"), "{table}");
+        assert_eq!(lines[2], "| none | OVERSOLD | oversells | 3 | 0 | 0 | 0 | 5 | 1.0 | 1.0 | - | - |");
+    }
+
+    #[test]
+    fn a_lockbench_run_is_one_row() {
+        let run = Run {
+            strategy: "redis".into(),
+            contenders: 16,
+            keys: "one each".into(),
+            pairs: 100,
+            errors: 0,
+            pairs_per_second: 4321.4,
+            median_pair_ms: 0.123,
+            p99_pair_ms: 1.5,
+            first_error: None,
+        };
+        assert_eq!(
+            markdown(&[Block::Table(lockbench(&[run]))]),
+            "| strategy | contenders | keys | pairs/s | median pair ms | p99 pair ms | errors |\n\
+             | --- | ---: | --- | ---: | ---: | ---: | ---: |\n\
+             | redis | 16 | one each | 4321 | 0.12 | 1.50 | 0 |\n"
+        );
+    }
+}

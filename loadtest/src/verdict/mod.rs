@@ -1,0 +1,92 @@
+//! The lesson's verdict: 500 buyers, one request each, all at once, split between two
+//! instances; then a verdict read straight from Redis.
+//!
+//! 1. [`crowd`]: resets the sale and fires the goose users; tallies what each buyer was told.
+//! 2. [`checker`]: the test oracle. Reads the sale back from Redis (not from the
+//!    service, which could be wrong) and decides: held, oversold, or lost.
+//! 3. [`database`]: for the MySQL strategies, what each sale cost the database
+//!    (statements, attempts, version conflicts), read before and after the attack.
+//! 4. [`report`]: everything one run measured, and whether the strategy kept its promise.
+//!
+//! [`run`] puts the four together.
+
+pub mod crowd;
+
+pub mod checker;
+
+pub mod database;
+
+pub mod report;
+
+pub use checker::Verdict;
+pub use report::Report;
+
+use anyhow::bail;
+
+/// What to fire at, and how much.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Base URLs of the instances; buyer `i` goes to `hosts[i % hosts.len()]`.
+    pub hosts: Vec<String>,
+    /// Buyers, each sending exactly one request.
+    pub users: usize,
+    /// Stock to reset to before the attack.
+    pub initial_stock: i64,
+    /// The Redis the instances sell from, read directly for the verdict.
+    pub redis_url: String,
+    /// The MySQL of the MySQL strategies, whose statement counters are read.
+    pub mysql_url: String,
+    /// Sent with the reset, for instances started with `--admin-token`.
+    pub admin_token: Option<String>,
+    /// Print goose's own metrics tables too.
+    pub goose_metrics: bool,
+}
+
+/// Why a run could not be judged (exit code 2): not a verdict on the strategy.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRun(pub String);
+
+/// Resets the sale, fires the crowd, and judges what happened.
+pub async fn run(options: &Options) -> anyhow::Result<Report> {
+    if options.hosts.is_empty() {
+        bail!("no hosts to test; pass --hosts http://127.0.0.1:8080,http://127.0.0.1:8090");
+    }
+    if options.users == 0 {
+        bail!("--users must be at least 1");
+    }
+    let target = crowd::prepare(options).await?;
+    let generation = checker::generation(&options.redis_url).await?;
+    let counting_cost = database::is_database_lock(&target.strategy);
+    let cost_before = match counting_cost {
+        true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
+        false => None,
+    };
+    let tally = crowd::attack(options).await?;
+    let sale = checker::read_sale(&options.redis_url).await?;
+    // An instance that died during the attack (the chaos runs kill one) cannot be asked
+    // for its counters: the verdict still stands, only the cost is not measured.
+    let mut unmeasured = None;
+    let database_cost = match &cost_before {
+        Some(before) => match database::snapshot(&options.hosts, &options.mysql_url).await {
+            Ok(after) => database::DatabaseCost::from_snapshots(before, &after, sale.lucky),
+            Err(error) => {
+                unmeasured = Some(format!("the lock's cost was not measured: {error:#}"));
+                None
+            }
+        },
+        None => None,
+    };
+    if sale.generation != generation {
+        return Err(InvalidRun(format!(
+            "the sale was reset while the crowd was buying (reset generation {generation} became {}): \
+             another load test or a `POST /stock/reset` ran at the same time. Run it again alone",
+            sale.generation
+        ))
+        .into());
+    }
+    let judgement = checker::judge(options.initial_stock, &target, &sale, &tally);
+    let mut report = Report::new(options, target, &sale, tally, judgement).with_database_cost(database_cost);
+    report.findings.extend(unmeasured);
+    Ok(report)
+}
