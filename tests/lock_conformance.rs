@@ -65,10 +65,13 @@ fn no_hook<T: Send + 'static>() -> Hook<T> {
     Box::new(|_| Box::pin(async {}))
 }
 
+/// Makes `n` contenders of one strategy, given a client of the test Redis.
+type MakeContenders = Box<dyn Fn(::redis::Client, usize) -> Pin<Box<dyn Future<Output = Vec<Contender>>>>>;
+
 /// One strategy under test: what it offers, and how to make its contenders.
 struct Subject {
     traits: Traits,
-    make_contenders: Box<dyn Fn(::redis::Client, usize) -> Pin<Box<dyn Future<Output = Vec<Contender>>>>>,
+    make_contenders: MakeContenders,
 }
 
 impl Subject {

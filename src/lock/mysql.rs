@@ -58,7 +58,7 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::mysql_store::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
-use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
 use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
@@ -255,10 +255,8 @@ struct MySqlGrant {
     owner: String,
     token: u64,
     held: HeldGrants<u64, (String, String)>,
-    /// Renewal, when on; dropping it stops renewing.
-    _keepalive: Option<KeepAlive>,
-    /// Without renewal, the fixed lease lives as long as the grant.
-    _fixed_lease: Option<tokio::sync::watch::Sender<crate::lock::LeaseState>>,
+    /// The lease: renewed while the grant lives, when renewal is on.
+    lease: LeaseKeeper,
 }
 
 impl MySqlGrant {
@@ -279,7 +277,7 @@ impl MySqlGrant {
 impl Release for MySqlGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
-        drop(grant._keepalive.take()); // stop renewing before the row goes
+        grant.lease.stop(); // stop renewing before the row goes
         let mut attempt = 1;
         let ours = loop {
             match grant.give_back().await {
@@ -314,36 +312,29 @@ impl DistributedLock for MySqlLock {
             self.counters.grant();
             self.held.insert(token, (key.to_owned(), owner.as_str().to_owned()));
         }
-        let (keepalive, fixed, lease) = if self.options.renew {
-            let (pool, ttl) = (self.pool.clone(), self.options.ttl);
-            let (name, owner) = (key.to_owned(), owner.as_str().to_owned());
-            let (keepalive, lease) = KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
-                let (pool, name, owner) = (pool.clone(), name.clone(), owner.clone());
-                async move {
-                    let renewed = sqlx::query(RENEW)
-                        .bind(micros(ttl))
-                        .bind(&name)
-                        .bind(&owner)
-                        .bind(token)
-                        .execute(&pool)
-                        .await
-                        .map_err(backend_error)?;
-                    Ok(renewed.rows_affected() == 1)
-                }
-            });
-            (Some(keepalive), None, lease)
-        } else {
-            let (sender, lease) = crate::lock::parts::keepalive::fixed_lease(sent, self.options.ttl);
-            (None, Some(sender), lease)
-        };
+        let (pool, ttl) = (self.pool.clone(), self.options.ttl);
+        let (name, owner_name) = (key.to_owned(), owner.as_str().to_owned());
+        let (keeper, lease) = LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
+            let (pool, name, owner) = (pool.clone(), name.clone(), owner_name.clone());
+            async move {
+                let renewed = sqlx::query(RENEW)
+                    .bind(micros(ttl))
+                    .bind(&name)
+                    .bind(&owner)
+                    .bind(token)
+                    .execute(&pool)
+                    .await
+                    .map_err(backend_error)?;
+                Ok(renewed.rows_affected() == 1)
+            }
+        });
         let grant = MySqlGrant {
             pool: self.pool.clone(),
             name: key.to_owned(),
             owner: owner.as_str().to_owned(),
             token,
             held: self.held.clone(),
-            _keepalive: keepalive,
-            _fixed_lease: fixed,
+            lease: keeper,
         };
         Ok(LockGuard::new(key, grant).with_fencing_token(FencingToken::new(BACKEND, 0, token)).with_lease(lease))
     }

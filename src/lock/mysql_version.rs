@@ -58,9 +58,9 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::mysql_store::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
-use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
-use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
@@ -190,20 +190,10 @@ impl MySqlVersionLock {
     }
 
     /// Step 4: a lease renewed every `ttl / 3`, or a fixed one.
-    fn renew_with(
-        &self,
-        name: &str,
-        owner: &Owner,
-        version: u64,
-        sent: Instant,
-    ) -> (Option<KeepAlive>, Option<FixedLease>, crate::lock::Lease) {
-        if !self.options.renew {
-            let (sender, lease) = crate::lock::parts::keepalive::fixed_lease(sent, self.options.ttl);
-            return (None, Some(sender), lease);
-        }
+    fn renew_with(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> (LeaseKeeper, Lease) {
         let (pool, ttl) = (self.pool.clone(), self.options.ttl);
         let (name_owned, owner) = (name.to_owned(), owner.as_str().to_owned());
-        let (keepalive, lease) = KeepAlive::spawn(BACKEND, name, ttl, sent, move || {
+        LeaseKeeper::start(self.options.renew, BACKEND, name, ttl, sent, move || {
             let (pool, name, owner) = (pool.clone(), name_owned.clone(), owner.clone());
             async move {
                 let renewed = sqlx::query(RENEW)
@@ -216,12 +206,9 @@ impl MySqlVersionLock {
                     .map_err(backend_error)?;
                 Ok(renewed.rows_affected() == 1)
             }
-        });
-        (Some(keepalive), None, lease)
+        })
     }
 }
-
-type FixedLease = tokio::sync::watch::Sender<crate::lock::LeaseState>;
 
 /// One grant: what its release needs.
 struct VersionGrant {
@@ -230,17 +217,15 @@ struct VersionGrant {
     owner: String,
     version: u64,
     held: HeldGrants<(String, u64), String>,
-    /// Renewal, when on; dropping it stops renewing.
-    keepalive: Option<KeepAlive>,
-    /// Without renewal, the fixed lease lives as long as the grant.
-    _fixed_lease: Option<FixedLease>,
+    /// The lease: renewed while the grant lives, when renewal is on.
+    lease: LeaseKeeper,
 }
 
 #[async_trait]
 impl Release for VersionGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
-        drop(grant.keepalive.take()); // stop renewing before giving the row back
+        grant.lease.stop(); // stop renewing before giving the row back
         grant.held.remove(&(grant.name.clone(), grant.version));
         let given_back = sqlx::query(GIVE_BACK)
             .bind(&grant.name)
@@ -276,15 +261,14 @@ impl DistributedLock for MySqlVersionLock {
         };
         self.counters.grant();
         self.held.insert((key.to_owned(), version), owner.as_str().to_owned());
-        let (keepalive, fixed_lease, lease) = self.renew_with(key, owner, version, sent);
+        let (keeper, lease) = self.renew_with(key, owner, version, sent);
         let grant = VersionGrant {
             pool: self.pool.clone(),
             name: key.to_owned(),
             owner: owner.as_str().to_owned(),
             version,
             held: self.held.clone(),
-            keepalive,
-            _fixed_lease: fixed_lease,
+            lease: keeper,
         };
         Ok(LockGuard::new(key, grant).with_fencing_token(FencingToken::new(BACKEND, 0, version)).with_lease(lease))
     }

@@ -49,15 +49,15 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::Script;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
-use crate::lock::parts::keepalive::{fixed_lease, KeepAlive};
+use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, LeaseState, LockError, LockGuard, Owner, Release};
+use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
 
@@ -192,11 +192,11 @@ impl RedisLock {
         format!("{key}:fence")
     }
 
-    /// Starts the renewal task for a lease granted by a request sent at `sent`.
-    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (KeepAlive, crate::lock::Lease) {
+    /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
+    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (LeaseKeeper, Lease) {
         let (connection, scripts, ttl) = (self.connection.clone(), self.scripts.clone(), self.options.ttl);
         let (key_owned, token) = (key.to_owned(), token.to_owned());
-        KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
+        LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
             let (mut connection, scripts) = (connection.clone(), scripts.clone());
             let (key, token) = (key_owned.clone(), token.clone());
             async move {
@@ -277,10 +277,8 @@ struct RedisGrant {
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
     held: Held,
-    /// Renewal, when on; dropping it stops renewing.
-    _keepalive: Option<KeepAlive>,
-    /// Without renewal, the fixed lease lives as long as the grant.
-    _fixed_lease: Option<watch::Sender<LeaseState>>,
+    /// The lease: renewed while the grant lives, when renewal is on.
+    lease: LeaseKeeper,
 }
 
 #[async_trait]
@@ -288,7 +286,7 @@ impl Release for RedisGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         // Stop renewing first, so a renewal cannot race the delete.
-        drop(grant._keepalive.take());
+        grant.lease.stop();
         let deleted: i64 = grant
             .scripts
             .release
@@ -343,13 +341,7 @@ impl DistributedLock for RedisLock {
         if fencing_counter == 0 {
             return Err(LockError::Busy { key: key.to_owned() });
         }
-        let (keepalive, fixed, lease) = if self.options.renew {
-            let (keepalive, lease) = self.keep_alive(key, &token, sent);
-            (Some(keepalive), None, lease)
-        } else {
-            let (sender, lease) = fixed_lease(sent, self.options.ttl);
-            (None, Some(sender), lease)
-        };
+        let (keeper, lease) = self.keep_alive(key, &token, sent);
         unpoisoned(&self.held).insert(token.clone(), key.to_owned());
         let grant = RedisGrant {
             key: key.to_owned(),
@@ -357,8 +349,7 @@ impl DistributedLock for RedisLock {
             connection: self.connection.clone(),
             scripts: self.scripts.clone(),
             held: self.held.clone(),
-            _keepalive: keepalive,
-            _fixed_lease: fixed,
+            lease: keeper,
         };
         Ok(LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, fencing_counter))

@@ -57,10 +57,10 @@ use redis::aio::MultiplexedConnection;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::held_grants::HeldGrants;
-use crate::lock::parts::keepalive::{fixed_lease, trusted_until, KeepAlive};
+use crate::lock::parts::keepalive::{trusted_until, LeaseKeeper};
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::lock::{DistributedLock, LockError, LockGuard, Owner, Release};
+use crate::lock::{DistributedLock, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
 
@@ -313,19 +313,10 @@ impl Redlock {
     }
 
     /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one.
-    fn lease_for(
-        &self,
-        key: &str,
-        value: &str,
-        sent: Instant,
-    ) -> (Option<KeepAlive>, Option<FixedLease>, crate::lock::Lease) {
+    fn lease_for(&self, key: &str, value: &str, sent: Instant) -> (LeaseKeeper, Lease) {
         let ttl = self.options.ttl;
-        if !self.options.renew {
-            let (sender, lease) = fixed_lease(sent, ttl);
-            return (None, Some(sender), lease);
-        }
         let (masters, key_owned, value) = (self.masters.clone(), key.to_owned(), value.to_owned());
-        let (keepalive, lease) = KeepAlive::spawn(BACKEND, key, ttl, sent, move || {
+        LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
             let (masters, key, value) = (masters.clone(), key_owned.clone(), value.clone());
             async move {
                 let tally = masters.extend_everywhere(&key, &value, ttl).await;
@@ -340,12 +331,9 @@ impl Redlock {
                     ))
                 }
             }
-        });
-        (Some(keepalive), None, lease)
+        })
     }
 }
-
-type FixedLease = tokio::sync::watch::Sender<crate::lock::LeaseState>;
 
 /// The error of a request that reached too few masters.
 fn too_few(tally: Tally, total: usize, quorum: usize, what: &str) -> std::io::Error {
@@ -361,15 +349,15 @@ struct RedlockGrant {
     key: String,
     value: String,
     held: HeldGrants<String, String>,
-    keepalive: Option<KeepAlive>,
-    _fixed_lease: Option<FixedLease>,
+    /// The lease: renewed while the grant lives, when renewal is on.
+    lease: LeaseKeeper,
 }
 
 #[async_trait]
 impl Release for RedlockGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
-        drop(grant.keepalive.take()); // stop renewing before deleting
+        grant.lease.stop(); // stop renewing before deleting
         grant.held.remove(&grant.value);
         let tally = grant.masters.delete_everywhere(&grant.key, &grant.value).await;
         // Lost when a majority answered that our value was gone already (expired, or
@@ -394,14 +382,13 @@ impl DistributedLock for Redlock {
         let valid_until = trusted_until(started, ttl);
         if tally.yes >= self.quorum() && Instant::now() < valid_until {
             self.held.insert(value.clone(), key.to_owned());
-            let (keepalive, fixed, lease) = self.lease_for(key, &value, started);
+            let (keeper, lease) = self.lease_for(key, &value, started);
             let grant = RedlockGrant {
                 masters: self.masters.clone(),
                 key: key.to_owned(),
                 value,
                 held: self.held.clone(),
-                keepalive,
-                _fixed_lease: fixed,
+                lease: keeper,
             };
             return Ok(LockGuard::new(key, grant).with_validity(valid_until).with_lease(lease));
         }

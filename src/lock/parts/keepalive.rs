@@ -51,6 +51,44 @@ pub fn fixed_lease(sent: Instant, ttl: Duration) -> (watch::Sender<LeaseState>, 
     Lease::watched(LeaseState::HeldUntil(trusted_until(sent, ttl)))
 }
 
+/// A grant's side of its lease: a renewal task, or (renewal off, to show expiry) a
+/// fixed lease of one TTL. Dropping it, or [`LeaseKeeper::stop`], ends the lease.
+pub enum LeaseKeeper {
+    Renewing(KeepAlive),
+    Fixed(watch::Sender<LeaseState>),
+    Stopped,
+}
+
+impl LeaseKeeper {
+    /// Renews with `renew` (as [`KeepAlive::spawn`]) when `renewing`, or holds a fixed
+    /// lease of one TTL. Returns the keeper and the holder's view of the lease.
+    pub fn start<F, Fut>(
+        renewing: bool,
+        backend: &'static str,
+        key: &str,
+        ttl: Duration,
+        sent: Instant,
+        renew: F,
+    ) -> (Self, Lease)
+    where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<bool, LockError>> + Send,
+    {
+        if renewing {
+            let (keepalive, lease) = KeepAlive::spawn(backend, key, ttl, sent, renew);
+            (LeaseKeeper::Renewing(keepalive), lease)
+        } else {
+            let (sender, lease) = fixed_lease(sent, ttl);
+            (LeaseKeeper::Fixed(sender), lease)
+        }
+    }
+
+    /// Stops renewing. A release calls it first, so that a renewal cannot race it.
+    pub fn stop(&mut self) {
+        *self = LeaseKeeper::Stopped;
+    }
+}
+
 /// Handle to a running renewal. Dropping it aborts the task, which never blocks,
 /// so it is safe in `Drop`; the lease then reads as lost.
 pub struct KeepAlive {
