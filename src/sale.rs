@@ -161,6 +161,9 @@ impl Sale {
     async fn decrement(&self, guard: &LockGuard, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fenced);
+        // The fence remembers which sale read with a token, so this sale's write must
+        // carry the id its read carried.
+        let sale_id = new_sale_id();
         let answer = |sold, stock_after| SaleOutcome {
             sold,
             stock_after,
@@ -169,10 +172,10 @@ impl Sale {
         };
 
         // 2. Read and check.
-        let stock = match self.store.read(token).await? {
+        let stock = match self.store.read(token, &sale_id).await? {
             StockRead::Stock(stock) => stock,
             StockRead::Fenced { newest } => {
-                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder has been here");
+                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
                 self.metrics.record_fencing_refusal(FencedStep::Read);
                 return Err(AppError::LockLost);
             }
@@ -199,7 +202,7 @@ impl Sale {
         // 3. Write: the new stock, one more lucky buyer, and the record of it.
         let record = SaleRecord::new(
             &self.seller,
-            &new_sale_id(),
+            &sale_id,
             stock,
             guard.fencing_token().cloned(),
             lock_wait_ms,
@@ -208,7 +211,7 @@ impl Sale {
         match self.store.write(&record, stock - 1, token).await {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
             Ok(WriteOutcome::Fenced) => {
-                tracing::warn!(token = ?token, "the stock refused a write: a newer holder read in between");
+                tracing::warn!(token = ?token, "the stock refused a write: another holder read in between");
                 self.metrics.record_fencing_refusal(FencedStep::Write);
                 Err(AppError::LockLost)
             }

@@ -58,30 +58,36 @@ pub const OUTCOMES_KEY: &str = "stock:outcomes";
 pub const FENCE_KEY: &str = "stock:fence";
 
 /// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark.
-/// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter); no ARGV for an unfenced read.
-/// Returns `{'ok', stock}` or `{'fenced', newest token seen}`.
+/// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter), `ARGV[3]` = the sale id;
+/// no ARGV for an unfenced read. The mark remembers the newest token and the one sale
+/// that read with it: a second sale with the same token is refused, because two grants
+/// that carry one token (a counter that started over, a failover) cannot both be the
+/// newest holder. Returns `{'ok', stock}` or `{'fenced', newest token seen}`.
 pub const READ_SCRIPT: &str = r#"
 if ARGV[1] then
-  local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter')
+  local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter', 'sale')
   local epoch, counter = tonumber(ARGV[1]), tonumber(ARGV[2])
   local seen_epoch, seen_counter = tonumber(seen[1]) or -1, tonumber(seen[2]) or -1
-  if epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter) then
+  local older = epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter)
+  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[3]
+  if older or tie then
     return {'fenced', seen[1] .. '.' .. seen[2]}
   end
-  redis.call('HSET', KEYS[2], 'epoch', ARGV[1], 'counter', ARGV[2])
+  redis.call('HSET', KEYS[2], 'epoch', ARGV[1], 'counter', ARGV[2], 'sale', ARGV[3])
 end
 return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
 /// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark.
 /// `ARGV[1]` = sale id, `ARGV[2]` = the new stock, `ARGV[3]` = the sale record as JSON,
-/// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced).
-/// Returns `sold`, `fenced` (a newer holder read since) or `aborted` (the seller gave up on this id).
+/// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced). The mark must still
+/// be this token and this sale's read.
+/// Returns `sold`, `fenced` (another holder read since) or `aborted` (the seller gave up on this id).
 pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
 if ARGV[4] then
-  local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter')
-  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] then return 'fenced' end
+  local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
+  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] or seen[3] ~= ARGV[1] then return 'fenced' end
 end
 redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
 redis.call('SET', KEYS[1], ARGV[2])
@@ -331,11 +337,11 @@ impl StockStore {
     }
 
     /// Step 1 of a fenced sale: read the stock under `token` (unfenced when `None`).
-    pub async fn read(&self, token: Option<&FencingToken>) -> Result<StockRead, StockError> {
+    pub async fn read(&self, token: Option<&FencingToken>, sale_id: &str) -> Result<StockRead, StockError> {
         let mut invocation = self.read.key(STOCK_KEY);
         invocation.key(FENCE_KEY);
         if let Some(token) = token {
-            invocation.arg(token.epoch).arg(token.counter);
+            invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
         }
         let (status, value): (String, String) = invocation.invoke_async(&mut self.connection.clone()).await?;
         if status == "fenced" {

@@ -1,6 +1,6 @@
 //! Step 0 of a sale (`src/sale.rs`): the buyers of one instance line up in process, and
-//! only the head of the line asks the distributed lock. Seen from the backend: at most
-//! one acquire attempt of an instance is ever in flight, where without the line the
+//! only the head of the queue asks the distributed lock. Seen from the backend: at most
+//! one acquire attempt of an instance is ever in flight, where without the local queue the
 //! crowd fills the semaphore in front of MySQL. Its Redis database is in
 //! `DATABASES` in tests/common/test_redis.rs.
 
@@ -38,7 +38,7 @@ async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_head_of_an_instances_line_asks_the_lock() {
-    assert_eq!(peak_attempts_at_mysql(true).await, 1, "with the line, one attempt at a time reaches MySQL");
+    assert_eq!(peak_attempts_at_mysql(true).await, 1, "with the local queue, one attempt at a time reaches MySQL");
     let without = peak_attempts_at_mysql(false).await;
-    assert!(without > 1, "without the line, the crowd reaches MySQL several at a time (peak {without})");
+    assert!(without > 1, "without the local queue, the crowd reaches MySQL several at a time (peak {without})");
 }

@@ -200,13 +200,13 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
 
     let old = locks[0].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
     let old_token = old.fencing_token().cloned();
-    assert_eq!(store.read(old_token.as_ref()).await.unwrap(), StockRead::Stock(10));
+    assert_eq!(store.read(old_token.as_ref(), "stale-write").await.unwrap(), StockRead::Stock(10));
     assert!(old.is_held());
 
     lose_lease(key.clone()).await;
     let new = locks[1].acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("taken over");
     let new_token = new.fencing_token().cloned();
-    assert_eq!(store.read(new_token.as_ref()).await.unwrap(), StockRead::Stock(10));
+    assert_eq!(store.read(new_token.as_ref(), "new-holder").await.unwrap(), StockRead::Stock(10));
 
     tokio::time::timeout(Duration::from_secs(5), old.lease().lost())
         .await
