@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by services.sh (single servers for the demo and the tests) and cluster.sh
 # (the replicated servers of the chaos suite): how to start one Redis, etcd member,
 # ZooKeeper member or MariaDB as a plain process on loopback, wait for it, and stop
@@ -7,16 +8,20 @@
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# wait_for NAME SECONDS COMMAND...: polls COMMAND until it succeeds.
+# poll SECONDS COMMAND...: runs COMMAND every 0.1 s until it succeeds (status 0), or until
+# SECONDS have passed (status 1). The scripts' one wait loop.
+poll() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# wait_for NAME SECONDS COMMAND...: polls COMMAND until it succeeds, or dies naming NAME's log.
 wait_for() {
   local name=$1 seconds=$2; shift 2
-  local deadline=$((SECONDS + seconds))
-  until "$@" >/dev/null 2>&1; do
-    if ((SECONDS >= deadline)); then
-      die "$name did not come up within ${seconds}s; its log is in $LOGS/$name.log"
-    fi
-    sleep 0.2
-  done
+  poll "$seconds" "$@" || die "$name did not come up within ${seconds}s; its log is in $LOGS/$name.log"
 }
 
 # start_daemon NAME COMMAND...: runs COMMAND detached, logs to $LOGS/NAME.log, remembers its pid.
@@ -62,6 +67,8 @@ start_mariadb() {
   "$EXEC_SERVER" mariadb-account "$RUN/$name"
 }
 
+gone() { ! kill -0 "$1" 2>/dev/null; }
+
 # stop_started [NAME...]: stops what this script started (its pid files in $PIDS), or only NAME...
 # Servers that were reused, not started, have no pid file and keep running.
 stop_started() {
@@ -74,8 +81,7 @@ stop_started() {
     if kill -0 "$pid" 2>/dev/null; then
       kill -CONT "$pid" 2>/dev/null || true # a paused server cannot act on SIGTERM
       kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -9 "$pid" 2>/dev/null || true
+      poll 10 gone "$pid" || kill -9 "$pid" 2>/dev/null || true
       say "$name: stopped"
     fi
     rm -f "$pidfile"
