@@ -14,8 +14,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 
 # A run is a strategy (`redis`), or a strategy and a variant after a `+`:
 #   +no-local-queue  `--local-queue false`: every buyer asks the lock itself, instead of
-#                    only the head of its instance's line (what the line saves)
-#   +no-semaphore    for mysql and mysql-version: no line and no semaphore in front of
+#                    only the head of its instance's local queue (what the queue saves)
+#   +no-semaphore    for mysql and mysql-version: no local queue and no semaphore in front of
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
