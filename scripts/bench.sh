@@ -42,11 +42,10 @@ start_python_peer() {
       die "could not install the Python peer's packages; see $LOGS/peer-pip.log"
   fi
   for port in "${PORTS[@]}"; do
-    PEER_PORT=$port "$venv/bin/uvicorn" --app-dir loadtest/peer app:app --host 127.0.0.1 --port "$port" \
-      --no-access-log --log-level warning >"$LOGS/python-peer-$port.log" 2>&1 &
-    INSTANCE_PIDS+=($!)
+    spawn_instance python-peer "$port" env PEER_PORT="$port" "$venv/bin/uvicorn" --app-dir loadtest/peer app:app \
+      --host 127.0.0.1 --port "$port" --no-access-log --log-level warning
   done
-  await_instances python-peer "the Python peer (uvicorn)"
+  await_instances python-peer
 }
 
 mkdir -p "$RESULTS"
@@ -71,7 +70,7 @@ for run in "${STRATEGIES[@]}"; do
   read -r -a watch <<<"$(watch_flags | tr '\n' ' ')"
   # The lock Redis of redis-degrade, for the round-trip probe (the instances got it as a flag).
   lock_redis=()
-  [[ ${run%%+*} == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:6380)
+  [[ ${run%%+*} == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL="$LOCK_REDIS_URL")
   status=0
   "${lock_redis[@]}" target/release/bench measure --label "$run" --out "$RESULTS/$run.json" \
     --runs "${BENCH_RUNS:-5}" --seconds "${BENCH_SECONDS:-2}" --connections "${BENCH_CONNECTIONS:-64}" \

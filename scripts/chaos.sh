@@ -48,7 +48,8 @@ NO_QUORUM_GRACE_MS=1000
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
-source "$ROOT/scripts/lib/servers.sh" # listening
+source "$ROOT/scripts/lib/servers.sh"   # listening, poll
+source "$ROOT/scripts/lib/instances.sh" # start_instances, stop_instances, until_sold, ...
 cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
@@ -77,24 +78,17 @@ pause_seconds() {
 }
 
 cd "$ROOT"
-for port in "${PORTS[@]}"; do
-  listening "$port" && die "port $port is already in use; stop what listens there (\`ss -ltnp 'sport = :$port'\`)."
-done
+refuse_busy_ports
 "$ROOT/scripts/cluster.sh" start
 eval "$("$ROOT/scripts/cluster.sh" env)"
+# Only redis-degrade keeps its lock in the lock Redis, and it gets it as a flag; every other
+# strategy keeps its lock beside the stock (as seckill does when the setting is unset).
+LOCK_REDIS_URL=$SECKILL_LOCK_REDIS_URL
+unset SECKILL_LOCK_REDIS_URL
 STOCK_REDIS=(redis-cli -u "$SECKILL_REDIS_URL")
-LOCK_REDIS=(redis-cli -u "$SECKILL_LOCK_REDIS_URL")
-say "building in release mode"
-cargo build --release --workspace
+LOCK_REDIS=(redis-cli -u "$LOCK_REDIS_URL")
+build_release
 mkdir -p "$RESULTS" "$LOGS"
-
-instances=()
-stop_instances() {
-  local pid
-  for pid in "${instances[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
-  for pid in "${instances[@]}"; do wait "$pid" 2>/dev/null || true; done
-  instances=()
-}
 trap stop_instances EXIT
 
 field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
@@ -119,12 +113,23 @@ wait_until_first_holds() {
   esac
 }
 
+kill_members() { local member; for member in "$@"; do cluster kill "$member"; done; }
+restart_members() { local member; for member in "$@"; do cluster restart "$member"; done; }
+
 # kill_then_restart SECONDS MEMBER...: kill -9 the members, and start them again SECONDS later.
 kill_then_restart() {
-  local seconds=$1 member; shift
-  for member in "$@"; do cluster kill "$member"; done
+  local seconds=$1; shift
+  kill_members "$@"
   sleep "$seconds"
-  for member in "$@"; do cluster restart "$member"; done
+  restart_members "$@"
+}
+
+# lose_quorum MEMBER...: kill -9 a majority; OUTAGE_SECONDS later (restored-at), start it again.
+lose_quorum() {
+  kill_members "$@"
+  sleep $OUTAGE_SECONDS
+  now_ms >"$RESULTS/restored-at"
+  restart_members "$@"
 }
 
 # The fault itself, once 10 units are sold. Writes when it struck (fault-at) and, for
@@ -141,17 +146,10 @@ strike() {
       local leader follower
       leader=$(cluster_leader etcd)
       follower=etcd-1; [[ $leader == etcd-1 ]] && follower=etcd-2
-      for m in "$leader" "$follower"; do cluster kill "$m"; done
-      sleep $OUTAGE_SECONDS
-      now_ms >"$RESULTS/restored-at"
-      for m in "$leader" "$follower"; do cluster restart "$m"; done ;;
+      lose_quorum "$leader" "$follower" ;;
     zookeeper-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader zookeeper)" ;;
     redlock-2-of-5-killed) kill_then_restart $OUTAGE_SECONDS redlock-6481 redlock-6482 ;;
-    redlock-3-of-5-killed)
-      for m in redlock-6481 redlock-6482 redlock-6483; do cluster kill "$m"; done
-      sleep $OUTAGE_SECONDS
-      now_ms >"$RESULTS/restored-at"
-      for m in redlock-6481 redlock-6482 redlock-6483; do cluster restart "$m"; done ;;
+    redlock-3-of-5-killed) lose_quorum redlock-6481 redlock-6482 redlock-6483 ;;
     redlock-master-restarted-empty) cluster kill redlock-6481; cluster restart redlock-6481 --empty ;;
     lock-redis-killed) kill_then_restart $OUTAGE_SECONDS lock-redis ;;
     lock-redis-paused) cluster pause lock-redis; sleep $OUTAGE_SECONDS; cluster resume lock-redis ;;
@@ -184,29 +182,19 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
     if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
     # Only a paused holder can write late; every other fault runs with fencing on.
     fencings=(on); [[ $fault == holder-paused ]] && fencings=(on off)
-    # redis-degrade keeps its lock in its own Redis, the one that lock-redis-* faults hit.
-    lock_redis=(); [[ $strategy == redis-degrade ]] && lock_redis=(--lock-redis-url "$SECKILL_LOCK_REDIS_URL")
     for fencing in "${fencings[@]}"; do
       reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
-        for port in "${PORTS[@]}"; do
-          env -u SECKILL_LOCK_REDIS_URL target/release/seckill serve --port "$port" --lock "$strategy" \
-            --fencing "$fencing" "${lock_redis[@]}" --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 \
-            --acquire-timeout-ms 30000 >"$LOGS/chaos-$name-$port.log" 2>&1 &
-          instances+=($!)
-        done
-        for port in "${PORTS[@]}"; do
-          for _ in $(seq 1 100); do listening "$port" && break; sleep 0.1; done
-          listening "$port" || die "seckill --lock $strategy did not start on $port; see $LOGS/chaos-$name-$port.log"
-        done
+        # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
+        start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
+          --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
         report="$RESULTS/$name.json"
         generation=$("${STOCK_REDIS[@]}" get stock:generation)
         rm -f "$RESULTS/fault-at" "$RESULTS/restored-at"
         (
-          until [[ $("${STOCK_REDIS[@]}" get stock:generation) != "$generation" ]]; do sleep 0.01; done
-          until (($("${STOCK_REDIS[@]}" get lucky 2>/dev/null || echo 0) >= 10)); do sleep 0.01; done
-          strike "$fault" "$strategy" "${instances[0]}"
+          until_sold 10 "$generation" "${STOCK_REDIS[@]}"
+          strike "$fault" "$strategy" "${INSTANCE_PIDS[0]}"
         ) &
         striker=$!
         target/release/loadtest --users 200 --stock 100 --report-file "$report" >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true

@@ -63,6 +63,7 @@ running() {
   state=$(ps -o state= -p "$(cat "$PIDS/$1.pid")" 2>/dev/null) || return 1
   [[ $state != Z* ]]
 }
+not_running() { ! running "$1"; }
 
 etcd_initial_cluster() {
   local i list=()
@@ -186,7 +187,7 @@ case "${1:-start}" in
   env) env_settings ;;
   kill)
     signal KILL "${2:?kill which member?}"
-    for _ in $(seq 1 100); do running "$2" || break; sleep 0.05; done # gone before we say so
+    poll 5 not_running "$2" || true # gone before we say so
     say "${2}: killed" ;;
   pause) signal STOP "${2:?pause which member?}"; say "${2}: paused" ;;
   resume) signal CONT "${2:?resume which member?}"; say "${2}: resumed" ;;

@@ -81,14 +81,17 @@ install_missing() {
   return 0
 }
 
+# reusing NAME PORT: true, and says so, when a server already listens on PORT.
+reusing() { listening "$2" && say "$1: reusing the server on $2"; }
+
 start_redis() {
-  if listening $REDIS_PORT; then say "redis: reusing the server on $REDIS_PORT"; return; fi
+  reusing redis "$REDIS_PORT" && return
   start_redis_server redis $REDIS_PORT --save '' --appendonly no
   say "redis: started on $REDIS_PORT"
 }
 
 start_lock_redis() {
-  if listening $LOCK_REDIS_PORT; then say "lock-redis: reusing the server on $LOCK_REDIS_PORT"; return; fi
+  reusing lock-redis "$LOCK_REDIS_PORT" && return
   start_redis_server lock-redis $LOCK_REDIS_PORT --save '' --appendonly no
   say "lock-redis: started on $LOCK_REDIS_PORT"
 }
@@ -99,7 +102,7 @@ start_lock_redis() {
 start_redlock_masters() {
   local port
   for port in "${REDLOCK_PORTS[@]}"; do
-    if listening "$port"; then say "redlock-$port: reusing the server on $port"; continue; fi
+    reusing "redlock-$port" "$port" && continue
     start_redis_server "redlock-$port" "$port" --save '' --appendonly yes --appendfsync always
   done
   say "redlock: five masters on ${REDLOCK_PORTS[*]}"
@@ -122,21 +125,21 @@ start_test_redis() {
 }
 
 start_etcd() {
-  if listening $ETCD_PORT; then say "etcd: reusing the server on $ETCD_PORT"; return; fi
+  reusing etcd "$ETCD_PORT" && return
   start_etcd_member etcd $ETCD_PORT $ETCD_PEER_PORT "etcd=http://127.0.0.1:$ETCD_PEER_PORT"
   wait_for etcd 30 listening $ETCD_PORT
   say "etcd: started on $ETCD_PORT"
 }
 
 start_zookeeper() {
-  if listening $ZK_PORT; then say "zookeeper: reusing the server on $ZK_PORT"; return; fi
+  reusing zookeeper "$ZK_PORT" && return
   start_zookeeper_member zookeeper $ZK_PORT
   wait_for zookeeper 60 listening $ZK_PORT
   say "zookeeper: started on $ZK_PORT"
 }
 
 start_mysql() {
-  if listening $MYSQL_PORT; then say "mariadb: reusing the server on $MYSQL_PORT"; return; fi
+  reusing mariadb "$MYSQL_PORT" && return
   start_mariadb mysql $MYSQL_PORT
   say "mariadb: started on $MYSQL_PORT (database seckill, user seckill/seckill)"
 }

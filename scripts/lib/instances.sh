@@ -1,21 +1,28 @@
-# Shared by demo.sh and bench.sh: two instances of the service on the ports in PORTS,
-# started and stopped together, for one run (a strategy, or a strategy and a variant),
-# and the backing servers a script started, so that it stops only those.
+# shellcheck shell=bash
+# Shared by the scripts that put seckill under load (demo.sh, bench.sh, chaos.sh,
+# demo-degrade.sh): one instance on each port in PORTS, started, awaited and stopped
+# together; the release build; the wait for a sale under way, so that a fault strikes
+# mid-sale; and, for demo.sh and bench.sh, the backing servers a script started, so
+# that it stops only those.
 #
 # The caller sets ROOT, RUN, LOGS and PORTS, defines say and die, and sources servers.sh
-# (for `listening`).
+# (for `listening` and `wait_for`).
+
+# The lock Redis of redis-degrade (`--lock-redis-url`): that of `make services`. chaos.sh
+# sets it to the cluster's after sourcing this file.
+LOCK_REDIS_URL=redis://127.0.0.1:6380
 
 # A run is a strategy (`redis`), or a strategy and a variant after a `+`:
 #   +no-local-queue  `--local-queue false`: every buyer asks the lock itself, instead of
-#                    only the head of its instance's line (what the line saves)
-#   +no-semaphore    for mysql and mysql-version: no line and no semaphore in front of
+#                    only the head of its instance's local queue (what the queue saves)
+#   +no-semaphore    for mysql and mysql-version: no local queue and no semaphore in front of
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
-# `redis-degrade` keeps its lock in the lock Redis on 6380, apart from the stock.
+# `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
   local strategy=${1%%+*} variant=
   [[ $1 == *+* ]] && variant=${1#*+}
   local flags=()
-  [[ $strategy == redis-degrade ]] && flags+=(--lock-redis-url redis://127.0.0.1:6380)
+  [[ $strategy == redis-degrade ]] && flags+=(--lock-redis-url "$LOCK_REDIS_URL")
   case $variant in
     "") ;;
     no-local-queue) flags+=(--local-queue false) ;;
@@ -37,34 +44,56 @@ refuse_busy_ports() {
 
 INSTANCE_PIDS=()
 
-# start_instances RUN: one release-built instance of the run on each of PORTS, logs in
-# $LOGS/seckill-RUN-PORT.log; returns when all listen.
+# spawn_instance LABEL PORT COMMAND...: runs COMMAND (which listens on PORT) in the background,
+# logs in $LOGS/LABEL-PORT.log, and remembers its pid, the instance's own (chaos.sh signals it).
+spawn_instance() {
+  local label=$1 port=$2; shift 2
+  "$@" >"$LOGS/$label-$port.log" 2>&1 &
+  INSTANCE_PIDS+=($!)
+}
+
+# start_instances [--label LABEL] RUN [FLAG...]: one release-built instance of the run on each
+# of PORTS, with the run's flags and then FLAG...; logs in $LOGS/LABEL-PORT.log (LABEL:
+# seckill-RUN unless given); returns when all listen.
 start_instances() {
-  local run=$1 strategy=${1%%+*} port
-  local flags
+  local label=
+  if [[ $1 == --label ]]; then label=$2; shift 2; fi
+  local run=$1 strategy=${1%%+*} port flags; shift
+  label=${label:-seckill-$run}
   read -r -a flags <<<"$(variant_flags "$run")"
   for port in "${PORTS[@]}"; do
-    "$ROOT/target/release/seckill" serve --port "$port" --lock "$strategy" "${flags[@]}" \
-      >"$LOGS/seckill-$run-$port.log" 2>&1 &
-    INSTANCE_PIDS+=($!)
+    spawn_instance "$label" "$port" "$ROOT/target/release/seckill" serve --port "$port" --lock "$strategy" "${flags[@]}" "$@"
   done
-  await_instances "$run" "seckill --lock $strategy ${flags[*]}"
+  await_instances "$label"
 }
 
-# await_instances RUN WHAT: waits (10 s at most) until something listens on each of PORTS.
+# await_instances LABEL: waits (10 s at most) until something listens on each of PORTS.
 await_instances() {
-  local run=$1 what=$2 port
-  for port in "${PORTS[@]}"; do
-    for _ in $(seq 1 100); do listening "$port" && break; sleep 0.1; done
-    listening "$port" || die "$what did not start on $port; see $LOGS/*$run-$port.log"
-  done
+  local port
+  for port in "${PORTS[@]}"; do wait_for "$1-$port" 10 listening "$port"; done
 }
 
+# stop_instances: stops every instance started, paused ones too (SIGTERM waits for SIGCONT).
 stop_instances() {
   local pid
-  for pid in "${INSTANCE_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${INSTANCE_PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
   for pid in "${INSTANCE_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   INSTANCE_PIDS=()
+}
+
+# build_release: every binary (seckill, the load test, bench) in release mode.
+build_release() {
+  say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
+  cargo build --release --workspace
+}
+
+# until_sold UNITS GENERATION REDIS-CLI...: returns once the load test has reset the sale
+# (stock:generation is no longer GENERATION, read before it started) and UNITS are sold.
+# REDIS-CLI... is the redis-cli command of the stock's Redis.
+until_sold() {
+  local units=$1 generation=$2; shift 2
+  until [[ $("$@" get stock:generation) != "$generation" ]]; do sleep 0.01; done
+  until (($("$@" get lucky 2>/dev/null || echo 0) >= units)); do sleep 0.01; done
 }
 
 # begin_run: what demo.sh and bench.sh do before their first run. From here on, at exit,
@@ -77,8 +106,7 @@ begin_run() {
   trap end_run EXIT
   refuse_busy_ports
   scripts/services.sh start
-  say "building in release mode (the first build takes a few minutes; cargo shows each crate as it compiles)"
-  cargo build --release --workspace
+  build_release
 }
 
 end_run() {
