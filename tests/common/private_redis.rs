@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::private_server::{free_port, temp_dir};
+use super::private_server::{free_port, launch, temp_dir};
 
 /// Waits until something accepts connections on `port`; panics after `within`,
 /// naming `what` did not start.
@@ -57,13 +57,14 @@ impl PrivateRedis {
     fn spawn(port: u16, dir: TempDir, persistent: bool) -> Self {
         let append_only: &[&str] =
             if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
-            .args(append_only)
-            .args(["--dir", &dir.path().display().to_string()])
+        let port_text = port.to_string();
+        let options = [&[port_text.as_str(), "--save", ""], append_only].concat();
+        let command = launch("redis", &dir, &options);
+        let child = Command::new(&command[0])
+            .args(&command[1..])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed for this test: `make test` installs it");
+            .expect("the launcher runs; redis-server must be installed: `make test` installs it");
         wait_for_port(port, Duration::from_secs(10), "redis-server");
         PrivateRedis { child, port, dir: Some(dir) }
     }

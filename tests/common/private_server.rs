@@ -11,13 +11,28 @@ pub fn temp_dir(label: &str) -> TempDir {
     tempfile::Builder::new().prefix(&format!("seckill-{label}-")).tempdir().expect("a temporary folder")
 }
 
+/// The one launcher of the project's servers: `scripts/services.sh` and `make cluster`
+/// start theirs through it too, so a test's server runs with the same settings.
+fn launcher() -> String {
+    super::test_redis::project_root().join("scripts/lib/exec-server.sh").display().to_string()
+}
+
+/// The launcher's command for a server of `kind` in `dir`, followed by `args`.
+pub(super) fn launch(kind: &str, dir: &TempDir, args: &[&str]) -> Vec<String> {
+    let mut command = vec![launcher(), kind.to_owned(), dir.path().display().to_string()];
+    command.extend(args.iter().map(|arg| arg.to_string()));
+    command
+}
+
 /// A server of the project's own on free loopback ports, for tests that stop and
-/// restart it (etcd or ZooKeeper); its data folder survives a restart.
+/// restart it (etcd, ZooKeeper or MariaDB); its data folder survives a restart.
 pub struct PrivateServer {
+    /// `etcd`, `zookeeper` or `mariadb`, as the launcher names it.
+    kind: &'static str,
     command: Vec<String>,
     child: Option<Child>,
     pub port: u16,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 /// A free port on loopback (the OS picks it; nothing else is bound to it right now).
@@ -46,51 +61,16 @@ impl PrivateServer {
 
     fn etcd_member(name: &str, port: u16, peer: u16, initial_cluster: &str) -> Self {
         let dir = temp_dir("private-etcd");
-        let client_url = format!("http://127.0.0.1:{port}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let command = [
-            "etcd",
-            "--name",
-            name,
-            "--data-dir",
-            &dir.path().join("data").display().to_string(),
-            "--listen-client-urls",
-            &client_url,
-            "--advertise-client-urls",
-            &client_url,
-            "--listen-peer-urls",
-            &peer_url,
-            "--initial-advertise-peer-urls",
-            &peer_url,
-            "--initial-cluster",
-            initial_cluster,
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        Self::start(command, port, dir)
+        let command = launch("etcd", &dir, &[name, &port.to_string(), &peer.to_string(), initial_cluster]);
+        Self::start("etcd", command, port, dir)
     }
 
     /// A standalone ZooKeeper (admin server off), as `scripts/services.sh` runs it.
     pub fn zookeeper() -> Self {
         let dir = temp_dir("private-zookeeper");
         let port = free_port();
-        let config = format!(
-            "tickTime=2000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-             4lw.commands.whitelist=ruok\n",
-            dir.path().join("data").display()
-        );
-        std::fs::write(dir.path().join("zoo.cfg"), config).unwrap();
-        let command = [
-            "java",
-            "-cp",
-            &format!("{}:/usr/share/java/zookeeper.jar", dir.path().display()),
-            "-Dzookeeper.root.logger=WARN,CONSOLE",
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            &dir.path().join("zoo.cfg").display().to_string(),
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        Self::start(command, port, dir)
+        let command = launch("zookeeper", &dir, &[&port.to_string()]);
+        Self::start("zookeeper", command, port, dir)
     }
 
     /// A MariaDB of its own (a fresh data directory), with the `seckill` database and
@@ -98,47 +78,17 @@ impl PrivateServer {
     pub fn mariadb() -> Self {
         let dir = temp_dir("private-mariadb");
         let port = free_port();
-        let (data, socket) = (dir.path().join("data"), dir.path().join("mysqld.sock"));
-        let user = String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap();
-        let user = format!("--user={}", user.trim());
-        let installed = Command::new("mysql_install_db")
-            .args(["--no-defaults", &user, &format!("--datadir={}", data.display())])
-            .arg("--auth-root-authentication-method=socket")
+        let command = launch("mariadb", &dir, &[&port.to_string()]);
+        let server = Self::start("mariadb", command, port, dir);
+        let account = Command::new(launcher())
+            .args(["mariadb-account", &server.dir.path().display().to_string()])
             .output()
-            .unwrap_or_else(|error| {
-                panic!("mysql_install_db must be installed (`make services` installs it): {error}")
-            });
-        assert!(installed.status.success(), "mysql_install_db: {}", String::from_utf8_lossy(&installed.stderr));
-        let command = [
-            "mariadbd",
-            "--no-defaults",
-            &user,
-            &format!("--datadir={}", data.display()),
-            &format!("--socket={}", socket.display()),
-            &format!("--pid-file={}", dir.path().join("mariadb.pid").display()),
-            &format!("--port={port}"),
-            "--bind-address=127.0.0.1",
-            "--skip-log-bin",
-        ]
-        .map(str::to_owned)
-        .to_vec();
-        let server = Self::start(command, port, dir);
-        let mut client = Command::new("mysql")
-            .args(["--no-defaults", &format!("--socket={}", socket.display()), "-uroot"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        client
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(
-                b"CREATE DATABASE seckill; CREATE USER 'seckill'@'127.0.0.1' IDENTIFIED BY 'seckill'; \
-                  GRANT ALL PRIVILEGES ON seckill.* TO 'seckill'@'127.0.0.1';",
-            )
-            .unwrap();
-        assert!(client.wait().unwrap().success(), "could not create the seckill account in the private MariaDB");
+            .expect("the launcher runs");
+        assert!(
+            account.status.success(),
+            "could not create the seckill account in the private MariaDB: {}",
+            String::from_utf8_lossy(&account.stderr)
+        );
         server
     }
 
@@ -147,8 +97,8 @@ impl PrivateServer {
         format!("mysql://seckill:seckill@127.0.0.1:{}/seckill", self.port)
     }
 
-    fn start(command: Vec<String>, port: u16, dir: TempDir) -> Self {
-        let mut server = PrivateServer { command, child: None, port, _dir: dir };
+    fn start(kind: &'static str, command: Vec<String>, port: u16, dir: TempDir) -> Self {
+        let mut server = PrivateServer { kind, command, child: None, port, dir };
         server.restart();
         server
     }
@@ -161,12 +111,12 @@ impl PrivateServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|error| {
-                panic!("{} must be installed (`make services` installs it): {error}", self.command[0])
+                panic!("cannot run {} ({error}); `make services` installs the servers", self.command[0])
             });
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.answers() {
-            assert!(Instant::now() < deadline, "{} did not start on port {}", self.command[0], self.port);
+            assert!(Instant::now() < deadline, "{} did not start on port {}", self.kind, self.port);
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -176,7 +126,7 @@ impl PrivateServer {
     fn answers(&self) -> bool {
         use std::io::{Read, Write};
         let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
-        if self.command[0] != "java" {
+        if self.kind != "zookeeper" {
             return true;
         }
         let mut answer = String::new();

@@ -56,11 +56,16 @@ fn check_ownership(db: u8) {
 /// The project's test Redis, as `scripts/services.sh` starts it.
 pub const PROJECT_TEST_REDIS: &str = "redis://127.0.0.1:6390";
 
-/// The folder the project's test Redis keeps its data in: how we recognise it.
-fn project_test_redis_dir() -> String {
+/// The project's folder, from the root tests or from `loadtest/tests`.
+pub fn project_root() -> std::path::PathBuf {
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = if manifest.join("scripts/services.sh").exists() { manifest } else { manifest.parent().unwrap() };
-    root.join(".run/redis-test").display().to_string()
+    root.to_path_buf()
+}
+
+/// The folder the project's test Redis keeps its data in: how we recognise it.
+fn project_test_redis_dir() -> String {
+    project_root().join(".run/redis-test").display().to_string()
 }
 
 /// The Redis the tests use. `db` picks a logical database, so tests that use the
