@@ -43,7 +43,9 @@ impl ResetAccess {
             ResetAccess::Loopback => Ok(()),
             ResetAccess::Refused => Err(Denied::NoTokenConfigured),
             ResetAccess::Token(expected) => {
-                let given = authorization.and_then(|value| value.strip_prefix("Bearer ")).unwrap_or("");
+                let given = authorization
+                    .and_then(|value| value.strip_prefix("Bearer "))
+                    .unwrap_or("");
                 if same_secret(given.trim().as_bytes(), expected.as_bytes()) {
                     Ok(())
                 } else {
@@ -83,7 +85,11 @@ mod tests {
             let access = ResetAccess::new(bind.parse().unwrap(), Some("s3cret-token".into()));
             assert_eq!(access.check(Some("Bearer s3cret-token")), Ok(()));
             assert_eq!(access.check(Some("Bearer s3cret-tokeN")), Err(Denied::BadToken));
-            assert_eq!(access.check(Some("s3cret-token")), Err(Denied::BadToken), "the Bearer scheme is required");
+            assert_eq!(
+                access.check(Some("s3cret-token")),
+                Err(Denied::BadToken),
+                "the Bearer scheme is required"
+            );
             assert_eq!(access.check(None), Err(Denied::BadToken));
         }
     }

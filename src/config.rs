@@ -11,7 +11,11 @@ use crate::strategy::{Fencing, Strategy};
 pub const MAX_STOCK: i64 = 1_000_000_000;
 
 #[derive(Debug, Parser)]
-#[command(name = "seckill", version, about = "A flash sale guarded by a distributed lock of your choice")]
+#[command(
+    name = "seckill",
+    version,
+    about = "A flash sale guarded by a distributed lock of your choice"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -66,13 +70,22 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub redlock_node_timeout_ms: u64,
     /// etcd endpoints for `--lock etcd`, comma separated.
-    #[arg(long, env = "SECKILL_ETCD_ENDPOINTS", value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    #[arg(
+        long,
+        env = "SECKILL_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
     pub etcd_endpoints: Vec<String>,
     /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
     #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
     pub zk_connect: String,
     /// MySQL (or MariaDB) for the MySQL lock strategies; migrations are applied at start.
-    #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
+    #[arg(
+        long,
+        env = "SECKILL_MYSQL_URL",
+        default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill"
+    )]
     pub mysql_url: String,
     /// Connections in this instance's MySQL pool; more than --mysql-permits.
     #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 16,
@@ -129,7 +142,9 @@ pub struct Config {
 
 impl Config {
     pub fn instance_name(&self) -> String {
-        self.instance.clone().unwrap_or_else(|| format!("seckill-{}", self.port))
+        self.instance
+            .clone()
+            .unwrap_or_else(|| format!("seckill-{}", self.port))
     }
 
     pub fn acquire_timeout(&self) -> Duration {
@@ -168,7 +183,9 @@ impl Config {
 /// An admin token must be worth guessing: at least 16 characters, no white space.
 fn non_empty_token(token: &str) -> Result<String, String> {
     if token.len() < 16 || token.chars().any(char::is_whitespace) {
-        return Err("the admin token must be at least 16 characters without spaces, e.g. `openssl rand -hex 16`".into());
+        return Err(
+            "the admin token must be at least 16 characters without spaces, e.g. `openssl rand -hex 16`".into(),
+        );
     }
     Ok(token.to_owned())
 }

@@ -99,8 +99,18 @@ pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> 
     let last = (from + limit).saturating_sub(1);
     let mut pipe = redis::pipe();
     StockSnapshot::queue_reads(&mut pipe);
-    pipe.get(GENERATION_KEY).lrange(SALES_KEY, from as isize, last as isize).hgetall(REFUSALS_KEY);
-    type Raw = (Option<String>, Option<String>, i64, Option<String>, Option<String>, Vec<String>, Vec<(String, i64)>);
+    pipe.get(GENERATION_KEY)
+        .lrange(SALES_KEY, from as isize, last as isize)
+        .hgetall(REFUSALS_KEY);
+    type Raw = (
+        Option<String>,
+        Option<String>,
+        i64,
+        Option<String>,
+        Option<String>,
+        Vec<String>,
+        Vec<(String, i64)>,
+    );
     let (stock, lucky, sales, initial, generation, raw, refusals): Raw =
         pipe.query_async(&mut store.connection()).await?;
     Ok(DashboardView {
@@ -134,7 +144,12 @@ struct Cursor {
 /// `GET /events`: a tick every [`TICK`]; a Redis that does not answer is an `error`
 /// event (the page says so), and the stream goes on.
 pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let cursor = Cursor { store, banner, generation: None, next_record: 0 };
+    let cursor = Cursor {
+        store,
+        banner,
+        generation: None,
+        next_record: 0,
+    };
     let stream = futures_util::stream::unfold((cursor, true), |(mut cursor, first)| async move {
         if !first {
             tokio::time::sleep(TICK).await;
@@ -150,9 +165,9 @@ impl Cursor {
         let view = match look_at_the_sale(&self.store, self.next_record, RECORDS_PER_EVENT).await {
             Ok(view) => view,
             Err(error) => {
-                return Event::default()
-                    .event("error")
-                    .data(format!("the stock's Redis did not answer ({error}); is it running? `make services`"))
+                return Event::default().event("error").data(format!(
+                    "the stock's Redis did not answer ({error}); is it running? `make services`"
+                ))
             }
         };
         let reset = self.generation != Some(view.generation);
@@ -185,6 +200,9 @@ impl Cursor {
             refusals,
             now_ms: crate::stock::unix_ms(),
         };
-        Event::default().event("tick").json_data(&tick).unwrap_or_else(|_| Event::default().event("error"))
+        Event::default()
+            .event("tick")
+            .json_data(&tick)
+            .unwrap_or_else(|_| Event::default().event("error"))
     }
 }

@@ -174,7 +174,11 @@ pub async fn errors_as_json(response: Response) -> Response {
     let message = match (status, text.trim()) {
         (StatusCode::NOT_FOUND, _) => "no such route; see the README's Endpoints table".to_owned(),
         (StatusCode::METHOD_NOT_ALLOWED, _) => {
-            let allowed = parts.headers.get(header::ALLOW).and_then(|v| v.to_str().ok()).unwrap_or("");
+            let allowed = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
             format!("this route does not take that method; it takes {allowed}")
         }
         (_, "") => status.canonical_reason().unwrap_or("error").to_owned(),

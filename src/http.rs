@@ -77,7 +77,14 @@ impl AppState {
         limits: Limits,
         reset_access: ResetAccess,
     ) -> Self {
-        AppState(Arc::new(Shared { sale: Arc::new(sale), reset_access, strategy, fencing, initial_stock, limits }))
+        AppState(Arc::new(Shared {
+            sale: Arc::new(sale),
+            reset_access,
+            strategy,
+            fencing,
+            initial_stock,
+            limits,
+        }))
     }
 
     /// Gives back every lock still held: the last step of a shutdown.
@@ -95,7 +102,10 @@ pub fn app(state: AppState) -> Router {
         // A body declared larger than the limit is refused from its Content-Length, before
         // a byte of it is read (and before a client that asked `Expect: 100-continue`
         // is told to send it); one that turns out larger is cut off at the limit.
-        .route("/stock/reset", post(reset).layer(RequestBodyLimitLayer::new(RESET_BODY_LIMIT)))
+        .route(
+            "/stock/reset",
+            post(reset).layer(RequestBodyLimitLayer::new(RESET_BODY_LIMIT)),
+        )
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/readyz", get(readyz))
@@ -105,7 +115,9 @@ pub fn app(state: AppState) -> Router {
         .layer(middleware::map_response(errors_as_json))
         .layer(
             ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|error: BoxError| async move { overloaded_or_timed_out(error) }))
+                .layer(HandleErrorLayer::new(|error: BoxError| async move {
+                    overloaded_or_timed_out(error)
+                }))
                 .load_shed()
                 // One bound shared by every route (a plain concurrency limit would be per route).
                 .layer(tower::limit::GlobalConcurrencyLimitLayer::new(limits.max_in_flight))
@@ -142,13 +154,27 @@ pub struct ReduceResponse {
 async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, AppError> {
     let shared = &state.0;
     let sold_or_refused = shared.sale.sell_one().await;
-    shared.sale.metrics.record_answer(sold_or_refused.as_ref().map(|outcome| outcome.sold).map_err(AppError::code));
+    shared.sale.metrics.record_answer(
+        sold_or_refused
+            .as_ref()
+            .map(|outcome| outcome.sold)
+            .map_err(AppError::code),
+    );
     if let Err(error) = &sold_or_refused {
         // For the dashboard, after the answer and in the background: never on a sale's path.
-        let (store, instance, code) = (shared.sale.store.clone(), shared.sale.seller.instance.clone(), error.code());
+        let (store, instance, code) = (
+            shared.sale.store.clone(),
+            shared.sale.seller.instance.clone(),
+            error.code(),
+        );
         tokio::spawn(async move { dashboard::count_refusal(&store, &instance, code).await });
     }
-    let SaleOutcome { sold, stock_after, lock_wait_ms, fencing_token } = sold_or_refused?;
+    let SaleOutcome {
+        sold,
+        stock_after,
+        lock_wait_ms,
+        fencing_token,
+    } = sold_or_refused?;
     let seller = &shared.sale.seller;
     Ok(Json(ReduceResponse {
         port: seller.port,
@@ -226,7 +252,9 @@ fn stock_to_reset_to(content_type: Option<&str>, body: &[u8], default: i64) -> R
     };
     let stock = requested.unwrap_or(default);
     if !(0..=MAX_STOCK).contains(&stock) {
-        return Err(AppError::BadRequest(format!("stock must be between 0 and {MAX_STOCK}, got {stock}")));
+        return Err(AppError::BadRequest(format!(
+            "stock must be between 0 and {MAX_STOCK}, got {stock}"
+        )));
     }
     Ok(stock)
 }
@@ -266,7 +294,10 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         Guarding::AtomicScript => None,
     };
     let text = state.0.sale.metrics.render(degrade.as_ref());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text)
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    )
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -304,12 +335,19 @@ mod tests {
     fn a_reset_refuses_anything_but_json_with_a_known_field_and_a_stock_in_range() {
         let code = |result: Result<i64, AppError>| result.unwrap_err().code();
         assert_eq!(
-            code(stock_to_reset_to(Some("application/x-www-form-urlencoded"), b"stock=1", 300)),
+            code(stock_to_reset_to(
+                Some("application/x-www-form-urlencoded"),
+                b"stock=1",
+                300
+            )),
             "unsupported_media_type"
         );
         assert_eq!(code(stock_to_reset_to(None, b"", 300)), "unsupported_media_type");
         assert_eq!(code(stock_to_reset_to(JSON, br#"{"stok": 1}"#, 300)), "bad_request");
         assert_eq!(code(stock_to_reset_to(JSON, br#"{"stock": -1}"#, 300)), "bad_request");
-        assert_eq!(code(stock_to_reset_to(JSON, br#"{"stock": 1000000001}"#, 300)), "bad_request");
+        assert_eq!(
+            code(stock_to_reset_to(JSON, br#"{"stock": 1000000001}"#, 300)),
+            "bad_request"
+        );
     }
 }

@@ -25,8 +25,9 @@ use crate::lock::redis_degrade::DegradeStats;
 
 /// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
 /// millisecond, a crowd behind a MySQL lock waits seconds.
-const LOCK_WAIT_BUCKETS: [f64; 15] =
-    [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0];
+const LOCK_WAIT_BUCKETS: [f64; 15] = [
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0,
+];
 
 /// The metrics of one instance.
 pub struct Metrics {
@@ -59,22 +60,35 @@ impl Metrics {
             counter
         };
         let units_sold = counter("seckill_units_sold_total", "Units this instance sold.");
-        let sold_out_answers = counter("seckill_sold_out_answers_total", "Buyers told that the stock is sold out.");
-        let mode_switches =
-            counter("seckill_lock_mode_switches_total", "redis-degrade: lock mode switches this instance has seen.");
+        let sold_out_answers = counter(
+            "seckill_sold_out_answers_total",
+            "Buyers told that the stock is sold out.",
+        );
+        let mode_switches = counter(
+            "seckill_lock_mode_switches_total",
+            "redis-degrade: lock mode switches this instance has seen.",
+        );
         let failures = IntCounterVec::new(
-            Opts::new("seckill_reduce_failures_total", "Buyers turned away, by the error code they were given."),
+            Opts::new(
+                "seckill_reduce_failures_total",
+                "Buyers turned away, by the error code they were given.",
+            ),
             &["reason"],
         )
         .expect("a valid metric");
         let lock_wait = Histogram::with_opts(
-            HistogramOpts::new("seckill_lock_wait_seconds", "From asking for the lock to holding it, per grant.")
-                .buckets(LOCK_WAIT_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                "seckill_lock_wait_seconds",
+                "From asking for the lock to holding it, per grant.",
+            )
+            .buckets(LOCK_WAIT_BUCKETS.to_vec()),
         )
         .expect("a valid metric");
-        let lock_waiters =
-            IntGauge::with_opts(Opts::new("seckill_lock_waiters", "Buyers waiting for the lock right now."))
-                .expect("a valid metric");
+        let lock_waiters = IntGauge::with_opts(Opts::new(
+            "seckill_lock_waiters",
+            "Buyers waiting for the lock right now.",
+        ))
+        .expect("a valid metric");
         let fencing_refusals = IntCounterVec::new(
             Opts::new(
                 "seckill_fencing_refusals_total",
@@ -84,7 +98,10 @@ impl Metrics {
         )
         .expect("a valid metric");
         let lock_mode = IntGaugeVec::new(
-            Opts::new("seckill_lock_mode", "redis-degrade: 1 for the lock mode in use, 0 for the other."),
+            Opts::new(
+                "seckill_lock_mode",
+                "redis-degrade: 1 for the lock mode in use, 0 for the other.",
+            ),
             &["mode"],
         )
         .expect("a valid metric");
@@ -150,13 +167,19 @@ impl Metrics {
     pub fn render(&self, degrade: Option<&DegradeStats>) -> String {
         if let Some(degrade) = degrade {
             for (mode, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
-                self.lock_mode.with_label_values(&[name]).set(i64::from(degrade.mode == Some(mode)));
+                self.lock_mode
+                    .with_label_values(&[name])
+                    .set(i64::from(degrade.mode == Some(mode)));
             }
-            let seen = self.switches_seen.swap(degrade.switches, std::sync::atomic::Ordering::SeqCst);
+            let seen = self
+                .switches_seen
+                .swap(degrade.switches, std::sync::atomic::Ordering::SeqCst);
             self.mode_switches.inc_by(degrade.switches.saturating_sub(seen));
         }
         let mut text = Vec::new();
-        prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut text).expect("text encoding cannot fail");
+        prometheus::TextEncoder::new()
+            .encode(&self.registry.gather(), &mut text)
+            .expect("text encoding cannot fail");
         String::from_utf8(text).expect("the text format is UTF-8")
     }
 }

@@ -55,7 +55,10 @@ async fn migrate(pool: &MySqlPool) -> Result<(), Box<dyn std::error::Error + Sen
         return Err(format!("another instance held the migration lock for {MIGRATION_LOCK_WAIT_SECONDS} s").into());
     }
     let migrated = sqlx::migrate!("./migrations").run(&mut *connection).await;
-    sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *connection).await?;
+    sqlx::query("SELECT RELEASE_LOCK(?)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *connection)
+        .await?;
     Ok(migrated?)
 }
 
@@ -86,6 +89,9 @@ mod tests {
             super::without_password("mysql://seckill:secret@127.0.0.1:3306/seckill"),
             "mysql://seckill:***@127.0.0.1:3306/seckill"
         );
-        assert_eq!(super::without_password("mysql://127.0.0.1/seckill"), "mysql://127.0.0.1/seckill");
+        assert_eq!(
+            super::without_password("mysql://127.0.0.1/seckill"),
+            "mysql://127.0.0.1/seckill"
+        );
     }
 }

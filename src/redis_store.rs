@@ -43,6 +43,9 @@ pub async fn connect_checked(url: &str) -> anyhow::Result<(redis::Client, Connec
     };
     let client = client(url)?;
     let mut connection = connection_manager(&client).await.map_err(unreachable)?;
-    let _: String = redis::cmd("PING").query_async(&mut connection).await.map_err(unreachable)?;
+    let _: String = redis::cmd("PING")
+        .query_async(&mut connection)
+        .await
+        .map_err(unreachable)?;
     Ok((client, connection))
 }

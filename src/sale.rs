@@ -74,8 +74,10 @@ impl Guarding {
 /// The sale's part of every lock's critical path (see [`crate::lock::critical_path`]):
 /// the holder's fenced read and its write, two scripts on the stock Redis. The fenced
 /// read writes too: it raises the token's high-water mark.
-pub const CRITICAL_PATH: &[Step] =
-    &[step("read the stock", StockRedis, Write, 1.0), step("write the sale", StockRedis, Write, 1.0)];
+pub const CRITICAL_PATH: &[Step] = &[
+    step("read the stock", StockRedis, Write, 1.0),
+    step("write the sale", StockRedis, Write, 1.0),
+];
 
 /// The answer to one buyer.
 #[derive(Clone, Debug, Serialize)]
@@ -112,7 +114,9 @@ impl Sale {
     /// Sells one unit if any is left, in a task of its own (see the module notes).
     pub async fn sell_one(self: &Arc<Self>) -> Result<SaleOutcome, AppError> {
         let sale = self.clone();
-        tokio::spawn(async move { sale.run().await }).await.map_err(AppError::internal)?
+        tokio::spawn(async move { sale.run().await })
+            .await
+            .map_err(AppError::internal)?
     }
 
     async fn run(&self) -> Result<SaleOutcome, AppError> {
@@ -128,14 +132,18 @@ impl Sale {
         let waiting_since = Instant::now();
         let deadline = waiting_since + self.acquire_timeout;
         let waiting = self.metrics.waiting_for_the_lock();
-        // 0. Our turn in this instance's line, held until after the release.
-        let _turn =
-            match &self.local_queue {
-                Some(line) => Some(tokio::time::timeout_at(deadline.into(), line.lock()).await.map_err(|_| {
-                    LockError::Timeout { key: STOCK_LOCK_KEY.to_owned(), waited: waiting_since.elapsed() }
-                })?),
-                None => None,
-            };
+        // 0. Our turn in this instance's local queue, held until after the release.
+        let _turn = match &self.local_queue {
+            Some(queue) => Some(
+                tokio::time::timeout_at(deadline.into(), queue.lock())
+                    .await
+                    .map_err(|_| LockError::Timeout {
+                        key: STOCK_LOCK_KEY.to_owned(),
+                        waited: waiting_since.elapsed(),
+                    })?,
+            ),
+            None => None,
+        };
         let left = deadline.saturating_duration_since(Instant::now());
         let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
         drop(waiting);
@@ -232,7 +240,9 @@ impl Sale {
                 Ok(settled) => return Ok(settled),
                 Err(error) if Instant::now() >= deadline => {
                     tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
-                    return Err(AppError::SaleOutcomeUnknown { sale_id: sale_id.to_owned() });
+                    return Err(AppError::SaleOutcomeUnknown {
+                        sale_id: sale_id.to_owned(),
+                    });
                 }
                 Err(_) => tokio::time::sleep(SETTLE_RETRY).await,
             }
@@ -241,7 +251,12 @@ impl Sale {
 
     async fn sell_atomically(&self) -> Result<SaleOutcome, AppError> {
         let record = SaleRecord::new(&self.seller, &new_sale_id(), 0, None, 0.0, unix_ms());
-        let answer = |sold, stock_after| SaleOutcome { sold, stock_after, lock_wait_ms: 0.0, fencing_token: None };
+        let answer = |sold, stock_after| SaleOutcome {
+            sold,
+            stock_after,
+            lock_wait_ms: 0.0,
+            fencing_token: None,
+        };
         match self.store.sell_atomically(&record).await {
             Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
             Ok(AtomicOutcome::SoldOut) => Ok(answer(false, 0)),

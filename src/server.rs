@@ -20,15 +20,23 @@ use crate::wiring;
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
     let store = StockStore::new(connection).also_reset(crate::dashboard::REFUSALS_KEY);
-    store.seed_if_missing(config.initial_stock).await.context("seeding the stock in Redis")?;
-    let guarding =
-        wiring::build(config, &client).await.with_context(|| format!("starting the `{}` lock", config.lock))?;
+    store
+        .seed_if_missing(config.initial_stock)
+        .await
+        .context("seeding the stock in Redis")?;
+    let guarding = wiring::build(config, &client)
+        .await
+        .with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
     let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
     let sale = Sale {
         store,
         guarding,
-        seller: Seller { instance: config.instance_name(), port: config.port, strategy: config.lock.name() },
+        seller: Seller {
+            instance: config.instance_name(),
+            port: config.port,
+            strategy: config.lock.name(),
+        },
         acquire_timeout: config.acquire_timeout(),
         fenced: fencing.is_on(),
         widen_race: config.lock.expected_to_oversell(),
@@ -36,12 +44,22 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         metrics: std::sync::Arc::new(metrics),
         local_queue: (config.local_queue && config.lock.takes_a_local_queue()).then(Default::default),
     };
-    let limits = Limits { max_in_flight: config.max_in_flight as usize, request_timeout: request_timeout(config) };
+    let limits = Limits {
+        max_in_flight: config.max_in_flight as usize,
+        request_timeout: request_timeout(config),
+    };
     let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());
     if let ResetAccess::Refused = reset_access {
         tracing::warn!(bind = %config.bind, "no --admin-token: POST /stock/reset is refused on this address");
     }
-    Ok(AppState::new(sale, config.lock, fencing, config.initial_stock, limits, reset_access))
+    Ok(AppState::new(
+        sale,
+        config.lock,
+        fencing,
+        config.initial_stock,
+        limits,
+        reset_access,
+    ))
 }
 
 /// How long one request may take before the service answers 504 itself: the
@@ -148,7 +166,12 @@ impl Instance {
             },
             config.shutdown_grace(),
         ));
-        Ok(Instance { url: format!("http://127.0.0.1:{port}"), port, stop: Some(stop), task })
+        Ok(Instance {
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            stop: Some(stop),
+            task,
+        })
     }
 
     /// Stops accepting, finishes requests in flight (within the grace period), gives

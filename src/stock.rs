@@ -194,7 +194,10 @@ pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
 impl StockSnapshot {
     /// Adds the snapshot's reads to `pipe`; [`StockSnapshot::parse`] reads their answers.
     pub fn queue_reads(pipe: &mut redis::Pipeline) {
-        pipe.get(STOCK_KEY).get(LUCKY_KEY).llen(SALES_KEY).get(INITIAL_STOCK_KEY);
+        pipe.get(STOCK_KEY)
+            .get(LUCKY_KEY)
+            .llen(SALES_KEY)
+            .get(INITIAL_STOCK_KEY);
     }
 
     pub fn parse((stock, lucky, sales, initial): RawSnapshot) -> Result<Self, StockError> {
@@ -332,7 +335,9 @@ impl StockStore {
     }
 
     pub async fn ping(&self) -> Result<(), StockError> {
-        redis::cmd("PING").query_async::<String>(&mut self.connection.clone()).await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut self.connection.clone())
+            .await?;
         Ok(())
     }
 
@@ -359,7 +364,11 @@ impl StockStore {
     ) -> Result<WriteOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
         let mut invocation = self.write.key(STOCK_KEY);
-        invocation.key(LUCKY_KEY).key(SALES_KEY).key(OUTCOMES_KEY).key(FENCE_KEY);
+        invocation
+            .key(LUCKY_KEY)
+            .key(SALES_KEY)
+            .key(OUTCOMES_KEY)
+            .key(FENCE_KEY);
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
@@ -375,10 +384,16 @@ impl StockStore {
     /// Decides a sale whose write went unanswered: sold if the write got there first,
     /// otherwise aborted for good (a late write is then refused).
     pub async fn settle(&self, sale_id: &str) -> Result<Settled, StockError> {
-        let outcome: String =
-            self.settle.key(OUTCOMES_KEY).arg(sale_id).invoke_async(&mut self.connection.clone()).await?;
+        let outcome: String = self
+            .settle
+            .key(OUTCOMES_KEY)
+            .arg(sale_id)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
         Ok(match outcome.strip_prefix("sold:") {
-            Some(stock_after) => Settled::Sold { stock_after: stock_after.parse().unwrap_or(0) },
+            Some(stock_after) => Settled::Sold {
+                stock_after: stock_after.parse().unwrap_or(0),
+            },
             None => Settled::NotSold,
         })
     }
@@ -400,9 +415,10 @@ impl StockStore {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),
             Ok(_) => Ok(AtomicOutcome::SoldOut),
-            Err(error) if error.code() == Some("NOTANUMBER") => {
-                Err(StockError::NotANumber { key: STOCK_KEY, value: error.detail().unwrap_or_default().to_owned() })
-            }
+            Err(error) if error.code() == Some("NOTANUMBER") => Err(StockError::NotANumber {
+                key: STOCK_KEY,
+                value: error.detail().unwrap_or_default().to_owned(),
+            }),
             Err(error) => Err(error.into()),
         }
     }
@@ -412,10 +428,16 @@ impl StockStore {
 pub(crate) fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
     match value {
         None => Ok(None),
-        Some(text) => text.trim().parse().map(Some).map_err(|_| StockError::NotANumber { key, value: text.to_owned() }),
+        Some(text) => text.trim().parse().map(Some).map_err(|_| StockError::NotANumber {
+            key,
+            value: text.to_owned(),
+        }),
     }
 }
 
 pub fn unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }

@@ -154,8 +154,11 @@ mod tests {
 
     #[test]
     fn only_the_two_baselines_are_expected_to_oversell() {
-        let oversell: Vec<Strategy> =
-            Strategy::value_variants().iter().copied().filter(|strategy| strategy.expected_to_oversell()).collect();
+        let oversell: Vec<Strategy> = Strategy::value_variants()
+            .iter()
+            .copied()
+            .filter(|strategy| strategy.expected_to_oversell())
+            .collect();
         assert_eq!(oversell, [Strategy::None, Strategy::Local]);
     }
 
@@ -171,7 +174,11 @@ mod tests {
     fn fencing_is_on_only_for_strategies_with_tokens_and_only_when_asked() {
         assert_eq!(Strategy::Redis.fencing(Fencing::On), FencingStatus::On);
         assert_eq!(Strategy::Redis.fencing(Fencing::Off), FencingStatus::Off);
-        assert_eq!(Strategy::Redlock.fencing(Fencing::On), FencingStatus::NoTokens, "Redlock issues no tokens");
+        assert_eq!(
+            Strategy::Redlock.fencing(Fencing::On),
+            FencingStatus::NoTokens,
+            "Redlock issues no tokens"
+        );
         assert_eq!(Strategy::Local.fencing(Fencing::On), FencingStatus::NoTokens);
         assert_eq!(Strategy::Atomic.fencing(Fencing::On), FencingStatus::NotNeeded);
     }
@@ -182,7 +189,12 @@ mod tests {
             let baseline = matches!(strategy, Strategy::None | Strategy::Local | Strategy::Atomic);
             assert_eq!(strategy.critical_path().is_none(), baseline, "{strategy}");
         }
-        let redis_trips: f64 = Strategy::Redis.critical_path().unwrap().iter().map(|step| step.round_trips).sum();
+        let redis_trips: f64 = Strategy::Redis
+            .critical_path()
+            .unwrap()
+            .iter()
+            .map(|step| step.round_trips)
+            .sum();
         assert_eq!(redis_trips, 2.0, "half a release, half a wake-up, one acquire");
     }
 

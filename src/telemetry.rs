@@ -9,5 +9,9 @@ pub fn init() {
     // Colour only on a terminal: a log redirected to a file stays plain text.
     let colour = std::io::stdout().is_terminal();
     // A second init (in tests) is harmless: the first subscriber stays.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(colour).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(colour)
+        .try_init();
 }

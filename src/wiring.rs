@@ -24,7 +24,10 @@ use crate::strategy::Strategy;
 
 /// The options of the `redis` lock, as `config` sets them.
 pub fn redis_lock_options(config: &Config) -> RedisLockOptions {
-    RedisLockOptions { ttl: config.lock_ttl(), renew: true }
+    RedisLockOptions {
+        ttl: config.lock_ttl(),
+        renew: true,
+    }
 }
 
 /// Builds what `config.lock` names. The one place that knows every strategy.
@@ -40,8 +43,11 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             let lock_redis = lock_redis(config, redis).await?;
             let redis_lock = RedisLock::connect(&lock_redis, redis_lock_options(config)).await?;
             let pool = connect_mysql(config).await?;
-            let mysql_options =
-                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            let mysql_options = MySqlVersionLockOptions {
+                ttl: config.lock_ttl(),
+                renew: true,
+                permits: config.mysql_permits(),
+            };
             let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
             let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
             // Instances that share a lock Redis share its mode (the password never lands in MySQL).
@@ -66,7 +72,11 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                     config.lock_ttl_ms
                 );
             }
-            let options = RedlockOptions { ttl: config.lock_ttl(), renew: true, node_timeout };
+            let options = RedlockOptions {
+                ttl: config.lock_ttl(),
+                renew: true,
+                node_timeout,
+            };
             Arc::new(Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
                 format!(
                     "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
@@ -76,7 +86,10 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             })?)
         }
         Strategy::Etcd => {
-            let options = EtcdLockOptions { endpoints: config.etcd_endpoints.clone(), ttl: config.lock_ttl() };
+            let options = EtcdLockOptions {
+                endpoints: config.etcd_endpoints.clone(),
+                ttl: config.lock_ttl(),
+            };
             Arc::new(EtcdLock::connect(options).await.with_context(|| {
                 format!(
                     "cannot reach etcd at {}.\n  Start it with `make services` (or `etcd`), or point \
@@ -86,8 +99,10 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             })?)
         }
         Strategy::Zookeeper => {
-            let options =
-                ZooKeeperLockOptions { connect: config.zk_connect.clone(), session_timeout: config.lock_ttl() };
+            let options = ZooKeeperLockOptions {
+                connect: config.zk_connect.clone(),
+                session_timeout: config.lock_ttl(),
+            };
             Arc::new(ZooKeeperLock::connect(options).await.with_context(|| {
                 format!(
                     "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
@@ -98,13 +113,20 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         }
         Strategy::Mysql => {
             let pool = connect_mysql(config).await?;
-            let options = MySqlLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            let options = MySqlLockOptions {
+                ttl: config.lock_ttl(),
+                renew: true,
+                permits: config.mysql_permits(),
+            };
             Arc::new(MySqlLock::new(pool, options))
         }
         Strategy::MysqlVersion => {
             let pool = connect_mysql(config).await?;
-            let options =
-                MySqlVersionLockOptions { ttl: config.lock_ttl(), renew: true, permits: config.mysql_permits() };
+            let options = MySqlVersionLockOptions {
+                ttl: config.lock_ttl(),
+                renew: true,
+                permits: config.mysql_permits(),
+            };
             Arc::new(MySqlVersionLock::new(pool, options))
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),

@@ -17,7 +17,11 @@ async fn reduce(url: &str) -> (u16, Value) {
 
 async fn lucky(db: u8) -> i64 {
     let client = common::redis_client(db).await;
-    redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap()
+    redis::cmd("GET")
+        .arg("lucky")
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap()
 }
 
 /// Sells once, kills the lock's server, buys while it is down, restarts it, and
@@ -45,8 +49,15 @@ async fn outage(
     let code = body["error"].as_str().unwrap();
     assert!(code == "lock_backend_unavailable" || code == "lock_timeout", "{body}");
     assert!(body["message"].is_string(), "{body}");
-    assert!(answered_in < Duration::from_secs(10), "the buyer waited {answered_in:?}");
-    assert_eq!(lucky(db).await, 1, "nothing may be sold while the lock's server is down");
+    assert!(
+        answered_in < Duration::from_secs(10),
+        "the buyer waited {answered_in:?}"
+    );
+    assert_eq!(
+        lucky(db).await,
+        1,
+        "nothing may be sold while the lock's server is down"
+    );
 
     server.restart();
     let back = Instant::now();
@@ -55,7 +66,10 @@ async fn outage(
         if status == 200 && body["sold"] == true {
             break;
         }
-        assert!(back.elapsed() < Duration::from_secs(30), "no sale 30 s after {strategy} came back: {body}");
+        assert!(
+            back.elapsed() < Duration::from_secs(30),
+            "no sale 30 s after {strategy} came back: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     println!("{strategy} back: first sale {:?} after the restart", back.elapsed());
@@ -67,14 +81,20 @@ async fn outage(
 async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
     let mut etcd = common::PrivateServer::etcd();
     let endpoint = format!("http://127.0.0.1:{}", etcd.port);
-    outage(Strategy::Etcd, &mut etcd, 42, |config| config.etcd_endpoints = vec![endpoint]).await;
+    outage(Strategy::Etcd, &mut etcd, 42, |config| {
+        config.etcd_endpoints = vec![endpoint]
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
     let mut zookeeper = common::PrivateServer::zookeeper();
     let connect = format!("127.0.0.1:{}", zookeeper.port);
-    outage(Strategy::Zookeeper, &mut zookeeper, 43, |config| config.zk_connect = connect).await;
+    outage(Strategy::Zookeeper, &mut zookeeper, 43, |config| {
+        config.zk_connect = connect
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,5 +108,8 @@ async fn while_mariadb_is_down_the_lock_table_answers_503_and_sales_resume_when_
 async fn while_mariadb_is_down_the_version_lock_answers_503_and_sales_resume_when_it_is_back() {
     let mut mariadb = common::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
-    outage(Strategy::MysqlVersion, &mut mariadb, 46, |config| config.mysql_url = url).await;
+    outage(Strategy::MysqlVersion, &mut mariadb, 46, |config| {
+        config.mysql_url = url
+    })
+    .await;
 }

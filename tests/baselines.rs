@@ -14,7 +14,10 @@ async fn without_a_lock_concurrent_read_modify_writes_lose_updates() {
     let client = common::redis_client(0).await;
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(NoLock), Arc::new(NoLock)];
     let total = common::racing_increments(&client, locks, 4, 25).await;
-    assert!(total < 200, "expected lost updates without a lock, but all 200 increments survived");
+    assert!(
+        total < 200,
+        "expected lost updates without a lock, but all 200 increments survived"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,5 +26,8 @@ async fn two_processes_with_their_own_in_process_locks_lose_updates() {
     // Two LocalLocks stand for the mutexes of two separate processes.
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(LocalLock::default()), Arc::new(LocalLock::default())];
     let total = common::racing_increments(&client, locks, 4, 25).await;
-    assert!(total < 200, "expected lost updates across two in-process locks, but all 200 increments survived");
+    assert!(
+        total < 200,
+        "expected lost updates across two in-process locks, but all 200 increments survived"
+    );
 }

@@ -41,7 +41,15 @@ impl Process {
     fn start(redis_url: &str, fencing: &str) -> Self {
         let port = common::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args(["serve", "--port", &port.to_string(), "--lock", "redis", "--fencing", fencing])
+            .args([
+                "serve",
+                "--port",
+                &port.to_string(),
+                "--lock",
+                "redis",
+                "--fencing",
+                fencing,
+            ])
             .args(["--redis-url", redis_url, "--lock-ttl-ms", "500"])
             .args(["--chaos-pause-before-write-ms", "50", "--acquire-timeout-ms", "30000"])
             .stdout(Stdio::null())
@@ -57,14 +65,19 @@ impl Process {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().unwrap();
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
         assert!(status.success());
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -91,7 +104,10 @@ struct Crowd {
 
 impl Crowd {
     fn start(instances: [&Process; 2], buyers: usize) -> Self {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
         let sold_out = Arc::new(AtomicBool::new(false));
         let answers = Arc::new(Mutex::new(Vec::<String>::new()));
         let buyers = (0..buyers)
@@ -128,8 +144,13 @@ impl Crowd {
         for buyer in self.buyers {
             buyer.await.unwrap();
         }
-        let (stock, lucky, records): (i64, i64, Vec<String>) =
-            redis::pipe().get("stock").get("lucky").lrange("sales", 0, -1).query_async(redis).await.unwrap();
+        let (stock, lucky, records): (i64, i64, Vec<String>) = redis::pipe()
+            .get("stock")
+            .get("lucky")
+            .lrange("sales", 0, -1)
+            .query_async(redis)
+            .await
+            .unwrap();
         let mut read = HashSet::new();
         let units_sold_twice = records
             .iter()
@@ -162,7 +183,10 @@ impl Crowd {
 
 async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     let client = common::redis_client(db).await;
-    let (a, b) = (Process::start(&common::redis_url(db), fencing), Process::start(&common::redis_url(db), fencing));
+    let (a, b) = (
+        Process::start(&common::redis_url(db), fencing),
+        Process::start(&common::redis_url(db), fencing),
+    );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
 
@@ -170,8 +194,16 @@ async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     let mut redis = common::connection(&client).await;
     let a_holds = format!("seckill-{}:", a.port);
     loop {
-        let lucky: i64 = redis::cmd("GET").arg("lucky").query_async(&mut redis).await.unwrap_or(0);
-        let holder: Option<String> = redis::cmd("GET").arg("lock:stock").query_async(&mut redis).await.unwrap();
+        let lucky: i64 = redis::cmd("GET")
+            .arg("lucky")
+            .query_async(&mut redis)
+            .await
+            .unwrap_or(0);
+        let holder: Option<String> = redis::cmd("GET")
+            .arg("lock:stock")
+            .query_async(&mut redis)
+            .await
+            .unwrap();
         if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&a_holds)) {
             break;
         }
@@ -198,7 +230,11 @@ async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
         // Safe in every run, whether the pause hit the window or not.
         assert_eq!(outcome.units_sold_twice, 0, "{outcome:?}");
         assert_eq!((outcome.stock, outcome.lucky), (0, STOCK), "{outcome:?}");
-        assert_eq!((outcome.records, outcome.told_sold), (STOCK as usize, STOCK as usize), "{outcome:?}");
+        assert_eq!(
+            (outcome.records, outcome.told_sold),
+            (STOCK as usize, STOCK as usize),
+            "{outcome:?}"
+        );
         assert!(outcome.other_errors.is_empty(), "{outcome:?}");
         if outcome.lock_lost >= 1 {
             return; // the paused holder's write (or read) was refused: the fence at work
@@ -215,7 +251,10 @@ async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
         println!("fencing off, run {run}: {outcome:?}");
         assert!(outcome.other_errors.is_empty(), "{outcome:?}");
         if outcome.units_sold_twice > 0 {
-            assert!(outcome.lucky > STOCK, "a unit sold twice shows in the counts: {outcome:?}");
+            assert!(
+                outcome.lucky > STOCK,
+                "a unit sold twice shows in the counts: {outcome:?}"
+            );
             return; // the lesson the fence exists for
         }
     }
@@ -231,7 +270,13 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
     let mut redis = common::connection(&stock_redis.client()).await;
-    while redis::cmd("GET").arg("lucky").query_async::<i64>(&mut redis).await.unwrap_or(0) < 10 {
+    while redis::cmd("GET")
+        .arg("lucky")
+        .query_async::<i64>(&mut redis)
+        .await
+        .unwrap_or(0)
+        < 10
+    {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
@@ -242,10 +287,17 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     println!("{outcome:?}");
 
     assert_eq!(outcome.units_sold_twice, 0, "{outcome:?}");
-    assert_eq!((outcome.stock, outcome.lucky, outcome.records), (0, STOCK, STOCK as usize), "{outcome:?}");
+    assert_eq!(
+        (outcome.stock, outcome.lucky, outcome.records),
+        (0, STOCK, STOCK as usize),
+        "{outcome:?}"
+    );
     // Every unit sold was told to its buyer, or its buyer heard "outcome unknown".
     let told = outcome.told_sold as i64;
-    assert!(told <= outcome.lucky && outcome.lucky <= told + outcome.told_unknown as i64, "{outcome:?}");
+    assert!(
+        told <= outcome.lucky && outcome.lucky <= told + outcome.told_unknown as i64,
+        "{outcome:?}"
+    );
     assert!(outcome.other_errors.is_empty(), "{outcome:?}");
 }
 
@@ -253,9 +305,14 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
 async fn etcd_leader(members: &[common::PrivateServer]) -> usize {
     for (index, member) in members.iter().enumerate() {
         let endpoint = format!("http://127.0.0.1:{}", member.port);
-        let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else { continue };
+        let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else {
+            continue;
+        };
         let Ok(status) = client.status().await else { continue };
-        if status.header().is_some_and(|header| header.member_id() == status.leader()) {
+        if status
+            .header()
+            .is_some_and(|header| header.member_id() == status.leader())
+        {
             return index;
         }
     }
@@ -265,14 +322,26 @@ async fn etcd_leader(members: &[common::PrivateServer]) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_three_dies() {
     let mut members = common::PrivateServer::etcd_cluster(3);
-    let endpoints: Vec<String> = members.iter().map(|member| format!("http://127.0.0.1:{}", member.port)).collect();
-    let options = || EtcdLockOptions { endpoints: endpoints.clone(), ttl: Duration::from_secs(3) };
+    let endpoints: Vec<String> = members
+        .iter()
+        .map(|member| format!("http://127.0.0.1:{}", member.port))
+        .collect();
+    let options = || EtcdLockOptions {
+        endpoints: endpoints.clone(),
+        ttl: Duration::from_secs(3),
+    };
     // Two instances, four buyers each, on one key.
-    let (one, two) = (EtcdLock::connect(options()).await.unwrap(), EtcdLock::connect(options()).await.unwrap());
+    let (one, two) = (
+        EtcdLock::connect(options()).await.unwrap(),
+        EtcdLock::connect(options()).await.unwrap(),
+    );
     let instances: [Arc<dyn DistributedLock>; 2] = [Arc::new(one), Arc::new(two)];
     let key = common::unique_key("leader-dies");
-    let (inside, overlaps, stop) =
-        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let (inside, overlaps, stop) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
     let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     // A holder whose keep-alive could not renew through the election counts its lease
@@ -326,8 +395,23 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
         after.len()
     );
     assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
-    assert!(errors.lock().unwrap().is_empty(), "buyers saw errors: {:?}", errors.lock().unwrap());
-    assert!(stall.is_some_and(|stall| stall < Duration::from_secs(4)), "no grant within 4 s of the leader's death");
-    assert!(after.len() >= 50, "only {} grants in the 6 s after the leader died", after.len());
-    assert!(lost * 10 <= grants.len(), "{lost} of {} grants lost their lease", grants.len());
+    assert!(
+        errors.lock().unwrap().is_empty(),
+        "buyers saw errors: {:?}",
+        errors.lock().unwrap()
+    );
+    assert!(
+        stall.is_some_and(|stall| stall < Duration::from_secs(4)),
+        "no grant within 4 s of the leader's death"
+    );
+    assert!(
+        after.len() >= 50,
+        "only {} grants in the 6 s after the leader died",
+        after.len()
+    );
+    assert!(
+        lost * 10 <= grants.len(),
+        "{lost} of {} grants lost their lease",
+        grants.len()
+    );
 }

@@ -51,7 +51,10 @@ fn a_fencing_mode_that_is_not_on_or_off_is_refused() {
     let output = seckill(&["serve", "--fencing", "maybe"]);
     assert_eq!(output.status.code(), Some(2));
     let message = stderr(&output);
-    assert!(message.contains("--fencing") && message.contains("on, off"), "{message}");
+    assert!(
+        message.contains("--fencing") && message.contains("on, off"),
+        "{message}"
+    );
 }
 
 #[test]
@@ -59,7 +62,10 @@ fn an_unreachable_redis_is_refused_with_its_url_and_how_to_start_one() {
     let output = seckill(&["serve", "--redis-url", "redis://127.0.0.1:1"]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
-    assert!(message.contains("cannot reach Redis at redis://127.0.0.1:1"), "{message}");
+    assert!(
+        message.contains("cannot reach Redis at redis://127.0.0.1:1"),
+        "{message}"
+    );
     assert!(message.contains("make services"), "{message}");
 }
 
@@ -67,7 +73,11 @@ fn an_unreachable_redis_is_refused_with_its_url_and_how_to_start_one() {
 fn a_redis_url_that_is_not_one_is_named() {
     let output = seckill(&["serve", "--redis-url", "localhost:6379"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(stderr(&output).contains("`localhost:6379` is not a Redis URL"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`localhost:6379` is not a Redis URL"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
@@ -116,11 +126,18 @@ async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
     });
-    let line = tokio::time::timeout(Duration::from_secs(20), first_line).await.expect("a log line").unwrap().unwrap();
+    let line = tokio::time::timeout(Duration::from_secs(20), first_line)
+        .await
+        .expect("a log line")
+        .unwrap()
+        .unwrap();
     let _ = child.kill();
     let _ = child.wait();
     assert!(line.contains("seckill is serving"), "{line:?}");
-    assert!(!line.contains('\u{1b}'), "an escape code in a log that is not a terminal: {line:?}");
+    assert!(
+        !line.contains('\u{1b}'),
+        "an escape code in a log that is not a terminal: {line:?}"
+    );
 }
 
 #[test]
@@ -138,8 +155,15 @@ fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("cannot reach etcd at http://127.0.0.1:1"), "{message}");
-    assert!(message.contains("make services") && message.contains("--etcd-endpoints"), "{message}");
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    assert!(
+        message.contains("make services") && message.contains("--etcd-endpoints"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -157,22 +181,52 @@ fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("cannot reach ZooKeeper at 127.0.0.1:1"), "{message}");
-    assert!(message.contains("make services") && message.contains("--zk-connect"), "{message}");
-    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    assert!(
+        message.contains("make services") && message.contains("--zk-connect"),
+        "{message}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
 fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_fix() {
     for (strategy, url, shown) in [
-        ("mysql", "mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
-        ("mysql", "mysql://seckill:wrong@127.0.0.1:3306/seckill", "mysql://seckill:***@127.0.0.1:3306/seckill"),
-        ("mysql-version", "mysql://seckill:seckill@127.0.0.1:1/seckill", "mysql://seckill:***@127.0.0.1:1/seckill"),
+        (
+            "mysql",
+            "mysql://seckill:seckill@127.0.0.1:1/seckill",
+            "mysql://seckill:***@127.0.0.1:1/seckill",
+        ),
+        (
+            "mysql",
+            "mysql://seckill:wrong@127.0.0.1:3306/seckill",
+            "mysql://seckill:***@127.0.0.1:3306/seckill",
+        ),
+        (
+            "mysql-version",
+            "mysql://seckill:seckill@127.0.0.1:1/seckill",
+            "mysql://seckill:***@127.0.0.1:1/seckill",
+        ),
     ] {
-        let output = seckill(&["serve", "--lock", strategy, "--mysql-url", url, "--redis-url", &common::redis_url(62)]);
+        let output = seckill(&[
+            "serve",
+            "--lock",
+            strategy,
+            "--mysql-url",
+            url,
+            "--redis-url",
+            &common::redis_url(62),
+        ]);
         assert_eq!(output.status.code(), Some(1), "{strategy} {url}");
         let message = stderr(&output);
         assert!(message.contains(&format!("cannot use MySQL at {shown}")), "{message}");
-        assert!(message.contains("make services") && message.contains("--mysql-url"), "{message}");
+        assert!(
+            message.contains("make services") && message.contains("--mysql-url"),
+            "{message}"
+        );
         assert!(!message.contains("wrong"), "the password was printed: {message}");
     }
 }
@@ -180,33 +234,70 @@ fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_f
 #[test]
 fn mysql_permits_that_leave_no_connection_for_releases_are_refused() {
     for strategy in ["mysql", "mysql-version"] {
-        let output = seckill(&["serve", "--lock", strategy, "--mysql-permits", "16", "--mysql-pool", "16"]);
+        let output = seckill(&[
+            "serve",
+            "--lock",
+            strategy,
+            "--mysql-permits",
+            "16",
+            "--mysql-pool",
+            "16",
+        ]);
         assert_eq!(output.status.code(), Some(1));
         let message = stderr(&output);
-        assert!(message.contains("--mysql-permits (16) must be less than --mysql-pool (16)"), "{message}");
-        assert!(message.contains("--mysql-permits 0"), "the way to run without the semaphore: {message}");
+        assert!(
+            message.contains("--mysql-permits (16) must be less than --mysql-pool (16)"),
+            "{message}"
+        );
+        assert!(
+            message.contains("--mysql-permits 0"),
+            "the way to run without the semaphore: {message}"
+        );
     }
 }
 
 #[test]
 fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix() {
     let urls = "redis://127.0.0.1:6381,redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3,redis://127.0.0.1:4";
-    let output =
-        seckill(&["serve", "--lock", "redlock", "--redlock-urls", urls, "--redis-url", &common::redis_url(62)]);
+    let output = seckill(&[
+        "serve",
+        "--lock",
+        "redlock",
+        "--redlock-urls",
+        urls,
+        "--redis-url",
+        &common::redis_url(62),
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("only 1 of 5 Redlock masters answer"), "{message}");
-    assert!(message.contains("make services") && message.contains("--redlock-urls"), "{message}");
+    assert!(
+        message.contains("make services") && message.contains("--redlock-urls"),
+        "{message}"
+    );
 
-    let output =
-        seckill(&["serve", "--lock", "redlock", "--redlock-urls", "redis://127.0.0.1:6381,redis://127.0.0.1:6382"]);
+    let output = seckill(&[
+        "serve",
+        "--lock",
+        "redlock",
+        "--redlock-urls",
+        "redis://127.0.0.1:6381,redis://127.0.0.1:6382",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("at least 3 masters"), "{}", stderr(&output));
 }
 
 #[test]
 fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
-    let output = seckill(&["serve", "--lock", "redlock", "--redlock-node-timeout-ms", "500", "--lock-ttl-ms", "3000"]);
+    let output = seckill(&[
+        "serve",
+        "--lock",
+        "redlock",
+        "--redlock-node-timeout-ms",
+        "500",
+        "--lock-ttl-ms",
+        "3000",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(
@@ -219,5 +310,9 @@ fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
 fn an_admin_token_too_short_to_be_a_secret_is_refused() {
     let output = seckill(&["serve", "--admin-token", "secret"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("at least 16 characters"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("at least 16 characters"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -25,7 +25,10 @@ fn services() -> serde_yaml::Mapping {
 }
 
 fn strings(value: &Value) -> Vec<&str> {
-    value.as_sequence().map(|items| items.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+    value
+        .as_sequence()
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -34,7 +37,9 @@ fn the_file_follows_the_compose_specification() {
         .apply_merge(true)
         .from_yaml_str(COMPOSE_FILE)
         .unwrap_or_else(|error| panic!("docker-compose.yml is not valid Compose: {error}"));
-    compose.validate_all().expect("every network, volume, config and secret it uses is defined");
+    compose
+        .validate_all()
+        .expect("every network, volume, config and secret it uses is defined");
     assert_eq!(compose.services.len(), services().len());
 }
 
@@ -47,9 +52,14 @@ fn every_image_is_pinned_and_the_app_is_built_once() {
             builds += 1;
             continue;
         }
-        let image = service["image"].as_str().unwrap_or_else(|| panic!("{name} has neither an image nor a build"));
+        let image = service["image"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has neither an image nor a build"));
         if image == "seckill-app:local" {
-            assert_eq!(service["pull_policy"], "never", "{name} runs the image app1 builds; it must never pull it");
+            assert_eq!(
+                service["pull_policy"], "never",
+                "{name} runs the image app1 builds; it must never pull it"
+            );
             continue;
         }
         let tag = image.rsplit_once(':').map(|(_, tag)| tag).unwrap_or("latest");
@@ -71,7 +81,10 @@ fn every_server_has_a_healthcheck_and_every_port_is_on_loopback() {
             assert!(test.len() >= 2, "{name} has no healthcheck");
         }
         for port in strings(&service["ports"]) {
-            assert!(port.starts_with("127.0.0.1:"), "{name} publishes {port} beyond loopback");
+            assert!(
+                port.starts_with("127.0.0.1:"),
+                "{name} publishes {port} beyond loopback"
+            );
         }
     }
 }
@@ -82,16 +95,28 @@ fn each_strategy_starts_its_backends_and_both_instances_wait_for_them() {
     for (profile, backends) in PROFILES {
         for backend in backends {
             let profiles = strings(&services[*backend]["profiles"]);
-            assert!(profiles.contains(&profile), "{backend} must be in the `{profile}` profile, has {profiles:?}");
+            assert!(
+                profiles.contains(&profile),
+                "{backend} must be in the `{profile}` profile, has {profiles:?}"
+            );
         }
     }
     for app in APPS {
         let depends_on = &services[app]["depends_on"];
-        assert!(strings(&services[app]["profiles"]).is_empty(), "{app} runs in every profile");
+        assert!(
+            strings(&services[app]["profiles"]).is_empty(),
+            "{app} runs in every profile"
+        );
         assert_eq!(depends_on["redis"]["condition"], "service_healthy", "{app} needs Redis");
-        assert!(depends_on["redis"].get("required").is_none(), "every strategy needs Redis");
+        assert!(
+            depends_on["redis"].get("required").is_none(),
+            "every strategy needs Redis"
+        );
         for backend in PROFILES.iter().flat_map(|(_, backends)| backends.iter()) {
-            assert_eq!(depends_on[*backend]["condition"], "service_healthy", "{app} waits for {backend}");
+            assert_eq!(
+                depends_on[*backend]["condition"], "service_healthy",
+                "{app} waits for {backend}"
+            );
             // A backend whose profile is off is not started; the app must start without it.
             assert_eq!(depends_on[*backend]["required"], false, "{app} on {backend}");
         }

@@ -43,16 +43,33 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     let page = format!("{}/", first.url);
     let buy_urls = format!("{},{}", first.url, second.url);
     let output = tokio::task::spawn_blocking(move || {
-        Command::new("node").arg(&script).arg(&page).arg(&buy_urls).arg(&screenshot).output()
+        Command::new("node")
+            .arg(&script)
+            .arg(&page)
+            .arg(&buy_urls)
+            .arg(&screenshot)
+            .output()
     })
     .await
     .unwrap()
     .expect("node runs (Node.js 20 or newer)");
-    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "the dashboard failed in the browser:\n{stderr}\n{stdout}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success(),
+        "the dashboard failed in the browser:\n{stderr}\n{stdout}"
+    );
     let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the script prints what it saw");
-    assert_eq!(seen["before"]["stock"], 30, "the page opened on the sale as Redis holds it: {seen}");
-    assert_eq!(seen["after"]["stock"], 18, "12 more units sold while it watched: {seen}");
+    assert_eq!(
+        seen["before"]["stock"], 30,
+        "the page opened on the sale as Redis holds it: {seen}"
+    );
+    assert_eq!(
+        seen["after"]["stock"], 18,
+        "12 more units sold while it watched: {seen}"
+    );
     assert_eq!(seen["after"]["lucky"], 132);
     assert_eq!(seen["after"]["strategy"], "redis");
     first.stop().await.unwrap();
@@ -66,9 +83,15 @@ async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
     let page = http.get(format!("{}/", instance.url)).send().await.unwrap();
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
-    assert!(html.contains("new EventSource(\"/events\")"), "the page listens to its own instance");
+    assert!(
+        html.contains("new EventSource(\"/events\")"),
+        "the page listens to its own instance"
+    );
     for outside in ["src=\"http", "href=\"http", "@import"] {
-        assert!(!html.contains(outside), "the page must not load anything from elsewhere ({outside})");
+        assert!(
+            !html.contains(outside),
+            "the page must not load anything from elsewhere ({outside})"
+        );
     }
     let mut events = http.get(format!("{}/events", instance.url)).send().await.unwrap();
     assert_eq!(events.headers()["content-type"], "text/event-stream");

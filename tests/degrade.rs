@@ -20,13 +20,31 @@ const TTL: Duration = Duration::from_millis(1000);
 /// One instance: its own connections, sharing the mode called `mode_name`.
 async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Duration) -> DegradingLock {
     let pool = common::mysql_pool().await;
-    let redis_lock =
-        RedisLock::connect(&lock_redis.client(), common::redis_options(TTL.as_millis() as u64, true)).await.unwrap();
-    let mysql_lock =
-        MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl: TTL, renew: true, permits: Some(3) });
-    let shared = SharedMode::open(pool, mode_name, &common::unique_key("instance"), TTL).await.unwrap();
-    let options = DegradeOptions { ttl: TTL, failures_to_degrade: 3, recover_after };
-    DegradingLock::start(redis_lock, lock_redis.client(), mysql_lock, shared, options).await.unwrap()
+    let redis_lock = RedisLock::connect(
+        &lock_redis.client(),
+        common::redis_options(TTL.as_millis() as u64, true),
+    )
+    .await
+    .unwrap();
+    let mysql_lock = MySqlVersionLock::new(
+        pool.clone(),
+        MySqlVersionLockOptions {
+            ttl: TTL,
+            renew: true,
+            permits: Some(3),
+        },
+    );
+    let shared = SharedMode::open(pool, mode_name, &common::unique_key("instance"), TTL)
+        .await
+        .unwrap();
+    let options = DegradeOptions {
+        ttl: TTL,
+        failures_to_degrade: 3,
+        recover_after,
+    };
+    DegradingLock::start(redis_lock, lock_redis.client(), mysql_lock, shared, options)
+        .await
+        .unwrap()
 }
 
 fn epoch_of(guard: &LockGuard) -> u64 {
@@ -34,7 +52,9 @@ fn epoch_of(guard: &LockGuard) -> u64 {
 }
 
 fn mode_of(lock: &DegradingLock) -> Option<Mode> {
-    lock.stats().and_then(|stats| stats.degrade).and_then(|degrade| degrade.mode)
+    lock.stats()
+        .and_then(|stats| stats.degrade)
+        .and_then(|degrade| degrade.mode)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,13 +64,19 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     let lock = instance(&lock_redis, &common::unique_key("mode"), Duration::from_secs(1)).await;
     let key = common::unique_key("switch");
 
-    let first = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    let first = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!((mode_of(&lock), epoch_of(&first)), (Some(Mode::Redis), 1));
     first.release().await.unwrap();
 
     drop(lock_redis); // killed
     let died = Instant::now();
-    let degraded = lock.acquire(&key, &common::owner(), Duration::from_secs(15)).await.expect("granted by MySQL");
+    let degraded = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(15))
+        .await
+        .expect("granted by MySQL");
     let took = died.elapsed();
     assert_eq!((mode_of(&lock), epoch_of(&degraded)), (Some(Mode::Mysql), 2));
     degraded.release().await.unwrap();
@@ -59,20 +85,29 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     let _lock_redis = PrivateRedis::start_on(port);
     let healed = Instant::now();
     loop {
-        let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+        let guard = lock
+            .acquire(&key, &common::owner(), Duration::from_secs(5))
+            .await
+            .unwrap();
         let epoch = epoch_of(&guard);
         guard.release().await.unwrap();
         if epoch == 3 {
             break;
         }
-        assert!(healed.elapsed() < Duration::from_secs(15), "still on MySQL 15 s after Redis came back");
+        assert!(
+            healed.elapsed() < Duration::from_secs(15),
+            "still on MySQL 15 s after Redis came back"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     println!("lock Redis back: first grant from Redis after {:?}", healed.elapsed());
     assert_eq!(mode_of(&lock), Some(Mode::Redis));
     let stats = lock.stats().unwrap().degrade.unwrap();
     assert_eq!(stats.switches, 2);
-    assert!(stats.seconds_in_mysql > 0.0 && stats.seconds_in_redis > 0.0, "{stats:?}");
+    assert!(
+        stats.seconds_in_mysql > 0.0 && stats.seconds_in_redis > 0.0,
+        "{stats:?}"
+    );
 }
 
 /// A holds a grant of the current mode; the mode switches; B asks for the same key.
@@ -88,12 +123,17 @@ async fn switch_under_a_holder(from: Mode, to: Mode) {
         .await
         .unwrap();
     let never = Duration::from_secs(3600); // no switch but the test's own
-    let (a, b) = (instance(&lock_redis, &mode_name, never).await, instance(&lock_redis, &mode_name, never).await);
+    let (a, b) = (
+        instance(&lock_redis, &mode_name, never).await,
+        instance(&lock_redis, &mode_name, never).await,
+    );
     let key = common::unique_key("overlap");
     let held = a.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
     assert_eq!((mode_of(&a), epoch_of(&held)), (Some(from), 1));
 
-    let switcher = SharedMode::open(pool, &mode_name, &common::unique_key("switcher"), TTL).await.unwrap();
+    let switcher = SharedMode::open(pool, &mode_name, &common::unique_key("switcher"), TTL)
+        .await
+        .unwrap();
     assert!(switcher.switch(1, to).await.unwrap());
     let switched = Instant::now();
     // B learns of the switch at once; A only at its next renewal, up to a third of a
@@ -108,8 +148,10 @@ async fn switch_under_a_holder(from: Mode, to: Mode) {
             Instant::now()
         }
     });
-    let granted =
-        b.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("B gets the new mode's grant");
+    let granted = b
+        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .await
+        .expect("B gets the new mode's grant");
     let b_granted = Instant::now();
     let a_lost = a_lost.await.unwrap();
     println!(

@@ -38,7 +38,11 @@ async fn store(db: u8) -> StockStore {
 /// found stock. Returns the units sold twice and what each write did.
 async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToken>; 2]) -> (usize, Vec<WriteOutcome>) {
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller { instance: "fencing-test".into(), port: 0, strategy: "test" };
+    let seller = Seller {
+        instance: "fencing-test".into(),
+        port: 0,
+        strategy: "test",
+    };
     let mut read: [Option<i64>; 2] = [None, None];
     let mut outcomes = Vec::new();
     for step in order {
@@ -51,8 +55,14 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
             }
             Step::Write(holder) => {
                 let Some(stock) = read[holder] else { continue }; // refused at the read: no write
-                let record =
-                    SaleRecord::new(&seller, &format!("{order:?}-{holder}"), stock, tokens[holder].clone(), 0.0, 0);
+                let record = SaleRecord::new(
+                    &seller,
+                    &format!("{order:?}-{holder}"),
+                    stock,
+                    tokens[holder].clone(),
+                    0.0,
+                    0,
+                );
                 outcomes.push(store.write(&record, stock - 1, tokens[holder].as_ref()).await.unwrap());
             }
         }
@@ -72,7 +82,10 @@ async fn two_fenced_holders_never_sell_one_unit_twice_in_any_order() {
     for order in interleavings() {
         let (sold_twice, outcomes) = play(&store, &order, [token(33), token(34)]).await;
         assert_eq!(sold_twice, 0, "{order:?} sold a unit twice: {outcomes:?}");
-        assert!(outcomes.contains(&WriteOutcome::Sold), "{order:?}: someone should have sold: {outcomes:?}");
+        assert!(
+            outcomes.contains(&WriteOutcome::Sold),
+            "{order:?}: someone should have sold: {outcomes:?}"
+        );
     }
 }
 
@@ -84,8 +97,14 @@ async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order()
     let store = store(37).await;
     for order in interleavings() {
         let (sold_twice, outcomes) = play(&store, &order, [token(7), token(7)]).await;
-        assert_eq!(sold_twice, 0, "{order:?} sold a unit twice under one token: {outcomes:?}");
-        assert!(outcomes.contains(&WriteOutcome::Sold), "{order:?}: someone should have sold: {outcomes:?}");
+        assert_eq!(
+            sold_twice, 0,
+            "{order:?} sold a unit twice under one token: {outcomes:?}"
+        );
+        assert!(
+            outcomes.contains(&WriteOutcome::Sold),
+            "{order:?}: someone should have sold: {outcomes:?}"
+        );
     }
 }
 
@@ -93,8 +112,14 @@ async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order()
 async fn an_older_token_is_refused_once_a_newer_one_has_read() {
     let store = store(31).await;
     store.reset(INITIAL).await.unwrap();
-    assert_eq!(store.read(token(34).as_ref(), "a-sale").await.unwrap(), StockRead::Stock(INITIAL));
-    assert!(matches!(store.read(token(33).as_ref(), "a-sale").await.unwrap(), StockRead::Fenced { .. }));
+    assert_eq!(
+        store.read(token(34).as_ref(), "a-sale").await.unwrap(),
+        StockRead::Stock(INITIAL)
+    );
+    assert!(matches!(
+        store.read(token(33).as_ref(), "a-sale").await.unwrap(),
+        StockRead::Fenced { .. }
+    ));
 }
 
 #[tokio::test]
@@ -102,9 +127,15 @@ async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
     let store = store(32).await;
     store.reset(INITIAL).await.unwrap();
     let switched = Some(FencingToken::new("mysql", 1, 2));
-    assert_eq!(store.read(switched.as_ref(), "a-sale").await.unwrap(), StockRead::Stock(INITIAL));
+    assert_eq!(
+        store.read(switched.as_ref(), "a-sale").await.unwrap(),
+        StockRead::Stock(INITIAL)
+    );
     let old_source = Some(FencingToken::new("redis", 0, 1_000));
-    assert!(matches!(store.read(old_source.as_ref(), "a-sale").await.unwrap(), StockRead::Fenced { .. }));
+    assert!(matches!(
+        store.read(old_source.as_ref(), "a-sale").await.unwrap(),
+        StockRead::Fenced { .. }
+    ));
 }
 
 #[tokio::test]
@@ -113,7 +144,10 @@ async fn a_reset_clears_the_high_water_mark_for_a_new_sale() {
     store.reset(INITIAL).await.unwrap();
     store.read(token(34).as_ref(), "a-sale").await.unwrap();
     store.reset(INITIAL).await.unwrap();
-    assert_eq!(store.read(token(1).as_ref(), "a-sale").await.unwrap(), StockRead::Stock(INITIAL));
+    assert_eq!(
+        store.read(token(1).as_ref(), "a-sale").await.unwrap(),
+        StockRead::Stock(INITIAL)
+    );
 }
 
 #[tokio::test]
@@ -127,17 +161,30 @@ async fn without_tokens_the_same_interleavings_sell_a_unit_twice() {
         }
     }
     // Both reads before both writes: 4 of the 6 orders.
-    assert_eq!(orders_that_oversold, 4, "the unfenced race should show in every read-read order");
+    assert_eq!(
+        orders_that_oversold, 4,
+        "the unfenced race should show in every read-read order"
+    );
 }
 
 #[tokio::test]
 async fn a_sale_settled_as_aborted_cannot_be_written_later() {
     let store = store(35).await;
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller { instance: "settle-test".into(), port: 0, strategy: "test" };
+    let seller = Seller {
+        instance: "settle-test".into(),
+        port: 0,
+        strategy: "test",
+    };
     let record = SaleRecord::new(&seller, "late-write", INITIAL, None, 0.0, 0);
-    assert_eq!(store.settle("late-write").await.unwrap(), seckill::stock::Settled::NotSold);
-    assert_eq!(store.write(&record, INITIAL - 1, None).await.unwrap(), WriteOutcome::Aborted);
+    assert_eq!(
+        store.settle("late-write").await.unwrap(),
+        seckill::stock::Settled::NotSold
+    );
+    assert_eq!(
+        store.write(&record, INITIAL - 1, None).await.unwrap(),
+        WriteOutcome::Aborted
+    );
     assert_eq!(store.snapshot().await.unwrap().lucky, 0);
 }
 
@@ -145,8 +192,20 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
 async fn a_sale_written_before_it_is_settled_settles_as_sold() {
     let store = store(36).await;
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller { instance: "settle-test".into(), port: 0, strategy: "test" };
+    let seller = Seller {
+        instance: "settle-test".into(),
+        port: 0,
+        strategy: "test",
+    };
     let record = SaleRecord::new(&seller, "early-write", INITIAL, None, 0.0, 0);
-    assert_eq!(store.write(&record, INITIAL - 1, None).await.unwrap(), WriteOutcome::Sold);
-    assert_eq!(store.settle("early-write").await.unwrap(), seckill::stock::Settled::Sold { stock_after: INITIAL - 1 });
+    assert_eq!(
+        store.write(&record, INITIAL - 1, None).await.unwrap(),
+        WriteOutcome::Sold
+    );
+    assert_eq!(
+        store.settle("early-write").await.unwrap(),
+        seckill::stock::Settled::Sold {
+            stock_after: INITIAL - 1
+        }
+    );
 }

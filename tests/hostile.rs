@@ -11,30 +11,52 @@ use serde_json::Value;
 use seckill::strategy::Strategy;
 
 async fn snapshot(url: &str) -> Value {
-    reqwest::get(format!("{url}/stock")).await.unwrap().json().await.unwrap()
+    reqwest::get(format!("{url}/stock"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// Sends a request, and checks the answer is `status` with the JSON error `code`.
 async fn assert_refused(request: reqwest::RequestBuilder, status: u16, code: &str) {
     let response = request.send().await.expect("the service answers");
     let got = response.status().as_u16();
-    let body: Value = response.json().await.unwrap_or_else(|error| panic!("{got}: not a JSON answer ({error})"));
+    let body: Value = response
+        .json()
+        .await
+        .unwrap_or_else(|error| panic!("{got}: not a JSON answer ({error})"));
     assert_eq!((got, body["error"].as_str()), (status, Some(code)), "{body}");
-    assert!(body["message"].as_str().is_some_and(|message| !message.is_empty()), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|message| !message.is_empty()),
+        "{body}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_hostile_requests_get_clear_errors_and_change_nothing() {
     let app = common::instance(Strategy::Redis, 51, 1000).await;
     let http = reqwest::Client::new();
-    let reset = || http.post(format!("{}/stock/reset", app.url)).header("content-type", "application/json");
-    assert_eq!(reset().body(r#"{"stock": 7}"#).send().await.unwrap().status().as_u16(), 200);
+    let reset = || {
+        http.post(format!("{}/stock/reset", app.url))
+            .header("content-type", "application/json")
+    };
+    assert_eq!(
+        reset().body(r#"{"stock": 7}"#).send().await.unwrap().status().as_u16(),
+        200
+    );
     let before = snapshot(&app.url).await;
 
     assert_refused(reset().body("stock=7"), 400, "bad_request").await;
     assert_refused(reset().body(r#"{"stock": -1}"#), 400, "bad_request").await;
     assert_refused(reset().body(r#"{"stock": 1000000000000}"#), 400, "bad_request").await;
-    assert_refused(reset().body(r#"{"stock": 99999999999999999999999}"#), 400, "bad_request").await;
+    assert_refused(
+        reset().body(r#"{"stock": 99999999999999999999999}"#),
+        400,
+        "bad_request",
+    )
+    .await;
     assert_refused(reset().body(r#"{"stock": "many"}"#), 400, "bad_request").await;
     assert_refused(reset().body(r#"{"stock": 7, "lucky": 1000}"#), 400, "bad_request").await;
     // A 10 MB body is refused from its Content-Length, before it is sent (as curl sends
@@ -45,21 +67,61 @@ async fn malformed_and_hostile_requests_get_clear_errors_and_change_nothing() {
          Content-Length: 10485760\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
     )
     .await;
-    assert_eq!((status, body["error"].as_str()), (413, Some("payload_too_large")), "{body}");
-    assert_refused(http.post(format!("{}/stock/reset", app.url)).body("{}"), 415, "unsupported_media_type").await;
-    assert_refused(http.delete(format!("{}/stock/reduce", app.url)), 405, "method_not_allowed").await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (413, Some("payload_too_large")),
+        "{body}"
+    );
+    assert_refused(
+        http.post(format!("{}/stock/reset", app.url)).body("{}"),
+        415,
+        "unsupported_media_type",
+    )
+    .await;
+    assert_refused(
+        http.delete(format!("{}/stock/reduce", app.url)),
+        405,
+        "method_not_allowed",
+    )
+    .await;
     let brew = reqwest::Method::from_bytes(b"BREW").unwrap();
-    assert_refused(http.request(brew, format!("{}/stock", app.url)), 405, "method_not_allowed").await;
-    assert_refused(http.get(format!("{}/admin/../../etc/passwd", app.url)), 404, "not_found").await;
-    assert_refused(http.get(format!("{}/stock/reduce/{}", app.url, "x".repeat(10_000))), 404, "not_found").await;
+    assert_refused(
+        http.request(brew, format!("{}/stock", app.url)),
+        405,
+        "method_not_allowed",
+    )
+    .await;
+    assert_refused(
+        http.get(format!("{}/admin/../../etc/passwd", app.url)),
+        404,
+        "not_found",
+    )
+    .await;
+    assert_refused(
+        http.get(format!("{}/stock/reduce/{}", app.url, "x".repeat(10_000))),
+        404,
+        "not_found",
+    )
+    .await;
 
     // A long query string on a read is ignored; one longer than the server reads at all
     // is cut off by hyper itself, before any route (a 4xx without a JSON body).
-    let long = http.get(format!("{}/stock?{}", app.url, "q=1&".repeat(5_000))).send().await.unwrap();
+    let long = http
+        .get(format!("{}/stock?{}", app.url, "q=1&".repeat(5_000)))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(long.status().as_u16(), 200);
-    let huge = http.get(format!("{}/stock?{}", app.url, "q".repeat(2 * 1024 * 1024))).send().await;
+    let huge = http
+        .get(format!("{}/stock?{}", app.url, "q".repeat(2 * 1024 * 1024)))
+        .send()
+        .await;
     if let Ok(huge) = huge {
-        assert!(huge.status().is_client_error(), "a 2 MB request line was answered {}", huge.status());
+        assert!(
+            huge.status().is_client_error(),
+            "a 2 MB request line was answered {}",
+            huge.status()
+        );
     } // or the server closed the connection on it: refused either way
 
     let health = http.get(format!("{}/healthz", app.url)).send().await.unwrap();
@@ -81,7 +143,11 @@ async fn raw_request(port: u16, head: &str) -> (u16, Value) {
         if let Some((head, body)) = text.split_once("\r\n\r\n") {
             let length = head
                 .lines()
-                .find_map(|line| line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().to_owned()))
+                .find_map(|line| {
+                    line.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|n| n.trim().to_owned())
+                })
                 .and_then(|n| n.parse::<usize>().ok())
                 .unwrap_or(0);
             if body.len() >= length {
@@ -91,7 +157,10 @@ async fn raw_request(port: u16, head: &str) -> (u16, Value) {
         }
         let mut chunk = [0u8; 4096];
         let read = tokio::time::timeout_at(deadline.into(), stream.read(&mut chunk)).await;
-        match read.expect("an answer within 5 s").expect("the connection stays readable") {
+        match read
+            .expect("an answer within 5 s")
+            .expect("the connection stays readable")
+        {
             0 => panic!("the connection closed before a whole answer: {text}"),
             n => answer.extend_from_slice(&chunk[..n]),
         }
@@ -100,7 +169,10 @@ async fn raw_request(port: u16, head: &str) -> (u16, Value) {
 
 /// Lets this process hold `files` descriptors (both ends of every connection are here).
 fn allow_open_files(files: u64) {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: plain system calls on a struct we own.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
@@ -116,7 +188,11 @@ async fn thousands_of_idle_connections_do_not_stop_a_buyer() {
     let app = common::instance(Strategy::Redis, 52, 1000).await;
     let mut idle = Vec::with_capacity(IDLE);
     for _ in 0..IDLE {
-        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", app.port)).await.expect("a connection is accepted"));
+        idle.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", app.port))
+                .await
+                .expect("a connection is accepted"),
+        );
     }
     let asked = Instant::now();
     let bought = reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
@@ -152,9 +228,23 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
     })
     .await;
     assert_refused(reset(&guarded.url), 401, "unauthorized").await;
-    assert_refused(reset(&guarded.url).bearer_auth("0123456789abcdef-admiN"), 401, "unauthorized").await;
+    assert_refused(
+        reset(&guarded.url).bearer_auth("0123456789abcdef-admiN"),
+        401,
+        "unauthorized",
+    )
+    .await;
     assert_eq!(snapshot(&guarded.url).await, before, "a refused reset changed the sale");
-    assert_eq!(reset(&guarded.url).bearer_auth(token).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(
+        reset(&guarded.url)
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
     assert_eq!(snapshot(&guarded.url).await["stock"], 5);
     guarded.stop().await.unwrap();
 }

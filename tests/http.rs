@@ -18,16 +18,22 @@ async fn get(url: String) -> (u16, Value) {
 
 /// A POST with a JSON body (or an empty one), as the README's `curl` sends it.
 async fn post(url: String, body: Option<&str>) -> (u16, Value) {
-    let request =
-        reqwest::Client::new().post(url).header("content-type", "application/json").body(body.unwrap_or("").to_owned());
+    let request = reqwest::Client::new()
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.unwrap_or("").to_owned());
     let response = request.send().await.unwrap();
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
 async fn redis_set(db: u8, key: &str, value: &str) {
     let client = common::redis_client(db).await;
-    let _: () =
-        redis::cmd("SET").arg(key).arg(value).query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
 }
 
 fn assert_error_shape(body: &Value, code: &str) {
@@ -48,11 +54,17 @@ async fn reduce_sells_one_unit_per_request_until_sold_out() {
     assert_eq!(first["strategy"], "redis");
     assert_eq!(first["port"], app.port);
     assert_eq!(first["message"], format!("{} reduce stock end!", app.port));
-    assert_eq!(first["fencing_token"]["source"], "redis", "redis grants carry a fencing token: {first}");
+    assert_eq!(
+        first["fencing_token"]["source"], "redis",
+        "redis grants carry a fencing token: {first}"
+    );
     assert!(first["fencing_token"]["counter"].as_u64().is_some(), "{first}");
 
     let (status, second) = post(format!("{}/stock/reduce", app.url), None).await;
-    assert_eq!((status, second["sold"].clone(), second["stock_after"].clone()), (200, json!(true), json!(0)));
+    assert_eq!(
+        (status, second["sold"].clone(), second["stock_after"].clone()),
+        (200, json!(true), json!(0))
+    );
 
     let (status, third) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 200, "sold out is an answer, not an error");
@@ -69,7 +81,10 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 1}"#)).await;
     let (_, sold) = get(format!("{}/stock/reduce", app.url)).await;
     let (_, sold_out) = get(format!("{}/stock/reduce", app.url)).await;
-    assert_eq!((sold["sold"].clone(), sold["stock_after"].clone()), (json!(true), json!(0)));
+    assert_eq!(
+        (sold["sold"].clone(), sold["stock_after"].clone()),
+        (json!(true), json!(0))
+    );
     assert_eq!(sold_out["sold"], false);
 
     let client = common::redis_client(2).await;
@@ -82,7 +97,10 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
         .unwrap();
     assert_eq!(records.len(), 1);
     let record: Value = serde_json::from_str(&records[0]).unwrap();
-    assert_eq!(record["stock_before"], 1, "the script fills in the stock it read: {record}");
+    assert_eq!(
+        record["stock_before"], 1,
+        "the script fills in the stock it read: {record}"
+    );
     assert_eq!(record["port"], app.port);
 }
 
@@ -94,13 +112,20 @@ async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
     assert_error_shape(&body, "bad_request");
     assert!(body["message"].as_str().unwrap().contains("-5"), "{body}");
 
-    let (status, body) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 9223372036854775807}"#)).await;
+    let (status, body) = post(
+        format!("{}/stock/reset", app.url),
+        Some(r#"{"stock": 9223372036854775807}"#),
+    )
+    .await;
     assert_eq!(status, 400, "the same bound as --initial-stock: {body}");
     assert!(body["message"].as_str().unwrap().contains("1000000000"), "{body}");
 
     let (status, body) = post(format!("{}/stock/reset", app.url), Some("three hundred")).await;
     assert_eq!(status, 400);
-    assert!(body["message"].as_str().unwrap().contains(r#"{"stock": 300}"#), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains(r#"{"stock": 300}"#),
+        "{body}"
+    );
 
     let (status, body) = post(format!("{}/stock/reset", app.url), None).await;
     assert_eq!(status, 200, "an empty JSON body means the configured initial stock");
@@ -138,8 +163,11 @@ async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() 
     assert_error_shape(&body, "lock_timeout");
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(10), json!(0)));
-    let _: () =
-        redis::cmd("DEL").arg(STOCK_LOCK_KEY).query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(STOCK_LOCK_KEY)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -148,7 +176,10 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
     let (status, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(status, 200);
     assert_eq!(health["strategy"], "local");
-    assert_eq!(health["fencing"], "no_tokens", "a baseline says it runs unfenced: {health}");
+    assert_eq!(
+        health["fencing"], "no_tokens",
+        "a baseline says it runs unfenced: {health}"
+    );
     let (status, ready) = get(format!("{}/readyz", app.url)).await;
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
 
@@ -192,11 +223,20 @@ async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
         assert_eq!(status, 500, "{strategy}: {body}");
         assert_error_shape(&body, "stock_corrupt");
         let message = body["message"].as_str().unwrap();
-        assert!(message.contains("`stock`") && message.contains("abc"), "{strategy}: {message}");
-        assert!(!message.contains("make services"), "this is not a server that is down: {message}");
+        assert!(
+            message.contains("`stock`") && message.contains("abc"),
+            "{strategy}: {message}"
+        );
+        assert!(
+            !message.contains("make services"),
+            "this is not a server that is down: {message}"
+        );
         let client = common::redis_client(db).await;
-        let lucky: i64 =
-            redis::cmd("GET").arg("lucky").query_async(&mut common::connection(&client).await).await.unwrap();
+        let lucky: i64 = redis::cmd("GET")
+            .arg("lucky")
+            .query_async(&mut common::connection(&client).await)
+            .await
+            .unwrap();
         assert_eq!(lucky, 0, "{strategy} sold something");
     }
 }
@@ -217,9 +257,16 @@ async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 503, "{body}");
     let code = body["error"].as_str().unwrap();
-    assert!(code == "lock_backend_unavailable" || code == "stock_backend_unavailable", "{body}");
+    assert!(
+        code == "lock_backend_unavailable" || code == "stock_backend_unavailable",
+        "{body}"
+    );
     assert!(body["message"].as_str().unwrap().contains("make services"), "{body}");
-    assert!(started.elapsed() < Duration::from_secs(10), "the failure took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the failure took {:?}",
+        started.elapsed()
+    );
     let (status, body) = get(format!("{}/readyz", app.url)).await;
     assert_eq!(status, 503);
     assert_error_shape(&body, "not_ready");
@@ -250,7 +297,10 @@ async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lea
 
     // The first buyer's sale is stuck in a frozen Redis for 1 s; the buyer hangs up
     // after 300 ms, and axum drops its handler. Redis then runs the lock's SET NX.
-    let impatient = reqwest::Client::builder().timeout(Duration::from_millis(300)).build().unwrap();
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
     redis.freeze();
     let hung_up = impatient.get(format!("{}/stock/reduce", app.url)).send().await;
     assert!(hung_up.is_err(), "the impatient buyer should have hung up");
@@ -291,7 +341,11 @@ async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!(stock["lucky"], 2, "the write ran");
-    assert_eq!((status, body["sold"].clone()), (200, json!(true)), "the buyer of a sold unit heard: {body}");
+    assert_eq!(
+        (status, body["sold"].clone()),
+        (200, json!(true)),
+        "the buyer of a sold unit heard: {body}"
+    );
     assert_eq!(body["stock_after"], 3, "{body}");
 }
 
@@ -342,7 +396,11 @@ async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
     println!("told sold {sold}, unknown {unknown}, refused {refused}; Redis counts {lucky} lucky");
     assert!(refused > 0, "the freezes should have refused some buyers");
     assert!(lucky >= sold, "{sold} buyers were told sold, Redis counts {lucky}");
-    assert!(lucky <= sold + unknown, "{} units were sold to buyers told \"nothing was sold\"", lucky - sold - unknown);
+    assert!(
+        lucky <= sold + unknown,
+        "{} units were sold to buyers told \"nothing was sold\"",
+        lucky - sold - unknown
+    );
     assert_eq!(stock["sales"], stock["lucky"]);
     assert_eq!(stock["stock"].as_i64().unwrap() + lucky, 100000);
 }
@@ -376,7 +434,11 @@ async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() 
     let (status, body) = get(format!("{}/stock", app.url)).await;
     assert_eq!(status, 503, "{body}");
     assert_error_shape(&body, "overloaded");
-    assert!(started.elapsed() < Duration::from_millis(500), "shedding took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "shedding took {:?}",
+        started.elapsed()
+    );
     assert!(!waiting.is_finished());
     waiting.abort();
 }
@@ -396,8 +458,15 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
 
     let started = Instant::now();
     app.stop().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "stopping took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stopping took {:?}",
+        started.elapsed()
+    );
     stuck.abort();
-    let _: () =
-        redis::cmd("DEL").arg(STOCK_LOCK_KEY).query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(STOCK_LOCK_KEY)
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
 }

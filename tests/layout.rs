@@ -64,19 +64,29 @@ fn modules_used_by(path: &Path, tour: &[String]) -> Vec<String> {
 #[test]
 fn every_module_uses_only_modules_the_tour_introduced_before_it() {
     let tour = tour();
-    assert!(tour.len() >= 10, "src/lib.rs should declare the modules in reading order: {tour:?}");
+    assert!(
+        tour.len() >= 10,
+        "src/lib.rs should declare the modules in reading order: {tour:?}"
+    );
     let mut later_uses = Vec::new();
     for (position, module) in tour.iter().enumerate() {
         for file in files_of(module) {
             for used in modules_used_by(&file, &tour) {
                 let used_at = tour.iter().position(|m| *m == used).unwrap();
                 if used_at > position {
-                    later_uses.push(format!("{} uses `{used}`, which the tour introduces later", file.display()));
+                    later_uses.push(format!(
+                        "{} uses `{used}`, which the tour introduces later",
+                        file.display()
+                    ));
                 }
             }
         }
     }
-    assert!(later_uses.is_empty(), "reorder src/lib.rs or move the code:\n{}", later_uses.join("\n"));
+    assert!(
+        later_uses.is_empty(),
+        "reorder src/lib.rs or move the code:\n{}",
+        later_uses.join("\n")
+    );
 }
 
 #[test]

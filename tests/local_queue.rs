@@ -23,22 +23,45 @@ async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
     let buyers: Vec<_> = (0..BUYERS)
         .map(|_| {
             let (http, url) = (http.clone(), format!("{}/stock/reduce", instance.url));
-            tokio::spawn(async move { http.get(url).send().await.unwrap().json::<serde_json::Value>().await.unwrap() })
+            tokio::spawn(async move {
+                http.get(url)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<serde_json::Value>()
+                    .await
+                    .unwrap()
+            })
         })
         .collect();
     for buyer in buyers {
         let answer = buyer.await.unwrap();
         assert_eq!(answer["sold"], true, "{answer}");
     }
-    let health: serde_json::Value =
-        http.get(format!("{}/healthz", instance.url)).send().await.unwrap().json().await.unwrap();
+    let health: serde_json::Value = http
+        .get(format!("{}/healthz", instance.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     instance.stop().await.unwrap();
-    health["lock_stats"]["permits"]["peak_in_flight"].as_u64().expect("a MySQL lock counts its attempts")
+    health["lock_stats"]["permits"]["peak_in_flight"]
+        .as_u64()
+        .expect("a MySQL lock counts its attempts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_head_of_an_instances_line_asks_the_lock() {
-    assert_eq!(peak_attempts_at_mysql(true).await, 1, "with the local queue, one attempt at a time reaches MySQL");
+    assert_eq!(
+        peak_attempts_at_mysql(true).await,
+        1,
+        "with the local queue, one attempt at a time reaches MySQL"
+    );
     let without = peak_attempts_at_mysql(false).await;
-    assert!(without > 1, "without the local queue, the crowd reaches MySQL several at a time (peak {without})");
+    assert!(
+        without > 1,
+        "without the local queue, the crowd reaches MySQL several at a time (peak {without})"
+    );
 }

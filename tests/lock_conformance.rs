@@ -94,28 +94,50 @@ impl Subject {
 async fn concurrent_read_modify_writes_under_the_lock_lose_no_update(subject: &Subject) {
     let (client, locks) = subject.contenders(2).await;
     let total = common::racing_increments(&client, locks, 4, 25).await;
-    assert_eq!(total, 2 * 4 * 25, "some increments overlapped: the lock let two holders in");
+    assert_eq!(
+        total,
+        2 * 4 * 25,
+        "some increments overlapped: the lock let two holders in"
+    );
 }
 
 async fn try_acquire_fails_fast_while_the_lock_is_held(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let key = common::unique_key("held");
-    let guard = locks[0].try_acquire(&key, &common::owner()).await.expect("a free key is granted");
+    let guard = locks[0]
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("a free key is granted");
     let started = Instant::now();
     let refused = locks[1].try_acquire(&key, &common::owner()).await;
-    assert!(matches!(refused, Err(LockError::Busy { .. })), "expected Busy, got {refused:?}");
-    assert!(started.elapsed() < Duration::from_millis(200), "try_acquire waited {:?}", started.elapsed());
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "expected Busy, got {refused:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "try_acquire waited {:?}",
+        started.elapsed()
+    );
     guard.release().await.unwrap();
 }
 
 async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let key = common::unique_key("timeout");
-    let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = locks[0]
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     let started = Instant::now();
-    let refused = locks[1].acquire(&key, &common::owner(), Duration::from_millis(300)).await;
+    let refused = locks[1]
+        .acquire(&key, &common::owner(), Duration::from_millis(300))
+        .await;
     let waited = started.elapsed();
-    assert!(matches!(refused, Err(LockError::Timeout { .. })), "expected Timeout, got {refused:?}");
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "expected Timeout, got {refused:?}"
+    );
     assert!(waited >= Duration::from_millis(300), "gave up early, after {waited:?}");
     assert!(waited < Duration::from_millis(1500), "overshot the timeout: {waited:?}");
     guard.release().await.unwrap();
@@ -124,7 +146,10 @@ async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held(subject: &
 async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let key = common::unique_key("handover");
-    let guard = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = locks[0]
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     let waiter = {
         let (lock, key) = (locks[1].clone(), key.clone());
         tokio::spawn(async move {
@@ -145,8 +170,14 @@ async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
 
 async fn different_keys_do_not_block_each_other(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let first = locks[0].try_acquire(&common::unique_key("a"), &common::owner()).await.unwrap();
-    let second = locks[1].try_acquire(&common::unique_key("b"), &common::owner()).await.expect("another key is free");
+    let first = locks[0]
+        .try_acquire(&common::unique_key("a"), &common::owner())
+        .await
+        .unwrap();
+    let second = locks[1]
+        .try_acquire(&common::unique_key("b"), &common::owner())
+        .await
+        .expect("another key is free");
     first.release().await.unwrap();
     second.release().await.unwrap();
 }
@@ -159,15 +190,28 @@ async fn an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release(
 
     let outer = mine.acquire(&key, &me, Duration::from_secs(1)).await.unwrap();
     let started = Instant::now();
-    let inner = mine.acquire(&key, &me, Duration::from_secs(1)).await.expect("the owner re-enters");
-    assert!(started.elapsed() < Duration::from_millis(100), "re-entry waited {:?}", started.elapsed());
+    let inner = mine
+        .acquire(&key, &me, Duration::from_secs(1))
+        .await
+        .expect("the owner re-enters");
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "re-entry waited {:?}",
+        started.elapsed()
+    );
     assert_eq!(inner.fencing_token(), outer.fencing_token(), "one grant, one token");
 
     inner.release().await.unwrap();
     let refused = theirs.try_acquire(&key, &stranger).await;
-    assert!(matches!(refused, Err(LockError::Busy { .. })), "freed at the first of two releases: {refused:?}");
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "freed at the first of two releases: {refused:?}"
+    );
     outer.release().await.unwrap();
-    let granted = theirs.acquire(&key, &stranger, Duration::from_secs(2)).await.expect("free after the last release");
+    let granted = theirs
+        .acquire(&key, &stranger, Duration::from_secs(2))
+        .await
+        .expect("free after the last release");
     granted.release().await.unwrap();
 }
 
@@ -179,11 +223,17 @@ async fn fencing_tokens_grow_strictly_with_every_grant(subject: &Subject) {
     let key = common::unique_key("fence");
     let mut tokens = Vec::new();
     for round in 0..6 {
-        let guard = locks[round % 2].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+        let guard = locks[round % 2]
+            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .await
+            .unwrap();
         tokens.push(guard.fencing_token().expect("every grant carries a token").order());
         guard.release().await.unwrap();
     }
-    assert!(tokens.windows(2).all(|pair| pair[1] > pair[0]), "tokens did not grow: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|pair| pair[1] > pair[0]),
+        "tokens did not grow: {tokens:?}"
+    );
 }
 
 async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &Subject) {
@@ -198,27 +248,51 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
     store.reset(10).await.unwrap();
     let key = common::unique_key("lost");
 
-    let old = locks[0].acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let old = locks[0]
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let old_token = old.fencing_token().cloned();
-    assert_eq!(store.read(old_token.as_ref(), "stale-write").await.unwrap(), StockRead::Stock(10));
+    assert_eq!(
+        store.read(old_token.as_ref(), "stale-write").await.unwrap(),
+        StockRead::Stock(10)
+    );
     assert!(old.is_held());
 
     lose_lease(key.clone()).await;
-    let new = locks[1].acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("taken over");
+    let new = locks[1]
+        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .await
+        .expect("taken over");
     let new_token = new.fencing_token().cloned();
-    assert_eq!(store.read(new_token.as_ref(), "new-holder").await.unwrap(), StockRead::Stock(10));
+    assert_eq!(
+        store.read(new_token.as_ref(), "new-holder").await.unwrap(),
+        StockRead::Stock(10)
+    );
 
     tokio::time::timeout(Duration::from_secs(5), old.lease().lost())
         .await
         .expect("the old holder learns that its lease is gone");
     assert!(!old.is_held());
-    let seller = Seller { instance: "old".into(), port: 0, strategy: "test" };
+    let seller = Seller {
+        instance: "old".into(),
+        port: 0,
+        strategy: "test",
+    };
     let record = SaleRecord::new(&seller, "stale-write", 10, old_token.clone(), 0.0, 0);
     let refused = store.write(&record, 9, old_token.as_ref()).await.unwrap();
     if subject.traits.fencing_tokens {
-        assert_eq!(refused, WriteOutcome::Fenced, "the stock took a write from a holder whose lock is gone");
+        assert_eq!(
+            refused,
+            WriteOutcome::Fenced,
+            "the stock took a write from a holder whose lock is gone"
+        );
         let snapshot = store.snapshot().await.unwrap();
-        assert_eq!((snapshot.stock, snapshot.lucky), (10, 0), "something was sold: {snapshot:?}");
+        assert_eq!(
+            (snapshot.stock, snapshot.lucky),
+            (10, 0),
+            "something was sold: {snapshot:?}"
+        );
     }
     assert!(matches!(old.release().await, Err(LockError::Lost { .. })));
     new.release().await.unwrap();
@@ -231,12 +305,18 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
     let (_, mut contenders) = subject.contenders_with_hooks(2).await;
     let key = common::unique_key("vanish");
     let Contender { lock, vanish, .. } = contenders.remove(0);
-    let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     vanish(guard).await;
     drop(lock);
     let vanished_at = Instant::now();
     let survivor = &contenders[0].lock;
-    let granted = survivor.acquire(&key, &common::owner(), bound * 3).await.expect("the key is freed");
+    let granted = survivor
+        .acquire(&key, &common::owner(), bound * 3)
+        .await
+        .expect("the key is freed");
     let waited = vanished_at.elapsed();
     assert!(waited < bound + Duration::from_secs(1), "freed only after {waited:?}");
     granted.release().await.unwrap();
@@ -245,15 +325,30 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
 async fn shutdown_frees_what_was_held_and_refuses_new_acquires(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let key = common::unique_key("shutdown");
-    let held = locks[0].acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let held = locks[0]
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     locks[0].shutdown().await.expect("shutdown succeeds");
-    let refused = locks[0].try_acquire(&common::unique_key("after"), &common::owner()).await;
-    assert!(matches!(refused, Err(LockError::ShutDown { .. })), "expected ShutDown, got {refused:?}");
+    let refused = locks[0]
+        .try_acquire(&common::unique_key("after"), &common::owner())
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::ShutDown { .. })),
+        "expected ShutDown, got {refused:?}"
+    );
     if subject.traits.separate_clients {
         // Another process gets the key at once, not after a lease runs out.
         let started = Instant::now();
-        let granted = locks[1].acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
-        assert!(started.elapsed() < Duration::from_millis(500), "freed only after {:?}", started.elapsed());
+        let granted = locks[1]
+            .acquire(&key, &common::owner(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "freed only after {:?}",
+            started.elapsed()
+        );
         granted.release().await.unwrap();
     }
     drop(held);
@@ -309,7 +404,9 @@ conformance_suite!(
         let mut contenders = Vec::new();
         for _ in 0..n {
             // One connection per contender, as from separate processes.
-            let lock = RedisLock::connect(&client, common::redis_options(900, true)).await.unwrap();
+            let lock = RedisLock::connect(&client, common::redis_options(900, true))
+                .await
+                .unwrap();
             let redis = client.clone();
             contenders.push(Contender {
                 lock: Arc::new(lock),
@@ -317,7 +414,11 @@ conformance_suite!(
                 lose_lease: Box::new(move |key: String| {
                     Box::pin(async move {
                         let mut connection = common::connection(&redis).await;
-                        let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                        let _: () = ::redis::cmd("DEL")
+                            .arg(&key)
+                            .query_async(&mut connection)
+                            .await
+                            .unwrap();
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.
@@ -341,7 +442,9 @@ conformance_suite!(
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
         for _ in 0..n {
-            let lock = EtcdLock::connect(common::etcd_options(2000)).await.expect("etcd runs (`make services`)");
+            let lock = EtcdLock::connect(common::etcd_options(2000))
+                .await
+                .expect("etcd runs (`make services`)");
             let lease = lock.lease_id().await;
             contenders.push(Contender {
                 lock: Arc::new(lock),
@@ -370,7 +473,9 @@ conformance_suite!(
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
         for _ in 0..n {
-            let lock = ZooKeeperLock::connect(common::zookeeper_options(4000)).await.expect("ZooKeeper runs");
+            let lock = ZooKeeperLock::connect(common::zookeeper_options(4000))
+                .await
+                .expect("ZooKeeper runs");
             let session = lock.client().await;
             let vanished_session = session.clone();
             contenders.push(Contender {
@@ -435,7 +540,11 @@ conformance_suite!(
         stock_db: 24
     },
     |_client: ::redis::Client, n: usize| async move {
-        let options = MySqlLockOptions { ttl: MYSQL_TTL, renew: true, permits: Some(3) };
+        let options = MySqlLockOptions {
+            ttl: MYSQL_TTL,
+            renew: true,
+            permits: Some(3),
+        };
         mysql_contenders(n, EXPIRE_LOCK_ROW, |pool| Arc::new(MySqlLock::new(pool, options))).await
     }
 );
@@ -450,8 +559,15 @@ conformance_suite!(
         stock_db: 25
     },
     |_client: ::redis::Client, n: usize| async move {
-        let options = MySqlVersionLockOptions { ttl: MYSQL_TTL, renew: true, permits: Some(3) };
-        mysql_contenders(n, EXPIRE_VERSION_ROW, |pool| Arc::new(MySqlVersionLock::new(pool, options))).await
+        let options = MySqlVersionLockOptions {
+            ttl: MYSQL_TTL,
+            renew: true,
+            permits: Some(3),
+        };
+        mysql_contenders(n, EXPIRE_VERSION_ROW, |pool| {
+            Arc::new(MySqlVersionLock::new(pool, options))
+        })
+        .await
     }
 );
 
@@ -468,12 +584,17 @@ conformance_suite!(
     },
     |_client: ::redis::Client, n: usize| async move {
         let urls = common::redlock_urls();
-        let options =
-            RedlockOptions { ttl: Duration::from_millis(1000), renew: true, node_timeout: Duration::from_millis(50) };
+        let options = RedlockOptions {
+            ttl: Duration::from_millis(1000),
+            renew: true,
+            node_timeout: Duration::from_millis(50),
+        };
         let mut contenders = Vec::new();
         for _ in 0..n {
             // Connections of its own to every master, as from a separate process.
-            let lock = Redlock::connect(&urls, options).await.expect("the five Redlock masters run (`make services`)");
+            let lock = Redlock::connect(&urls, options)
+                .await
+                .expect("the five Redlock masters run (`make services`)");
             let masters = urls.clone();
             contenders.push(Contender {
                 lock: Arc::new(lock),
@@ -483,7 +604,11 @@ conformance_suite!(
                         for url in masters {
                             let client = ::redis::Client::open(url).unwrap();
                             let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-                            let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                            let _: () = ::redis::cmd("DEL")
+                                .arg(&key)
+                                .query_async(&mut connection)
+                                .await
+                                .unwrap();
                         }
                     })
                 }),
@@ -507,15 +632,31 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
         .await
         .unwrap();
     let ttl = Duration::from_millis(1000);
-    let options = DegradeOptions { ttl, failures_to_degrade: 3, recover_after: Duration::from_secs(3600) };
+    let options = DegradeOptions {
+        ttl,
+        failures_to_degrade: 3,
+        recover_after: Duration::from_secs(3600),
+    };
     let mut contenders = Vec::new();
     for _ in 0..n {
         let pool = common::mysql_pool().await;
-        let redis_lock = RedisLock::connect(&client, common::redis_options(1000, true)).await.unwrap();
-        let mysql_lock =
-            MySqlVersionLock::new(pool.clone(), MySqlVersionLockOptions { ttl, renew: true, permits: Some(3) });
-        let shared = SharedMode::open(pool.clone(), &mode_name, &common::unique_key("instance"), ttl).await.unwrap();
-        let lock = DegradingLock::start(redis_lock, client.clone(), mysql_lock, shared, options).await.unwrap();
+        let redis_lock = RedisLock::connect(&client, common::redis_options(1000, true))
+            .await
+            .unwrap();
+        let mysql_lock = MySqlVersionLock::new(
+            pool.clone(),
+            MySqlVersionLockOptions {
+                ttl,
+                renew: true,
+                permits: Some(3),
+            },
+        );
+        let shared = SharedMode::open(pool.clone(), &mode_name, &common::unique_key("instance"), ttl)
+            .await
+            .unwrap();
+        let lock = DegradingLock::start(redis_lock, client.clone(), mysql_lock, shared, options)
+            .await
+            .unwrap();
         let (redis, in_mysql) = (client.clone(), mode == "mysql");
         contenders.push(Contender {
             lock: Arc::new(lock),
@@ -526,7 +667,11 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
                         expire_row(&pool, EXPIRE_VERSION_ROW, key).await;
                     } else {
                         let mut connection = common::connection(&redis).await;
-                        let _: () = ::redis::cmd("DEL").arg(&key).query_async(&mut connection).await.unwrap();
+                        let _: () = ::redis::cmd("DEL")
+                            .arg(&key)
+                            .query_async(&mut connection)
+                            .await
+                            .unwrap();
                     }
                 })
             }),
@@ -574,6 +719,12 @@ conformance_suite!(
     |_client: ::redis::Client, n: usize| async move {
         // One process, one lock: every contender shares it.
         let lock: Arc<dyn DistributedLock> = Arc::new(LocalLock::default());
-        (0..n).map(|_| Contender { lock: lock.clone(), lose_lease: no_hook(), vanish: no_hook() }).collect::<Vec<_>>()
+        (0..n)
+            .map(|_| Contender {
+                lock: lock.clone(),
+                lose_lease: no_hook(),
+                vanish: no_hook(),
+            })
+            .collect::<Vec<_>>()
     }
 );

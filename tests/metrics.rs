@@ -8,7 +8,8 @@ use seckill::strategy::Strategy;
 
 /// The value of one sample, `name{labels} value`, as the text format prints it.
 fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 async fn scrape(url: &str) -> String {
@@ -25,7 +26,10 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
     common::reset_stock(&app.url, 2).await;
     let before = scrape(&app.url).await;
     assert_eq!(sample(&before, "seckill_units_sold_total"), Some(0.0), "{before}");
-    let info = format!(r#"seckill_info{{fencing="on",instance="seckill-{}",strategy="redis"}}"#, app.port);
+    let info = format!(
+        r#"seckill_info{{fencing="on",instance="seckill-{}",strategy="redis"}}"#,
+        app.port
+    );
     assert_eq!(sample(&before, &info), Some(1.0), "{before}");
 
     for _ in 0..3 {
@@ -47,11 +51,23 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
     let after = scrape(&app.url).await;
     assert_eq!(sample(&after, "seckill_units_sold_total"), Some(2.0), "{after}");
     assert_eq!(sample(&after, "seckill_sold_out_answers_total"), Some(1.0), "{after}");
-    assert_eq!(sample(&after, r#"seckill_reduce_failures_total{reason="lock_timeout"}"#), Some(1.0), "{after}");
+    assert_eq!(
+        sample(&after, r#"seckill_reduce_failures_total{reason="lock_timeout"}"#),
+        Some(1.0),
+        "{after}"
+    );
     // Three grants (two sales and the sold-out answer), each waited for.
     assert_eq!(sample(&after, "seckill_lock_wait_seconds_count"), Some(3.0), "{after}");
-    assert_eq!(sample(&after, r#"seckill_lock_wait_seconds_bucket{le="+Inf"}"#), Some(3.0), "{after}");
-    assert_eq!(sample(&after, "seckill_lock_waiters"), Some(0.0), "nobody waits now: {after}");
+    assert_eq!(
+        sample(&after, r#"seckill_lock_wait_seconds_bucket{le="+Inf"}"#),
+        Some(3.0),
+        "{after}"
+    );
+    assert_eq!(
+        sample(&after, "seckill_lock_waiters"),
+        Some(0.0),
+        "nobody waits now: {after}"
+    );
     assert!(after.contains("# TYPE seckill_lock_wait_seconds histogram"), "{after}");
     assert!(after.contains("# TYPE seckill_units_sold_total counter"), "{after}");
     app.stop().await.unwrap();

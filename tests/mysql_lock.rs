@@ -12,7 +12,11 @@ use seckill::lock::{DistributedLock, LockError};
 use sqlx::MySqlPool;
 
 fn options(ttl_ms: u64, renew: bool) -> MySqlLockOptions {
-    MySqlLockOptions { ttl: Duration::from_millis(ttl_ms), renew, permits: Some(3) }
+    MySqlLockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        renew,
+        permits: Some(3),
+    }
 }
 
 async fn hold_count(pool: &MySqlPool, name: &str) -> Option<u32> {
@@ -42,20 +46,31 @@ async fn two_takers_racing_for_one_expired_row_never_both_win() {
     let mut rounds_with_a_winner = 0;
     for round in 0..30 {
         let name = common::unique_key(&format!("takeover-{round}"));
-        drop(crashed.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap()); // gone, row left
+        drop(
+            crashed
+                .acquire(&name, &common::owner(), Duration::from_secs(1))
+                .await
+                .unwrap(),
+        ); // gone, row left
         expire(&pool, &name).await;
         let (owner_a, owner_b) = (common::owner(), common::owner());
         let (a, b) = tokio::join!(first.try_acquire(&name, &owner_a), second.try_acquire(&name, &owner_b));
         let winners = [&a, &b].iter().filter(|taken| taken.is_ok()).count();
         // Never two. Zero happens when InnoDB picks the would-be winner as a deadlock
         // victim: it backs off as if the row were held, and a later attempt wins.
-        assert!(winners <= 1, "round {round}: both took the same expired row: {a:?} / {b:?}");
+        assert!(
+            winners <= 1,
+            "round {round}: both took the same expired row: {a:?} / {b:?}"
+        );
         rounds_with_a_winner += winners;
         for taken in [a, b].into_iter().flatten() {
             taken.release().await.unwrap();
         }
     }
-    assert!(rounds_with_a_winner >= 20, "only {rounds_with_a_winner} of 30 rounds had a winner");
+    assert!(
+        rounds_with_a_winner >= 20,
+        "only {rounds_with_a_winner} of 30 rounds had a winner"
+    );
 }
 
 #[tokio::test]
@@ -63,7 +78,11 @@ async fn the_sweeper_deletes_the_row_of_a_holder_that_vanished() {
     let pool = common::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(300, false));
     let name = common::unique_key("sweep");
-    drop(lock.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap()); // no release
+    drop(
+        lock.acquire(&name, &common::owner(), Duration::from_secs(1))
+            .await
+            .unwrap(),
+    ); // no release
     assert_eq!(hold_count(&pool, &name).await, Some(1));
     // Expired after 300 ms, swept once a whole TTL past that, on the sweeper's 300 ms beat.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -83,7 +102,10 @@ async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
     inner.release().await.unwrap();
     assert_eq!(hold_count(&pool, &name).await, Some(2));
     middle.release().await.unwrap();
-    assert!(matches!(lock.try_acquire(&name, &common::owner()).await, Err(LockError::Busy { .. })));
+    assert!(matches!(
+        lock.try_acquire(&name, &common::owner()).await,
+        Err(LockError::Busy { .. })
+    ));
     outer.release().await.unwrap();
     assert_eq!(hold_count(&pool, &name).await, None);
 }

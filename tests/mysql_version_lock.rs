@@ -14,11 +14,17 @@ use seckill::lock::{DistributedLock, LockError};
 use sqlx::MySqlPool;
 
 fn options(permits: Option<usize>) -> MySqlVersionLockOptions {
-    MySqlVersionLockOptions { ttl: Duration::from_millis(5000), renew: true, permits }
+    MySqlVersionLockOptions {
+        ttl: Duration::from_millis(5000),
+        renew: true,
+        permits,
+    }
 }
 
 async fn pool_of(size: u32) -> MySqlPool {
-    seckill::mysql_store::connect_checked(&common::mysql_url(), size).await.expect("MariaDB runs (`make services`)")
+    seckill::mysql_store::connect_checked(&common::mysql_url(), size)
+        .await
+        .expect("MariaDB runs (`make services`)")
 }
 
 async fn row(pool: &MySqlPool, name: &str) -> (u64, String) {
@@ -34,13 +40,23 @@ async fn a_compare_and_set_with_a_version_read_before_another_grant_changes_noth
     let pool = common::mysql_pool().await;
     let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
     let name = common::unique_key("stale");
-    let first = lock.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap();
-    assert_eq!(first.fencing_token().unwrap().counter, 1, "a new row's first grant is version 1");
+    let first = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.fencing_token().unwrap().counter,
+        1,
+        "a new row's first grant is version 1"
+    );
     first.release().await.unwrap();
     let (read_by_a_slow_writer, _) = row(&pool, &name).await;
 
     // Meanwhile another buyer takes the row and gives it back: the version moves on.
-    let second = lock.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let second = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     second.release().await.unwrap();
 
     // The slow writer's compare-and-set, with the version it read: the row is free, yet it loses.
@@ -53,7 +69,11 @@ async fn a_compare_and_set_with_a_version_read_before_another_grant_changes_noth
         .await
         .unwrap();
     assert_eq!(stale.rows_affected(), 0, "a stale version won the row");
-    assert_eq!(row(&pool, &name).await, (2, String::new()), "the row changed under a stale version");
+    assert_eq!(
+        row(&pool, &name).await,
+        (2, String::new()),
+        "the row changed under a stale version"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,13 +115,19 @@ async fn takers_racing_for_a_free_row_get_one_grant_and_the_others_are_counted_a
 /// that were talking to MySQL at the same time.
 async fn peak_attempts_in_flight(lock: Arc<dyn DistributedLock>, holder: &dyn DistributedLock) -> usize {
     let name = common::unique_key("crowd");
-    let held = holder.acquire(&name, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let held = holder
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     let waiters = (0..30).map(|_| {
         let (lock, name) = (lock.clone(), name.clone());
         tokio::spawn(async move { lock.acquire(&name, &common::owner(), Duration::from_millis(1500)).await })
     });
     for waited in futures_util::future::join_all(waiters).await {
-        assert!(matches!(waited.unwrap(), Err(LockError::Timeout { .. })), "a waiter got a held key");
+        assert!(
+            matches!(waited.unwrap(), Err(LockError::Timeout { .. })),
+            "a waiter got a held key"
+        );
     }
     held.release().await.unwrap();
     lock.stats().unwrap().permits.peak_in_flight
@@ -110,17 +136,38 @@ async fn peak_attempts_in_flight(lock: Arc<dyn DistributedLock>, holder: &dyn Di
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_once() {
     let holder = MySqlVersionLock::new(common::mysql_pool().await, options(Some(3)));
-    let table_options = |permits| MySqlLockOptions { ttl: Duration::from_secs(5), renew: true, permits };
+    let table_options = |permits| MySqlLockOptions {
+        ttl: Duration::from_secs(5),
+        renew: true,
+        permits,
+    };
 
-    let bounded =
-        peak_attempts_in_flight(Arc::new(MySqlVersionLock::new(pool_of(12).await, options(Some(3)))), &holder);
+    let bounded = peak_attempts_in_flight(
+        Arc::new(MySqlVersionLock::new(pool_of(12).await, options(Some(3)))),
+        &holder,
+    );
     assert_eq!(bounded.await, 3, "mysql-version with 3 permits");
-    let unbounded = peak_attempts_in_flight(Arc::new(MySqlVersionLock::new(pool_of(12).await, options(None))), &holder);
-    assert!(unbounded.await > 3, "without the semaphore the crowd should exceed 3 at once");
+    let unbounded = peak_attempts_in_flight(
+        Arc::new(MySqlVersionLock::new(pool_of(12).await, options(None))),
+        &holder,
+    );
+    assert!(
+        unbounded.await > 3,
+        "without the semaphore the crowd should exceed 3 at once"
+    );
 
     let holder = MySqlLock::new(common::mysql_pool().await, table_options(Some(3)));
-    let bounded = peak_attempts_in_flight(Arc::new(MySqlLock::new(pool_of(12).await, table_options(Some(3)))), &holder);
+    let bounded = peak_attempts_in_flight(
+        Arc::new(MySqlLock::new(pool_of(12).await, table_options(Some(3)))),
+        &holder,
+    );
     assert_eq!(bounded.await, 3, "mysql with 3 permits");
-    let unbounded = peak_attempts_in_flight(Arc::new(MySqlLock::new(pool_of(12).await, table_options(None))), &holder);
-    assert!(unbounded.await > 3, "without the semaphore the crowd should exceed 3 at once");
+    let unbounded = peak_attempts_in_flight(
+        Arc::new(MySqlLock::new(pool_of(12).await, table_options(None))),
+        &holder,
+    );
+    assert!(
+        unbounded.await > 3,
+        "without the semaphore the crowd should exceed 3 at once"
+    );
 }

@@ -6,7 +6,9 @@ mod common;
 #[tokio::test]
 async fn the_tests_recognise_the_projects_own_test_redis() {
     assert!(
-        common::is_project_test_redis(common::PROJECT_TEST_REDIS).await.expect("`make test` starts it"),
+        common::is_project_test_redis(common::PROJECT_TEST_REDIS)
+            .await
+            .expect("`make test` starts it"),
         "the server on 6390 is not the one `make services` started in .run/redis-test"
     );
 }
@@ -20,6 +22,10 @@ async fn the_tests_refuse_a_redis_the_project_did_not_start() {
 #[test]
 fn the_tests_default_to_the_projects_own_port_not_the_standard_one() {
     if std::env::var("SECKILL_TEST_REDIS_URL").is_err() {
-        assert!(common::redis_url(63).starts_with("redis://127.0.0.1:6390/"), "{}", common::redis_url(63));
+        assert!(
+            common::redis_url(63).starts_with("redis://127.0.0.1:6390/"),
+            "{}",
+            common::redis_url(63)
+        );
     }
 }

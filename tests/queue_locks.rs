@@ -12,11 +12,19 @@ use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError};
 
 async fn etcd() -> Arc<EtcdLock> {
-    Arc::new(EtcdLock::connect(common::etcd_options(2000)).await.expect("etcd runs (`make services`)"))
+    Arc::new(
+        EtcdLock::connect(common::etcd_options(2000))
+            .await
+            .expect("etcd runs (`make services`)"),
+    )
 }
 
 async fn zookeeper() -> Arc<ZooKeeperLock> {
-    Arc::new(ZooKeeperLock::connect(common::zookeeper_options(4000)).await.expect("ZooKeeper runs (`make services`)"))
+    Arc::new(
+        ZooKeeperLock::connect(common::zookeeper_options(4000))
+            .await
+            .expect("ZooKeeper runs (`make services`)"),
+    )
 }
 
 /// Starts `n` waiters on `key`, one after another, each granted in turn: it records
@@ -27,7 +35,10 @@ async fn grant_order(locks: Vec<Arc<dyn DistributedLock>>, key: &str) -> Vec<usi
     for (place, lock) in locks.into_iter().enumerate() {
         let (order, key) = (order.clone(), key.to_owned());
         waiters.push(tokio::spawn(async move {
-            let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await.unwrap();
+            let guard = lock
+                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .await
+                .unwrap();
             order.lock().unwrap().push(place);
             tokio::time::sleep(Duration::from_millis(20)).await;
             guard.release().await.unwrap();
@@ -49,12 +60,18 @@ async fn wakeups_after_one_release<L: DistributedLock + 'static>(
     wakeups: impl Fn(&L) -> u64,
 ) -> u64 {
     let key = common::unique_key("herd");
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for waiter in &waiters {
         let (waiter, key) = (waiter.clone(), key.clone());
         tasks.push(tokio::spawn(async move {
-            let guard = waiter.acquire(&key, &common::owner(), Duration::from_secs(20)).await.unwrap();
+            let guard = waiter
+                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .await
+                .unwrap();
             tokio::time::sleep(Duration::from_millis(1500)).await; // hold it past the count
             guard.release().await.unwrap();
         }));
@@ -96,7 +113,10 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
 /// and the waiters must be granted in the order they asked.
 async fn assert_granted_in_order_of_requests(holder: Arc<dyn DistributedLock>, waiters: Vec<Arc<dyn DistributedLock>>) {
     let key = common::unique_key("fifo");
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let releaser = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
         held.release().await.unwrap();
@@ -128,7 +148,10 @@ async fn zookeeper_grants_in_the_order_of_requests() {
 async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believing_it_holds_its_dead_key() {
     let key = common::unique_key("revoked-waiter");
     let (holder, waiter) = (etcd().await, etcd().await);
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let waiting = {
         let (waiter, key) = (waiter.clone(), key.clone());
         tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
@@ -140,11 +163,17 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
     tokio::time::sleep(Duration::from_millis(100)).await;
     held.release().await.unwrap(); // the queue moves on: the waiter must not take this as a grant
 
-    let granted = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("granted in time").unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("granted in time")
+        .unwrap();
     let granted = granted.expect("the waiter queued again and was granted");
     // Its dead key was created before the revoke; a grant on it would carry that revision.
     let token = granted.fencing_token().expect("etcd grants carry a token").counter;
-    assert!(token > revoked_at as u64, "granted on a key from before the revoke: token {token} <= {revoked_at}");
+    assert!(
+        token > revoked_at as u64,
+        "granted on a key from before the revoke: token {token} <= {revoked_at}"
+    );
     assert_ne!(waiter.lease_id().await, revoked, "the grant must be on a new session");
     assert!(granted.lease().is_held());
     granted.release().await.unwrap();
@@ -154,7 +183,10 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
 async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believing_it_holds_its_dead_node() {
     let key = common::unique_key("expired-waiter");
     let (holder, waiter) = (zookeeper().await, zookeeper().await);
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     let waiting = {
         let (waiter, key) = (waiter.clone(), key.clone());
         // Long enough to outlast the expiry below, which can take many tries.
@@ -167,17 +199,32 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
     let mut queue = observer.list_children(&parent).await.expect("the queue exists");
     queue.sort_by_key(|node| node.rsplit('-').next().unwrap_or_default().to_owned());
     let dead_node = format!("{parent}/{}", queue.last().expect("two nodes"));
-    let dead_czxid = observer.check_stat(&dead_node).await.unwrap().expect("the waiter's node").czxid;
+    let dead_czxid = observer
+        .check_stat(&dead_node)
+        .await
+        .unwrap()
+        .expect("the waiter's node")
+        .czxid;
     let expired = waiter.client().await;
     common::expire_zookeeper_session(&expired).await;
     held.release().await.unwrap();
 
-    let granted = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("granted in time").unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("granted in time")
+        .unwrap();
     let granted = granted.expect("the waiter queued again and was granted");
     // A grant on its dead node would carry that node's czxid.
     let token = granted.fencing_token().expect("ZooKeeper grants carry a token").counter;
-    assert!(token > dead_czxid as u64, "granted on the node of the expired session: token {token}, node {dead_czxid}");
-    assert_ne!(waiter.client().await.session().id(), expired.session().id(), "the grant must be on a new session");
+    assert!(
+        token > dead_czxid as u64,
+        "granted on the node of the expired session: token {token}, node {dead_czxid}"
+    );
+    assert_ne!(
+        waiter.client().await.session().id(),
+        expired.session().id(),
+        "the grant must be on a new session"
+    );
     assert!(granted.lease().is_held());
     granted.release().await.unwrap();
 }
@@ -186,17 +233,32 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
 async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder_sees_it_lost() {
     let key = common::unique_key("expired");
     let (holder, next) = (zookeeper().await, zookeeper().await);
-    let held = holder.acquire(&key, &common::owner(), Duration::from_secs(2)).await.unwrap();
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     common::expire_zookeeper_session(&holder.client().await).await;
 
     let started = Instant::now();
-    let granted = next.acquire(&key, &common::owner(), Duration::from_secs(10)).await.expect("the node went");
-    assert!(started.elapsed() < Duration::from_secs(2), "freed after {:?}", started.elapsed());
-    tokio::time::timeout(Duration::from_secs(5), held.lease().lost()).await.expect("the holder sees it lost");
+    let granted = next
+        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .await
+        .expect("the node went");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "freed after {:?}",
+        started.elapsed()
+    );
+    tokio::time::timeout(Duration::from_secs(5), held.lease().lost())
+        .await
+        .expect("the holder sees it lost");
     assert!(matches!(held.release().await, Err(LockError::Lost { .. })));
     granted.release().await.unwrap();
 
     // The next acquire of the expired handle starts a new session and works again.
-    let again = holder.acquire(&key, &common::owner(), Duration::from_secs(5)).await.expect("a new session");
+    let again = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("a new session");
     again.release().await.unwrap();
 }

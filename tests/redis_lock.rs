@@ -11,12 +11,18 @@ use seckill::lock::{DistributedLock, LockError};
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
     let client = common::redis_client(0).await;
-    let lock = RedisLock::connect(&client, common::redis_options(ttl_ms, renew)).await.unwrap();
+    let lock = RedisLock::connect(&client, common::redis_options(ttl_ms, renew))
+        .await
+        .unwrap();
     (client, lock)
 }
 
 async fn get(client: &redis::Client, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(&mut common::connection(client).await).await.unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut common::connection(client).await)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -25,15 +31,28 @@ async fn release_is_refused_once_the_lease_expired_and_another_owner_holds_the_k
     let (_, fast) = lock(5000, true).await;
     let key = common::unique_key("owner");
 
-    let stale = slow.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let stale = slow
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await; // the "GC pause" outlives the lease
     assert!(!stale.is_held(), "the holder's own view of its lease ran out too");
-    let current = fast.try_acquire(&key, &common::owner()).await.expect("the expired key is free");
+    let current = fast
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("the expired key is free");
     let current_value = get(&client, &key).await.expect("the new owner's key");
 
     let refused = stale.release().await;
-    assert!(matches!(refused, Err(LockError::Lost { .. })), "expected Lost, got {refused:?}");
-    assert_eq!(get(&client, &key).await, Some(current_value), "the stale release deleted the new owner's lock");
+    assert!(
+        matches!(refused, Err(LockError::Lost { .. })),
+        "expected Lost, got {refused:?}"
+    );
+    assert_eq!(
+        get(&client, &key).await,
+        Some(current_value),
+        "the stale release deleted the new owner's lock"
+    );
     current.release().await.expect("the real owner can release");
     assert_eq!(get(&client, &key).await, None);
 }
@@ -42,7 +61,10 @@ async fn release_is_refused_once_the_lease_expired_and_another_owner_holds_the_k
 async fn release_leaves_a_key_alone_when_its_token_is_someone_elses() {
     let (client, lock) = lock(5000, true).await;
     let key = common::unique_key("foreign");
-    let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     // Someone else's value lands on the key (as after an expiry and a new grant).
     let _: () = redis::cmd("SET")
         .arg(&key)
@@ -51,7 +73,10 @@ async fn release_leaves_a_key_alone_when_its_token_is_someone_elses() {
         .await
         .unwrap();
     let refused = guard.release().await;
-    assert!(matches!(refused, Err(LockError::Lost { .. })), "expected Lost, got {refused:?}");
+    assert!(
+        matches!(refused, Err(LockError::Lost { .. })),
+        "expected Lost, got {refused:?}"
+    );
     assert_eq!(get(&client, &key).await.as_deref(), Some("someone-else"));
 }
 
@@ -61,11 +86,17 @@ async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
     let (_, survivor) = lock(300, true).await;
     let key = common::unique_key("vanish");
 
-    let guard = crashed.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = crashed
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     drop(guard); // no release: the holder is gone, and so is its renewal
     let dropped_at = Instant::now();
     assert!(
-        matches!(survivor.try_acquire(&key, &common::owner()).await, Err(LockError::Busy { .. })),
+        matches!(
+            survivor.try_acquire(&key, &common::owner()).await,
+            Err(LockError::Busy { .. })
+        ),
         "the lease should outlive the holder for a while"
     );
 
@@ -74,7 +105,10 @@ async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
         .await
         .expect("granted once the lease runs out");
     let waited = dropped_at.elapsed();
-    assert!(waited >= Duration::from_millis(150), "granted after {waited:?}: before the lease ran out?");
+    assert!(
+        waited >= Duration::from_millis(150),
+        "granted after {waited:?}: before the lease ran out?"
+    );
     assert!(waited < Duration::from_millis(1500), "granted only after {waited:?}");
     guard.release().await.unwrap();
 }
@@ -85,11 +119,17 @@ async fn renewal_keeps_a_live_holders_lock_well_past_its_ttl() {
     let (_, rival) = lock(300, true).await;
     let key = common::unique_key("renew");
 
-    let guard = holder.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await; // more than three TTLs
     assert!(guard.is_held());
     assert!(
-        matches!(rival.try_acquire(&key, &common::owner()).await, Err(LockError::Busy { .. })),
+        matches!(
+            rival.try_acquire(&key, &common::owner()).await,
+            Err(LockError::Busy { .. })
+        ),
         "the renewed lock was taken"
     );
     guard.release().await.expect("still the owner after 1 s");
@@ -101,9 +141,15 @@ async fn without_renewal_a_slow_holder_loses_its_lock_after_the_ttl() {
     let (_, rival) = lock(200, false).await;
     let key = common::unique_key("norenew");
 
-    let guard = holder.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let taken = rival.try_acquire(&key, &common::owner()).await.expect("an unrenewed lease expires");
+    let taken = rival
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("an unrenewed lease expires");
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
     taken.release().await.unwrap();
 }
@@ -112,20 +158,35 @@ async fn without_renewal_a_slow_holder_loses_its_lock_after_the_ttl() {
 async fn a_guard_reports_the_lock_lost_when_renewal_finds_the_key_taken_over() {
     let (client, lock) = lock(300, true).await;
     let key = common::unique_key("takeover");
-    let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     assert!(guard.is_held());
-    let _: () =
-        redis::cmd("SET").arg(&key).arg("usurper").query_async(&mut common::connection(&client).await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("usurper")
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // at least one renewal
-    assert!(!guard.is_held(), "renewal should have noticed the key is no longer ours");
+    assert!(
+        !guard.is_held(),
+        "renewal should have noticed the key is no longer ours"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_ttl_not_after() {
     let redis = common::PrivateRedis::start();
-    let lock = RedisLock::connect(&redis.client(), common::redis_options(900, true)).await.unwrap();
+    let lock = RedisLock::connect(&redis.client(), common::redis_options(900, true))
+        .await
+        .unwrap();
     let before_acquire = Instant::now();
-    let guard = lock.acquire("frozen", &common::owner(), Duration::from_secs(1)).await.unwrap();
+    let guard = lock
+        .acquire("frozen", &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
     redis.freeze();
 
     // Renewals at 300 ms and 600 ms time out (each after 150 ms, not the 2 s response
@@ -133,8 +194,13 @@ async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_t
     tokio::time::sleep_until((before_acquire + Duration::from_millis(700)).into()).await;
     assert!(guard.is_held(), "the lease was given up before two renewals had failed");
     tokio::time::sleep_until((before_acquire + Duration::from_millis(900)).into()).await;
-    assert!(!guard.is_held(), "still trusted at the TTL: the drift margin was not taken off");
-    tokio::time::timeout(Duration::from_millis(100), guard.lease().lost()).await.expect("the lost signal fired");
+    assert!(
+        !guard.is_held(),
+        "still trusted at the TTL: the drift margin was not taken off"
+    );
+    tokio::time::timeout(Duration::from_millis(100), guard.lease().lost())
+        .await
+        .expect("the lost signal fired");
     redis.thaw();
 }
 
@@ -142,20 +208,37 @@ async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_t
 async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again() {
     let redis = common::PrivateRedis::start();
     let (impatient, next) = (
-        RedisLock::connect(&redis.client(), common::redis_options(10_000, true)).await.unwrap(),
-        RedisLock::connect(&redis.client(), common::redis_options(10_000, true)).await.unwrap(),
+        RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+            .await
+            .unwrap(),
+        RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+            .await
+            .unwrap(),
     );
     // Load the scripts first, so the frozen acquire is one EVALSHA that will run.
-    impatient.try_acquire("warm-up", &common::owner()).await.unwrap().release().await.unwrap();
+    impatient
+        .try_acquire("warm-up", &common::owner())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     redis.freeze();
     let failed = impatient.try_acquire("stuck", &common::owner()).await;
-    assert!(matches!(failed, Err(LockError::Backend { .. })), "expected a backend error, got {failed:?}");
+    assert!(
+        matches!(failed, Err(LockError::Backend { .. })),
+        "expected a backend error, got {failed:?}"
+    );
     redis.thaw(); // Redis now runs the SET NX it was sent while frozen: a 10 s key nobody holds
 
     let started = Instant::now();
     let granted = next.acquire("stuck", &common::owner(), Duration::from_secs(5)).await;
     let guard = granted.expect("the abandoned grant was released, not left to expire after 10 s");
-    assert!(started.elapsed() < Duration::from_secs(3), "waited {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "waited {:?}",
+        started.elapsed()
+    );
     guard.release().await.unwrap();
 }
 
@@ -163,20 +246,34 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
 async fn the_waiter_signals_of_keys_nobody_waits_for_are_forgotten() {
     let (_, lock) = lock(2000, true).await;
     for _ in 0..50 {
-        let guard = lock.acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1)).await.unwrap();
+        let guard = lock
+            .acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1))
+            .await
+            .unwrap();
         guard.release().await.unwrap();
     }
-    assert!(lock.remembered_keys() <= 1, "{} keys remembered", lock.remembered_keys());
+    assert!(
+        lock.remembered_keys() <= 1,
+        "{} keys remembered",
+        lock.remembered_keys()
+    );
 }
 
 #[tokio::test]
 async fn the_in_process_lock_forgets_keys_nobody_holds() {
     let lock = LocalLock::default();
     for _ in 0..50 {
-        let guard = lock.acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1)).await.unwrap();
+        let guard = lock
+            .acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1))
+            .await
+            .unwrap();
         guard.release().await.unwrap();
     }
-    assert!(lock.remembered_keys() <= 1, "{} keys remembered", lock.remembered_keys());
+    assert!(
+        lock.remembered_keys() <= 1,
+        "{} keys remembered",
+        lock.remembered_keys()
+    );
 }
 
 #[tokio::test]
@@ -185,5 +282,9 @@ async fn connecting_to_a_redis_that_is_down_is_a_backend_error_not_a_hang() {
     let started = Instant::now();
     let result = RedisLock::connect(&client, common::redis_options(1000, true)).await;
     assert!(matches!(result, Err(LockError::Backend { backend: "redis", .. })));
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }

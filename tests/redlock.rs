@@ -14,7 +14,11 @@ use seckill::lock::{DistributedLock, LockError};
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 fn options() -> RedlockOptions {
-    RedlockOptions { ttl: Duration::from_secs(5), renew: true, node_timeout: NODE_TIMEOUT }
+    RedlockOptions {
+        ttl: Duration::from_secs(5),
+        renew: true,
+        node_timeout: NODE_TIMEOUT,
+    }
 }
 
 fn urls(masters: &[PrivateRedis]) -> Vec<String> {
@@ -26,7 +30,10 @@ async fn median_grant_and_release(lock: &Redlock) -> Duration {
     let mut times = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
-        let guard = lock.try_acquire(&common::unique_key("latency"), &common::owner()).await.expect("granted");
+        let guard = lock
+            .try_acquire(&common::unique_key("latency"), &common::owner())
+            .await
+            .expect("granted");
         guard.release().await.unwrap();
         times.push(started.elapsed());
     }
@@ -55,7 +62,10 @@ async fn with_two_of_five_masters_gone_it_still_grants_and_a_frozen_master_costs
     let two_frozen = median_grant_and_release(&lock).await;
 
     println!("grant + release, median of 10: all 5 up {all_up:?}, 2 killed {two_killed:?}, 2 frozen {two_frozen:?}");
-    assert!(two_frozen >= NODE_TIMEOUT, "a frozen master should cost a node timeout per request: {two_frozen:?}");
+    assert!(
+        two_frozen >= NODE_TIMEOUT,
+        "a frozen master should cost a node timeout per request: {two_frozen:?}"
+    );
     assert!(
         two_frozen < NODE_TIMEOUT * 2 + Duration::from_millis(60),
         "the masters are asked at once, so two frozen ones cost one timeout per step, not two: {two_frozen:?}"
@@ -68,18 +78,39 @@ async fn with_three_of_five_masters_gone_acquire_fails_and_says_how_many_answere
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     drop(masters.drain(..3).collect::<Vec<_>>());
 
-    let error = lock.try_acquire(&common::unique_key("minority"), &common::owner()).await.unwrap_err();
+    let error = lock
+        .try_acquire(&common::unique_key("minority"), &common::owner())
+        .await
+        .unwrap_err();
     let message = error.to_string();
     assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
-    assert!(message.contains("only 2 of 5 Redlock masters answered") && message.contains("needs 3"), "{message}");
-    let waited = lock.acquire(&common::unique_key("minority"), &common::owner(), Duration::from_secs(1)).await;
-    assert!(matches!(waited, Err(LockError::Backend { .. })), "not a timeout: nobody holds it, {waited:?}");
+    assert!(
+        message.contains("only 2 of 5 Redlock masters answered") && message.contains("needs 3"),
+        "{message}"
+    );
+    let waited = lock
+        .acquire(
+            &common::unique_key("minority"),
+            &common::owner(),
+            Duration::from_secs(1),
+        )
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::Backend { .. })),
+        "not a timeout: nobody holds it, {waited:?}"
+    );
 
     // And an instance starting now is refused with the same count.
     let mut two_of_five = urls(&masters);
     two_of_five.extend(std::iter::repeat_n("redis://127.0.0.1:1".to_owned(), 3));
-    let refused = Redlock::connect(&two_of_five, options()).await.err().expect("a start without a majority is refused");
-    assert!(refused.to_string().contains("only 2 of 5 Redlock masters answer"), "{refused}");
+    let refused = Redlock::connect(&two_of_five, options())
+        .await
+        .err()
+        .expect("a start without a majority is refused");
+    assert!(
+        refused.to_string().contains("only 2 of 5 Redlock masters answer"),
+        "{refused}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,7 +129,10 @@ async fn a_master_that_restarts_empty_cannot_hand_the_lock_to_a_second_holder_wh
     masters.push(PrivateRedis::start_on(port));
     for _ in 0..5 {
         let taken = second.try_acquire(&key, &common::owner()).await;
-        assert!(matches!(taken, Err(LockError::Busy { .. })), "one empty master let a second holder in: {taken:?}");
+        assert!(
+            matches!(taken, Err(LockError::Busy { .. })),
+            "one empty master let a second holder in: {taken:?}"
+        );
     }
     assert!(held.is_held());
     held.release().await.unwrap();
@@ -114,16 +148,25 @@ async fn with_persistence_a_restarted_master_still_holds_its_key_so_a_bare_major
     );
     let down: Vec<(u16, tempfile::TempDir)> = masters.drain(3..).map(PrivateRedis::crash).collect();
     let key = common::unique_key("bare-majority");
-    let held = first.try_acquire(&key, &common::owner()).await.expect("three of five is a majority");
+    let held = first
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("three of five is a majority");
 
     // One of its three crashes and restarts from its append-only file; the two come back.
     let (port, dir) = masters.remove(0).crash();
     masters.push(PrivateRedis::restart_persistent(port, dir));
-    masters.extend(down.into_iter().map(|(port, dir)| PrivateRedis::restart_persistent(port, dir)));
+    masters.extend(
+        down.into_iter()
+            .map(|(port, dir)| PrivateRedis::restart_persistent(port, dir)),
+    );
 
     // Without the fsynced file the restarted master and the two that were down would be
     // three yeses for the second holder. With it, the restarted master still says no.
     let taken = second.try_acquire(&key, &common::owner()).await;
-    assert!(matches!(taken, Err(LockError::Busy { .. })), "a second holder got the lock: {taken:?}");
+    assert!(
+        matches!(taken, Err(LockError::Busy { .. })),
+        "a second holder got the lock: {taken:?}"
+    );
     held.release().await.unwrap();
 }

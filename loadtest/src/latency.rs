@@ -51,7 +51,8 @@ impl Latencies {
     }
 
     pub fn record(&mut self, latency: Duration) {
-        self.0.saturating_record(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
+        self.0
+            .saturating_record(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX));
     }
 
     pub fn record_ms(&mut self, ms: f64) {
@@ -88,7 +89,10 @@ mod tests {
 
     /// Within the histogram's precision: 3 significant digits.
     fn assert_close(measured: f64, expected: f64) {
-        assert!((measured - expected).abs() <= expected * 0.001, "{measured} is not within 0.1% of {expected}");
+        assert!(
+            (measured - expected).abs() <= expected * 0.001,
+            "{measured} is not within 0.1% of {expected}"
+        );
     }
 
     #[test]
@@ -109,7 +113,11 @@ mod tests {
 
     #[test]
     fn microseconds_and_milliseconds_read_the_same_latency() {
-        let latencies = Latencies::of([Duration::from_micros(45), Duration::from_micros(45), Duration::from_millis(3)]);
+        let latencies = Latencies::of([
+            Duration::from_micros(45),
+            Duration::from_micros(45),
+            Duration::from_millis(3),
+        ]);
         assert_eq!(latencies.len(), 3);
         assert_close(latencies.percentile_us(0.5), 45.0);
         assert_close(latencies.percentile_ms(0.99), 3.0);

@@ -11,7 +11,10 @@ use clap::Parser;
 use loadtest::{run, Options};
 
 #[derive(Parser)]
-#[command(name = "loadtest", about = "Fire the flash-sale crowd at seckill instances and check for oversell")]
+#[command(
+    name = "loadtest",
+    about = "Fire the flash-sale crowd at seckill instances and check for oversell"
+)]
 struct Cli {
     /// Instances to split the buyers between, comma separated.
     #[arg(
@@ -31,7 +34,11 @@ struct Cli {
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
     /// MySQL of the MySQL strategies; its statement counters are read before and after.
-    #[arg(long, env = "SECKILL_MYSQL_URL", default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill")]
+    #[arg(
+        long,
+        env = "SECKILL_MYSQL_URL",
+        default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill"
+    )]
     mysql_url: String,
     /// The instances' admin token (`--admin-token`), sent with the reset.
     #[arg(long, env = "SECKILL_ADMIN_TOKEN")]
@@ -104,7 +111,10 @@ fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> Exi
         match parsed {
             Ok(report) => reports.push(report),
             Err(error) => {
-                eprintln!("loadtest error: {} is not a report written by --report-file: {error}", path.display());
+                eprintln!(
+                    "loadtest error: {} is not a report written by --report-file: {error}",
+                    path.display()
+                );
                 return ExitCode::from(2);
             }
         }

@@ -16,7 +16,9 @@ const DB: u8 = 58;
 async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it() {
     common::redis_client(DB).await; // the project's test Redis, or a clear panic
     let start = || async {
-        Instance::start(common::config(Strategy::Redis, DB)).await.expect("an instance starts on the test Redis")
+        Instance::start(common::config(Strategy::Redis, DB))
+            .await
+            .expect("an instance starts on the test Redis")
     };
     let (first, second) = (start().await, start().await);
     let dir = common::temp_dir("bench");
@@ -27,7 +29,17 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         let (json, hosts) = (json.clone(), format!("{},{}", first.url, second.url));
         move || {
             Command::new(bench)
-                .args(["measure", "--label", "redis", "--runs", "1", "--seconds", "0.5", "--serial-seconds", "0.3"])
+                .args([
+                    "measure",
+                    "--label",
+                    "redis",
+                    "--runs",
+                    "1",
+                    "--seconds",
+                    "0.5",
+                    "--serial-seconds",
+                    "0.3",
+                ])
                 .args(["--connections", "8", "--hosts", &hosts, "--out"])
                 .arg(&json)
                 .arg(format!("--watch=this-test={}", std::process::id()))
@@ -39,7 +51,11 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     .await
     .unwrap();
     let stdout = String::from_utf8_lossy(&measured.stdout);
-    assert!(measured.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&measured.stderr));
+    assert!(
+        measured.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&measured.stderr)
+    );
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 
@@ -48,22 +64,40 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     assert_eq!(result["crowd"]["units_sold"]["median"], 300.0);
     for load in ["serial", "sustained"] {
         assert_eq!(result[load]["verdict"], "held", "{load}: {}", result[load]);
-        assert!(result[load]["sold"].as_u64().unwrap() > 0, "{load} sold nothing: {}", result[load]);
+        assert!(
+            result[load]["sold"].as_u64().unwrap() > 0,
+            "{load} sold nothing: {}",
+            result[load]
+        );
         assert!(result[load]["sales_per_second"].as_f64().unwrap() > 0.0);
     }
     assert_eq!(result["sustained"]["connections"], 8);
     let round_trips = result["round_trips"].as_array().unwrap();
-    assert!(round_trips.iter().any(|rtt| rtt["backend"] == "stock-redis" && rtt["median_us"].as_f64().unwrap() > 0.0));
-    let bound = result["bound_sales_per_second"].as_f64().expect("the Redis lock has a bound");
+    assert!(round_trips
+        .iter()
+        .any(|rtt| rtt["backend"] == "stock-redis" && rtt["median_us"].as_f64().unwrap() > 0.0));
+    let bound = result["bound_sales_per_second"]
+        .as_f64()
+        .expect("the Redis lock has a bound");
     let sustained = result["sustained"]["sales_per_second"].as_f64().unwrap();
-    assert!(sustained < bound * 1.5, "a lock cannot beat its critical path by far: {sustained} sales/s, bound {bound}");
-    assert!(result["sustained_cpu"]["processes"].as_array().unwrap().iter().any(|p| p["name"] == "this-test"));
+    assert!(
+        sustained < bound * 1.5,
+        "a lock cannot beat its critical path by far: {sustained} sales/s, bound {bound}"
+    );
+    assert!(result["sustained_cpu"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| p["name"] == "this-test"));
     assert!(stdout.contains("| redis | 1/1 | 300 (300–300) |"), "{stdout}");
 
     let html = dir.path().join("report.html");
     let chaos = dir.path().join("chaos.md");
-    std::fs::write(&chaos, "| fault | strategy | sold twice |\n| --- | --- | ---: |\n| holder-killed | redis | 0 |\n")
-        .unwrap();
+    std::fs::write(
+        &chaos,
+        "| fault | strategy | sold twice |\n| --- | --- | ---: |\n| holder-killed | redis | 0 |\n",
+    )
+    .unwrap();
     let reported = Command::new(bench)
         .arg("report")
         .arg(&json)
@@ -76,12 +110,25 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         .output()
         .expect("bench report runs");
     let tables = String::from_utf8_lossy(&reported.stdout);
-    assert!(reported.status.success(), "{tables}\n{}", String::from_utf8_lossy(&reported.stderr));
+    assert!(
+        reported.status.success(),
+        "{tables}\n{}",
+        String::from_utf8_lossy(&reported.stderr)
+    );
     assert!(tables.contains("Ordering by sustained sales/s: redis ("), "{tables}");
     let page = std::fs::read_to_string(&html).unwrap();
-    assert!(page.matches("<svg").count() >= 5, "units sold, rates, ratios, latency, lock waits");
-    assert!(page.contains("<td>holder-killed</td>"), "the chaos table is in the report");
-    assert!(!page.contains("The locks alone"), "no lockbench section without its results");
+    assert!(
+        page.matches("<svg").count() >= 5,
+        "units sold, rates, ratios, latency, lock waits"
+    );
+    assert!(
+        page.contains("<td>holder-killed</td>"),
+        "the chaos table is in the report"
+    );
+    assert!(
+        !page.contains("The locks alone"),
+        "no lockbench section without its results"
+    );
     for outside in ["src=", "href=", "@import", "url("] {
         assert!(!page.contains(outside), "the report must not load anything ({outside})");
     }

@@ -64,12 +64,20 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 async fn outages(fault: Fault, db: u8) {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let cycles: usize = std::env::var("SECKILL_DEGRADE_CYCLES").ok().and_then(|n| n.parse().ok()).unwrap_or(10);
+    let cycles: usize = std::env::var("SECKILL_DEGRADE_CYCLES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10);
     let mut lock_redis = Some(PrivateRedis::start());
     let port = lock_redis.as_ref().unwrap().port;
-    let (first, second) =
-        (start(db, lock_redis.as_ref().unwrap()).await, start(db, lock_redis.as_ref().unwrap()).await);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let (first, second) = (
+        start(db, lock_redis.as_ref().unwrap()).await,
+        start(db, lock_redis.as_ref().unwrap()).await,
+    );
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let reset = http
         .post(format!("{}/stock/reset", first.url))
         .header("content-type", "application/json")
@@ -84,7 +92,11 @@ async fn outages(fault: Fault, db: u8) {
     let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut buyers = Vec::new();
     for buyer in 0..BUYERS {
-        let url = if buyer % 2 == 0 { first.url.clone() } else { second.url.clone() };
+        let url = if buyer % 2 == 0 {
+            first.url.clone()
+        } else {
+            second.url.clone()
+        };
         let (http, answers, mode, running) = (http.clone(), answers.clone(), mode.clone(), running.clone());
         buyers.push(tokio::spawn(async move {
             while running.load(std::sync::atomic::Ordering::SeqCst) {
@@ -136,19 +148,38 @@ async fn outages(fault: Fault, db: u8) {
         buyer.await.unwrap();
     }
     watcher.await.unwrap();
-    let health: serde_json::Value =
-        http.get(format!("{}/healthz", first.url)).send().await.unwrap().json().await.unwrap();
+    let health: serde_json::Value = http
+        .get(format!("{}/healthz", first.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let degrade = health["lock_stats"]["degrade"].clone();
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 
     // The verdict, from Redis.
-    let sale = loadtest::verdict::checker::read_sale(&common::redis_url(db)).await.unwrap();
+    let sale = loadtest::verdict::checker::read_sale(&common::redis_url(db))
+        .await
+        .unwrap();
     let answers = answers.lock().unwrap();
     let mut read: HashSet<i64> = HashSet::new();
-    let sold_twice = sale.records.iter().filter(|record| !read.insert(record.stock_before)).count();
+    let sold_twice = sale
+        .records
+        .iter()
+        .filter(|record| !read.insert(record.stock_before))
+        .count();
     let seconds = |mode: &str| degrade[format!("seconds_in_{mode}")].as_f64().unwrap_or(0.0);
-    let sold_in = |mode: &str| answers.by_mode.get(mode).and_then(|told| told.get("200 sold")).copied().unwrap_or(0);
+    let sold_in = |mode: &str| {
+        answers
+            .by_mode
+            .get(mode)
+            .and_then(|told| told.get("200 sold"))
+            .copied()
+            .unwrap_or(0)
+    };
     for (mode, told) in &answers.by_mode {
         println!("while instance 1 was on {mode}: {told:?}");
     }
@@ -161,16 +192,26 @@ async fn outages(fault: Fault, db: u8) {
 
     assert_eq!(sold_twice, 0, "a unit was sold twice");
     assert_eq!(sale.stock + sale.lucky, STOCK, "stock + lucky");
-    assert_eq!(sale.records.len() + sale.unreadable_records, sale.lucky as usize, "sale records = lucky");
+    assert_eq!(
+        sale.records.len() + sale.unreadable_records,
+        sale.lucky as usize,
+        "sale records = lucky"
+    );
     assert_eq!(answers.sold, sale.lucky as usize, "buyers told sold = units sold");
     assert!(answers.sold >= 2000, "a sustained load: only {} sales", answers.sold);
     for (mode, told) in &answers.by_mode {
         for answer in told.keys() {
-            assert!(answer.starts_with("200 ") || answer.starts_with("503 "), "on {mode}: {answer}");
+            assert!(
+                answer.starts_with("200 ") || answer.starts_with("503 "),
+                "on {mode}: {answer}"
+            );
         }
     }
     assert!(sold_in("mysql") > 0, "no sale while the lock Redis was down");
-    assert!(degrade["switches"].as_u64().unwrap_or(0) >= 2 * cycles as u64 - 1, "switches: {degrade}");
+    assert!(
+        degrade["switches"].as_u64().unwrap_or(0) >= 2 * cycles as u64 - 1,
+        "switches: {degrade}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,7 +46,9 @@ fn options(hosts: Vec<String>, db: u8) -> Options {
 async fn flash_sale(strategy: Strategy, db: u8) -> Report {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
     let (first, second) = (start(strategy, db).await, start(strategy, db).await);
-    let report = run(&options(vec![first.url.clone(), second.url.clone()], db)).await.expect("the load test runs");
+    let report = run(&options(vec![first.url.clone(), second.url.clone()], db))
+        .await
+        .expect("the load test runs");
     println!("{}", report.render());
     first.stop().await.unwrap();
     second.stop().await.unwrap();
@@ -67,7 +69,12 @@ fn assert_held(report: &Report) {
 fn assert_oversold_as_expected(report: &Report) {
     assert_eq!(report.verdict, Verdict::Oversold, "{}", report.render());
     assert!(report.units_sold_twice > 0, "{}", report.render());
-    assert_eq!(report.fencing_regressions, None, "no tokens, so nothing to check: {}", report.render());
+    assert_eq!(
+        report.fencing_regressions,
+        None,
+        "no tokens, so nothing to check: {}",
+        report.render()
+    );
     assert!(report.render().contains("n/a"), "{}", report.render());
     assert!(report.passed(), "{}", report.render());
 }
@@ -84,8 +91,16 @@ async fn redis_that_degrades_to_mysql_sells_exactly_300_to_500_buyers_across_two
     let report = flash_sale(Strategy::RedisDegrade, 50).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
-    let cost = report.database.clone().unwrap_or_else(|| panic!("no lock stats: {}", report.render()));
-    assert_eq!(cost.degrade.len(), 2, "both instances report their mode: {}", report.render());
+    let cost = report
+        .database
+        .clone()
+        .unwrap_or_else(|| panic!("no lock stats: {}", report.render()));
+    assert_eq!(
+        cost.degrade.len(),
+        2,
+        "both instances report their mode: {}",
+        report.render()
+    );
     assert!(report.render().contains("lock mode, instance 1"), "{}", report.render());
 }
 
@@ -129,13 +144,25 @@ async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_insta
 
 /// The MySQL strategies' report says what the sale cost the database.
 fn assert_database_cost_measured(report: &Report) -> loadtest::verdict::database::DatabaseCost {
-    let cost = report.database.clone().unwrap_or_else(|| panic!("no database cost: {}", report.render()));
+    let cost = report
+        .database
+        .clone()
+        .unwrap_or_else(|| panic!("no database cost: {}", report.render()));
     assert_eq!(cost.units_sold, 300);
     assert!(cost.grants >= 300, "every sale was a grant: {cost:?}");
     // Every sale is at least one grant and one release, each at least one statement.
-    let statements = cost.statements_per_sale().unwrap_or_else(|| panic!("{}", report.render()));
-    assert!(statements >= 2.0, "{statements} statements per sale: {}", report.render());
-    assert!(cost.peak_in_flight <= 10, "the default semaphore has 10 permits: {cost:?}");
+    let statements = cost
+        .statements_per_sale()
+        .unwrap_or_else(|| panic!("{}", report.render()));
+    assert!(
+        statements >= 2.0,
+        "{statements} statements per sale: {}",
+        report.render()
+    );
+    assert!(
+        cost.peak_in_flight <= 10,
+        "the default semaphore has 10 permits: {cost:?}"
+    );
     assert!(report.render().contains("per sale"), "{}", report.render());
     cost
 }
@@ -159,9 +186,14 @@ async fn in_process_locks_in_two_instances_are_caught_overselling() {
 async fn instances_running_different_strategies_are_refused() {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
     let (first, second) = (start(Strategy::Redis, 14).await, start(Strategy::Atomic, 14).await);
-    let error = run(&options(vec![first.url.clone(), second.url.clone()], 14)).await.unwrap_err();
+    let error = run(&options(vec![first.url.clone(), second.url.clone()], 14))
+        .await
+        .unwrap_err();
     let message = format!("{error:#}");
-    assert!(message.contains("different strategies") && message.contains("--lock"), "{message}");
+    assert!(
+        message.contains("different strategies") && message.contains("--lock"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -190,7 +222,13 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
     let store = seckill::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
     tokio::time::sleep(Duration::from_millis(150)).await;
     store.reset(300).await.unwrap();
-    let error = crowd.await.unwrap().expect_err("a run whose sale was reset under it is not judged");
+    let error = crowd
+        .await
+        .unwrap()
+        .expect_err("a run whose sale was reset under it is not judged");
     assert!(error.downcast_ref::<loadtest::InvalidRun>().is_some(), "{error:#}");
-    assert!(format!("{error:#}").contains("reset while the crowd was buying"), "{error:#}");
+    assert!(
+        format!("{error:#}").contains("reset while the crowd was buying"),
+        "{error:#}"
+    );
 }

@@ -20,10 +20,20 @@ async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
         .output()
         .expect("lockbench runs");
     let table = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{table}\n{}", String::from_utf8_lossy(&output.stderr));
-    let rows: Vec<&str> =
-        table.lines().filter(|line| line.starts_with("| local") || line.starts_with("| redis")).collect();
-    assert_eq!(rows.len(), 8, "2 strategies x 2 contender counts x 2 key layouts:\n{table}");
+    assert!(
+        output.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<&str> = table
+        .lines()
+        .filter(|line| line.starts_with("| local") || line.starts_with("| redis"))
+        .collect();
+    assert_eq!(
+        rows.len(),
+        8,
+        "2 strategies x 2 contender counts x 2 key layouts:\n{table}"
+    );
     let runs: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(runs.len(), 8);
     for run in &runs {

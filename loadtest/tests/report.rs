@@ -31,14 +31,32 @@ fn a_report_is_built_from_the_results_alone_and_loads_nothing() {
         .output()
         .expect("bench report runs");
     let tables = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{tables}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{tables}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(tables.contains("| redis | 5/5 | 300 (270–330) |"), "{tables}");
-    assert!(tables.contains("Ordering by sustained sales/s: redis (3240)"), "{tables}");
+    assert!(
+        tables.contains("Ordering by sustained sales/s: redis (3240)"),
+        "{tables}"
+    );
 
     let page = std::fs::read_to_string(&html).unwrap();
-    assert_eq!(page.matches("<svg").count(), 5, "units sold, rates, ratios, latency, lock waits");
-    assert_eq!(page.matches("<svg").count(), page.matches("viewBox=").count(), "every chart can shrink to the page");
-    assert!(page.contains("<td>redis</td><td>16</td><td class=\"text\">one each</td><td>4321</td>"), "{page}");
+    assert_eq!(
+        page.matches("<svg").count(),
+        5,
+        "units sold, rates, ratios, latency, lock waits"
+    );
+    assert_eq!(
+        page.matches("<svg").count(),
+        page.matches("viewBox=").count(),
+        "every chart can shrink to the page"
+    );
+    assert!(
+        page.contains("<td>redis</td><td>16</td><td class=\"text\">one each</td><td>4321</td>"),
+        "{page}"
+    );
     assert!(!page.contains("Chaos"), "no chaos section without its table");
     for outside in ["src=", "href=", "@import", "url("] {
         assert!(!page.contains(outside), "the report must not load anything ({outside})");

@@ -78,5 +78,10 @@ pub struct Step {
 
 /// A step, for the `CRITICAL_PATH` constants.
 pub const fn step(name: &'static str, backend: Backend, access: Access, round_trips: f64) -> Step {
-    Step { name: Cow::Borrowed(name), backend, access, round_trips }
+    Step {
+        name: Cow::Borrowed(name),
+        backend,
+        access,
+        round_trips,
+    }
 }

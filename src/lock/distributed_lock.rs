@@ -28,8 +28,13 @@ pub trait DistributedLock: Send + Sync {
     /// cut short when the backend announces a release. The jitter keeps a crowd of
     /// waiters from retrying in lockstep.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        poll_until_granted(key, timeout, || self.try_acquire(key, owner), |pause| self.wait_for_release(key, pause))
-            .await
+        poll_until_granted(
+            key,
+            timeout,
+            || self.try_acquire(key, owner),
+            |pause| self.wait_for_release(key, pause),
+        )
+        .await
     }
 
     /// Whether the backend itself counts an owner's repeated grants of one key

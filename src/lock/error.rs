@@ -31,6 +31,9 @@ pub enum LockError {
 
 impl LockError {
     pub fn backend(backend: &'static str, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        LockError::Backend { backend, source: Box::new(source) }
+        LockError::Backend {
+            backend,
+            source: Box::new(source),
+        }
     }
 }

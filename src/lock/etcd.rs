@@ -122,8 +122,12 @@ struct EtcdGrant {
 impl EtcdLock {
     /// Connects and starts this instance's session (its lease).
     pub async fn connect(options: EtcdLockOptions) -> Result<Self, LockError> {
-        let connect = ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(REQUEST_TIMEOUT);
-        let client = Client::connect(&options.endpoints, Some(connect)).await.map_err(backend_error)?;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT);
+        let client = Client::connect(&options.endpoints, Some(connect))
+            .await
+            .map_err(backend_error)?;
         let ttl_seconds = lease_seconds(options.ttl);
         if Duration::from_secs(ttl_seconds as u64) != options.ttl {
             tracing::info!(
@@ -164,7 +168,10 @@ impl DistributedLock for EtcdLock {
             enqueued = self.enqueue(&session, key, owner, deadline).await?;
         }
         let Enqueued::Queued(queued) = enqueued else {
-            return Err(LockError::backend(BACKEND, std::io::Error::other("a new etcd lease vanished at once")));
+            return Err(LockError::backend(
+                BACKEND,
+                std::io::Error::other("a new etcd lease vanished at once"),
+            ));
         };
         if queued.holds() {
             return Ok(self.grant(key, queued, &session));
@@ -202,7 +209,10 @@ impl DistributedLock for EtcdLock {
                     }
                     Err(_) => {
                         self.delete(&queued.own_key).await?;
-                        return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
+                        return Err(LockError::Timeout {
+                            key: key.to_owned(),
+                            waited: started.elapsed(),
+                        });
                     }
                 };
             if own_key_seen && session.lease.is_held() {
@@ -224,7 +234,10 @@ impl DistributedLock for EtcdLock {
             if Instant::now() >= deadline {
                 return Err(LockError::Lost { key: key.to_owned() });
             }
-            tracing::info!(key, "the etcd session ended while waiting; queueing again on a new session");
+            tracing::info!(
+                key,
+                "the etcd session ended while waiting; queueing again on a new session"
+            );
         }
     }
 
@@ -232,7 +245,11 @@ impl DistributedLock for EtcdLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         let lease_id = self.session.lock().await.lease_id;
-        self.client.clone().lease_revoke(lease_id).await.map_err(backend_error)?;
+        self.client
+            .clone()
+            .lease_revoke(lease_id)
+            .await
+            .map_err(backend_error)?;
         Ok(())
     }
 }
@@ -248,7 +265,10 @@ impl Session {
             let mut client = client.clone();
             async move {
                 let sent = Instant::now();
-                client.lease_grant(ttl_seconds, None).await.map(|granted| (granted, sent))
+                client
+                    .lease_grant(ttl_seconds, None)
+                    .await
+                    .map(|granted| (granted, sent))
             }
         })
         .await
@@ -282,7 +302,10 @@ impl Session {
                     Ok(Some(answer)) => Ok(answer.ttl() > 0),
                     Ok(None) => {
                         *channel = None;
-                        Err(LockError::backend(BACKEND, std::io::Error::other("keep-alive stream closed")))
+                        Err(LockError::backend(
+                            BACKEND,
+                            std::io::Error::other("keep-alive stream closed"),
+                        ))
                     }
                     Err(error) => {
                         *channel = None;
@@ -291,7 +314,11 @@ impl Session {
                 }
             }
         });
-        Ok(Session { lease_id, lease, _keepalive: keepalive })
+        Ok(Session {
+            lease_id,
+            lease,
+            _keepalive: keepalive,
+        })
     }
 }
 
@@ -302,7 +329,10 @@ impl EtcdLock {
         self.shut_down.refuse_if_shut_down()?;
         let mut session = self.session.lock().await;
         if !session.lease.is_held() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
-            tracing::warn!(lease = session.lease_id, "the etcd session was lost; starting a new one");
+            tracing::warn!(
+                lease = session.lease_id,
+                "the etcd session was lost; starting a new one"
+            );
             *session = Arc::new(Session::start(&self.client, self.ttl_seconds, deadline).await?);
         }
         Ok(session.clone())
@@ -319,7 +349,12 @@ impl EtcdLock {
     ) -> Result<Enqueued, LockError> {
         let prefix = format!("{KEY_PREFIX}{key}/");
         let own_key = format!("{prefix}{:016x}-{:016x}", session.lease_id, rand::random::<u64>());
-        let oldest = || GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1);
+        let oldest = || {
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1)
+        };
         let put = PutOptions::new().with_lease(session.lease_id);
         let txn = Txn::new()
             .when([Compare::create_revision(own_key.clone(), CompareOp::Equal, 0)])
@@ -327,7 +362,10 @@ impl EtcdLock {
                 TxnOp::put(own_key.clone(), owner.as_str(), Some(put)),
                 TxnOp::get(prefix.clone(), Some(oldest())),
             ])
-            .or_else([TxnOp::get(own_key.clone(), None), TxnOp::get(prefix.clone(), Some(oldest()))]);
+            .or_else([
+                TxnOp::get(own_key.clone(), None),
+                TxnOp::get(prefix.clone(), Some(oldest())),
+            ]);
         let response = match retry_transient(deadline, || {
             let (mut client, txn) = (self.client.clone(), txn.clone());
             async move { client.txn(txn).await }
@@ -348,7 +386,12 @@ impl EtcdLock {
             Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
             _ => 0,
         };
-        Ok(Enqueued::Queued(Queued { prefix, own_key, own_revision, holder_revision }))
+        Ok(Enqueued::Queued(Queued {
+            prefix,
+            own_key,
+            own_revision,
+            holder_revision,
+        }))
     }
 
     /// Step 4: waits until no key older than ours is left under the prefix. A watch
@@ -391,7 +434,9 @@ impl EtcdLock {
             Some(own) if own.key() == queued.own_key.as_bytes() => {}
             _ => return Ok(Wait::SessionLost),
         }
-        let Some(predecessor) = keys.next() else { return Ok(Wait::NoneLeft) };
+        let Some(predecessor) = keys.next() else {
+            return Ok(Wait::NoneLeft);
+        };
         let predecessor = predecessor.key().to_vec();
         // Watch from now on, then look whether the predecessor is still there: a delete
         // before the watch existed is seen by that look, one after it by the watch. (A
@@ -408,7 +453,12 @@ impl EtcdLock {
                 None => return Err(watch_ended()),
             }
         }
-        if client.get(predecessor, Some(GetOptions::new().with_count_only())).await?.count() == 0 {
+        if client
+            .get(predecessor, Some(GetOptions::new().with_count_only()))
+            .await?
+            .count()
+            == 0
+        {
             return Ok(Wait::Woken);
         }
         let deleted = async {
@@ -416,7 +466,11 @@ impl EtcdLock {
                 if message.canceled() {
                     return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into());
                 }
-                if message.events().iter().any(|event| event.event_type() == EventType::Delete) {
+                if message
+                    .events()
+                    .iter()
+                    .any(|event| event.event_type() == EventType::Delete)
+                {
                     return Ok(Wait::Woken);
                 }
             }
@@ -434,8 +488,11 @@ impl EtcdLock {
     }
 
     fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>) -> LockGuard {
-        let grant =
-            EtcdGrant { client: self.client.clone(), own_key: Some(queued.own_key), session: Arc::downgrade(session) };
+        let grant = EtcdGrant {
+            client: self.client.clone(),
+            own_key: Some(queued.own_key),
+            session: Arc::downgrade(session),
+        };
         LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, queued.own_revision as u64))
             .with_lease(session.lease.clone())
@@ -475,7 +532,9 @@ enum Wait {
 #[async_trait]
 impl Release for EtcdGrant {
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
-        let Some(own_key) = self.own_key.take() else { return Ok(()) };
+        let Some(own_key) = self.own_key.take() else {
+            return Ok(());
+        };
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
         let deleted = delete_key(&self.client, &own_key).await?;
         if deleted && session_held {
@@ -522,7 +581,10 @@ fn is_transient(error: &etcd_client::Error) -> bool {
     match error {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         etcd_client::Error::GRpcStatus(status) => {
-            matches!(status.code(), Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled)
+            matches!(
+                status.code(),
+                Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled
+            )
         }
         _ => false,
     }
@@ -559,7 +621,10 @@ fn lease_seconds(ttl: Duration) -> i64 {
 
 /// The stream ended without a cancel: its member went away. Watch again.
 fn watch_ended() -> WatchFailure {
-    WatchFailure { source: etcd_client::Error::WatchError("the watch stream ended".into()), transient: true }
+    WatchFailure {
+        source: etcd_client::Error::WatchError("the watch stream ended".into()),
+        transient: true,
+    }
 }
 
 /// A read or watch that failed, and whether watching again may cure it.
@@ -570,6 +635,9 @@ struct WatchFailure {
 
 impl From<etcd_client::Error> for WatchFailure {
     fn from(source: etcd_client::Error) -> Self {
-        WatchFailure { transient: is_transient(&source), source }
+        WatchFailure {
+            transient: is_transient(&source),
+            source,
+        }
     }
 }

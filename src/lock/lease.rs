@@ -77,7 +77,11 @@ impl Lease {
                     changed = second.changed() => changed.is_err(),
                     () = sender.closed() => return,
                 };
-                let state = if gone { LeaseState::Lost } else { earliest(state_of(&first), state_of(&second)) };
+                let state = if gone {
+                    LeaseState::Lost
+                } else {
+                    earliest(state_of(&first), state_of(&second))
+                };
                 sender.send_replace(state);
                 if state == LeaseState::Lost {
                     return;
@@ -89,7 +93,9 @@ impl Lease {
 
     /// Completes when the lease is lost: for `tokio::select!` against a critical section.
     pub async fn lost(&self) {
-        let Some(receiver) = &self.0 else { return std::future::pending().await };
+        let Some(receiver) = &self.0 else {
+            return std::future::pending().await;
+        };
         let mut receiver = receiver.clone();
         loop {
             let state = *receiver.borrow_and_update();

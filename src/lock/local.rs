@@ -39,7 +39,10 @@ pub struct LocalLock {
 
 impl Default for LocalLock {
     fn default() -> Self {
-        LocalLock { mutexes: StdMutex::default(), shut_down: ShutDownSwitch::new(BACKEND) }
+        LocalLock {
+            mutexes: StdMutex::default(),
+            shut_down: ShutDownSwitch::new(BACKEND),
+        }
     }
 }
 
@@ -68,7 +71,10 @@ impl LocalLock {
 
     /// How many keys the map remembers (for the test that it does not grow forever).
     pub fn remembered_keys(&self) -> usize {
-        self.mutexes.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
+        self.mutexes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
     }
 }
 
@@ -87,7 +93,10 @@ impl DistributedLock for LocalLock {
         let started = Instant::now();
         match tokio::time::timeout(timeout, self.mutex_for(key)?.lock_owned()).await {
             Ok(held) => Ok(LockGuard::new(key, HeldMutex(held))),
-            Err(_) => Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() }),
+            Err(_) => Err(LockError::Timeout {
+                key: key.to_owned(),
+                waited: started.elapsed(),
+            }),
         }
     }
 

@@ -173,11 +173,20 @@ impl MySqlLock {
         // Each statement runs on its own (autocommit), so a waiter's attempt holds row
         // locks only for one statement, never across the next: waiters cannot queue up
         // behind each other on the holder's row.
-        let inserted = sqlx::query(INSERT_ROW).bind(name).bind(owner.as_str()).bind(ttl).execute(&self.pool).await;
+        let inserted = sqlx::query(INSERT_ROW)
+            .bind(name)
+            .bind(owner.as_str())
+            .bind(ttl)
+            .execute(&self.pool)
+            .await;
         let granted = match inserted {
             Ok(_) => Granted::Fresh,
             Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
-                let reentered = sqlx::query(REENTER).bind(name).bind(owner.as_str()).execute(&self.pool).await?;
+                let reentered = sqlx::query(REENTER)
+                    .bind(name)
+                    .bind(owner.as_str())
+                    .execute(&self.pool)
+                    .await?;
                 if reentered.rows_affected() == 1 {
                     Granted::Reentered
                 } else {
@@ -199,8 +208,17 @@ impl MySqlLock {
         // token of an earlier holder, and older than every later one.
         let token = match granted {
             Granted::Fresh => {
-                let token = sqlx::query(NEXT_FENCING_TOKEN).bind(name).execute(&self.pool).await?.last_insert_id();
-                sqlx::query(STAMP_TOKEN).bind(token).bind(name).bind(owner.as_str()).execute(&self.pool).await?;
+                let token = sqlx::query(NEXT_FENCING_TOKEN)
+                    .bind(name)
+                    .execute(&self.pool)
+                    .await?
+                    .last_insert_id();
+                sqlx::query(STAMP_TOKEN)
+                    .bind(token)
+                    .bind(name)
+                    .bind(owner.as_str())
+                    .execute(&self.pool)
+                    .await?;
                 token
             }
             Granted::Reentered => {
@@ -263,11 +281,21 @@ impl MySqlGrant {
     /// Step 2's release: one hold less, and the row gone with the last. `true` if it was ours.
     async fn give_back(&self) -> Result<bool, sqlx::Error> {
         let (name, owner, token) = (self.name.as_str(), self.owner.as_str(), self.token);
-        let one_less = sqlx::query(RELEASE_ONE_HOLD).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
+        let one_less = sqlx::query(RELEASE_ONE_HOLD)
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .execute(&self.pool)
+            .await?;
         if one_less.rows_affected() == 1 {
             return Ok(true);
         }
-        let deleted = sqlx::query(DELETE_ROW).bind(name).bind(owner).bind(token).execute(&self.pool).await?;
+        let deleted = sqlx::query(DELETE_ROW)
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .execute(&self.pool)
+            .await?;
         self.held.remove(&token);
         Ok(deleted.rows_affected() == 1)
     }
@@ -291,7 +319,9 @@ impl Release for MySqlGrant {
         if ours {
             Ok(())
         } else {
-            Err(LockError::Lost { key: grant.name.clone() })
+            Err(LockError::Lost {
+                key: grant.name.clone(),
+            })
         }
     }
 }
@@ -336,7 +366,9 @@ impl DistributedLock for MySqlLock {
             held: self.held.clone(),
             lease: keeper,
         };
-        Ok(LockGuard::new(key, grant).with_fencing_token(FencingToken::new(BACKEND, 0, token)).with_lease(lease))
+        Ok(LockGuard::new(key, grant)
+            .with_fencing_token(FencingToken::new(BACKEND, 0, token))
+            .with_lease(lease))
     }
 
     /// The row keeps the owner's hold count itself (step 2).

@@ -155,14 +155,21 @@ impl MySqlVersionLock {
 
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free.
     async fn attempt(&self, name: &str, owner: &Owner) -> Result<Attempt, sqlx::Error> {
-        let read = sqlx::query_as::<_, Row>(READ_ROW).bind(name).fetch_optional(&self.pool).await?;
+        let read = sqlx::query_as::<_, Row>(READ_ROW)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
         let row = match read {
             Some(row) => row,
             None => {
                 // Whoever creates it, it starts free at version 0; if someone took it
                 // meanwhile, our compare-and-set below is a conflict like any other.
                 sqlx::query(CREATE_ROW).bind(name).execute(&self.pool).await?;
-                Row { version: 0, owner: String::new(), expired: 1 }
+                Row {
+                    version: 0,
+                    owner: String::new(),
+                    expired: 1,
+                }
             }
         };
         if !row.is_free() {
@@ -176,7 +183,13 @@ impl MySqlVersionLock {
             .execute(&self.pool)
             .await
             .inspect_err(|_| self.give_back_in_background(name, row.version + 1, owner))?;
-        Ok(if taken.rows_affected() == 1 { Attempt::Granted { version: row.version + 1 } } else { Attempt::Conflict })
+        Ok(if taken.rows_affected() == 1 {
+            Attempt::Granted {
+                version: row.version + 1,
+            }
+        } else {
+            Attempt::Conflict
+        })
     }
 
     /// The compare-and-set may have run even though its answer never came: give back
@@ -185,7 +198,12 @@ impl MySqlVersionLock {
     fn give_back_in_background(&self, name: &str, version: u64, owner: &Owner) {
         let (pool, name, owner) = (self.pool.clone(), name.to_owned(), owner.as_str().to_owned());
         tokio::spawn(async move {
-            let _ = sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner).execute(&pool).await;
+            let _ = sqlx::query(GIVE_BACK)
+                .bind(&name)
+                .bind(version)
+                .bind(&owner)
+                .execute(&pool)
+                .await;
         });
     }
 
@@ -270,7 +288,9 @@ impl DistributedLock for MySqlVersionLock {
             held: self.held.clone(),
             lease: keeper,
         };
-        Ok(LockGuard::new(key, grant).with_fencing_token(FencingToken::new(BACKEND, 0, version)).with_lease(lease))
+        Ok(LockGuard::new(key, grant)
+            .with_fencing_token(FencingToken::new(BACKEND, 0, version))
+            .with_lease(lease))
     }
 
     /// Gives back every row this handle still holds, and refuses later acquires.

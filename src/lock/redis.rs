@@ -121,7 +121,10 @@ pub struct RedisLockOptions {
 
 impl Default for RedisLockOptions {
     fn default() -> Self {
-        RedisLockOptions { ttl: Duration::from_secs(3), renew: true }
+        RedisLockOptions {
+            ttl: Duration::from_secs(3),
+            renew: true,
+        }
     }
 }
 
@@ -152,8 +155,9 @@ pub struct RedisLock {
 impl RedisLock {
     /// Connects, and subscribes to release announcements.
     pub async fn connect(client: &redis::Client, options: RedisLockOptions) -> Result<Self, LockError> {
-        let connection =
-            crate::redis_store::connection_manager(client).await.map_err(|e| LockError::backend(BACKEND, e))?;
+        let connection = crate::redis_store::connection_manager(client)
+            .await
+            .map_err(|e| LockError::backend(BACKEND, e))?;
         let waiters: Waiters = Arc::default();
         let listener = tokio::spawn(listen_for_releases(client.clone(), waiters.clone()));
         Ok(RedisLock {
@@ -221,8 +225,13 @@ impl RedisLock {
         let give_up = Instant::now() + self.options.ttl * CLEANUP_TTLS;
         tokio::spawn(async move {
             while Instant::now() < give_up {
-                let answer: redis::RedisResult<i64> =
-                    scripts.release.key(&key).arg(&token).arg(RELEASE_CHANNEL).invoke_async(&mut connection).await;
+                let answer: redis::RedisResult<i64> = scripts
+                    .release
+                    .key(&key)
+                    .arg(&token)
+                    .arg(RELEASE_CHANNEL)
+                    .invoke_async(&mut connection)
+                    .await;
                 match answer {
                     Ok(1) => return tracing::info!(key, "removed the key of an acquire that had failed on our side"),
                     Ok(_) => return,
@@ -249,7 +258,9 @@ async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
                     Ok(Ok(())) => {
                         let mut messages = pubsub.on_message();
                         while let Some(message) = messages.next().await {
-                            let Ok(key) = message.get_payload::<String>() else { continue };
+                            let Ok(key) = message.get_payload::<String>() else {
+                                continue;
+                            };
                             let signal = unpoisoned(&waiters).get(&key).and_then(Weak::upgrade);
                             // `notify_one` stores a permit if nobody is waiting yet, so a
                             // waiter that is just about to wait does not miss this release.

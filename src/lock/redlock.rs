@@ -105,7 +105,11 @@ pub struct RedlockOptions {
 
 impl Default for RedlockOptions {
     fn default() -> Self {
-        RedlockOptions { ttl: Duration::from_secs(3), renew: true, node_timeout: Duration::from_millis(50) }
+        RedlockOptions {
+            ttl: Duration::from_secs(3),
+            renew: true,
+            node_timeout: Duration::from_millis(50),
+        }
     }
 }
 
@@ -129,7 +133,11 @@ impl Master {
     fn new(url: &str) -> Result<Self, redis::RedisError> {
         let client = redis::Client::open(url)?;
         let address = client.get_connection_info().addr().to_string();
-        Ok(Master { client, address, connection: tokio::sync::Mutex::new(None) })
+        Ok(Master {
+            client,
+            address,
+            connection: tokio::sync::Mutex::new(None),
+        })
     }
 
     /// Runs `command` within `timeout` (connecting first if needed); an integer 1 or
@@ -259,7 +267,12 @@ pub enum RedlockError {
     #[error("`{url}` is not a Redis URL: {source}")]
     BadUrl { url: String, source: redis::RedisError },
     #[error("only {reachable} of {total} Redlock masters answer ({answering}); a grant needs {quorum}")]
-    NoMajority { reachable: usize, total: usize, quorum: usize, answering: String },
+    NoMajority {
+        reachable: usize,
+        total: usize,
+        quorum: usize,
+        answering: String,
+    },
 }
 
 impl Redlock {
@@ -270,12 +283,25 @@ impl Redlock {
         }
         let masters = urls
             .iter()
-            .map(|url| Master::new(url).map_err(|source| RedlockError::BadUrl { url: url.clone(), source }))
+            .map(|url| {
+                Master::new(url).map_err(|source| RedlockError::BadUrl {
+                    url: url.clone(),
+                    source,
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        let masters = Masters { masters, node_timeout: options.node_timeout };
+        let masters = Masters {
+            masters,
+            node_timeout: options.node_timeout,
+        };
         // A first connection may take longer than one command: allow a few node timeouts.
-        let answers =
-            join_all(masters.masters.iter().map(|master| master.answers_ping(options.node_timeout * 10))).await;
+        let answers = join_all(
+            masters
+                .masters
+                .iter()
+                .map(|master| master.answers_ping(options.node_timeout * 10)),
+        )
+        .await;
         let reachable = answers.iter().filter(|answered| **answered).count();
         if reachable < masters.quorum() {
             let answering: Vec<&str> = masters
@@ -289,7 +315,11 @@ impl Redlock {
                 reachable,
                 total: masters.masters.len(),
                 quorum: masters.quorum(),
-                answering: if answering.is_empty() { "none".to_owned() } else { answering.join(", ") },
+                answering: if answering.is_empty() {
+                    "none".to_owned()
+                } else {
+                    answering.join(", ")
+                },
             });
         }
         if reachable < masters.masters.len() {

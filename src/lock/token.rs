@@ -21,7 +21,11 @@ pub struct FencingToken {
 
 impl FencingToken {
     pub fn new(source: &'static str, epoch: u64, counter: u64) -> Self {
-        FencingToken { source: Cow::Borrowed(source), epoch, counter }
+        FencingToken {
+            source: Cow::Borrowed(source),
+            epoch,
+            counter,
+        }
     }
 
     /// The total order of tokens: epoch first, then counter.

@@ -176,13 +176,19 @@ impl ZooKeeperLock {
         let protected = format!("_c_{:032x}{LOCK_NAME}", rand::random::<u128>());
         let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         for _ in 0..3 {
-            match client.create(&format!("{parent}/{protected}"), owner.as_str().as_bytes(), &ephemeral).await {
+            match client
+                .create(&format!("{parent}/{protected}"), owner.as_str().as_bytes(), &ephemeral)
+                .await
+            {
                 Ok((stat, sequence)) => return Ok((format!("{protected}{sequence}"), stat.czxid)),
                 Err(zookeeper_client::Error::ConnectionLoss) => {
                     // The node may have been created: look for our unique prefix.
                     let children = client.list_children(parent).await.map_err(backend_error)?;
                     if let Some(name) = children.into_iter().find(|child| child.starts_with(&protected)) {
-                        let stat = client.check_stat(&format!("{parent}/{name}")).await.map_err(backend_error)?;
+                        let stat = client
+                            .check_stat(&format!("{parent}/{name}"))
+                            .await
+                            .map_err(backend_error)?;
                         return Ok((name, stat.map_or(0, |stat| stat.czxid)));
                     }
                 }
@@ -194,7 +200,10 @@ impl ZooKeeperLock {
 
     /// Steps 2 and 3 for one look: `Ok(None)` if we hold it, or the predecessor to wait for.
     async fn predecessor(&self, client: &Client, parent: &str, own: &str) -> Result<Option<String>, LockError> {
-        let mut children = client.list_children(parent).await.map_err(|error| waiting_error(error, parent))?;
+        let mut children = client
+            .list_children(parent)
+            .await
+            .map_err(|error| waiting_error(error, parent))?;
         children.sort_by_key(|child| sequence_of(child));
         match children.iter().position(|child| child == own) {
             Some(0) => Ok(None),
@@ -254,7 +263,10 @@ impl Session {
 
 /// The sequence number at the end of a node's name.
 fn sequence_of(name: &str) -> i64 {
-    name.rsplit(LOCK_NAME).next().and_then(|digits| digits.parse().ok()).unwrap_or(i64::MAX)
+    name.rsplit(LOCK_NAME)
+        .next()
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or(i64::MAX)
 }
 
 /// One grant: the own node, deleted on release.
@@ -341,7 +353,9 @@ impl DistributedLock for ZooKeeperLock {
             let path = format!("{parent}/{own}");
             let wait = async {
                 loop {
-                    let Some(predecessor) = self.predecessor(client, &parent, &own).await? else { return Ok(()) };
+                    let Some(predecessor) = self.predecessor(client, &parent, &own).await? else {
+                        return Ok(());
+                    };
                     let (stat, watcher) = client
                         .check_and_watch_stat(&format!("{parent}/{predecessor}"))
                         .await
@@ -360,7 +374,10 @@ impl DistributedLock for ZooKeeperLock {
                 // Our session ended while we waited, so our node is gone or going: queue again.
                 Ok(Err(LockError::Lost { .. })) if Instant::now() < deadline => {
                     let _ = client.delete(&path, None).await;
-                    tracing::info!(key, "the ZooKeeper session ended while waiting; queueing again on a new session");
+                    tracing::info!(
+                        key,
+                        "the ZooKeeper session ended while waiting; queueing again on a new session"
+                    );
                     dead_session = Some(session.clone());
                 }
                 Ok(Err(error)) => {
@@ -369,7 +386,10 @@ impl DistributedLock for ZooKeeperLock {
                 }
                 Err(_) => {
                     client.delete(&path, None).await.map_err(backend_error)?;
-                    return Err(LockError::Timeout { key: key.to_owned(), waited: started.elapsed() });
+                    return Err(LockError::Timeout {
+                        key: key.to_owned(),
+                        waited: started.elapsed(),
+                    });
                 }
             }
         }

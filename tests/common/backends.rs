@@ -13,18 +13,25 @@ pub fn etcd_endpoints() -> Vec<String> {
 }
 
 pub fn etcd_options(ttl_ms: u64) -> seckill::lock::etcd::EtcdLockOptions {
-    seckill::lock::etcd::EtcdLockOptions { endpoints: etcd_endpoints(), ttl: Duration::from_millis(ttl_ms) }
+    seckill::lock::etcd::EtcdLockOptions {
+        endpoints: etcd_endpoints(),
+        ttl: Duration::from_millis(ttl_ms),
+    }
 }
 
 /// Revokes an etcd lease from another client, as if it had expired.
 pub async fn revoke_etcd_lease(lease: i64) {
-    let mut client = etcd_client::Client::connect(etcd_endpoints(), None).await.expect("etcd runs (`make services`)");
+    let mut client = etcd_client::Client::connect(etcd_endpoints(), None)
+        .await
+        .expect("etcd runs (`make services`)");
     client.lease_revoke(lease).await.expect("the lease exists");
 }
 
 /// etcd's current revision: every later write gets a larger one.
 pub async fn etcd_revision() -> i64 {
-    let mut client = etcd_client::Client::connect(etcd_endpoints(), None).await.expect("etcd runs (`make services`)");
+    let mut client = etcd_client::Client::connect(etcd_endpoints(), None)
+        .await
+        .expect("etcd runs (`make services`)");
     let answer = client.get("seckill/revision-probe", None).await.expect("etcd answers");
     answer.header().expect("a header").revision()
 }
@@ -88,5 +95,7 @@ pub fn redlock_urls() -> Vec<String> {
 
 /// A pool on the test database, migrated.
 pub async fn mysql_pool() -> sqlx::MySqlPool {
-    seckill::mysql_store::connect_checked(&mysql_url(), 5).await.expect("MariaDB runs (`make services`)")
+    seckill::mysql_store::connect_checked(&mysql_url(), 5)
+        .await
+        .expect("MariaDB runs (`make services`)")
 }

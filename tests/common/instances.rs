@@ -40,5 +40,10 @@ pub async fn reset_stock(base_url: &str, stock: i64) {
         .send()
         .await
         .expect("the instance answers");
-    assert_eq!(answer.status().as_u16(), 200, "reset to {stock}: {}", answer.text().await.unwrap_or_default());
+    assert_eq!(
+        answer.status().as_u16(),
+        200,
+        "reset to {stock}: {}",
+        answer.text().await.unwrap_or_default()
+    );
 }

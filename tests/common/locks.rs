@@ -9,7 +9,10 @@ use seckill::lock::{DistributedLock, Owner};
 use super::test_redis::{connection, unique_key};
 
 pub fn redis_options(ttl_ms: u64, renew: bool) -> RedisLockOptions {
-    RedisLockOptions { ttl: Duration::from_millis(ttl_ms), renew }
+    RedisLockOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        renew,
+    }
 }
 
 pub fn owner() -> Owner {
@@ -35,8 +38,10 @@ pub async fn racing_increments(
             let mut connection = connection(client).await;
             tasks.push(tokio::spawn(async move {
                 for _ in 0..iterations {
-                    let guard =
-                        lock.acquire(&lock_key, &owner(), Duration::from_secs(20)).await.expect("lock within 20 s");
+                    let guard = lock
+                        .acquire(&lock_key, &owner(), Duration::from_secs(20))
+                        .await
+                        .expect("lock within 20 s");
                     let value: i64 = redis::cmd("GET")
                         .arg(&counter)
                         .query_async::<Option<i64>>(&mut connection)
@@ -45,7 +50,12 @@ pub async fn racing_increments(
                         .unwrap_or(0);
                     // Give another task every chance to read the same value.
                     tokio::time::sleep(Duration::from_millis(1)).await;
-                    redis::cmd("SET").arg(&counter).arg(value + 1).query_async::<()>(&mut connection).await.unwrap();
+                    redis::cmd("SET")
+                        .arg(&counter)
+                        .arg(value + 1)
+                        .query_async::<()>(&mut connection)
+                        .await
+                        .unwrap();
                     guard.release().await.expect("release by the holder");
                 }
             }));
@@ -55,7 +65,15 @@ pub async fn racing_increments(
         task.await.expect("increment task panicked");
     }
     let mut connection = connection(client).await;
-    let total: i64 = redis::cmd("GET").arg(&counter).query_async(&mut connection).await.unwrap();
-    let _: () = redis::cmd("DEL").arg(&counter).query_async(&mut connection).await.unwrap();
+    let total: i64 = redis::cmd("GET")
+        .arg(&counter)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&counter)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
     total
 }

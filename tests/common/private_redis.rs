@@ -12,7 +12,10 @@ use super::private_server::{free_port, launch, temp_dir};
 pub fn wait_for_port(port: u16, within: Duration, what: &str) {
     let deadline = Instant::now() + within;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not start on port {port} within {within:?}");
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start on port {port} within {within:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -55,8 +58,11 @@ impl PrivateRedis {
     }
 
     fn spawn(port: u16, dir: TempDir, persistent: bool) -> Self {
-        let append_only: &[&str] =
-            if persistent { &["--appendonly", "yes", "--appendfsync", "always"] } else { &["--appendonly", "no"] };
+        let append_only: &[&str] = if persistent {
+            &["--appendonly", "yes", "--appendfsync", "always"]
+        } else {
+            &["--appendonly", "no"]
+        };
         let port_text = port.to_string();
         let options = [&[port_text.as_str(), "--save", ""], append_only].concat();
         let command = launch("redis", &dir, &options);
@@ -66,7 +72,11 @@ impl PrivateRedis {
             .spawn()
             .expect("the launcher runs; redis-server must be installed: `make test` installs it");
         wait_for_port(port, Duration::from_secs(10), "redis-server");
-        PrivateRedis { child, port, dir: Some(dir) }
+        PrivateRedis {
+            child,
+            port,
+            dir: Some(dir),
+        }
     }
 
     pub fn url(&self) -> String {
@@ -89,13 +99,18 @@ impl PrivateRedis {
 }
 
 fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill runs");
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .expect("kill runs");
     assert!(status.success(), "kill {signal} {pid} failed");
 }
 
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

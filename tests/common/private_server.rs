@@ -8,13 +8,19 @@ use tempfile::TempDir;
 
 /// A folder of a test's own, removed when dropped.
 pub fn temp_dir(label: &str) -> TempDir {
-    tempfile::Builder::new().prefix(&format!("seckill-{label}-")).tempdir().expect("a temporary folder")
+    tempfile::Builder::new()
+        .prefix(&format!("seckill-{label}-"))
+        .tempdir()
+        .expect("a temporary folder")
 }
 
 /// The one launcher of the project's servers: `scripts/services.sh` and `make cluster`
 /// start theirs through it too, so a test's server runs with the same settings.
 fn launcher() -> String {
-    super::test_redis::project_root().join("scripts/lib/exec-server.sh").display().to_string()
+    super::test_redis::project_root()
+        .join("scripts/lib/exec-server.sh")
+        .display()
+        .to_string()
 }
 
 /// The launcher's command for a server of `kind` in `dir`, followed by `args`.
@@ -37,7 +43,11 @@ pub struct PrivateServer {
 
 /// A free port on loopback (the OS picks it; nothing else is bound to it right now).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl PrivateServer {
@@ -50,8 +60,11 @@ impl PrivateServer {
     /// An etcd cluster of `members` members; each answers on its own `port`.
     pub fn etcd_cluster(members: usize) -> Vec<Self> {
         let ports: Vec<(u16, u16)> = (0..members).map(|_| (free_port(), free_port())).collect();
-        let cluster: Vec<String> =
-            ports.iter().enumerate().map(|(i, (_, peer))| format!("member-{i}=http://127.0.0.1:{peer}")).collect();
+        let cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("member-{i}=http://127.0.0.1:{peer}"))
+            .collect();
         let cluster = cluster.join(",");
         // Each opens its client port at once, and serves once a majority is up.
         let member =
@@ -61,7 +74,11 @@ impl PrivateServer {
 
     fn etcd_member(name: &str, port: u16, peer: u16, initial_cluster: &str) -> Self {
         let dir = temp_dir("private-etcd");
-        let command = launch("etcd", &dir, &[name, &port.to_string(), &peer.to_string(), initial_cluster]);
+        let command = launch(
+            "etcd",
+            &dir,
+            &[name, &port.to_string(), &peer.to_string(), initial_cluster],
+        );
         Self::start("etcd", command, port, dir)
     }
 
@@ -98,7 +115,13 @@ impl PrivateServer {
     }
 
     fn start(kind: &'static str, command: Vec<String>, port: u16, dir: TempDir) -> Self {
-        let mut server = PrivateServer { kind, command, child: None, port, dir };
+        let mut server = PrivateServer {
+            kind,
+            command,
+            child: None,
+            port,
+            dir,
+        };
         server.restart();
         server
     }
@@ -111,12 +134,20 @@ impl PrivateServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|error| {
-                panic!("cannot run {} ({error}); `make services` installs the servers", self.command[0])
+                panic!(
+                    "cannot run {} ({error}); `make services` installs the servers",
+                    self.command[0]
+                )
             });
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.answers() {
-            assert!(Instant::now() < deadline, "{} did not start on port {}", self.kind, self.port);
+            assert!(
+                Instant::now() < deadline,
+                "{} did not start on port {}",
+                self.kind,
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -125,7 +156,9 @@ impl PrivateServer {
     /// before it serves).
     fn answers(&self) -> bool {
         use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else { return false };
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
         if self.kind != "zookeeper" {
             return true;
         }

@@ -41,15 +41,25 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
 fn this_test_file() -> String {
-    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).file_name().unwrap().to_string_lossy().into_owned();
-    let package = if package == "loadtest" { package } else { "seckill".to_owned() };
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let package = if package == "loadtest" {
+        package
+    } else {
+        "seckill".to_owned()
+    };
     format!("{package}/{}", env!("CARGO_CRATE_NAME"))
 }
 
 /// Panics unless [`DATABASES`] gives `db` to the calling test file.
 fn check_ownership(db: u8) {
     let file = this_test_file();
-    let owned = DATABASES.iter().any(|(owner, dbs)| (*owner == "*" || *owner == file) && dbs.contains(&db));
+    let owned = DATABASES
+        .iter()
+        .any(|(owner, dbs)| (*owner == "*" || *owner == file) && dbs.contains(&db));
     assert!(owned, "test Redis database {db} is not given to {file} in DATABASES (tests/common/test_redis.rs): add it there, on a database no other file uses");
 }
 
@@ -59,7 +69,11 @@ pub const PROJECT_TEST_REDIS: &str = "redis://127.0.0.1:6390";
 /// The project's folder, from the root tests or from `loadtest/tests`.
 pub fn project_root() -> std::path::PathBuf {
     let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = if manifest.join("scripts/services.sh").exists() { manifest } else { manifest.parent().unwrap() };
+    let root = if manifest.join("scripts/services.sh").exists() {
+        manifest
+    } else {
+        manifest.parent().unwrap()
+    };
     root.to_path_buf()
 }
 
@@ -80,7 +94,11 @@ pub fn redis_url(db: u8) -> String {
 pub async fn is_project_test_redis(url: &str) -> Result<bool, redis::RedisError> {
     let client = redis::Client::open(url)?;
     let mut connection = client.get_multiplexed_async_connection().await?;
-    let (_, dir): (String, String) = redis::cmd("CONFIG").arg("GET").arg("dir").query_async(&mut connection).await?;
+    let (_, dir): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dir")
+        .query_async(&mut connection)
+        .await?;
     Ok(dir == project_test_redis_dir())
 }
 
@@ -105,7 +123,10 @@ pub async fn redis_client(db: u8) -> redis::Client {
 }
 
 pub async fn connection(client: &redis::Client) -> redis::aio::MultiplexedConnection {
-    client.get_multiplexed_async_connection().await.expect("Redis answered a moment ago")
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("Redis answered a moment ago")
 }
 
 /// A key no other test (or earlier run) uses.

@@ -57,7 +57,9 @@ pub struct RoundTrip {
 pub fn bound_sales_per_second(path: &[Step], round_trips: &[RoundTrip]) -> Option<f64> {
     let mut seconds = 0.0;
     for step in path {
-        let rtt = round_trips.iter().find(|rtt| rtt.backend == step.backend && rtt.access == step.access)?;
+        let rtt = round_trips
+            .iter()
+            .find(|rtt| rtt.backend == step.backend && rtt.access == step.access)?;
         seconds += step.round_trips * rtt.median_us / 1e6;
     }
     (seconds > 0.0).then(|| 1.0 / seconds)
@@ -87,7 +89,9 @@ pub async fn measure_round_trips(strategy: Strategy, config: &Config) -> anyhow:
 /// Keeps, for each backend and kind of request, the quicker median of `earlier` and `later`.
 pub fn keep_quickest(earlier: &mut [RoundTrip], later: Vec<RoundTrip>) {
     for measured in earlier.iter_mut() {
-        let again = later.iter().find(|rtt| rtt.backend == measured.backend && rtt.access == measured.access);
+        let again = later
+            .iter()
+            .find(|rtt| rtt.backend == measured.backend && rtt.access == measured.access);
         if let Some(again) = again.filter(|again| again.median_us < measured.median_us) {
             *measured = again.clone();
         }
@@ -96,7 +100,12 @@ pub fn keep_quickest(earlier: &mut [RoundTrip], later: Vec<RoundTrip>) {
 
 fn summarize(backend: Backend, access: Access, samples: Vec<Duration>) -> RoundTrip {
     let samples = Latencies::of(samples);
-    RoundTrip { backend, access, median_us: samples.percentile_us(0.5), p99_us: samples.percentile_us(0.99) }
+    RoundTrip {
+        backend,
+        access,
+        median_us: samples.percentile_us(0.5),
+        p99_us: samples.percentile_us(0.99),
+    }
 }
 
 /// Where the write probes write: keys and rows of their own, never the sale's or a lock's.
@@ -113,7 +122,12 @@ async fn time_round_trips(backend: Backend, access: Access, config: &Config) -> 
     if let Some(urls) = redis_urls {
         let command = match access {
             Access::Read => redis::cmd("PING"),
-            Access::Write => redis::cmd("SET").arg(PROBE_KEY).arg("1").arg("PX").arg(60_000).to_owned(),
+            Access::Write => redis::cmd("SET")
+                .arg(PROBE_KEY)
+                .arg("1")
+                .arg("PX")
+                .arg(60_000)
+                .to_owned(),
         };
         return redis_round_trips(&urls, command).await;
     }
@@ -135,7 +149,10 @@ async fn time_round_trips(backend: Backend, access: Access, config: &Config) -> 
             use zookeeper_client::{Acls, CreateMode, Error};
             let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
             let path = "/seckill-bench-round-trip";
-            match client.create(path, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all())).await {
+            match client
+                .create(path, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+                .await
+            {
                 Ok(_) | Err(Error::NodeExists) => {}
                 Err(error) => return Err(error.into()),
             }
@@ -233,14 +250,22 @@ mod tests {
         let path = critical_path(Strategy::Redis).unwrap();
         let trips: f64 = path.iter().map(|step| step.round_trips).sum();
         assert_eq!(trips, 4.0, "read, write, half a release, half a wake-up, an acquire");
-        let rtt = |backend, access| RoundTrip { backend, access, median_us: 50.0, p99_us: 0.0 };
+        let rtt = |backend, access| RoundTrip {
+            backend,
+            access,
+            median_us: 50.0,
+            p99_us: 0.0,
+        };
         let rtts = [
             rtt(Backend::StockRedis, Access::Write),
             rtt(Backend::LockRedis, Access::Read),
             rtt(Backend::LockRedis, Access::Write),
         ];
         let bound = bound_sales_per_second(&path, &rtts).unwrap();
-        assert!((bound - 5000.0).abs() < 1e-6, "4 trips of 50 us: 5000 sales/s, got {bound}");
+        assert!(
+            (bound - 5000.0).abs() < 1e-6,
+            "4 trips of 50 us: 5000 sales/s, got {bound}"
+        );
     }
 
     #[test]
@@ -257,14 +282,22 @@ mod tests {
             Strategy::Mysql,
             Strategy::MysqlVersion,
         ] {
-            assert!(critical_path(strategy).is_some_and(|path| path.len() >= 4), "{strategy}");
+            assert!(
+                critical_path(strategy).is_some_and(|path| path.len() >= 4),
+                "{strategy}"
+            );
         }
     }
 
     #[test]
     fn a_write_costs_what_a_write_costs() {
         let path = critical_path(Strategy::Mysql).unwrap();
-        let rtt = |backend, access, median_us| RoundTrip { backend, access, median_us, p99_us: 0.0 };
+        let rtt = |backend, access, median_us| RoundTrip {
+            backend,
+            access,
+            median_us,
+            p99_us: 0.0,
+        };
         let fast_writes = [
             rtt(Backend::StockRedis, Access::Write, 0.0),
             rtt(Backend::Mysql, Access::Read, 100.0),
@@ -286,10 +319,18 @@ mod tests {
 
     #[test]
     fn of_several_probes_the_quickest_median_is_kept() {
-        let rtt = |median_us| RoundTrip { backend: Backend::Etcd, access: Access::Write, median_us, p99_us: 0.0 };
+        let rtt = |median_us| RoundTrip {
+            backend: Backend::Etcd,
+            access: Access::Write,
+            median_us,
+            p99_us: 0.0,
+        };
         let mut kept = vec![rtt(900.0)];
         keep_quickest(&mut kept, vec![rtt(5000.0)]);
-        assert_eq!(kept[0].median_us, 900.0, "a stalled probe does not replace a quicker one");
+        assert_eq!(
+            kept[0].median_us, 900.0,
+            "a stalled probe does not replace a quicker one"
+        );
         keep_quickest(&mut kept, vec![rtt(700.0)]);
         assert_eq!(kept[0].median_us, 700.0);
     }
@@ -297,8 +338,12 @@ mod tests {
     #[test]
     fn a_missing_round_trip_time_gives_no_bound() {
         let path = critical_path(Strategy::Etcd).unwrap();
-        let only_redis =
-            [RoundTrip { backend: Backend::StockRedis, access: Access::Write, median_us: 50.0, p99_us: 0.0 }];
+        let only_redis = [RoundTrip {
+            backend: Backend::StockRedis,
+            access: Access::Write,
+            median_us: 50.0,
+            p99_us: 0.0,
+        }];
         assert!(bound_sales_per_second(&path, &only_redis).is_none());
     }
 }

@@ -70,16 +70,27 @@ pub fn between(watched: &[Watched], before: &Sample, after: &Sample, seconds: f6
     let busy = after.machine_busy_ticks.saturating_sub(before.machine_busy_ticks);
     let machine_busy = if total > 0 { busy as f64 / total as f64 } else { 0.0 };
     let saturated = verdict(cores, machine_busy, &processes);
-    CpuReport { cores, machine_busy, processes, saturated }
+    CpuReport {
+        cores,
+        machine_busy,
+        processes,
+        saturated,
+    }
 }
 
 /// What ran out, in a sentence.
 fn verdict(cores: usize, machine_busy: f64, processes: &[CpuUse]) -> String {
-    let shares: Vec<String> =
-        processes.iter().filter(|p| p.cores >= 0.05).map(|p| format!("{} {:.2}", p.name, p.cores)).collect();
+    let shares: Vec<String> = processes
+        .iter()
+        .filter(|p| p.cores >= 0.05)
+        .map(|p| format!("{} {:.2}", p.name, p.cores))
+        .collect();
     let shares = shares.join(", ");
     if machine_busy >= SATURATED {
-        return format!("the CPU: {cores} cores {:.0}% busy (cores used: {shares})", machine_busy * 100.0);
+        return format!(
+            "the CPU: {cores} cores {:.0}% busy (cores used: {shares})",
+            machine_busy * 100.0
+        );
     }
     match processes.iter().find(|p| p.cores >= SATURATED) {
         Some(busiest) => format!("{}: one core busy (cores used: {shares})", busiest.name),
@@ -105,7 +116,13 @@ fn process_ticks(pid: u32) -> Option<u64> {
 /// Busy and total ticks of all cores together, from the first line of `/proc/stat`.
 fn machine_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let ticks: Vec<u64> = stat.lines().next()?.split_whitespace().skip(1).filter_map(|t| t.parse().ok()).collect();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
     let total: u64 = ticks.iter().take(8).sum(); // user nice system idle iowait irq softirq steal
     let idle = ticks.get(3)? + ticks.get(4).unwrap_or(&0);
     Some((total - idle, total))
@@ -117,7 +134,10 @@ mod tests {
 
     #[test]
     fn this_process_is_seen_using_the_cpu_it_burns() {
-        let me = [Watched { name: "me".into(), pid: std::process::id() }];
+        let me = [Watched {
+            name: "me".into(),
+            pid: std::process::id(),
+        }];
         let before = sample(&me);
         let started = std::time::Instant::now();
         let mut spin = 0u64;
@@ -133,7 +153,10 @@ mod tests {
 
     #[test]
     fn the_verdict_names_what_ran_out() {
-        let used = |name: &str, cores| CpuUse { name: name.into(), cores };
+        let used = |name: &str, cores| CpuUse {
+            name: name.into(),
+            cores,
+        };
         assert!(verdict(2, 0.97, &[used("service", 1.2)]).starts_with("the CPU"));
         assert!(verdict(4, 0.4, &[used("redis-server", 0.98)]).starts_with("redis-server: one core"));
         assert!(verdict(2, 0.3, &[used("service", 0.4)]).starts_with("no CPU"));

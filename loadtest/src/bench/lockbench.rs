@@ -50,7 +50,11 @@ pub async fn run(
     let tasks: Vec<_> = (0..contenders)
         .map(|contender| {
             let (lock, stop, pairs, errors) = (lock.clone(), stop.clone(), pairs.clone(), errors.clone());
-            let key = if one_key { format!("bench:{strategy}") } else { format!("bench:{strategy}:{contender}") };
+            let key = if one_key {
+                format!("bench:{strategy}")
+            } else {
+                format!("bench:{strategy}:{contender}")
+            };
             tokio::spawn(async move {
                 let owner = Owner::new("lockbench");
                 while !stop.load(Ordering::Relaxed) {

@@ -121,15 +121,19 @@ pub struct StrategyBench {
 
 impl StrategyBench {
     pub fn critical_path_round_trips(&self) -> Option<f64> {
-        self.critical_path.as_ref().map(|path| path.iter().map(|step| step.round_trips).sum())
+        self.critical_path
+            .as_ref()
+            .map(|path| path.iter().map(|step| step.round_trips).sum())
     }
 
     pub fn sustained_ratio(&self) -> Option<f64> {
-        self.bound_sales_per_second.map(|bound| self.sustained.sales_per_second / bound)
+        self.bound_sales_per_second
+            .map(|bound| self.sustained.sales_per_second / bound)
     }
 
     pub fn serial_ratio(&self) -> Option<f64> {
-        self.bound_sales_per_second.map(|bound| self.serial.sales_per_second / bound)
+        self.bound_sales_per_second
+            .map(|bound| self.serial.sales_per_second / bound)
     }
 
     /// Every crowd run and both load windows ended as the strategy promises.
@@ -144,8 +148,12 @@ impl StrategyBench {
 pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     // Only what the instances run: each crowd run resets the sale itself.
     let target = crate::verdict::crowd::target_of(&options.crowd.hosts).await?;
-    let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true)
-        .map_err(|_| anyhow::anyhow!("the instances run `{}`, which this benchmark does not know", target.strategy))?;
+    let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).map_err(|_| {
+        anyhow::anyhow!(
+            "the instances run `{}`, which this benchmark does not know",
+            target.strategy
+        )
+    })?;
 
     // Round trips are timed three times (now, after the crowd, after the serial client)
     // and the quickest median of each kept: one stall of this shared machine during one
@@ -156,7 +164,10 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     for _ in 0..options.runs.max(1) {
         crowd_runs.push(crate::verdict::run(&options.crowd).await?);
     }
-    let mut lock_waits_ms: Vec<f64> = crowd_runs.iter().flat_map(|run| run.lock_waits_ms.iter().copied()).collect();
+    let mut lock_waits_ms: Vec<f64> = crowd_runs
+        .iter()
+        .flat_map(|run| run.lock_waits_ms.iter().copied())
+        .collect();
     lock_waits_ms.sort_by(f64::total_cmp);
     let waits = Latencies::of_ms(lock_waits_ms.iter().copied());
     let crowd = CrowdSummary {
@@ -171,22 +182,38 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         lock_wait_p99_ms: waits.percentile_ms(0.99),
     };
 
-    bound::keep_quickest(&mut round_trips, bound::measure_round_trips(strategy, &options.config).await?);
+    bound::keep_quickest(
+        &mut round_trips,
+        bound::measure_round_trips(strategy, &options.config).await?,
+    );
 
-    let one_client = Options { hosts: options.crowd.hosts[..1].to_vec(), ..options.crowd.clone() };
-    let one_connection = Load { connections: 1, seconds: options.serial_seconds };
+    let one_client = Options {
+        hosts: options.crowd.hosts[..1].to_vec(),
+        ..options.crowd.clone()
+    };
+    let one_connection = Load {
+        connections: 1,
+        seconds: options.serial_seconds,
+    };
     let mut serial_windows = Vec::new();
     for _ in 0..options.sustained_runs.max(1) {
         serial_windows.push(sustained::measure(&one_client, &one_connection).await?);
     }
     let serial = median_window(serial_windows);
-    bound::keep_quickest(&mut round_trips, bound::measure_round_trips(strategy, &options.config).await?);
+    bound::keep_quickest(
+        &mut round_trips,
+        bound::measure_round_trips(strategy, &options.config).await?,
+    );
     let critical_path = bound::critical_path(strategy);
-    let bound_sales_per_second =
-        critical_path.as_ref().and_then(|path| bound::bound_sales_per_second(path, &round_trips));
+    let bound_sales_per_second = critical_path
+        .as_ref()
+        .and_then(|path| bound::bound_sales_per_second(path, &round_trips));
 
     let mut watched = options.watched.clone();
-    watched.push(Watched { name: "load generator".into(), pid: std::process::id() });
+    watched.push(Watched {
+        name: "load generator".into(),
+        pid: std::process::id(),
+    });
     let before = cpu::sample(&watched);
     let started = std::time::Instant::now();
     let mut windows = Vec::new();
@@ -195,7 +222,12 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     }
     let sustained_spread = Spread::of(windows.iter().map(|window| window.sales_per_second));
     let sustained = median_window(windows);
-    let sustained_cpu = cpu::between(&watched, &before, &cpu::sample(&watched), started.elapsed().as_secs_f64());
+    let sustained_cpu = cpu::between(
+        &watched,
+        &before,
+        &cpu::sample(&watched),
+        started.elapsed().as_secs_f64(),
+    );
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -219,7 +251,10 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
 /// The window with the median rate, carrying the verdict of the worst: every window
 /// must have held, not only the median one.
 fn median_window(mut windows: Vec<Throughput>) -> Throughput {
-    let broken = windows.iter().map(|window| window.verdict).find(|verdict| *verdict != Verdict::Held);
+    let broken = windows
+        .iter()
+        .map(|window| window.verdict)
+        .find(|verdict| *verdict != Verdict::Held);
     windows.sort_by(|a, b| a.sales_per_second.total_cmp(&b.sales_per_second));
     let mut median = windows.swap_remove(windows.len() / 2);
     median.verdict = broken.unwrap_or(median.verdict);

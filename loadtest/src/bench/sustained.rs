@@ -64,7 +64,10 @@ struct Window {
 
 /// Resets the sale to [`ENDLESS_STOCK`], then keeps `load.connections` connections busy.
 pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughput> {
-    let options = Options { initial_stock: ENDLESS_STOCK, ..options.clone() };
+    let options = Options {
+        initial_stock: ENDLESS_STOCK,
+        ..options.clone()
+    };
     let target = crowd::prepare(&options).await?;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let window = Arc::new(Mutex::new(Window::default()));

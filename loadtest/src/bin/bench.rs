@@ -37,7 +37,11 @@ enum Command {
         label: String,
         #[arg(long, value_name = "PATH")]
         out: PathBuf,
-        #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090"
+        )]
         hosts: Vec<String>,
         /// Crowd runs (500 buyers, 300 units each).
         #[arg(long, default_value_t = 5)]
@@ -83,9 +87,14 @@ enum Command {
 }
 
 fn parse_watched(text: &str) -> Result<Watched, String> {
-    let (name, pid) = text.split_once('=').ok_or("expected NAME=PID, e.g. redis-server=1234")?;
+    let (name, pid) = text
+        .split_once('=')
+        .ok_or("expected NAME=PID, e.g. redis-server=1234")?;
     let pid = pid.parse().map_err(|_| format!("`{pid}` is not a process id"))?;
-    Ok(Watched { name: name.to_owned(), pid })
+    Ok(Watched {
+        name: name.to_owned(),
+        pid,
+    })
 }
 
 #[tokio::main]
@@ -133,7 +142,11 @@ async fn main() -> ExitCode {
                     if result.kept_its_promise() {
                         ExitCode::SUCCESS
                     } else {
-                        eprintln!("bench: `{}` did not keep its promise; see {}", result.label, out.display());
+                        eprintln!(
+                            "bench: `{}` did not keep its promise; see {}",
+                            result.label,
+                            out.display()
+                        );
                         ExitCode::from(1)
                     }
                 }
@@ -143,9 +156,21 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Report { results, html, markdown, headline, chaos, lockbench } => {
-            report(&results, html.as_deref(), markdown.as_deref(), headline, chaos.as_deref(), lockbench.as_deref())
-        }
+        Command::Report {
+            results,
+            html,
+            markdown,
+            headline,
+            chaos,
+            lockbench,
+        } => report(
+            &results,
+            html.as_deref(),
+            markdown.as_deref(),
+            headline,
+            chaos.as_deref(),
+            lockbench.as_deref(),
+        ),
     }
 }
 

@@ -23,7 +23,10 @@ use seckill::sale::Guarding;
 use seckill::strategy::Strategy;
 
 #[derive(Parser)]
-#[command(name = "lockbench", about = "Acquire+release pairs per second for each lock strategy")]
+#[command(
+    name = "lockbench",
+    about = "Acquire+release pairs per second for each lock strategy"
+)]
 struct Cli {
     #[arg(
         long,
@@ -71,7 +74,10 @@ async fn main() -> ExitCode {
                 let run = lockbench::run(lock.clone(), strategy, contenders, one_key, cli.seconds).await;
                 print!("{}", markdown_row(&lockbench_row(&run)));
                 if let Some(error) = &run.first_error {
-                    eprintln!("lockbench: {} errors in {strategy} x{contenders}, the first: {error}", run.errors);
+                    eprintln!(
+                        "lockbench: {} errors in {strategy} x{contenders}, the first: {error}",
+                        run.errors
+                    );
                 }
                 runs.push(run);
             }

@@ -20,8 +20,9 @@ use super::escape;
 
 const GREEN: &str = "#2e9e5b";
 const RED: &str = "#d64545";
-const COLORS: [&str; 10] =
-    ["#2f6fb0", "#e07b28", "#3a9a4a", "#c03a3a", "#7b55b0", "#8a5a44", "#d063a8", "#6f6f6f", "#a8a030", "#2aa8b8"];
+const COLORS: [&str; 10] = [
+    "#2f6fb0", "#e07b28", "#3a9a4a", "#c03a3a", "#7b55b0", "#8a5a44", "#d063a8", "#6f6f6f", "#a8a030", "#2aa8b8",
+];
 /// The widest a sans-serif character runs, as a fraction of the font size. SVG cannot
 /// measure text before a browser draws it, so each chart reserves this much per character.
 const CHARACTER_WIDTH: f64 = 0.62;
@@ -71,7 +72,10 @@ pub fn comparison_svg(reports: &[Report]) -> String {
             )
         })
         .collect();
-    let label_width = names.iter().map(|name| 16.0 + text_width(name, FONT) + 16.0).fold(230.0, f64::max);
+    let label_width = names
+        .iter()
+        .map(|name| 16.0 + text_width(name, FONT) + 16.0)
+        .fold(230.0, f64::max);
     let figures_x = label_width + BAR_AREA + 12.0;
     let width = figures
         .iter()
@@ -133,9 +137,16 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
     const ROW: f64 = 18.0;
     const PLOT: f64 = 500.0;
     const LEGEND_STEP: f64 = 150.0;
-    let max = rows.iter().flat_map(|(_, values)| values.iter().copied()).fold(0.0, f64::max).max(1e-9);
-    let min_positive =
-        rows.iter().flat_map(|(_, values)| values.iter().copied()).filter(|v| *v > 0.0).fold(max, f64::min);
+    let max = rows
+        .iter()
+        .flat_map(|(_, values)| values.iter().copied())
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let min_positive = rows
+        .iter()
+        .flat_map(|(_, values)| values.iter().copied())
+        .filter(|v| *v > 0.0)
+        .fold(max, f64::min);
     let floor = (min_positive / 2.0).log10().floor();
     let x = |value: f64| -> f64 {
         match scale {
@@ -155,10 +166,17 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         };
         text.trim().to_owned()
     };
-    let label_width = rows.iter().map(|(label, _)| text_width(label, FONT) + 12.0).fold(80.0, f64::max);
+    let label_width = rows
+        .iter()
+        .map(|(label, _)| text_width(label, FONT) + 12.0)
+        .fold(80.0, f64::max);
     let right_edge = rows
         .iter()
-        .flat_map(|(_, values)| values.iter().map(|value| x(*value) + 4.0 + text_width(&shown(*value), FONT)))
+        .flat_map(|(_, values)| {
+            values
+                .iter()
+                .map(|value| x(*value) + 4.0 + text_width(&shown(*value), FONT))
+        })
         .fold(PLOT, f64::max);
     let legend_edge = series.len().saturating_sub(1) as f64 * LEGEND_STEP
         + series.last().map_or(0.0, |name| 14.0 + text_width(name, FONT))
@@ -179,8 +197,11 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         );
     }
     if scale == Scale::Log {
-        let _ =
-            writeln!(svg, "<text x=\"{:.1}\" y=\"13\" fill=\"#777\" text-anchor=\"end\">log scale</text>", width - 8.0);
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"13\" fill=\"#777\" text-anchor=\"end\">log scale</text>",
+            width - 8.0
+        );
     }
     for (row, (label, values)) in rows.iter().enumerate() {
         let top = 24.0 + row as f64 * group;
@@ -223,14 +244,22 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
 pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {
     const FONT: f64 = 11.0;
     let (left, top, plot_width, plot_height) = (60.0, 10.0, 530.0, 260.0);
-    let with_waits: Vec<&StrategyBench> =
-        benches.iter().filter(|b| !b.lock_waits_ms.is_empty() && b.critical_path.is_some()).collect();
-    let longest = benches.iter().filter_map(|b| b.lock_waits_ms.last().copied()).fold(1.0, f64::max);
+    let with_waits: Vec<&StrategyBench> = benches
+        .iter()
+        .filter(|b| !b.lock_waits_ms.is_empty() && b.critical_path.is_some())
+        .collect();
+    let longest = benches
+        .iter()
+        .filter_map(|b| b.lock_waits_ms.last().copied())
+        .fold(1.0, f64::max);
     let (low, high) = (-2.0, longest.log10().ceil());
     let x = |ms: f64| left + ((ms.max(0.01).log10() - low) / (high - low)).clamp(0.0, 1.0) * plot_width;
     let y = |fraction: f64| top + (1.0 - fraction) * plot_height;
     let legend_x = left + plot_width + 12.0;
-    let width = with_waits.iter().map(|b| legend_x + 14.0 + text_width(&b.label, FONT) + 8.0).fold(760.0, f64::max);
+    let width = with_waits
+        .iter()
+        .map(|b| legend_x + 14.0 + text_width(&b.label, FONT) + 8.0)
+        .fold(760.0, f64::max);
 
     let mut svg = svg_open(width, plot_height + 50.0, FONT as u32);
     let _ = writeln!(
@@ -293,7 +322,11 @@ mod tests {
     use crate::verdict::report::tests::report;
 
     fn sold(strategy: &str, lucky: i64, verdict: Verdict) -> Report {
-        Report { initial_stock: 300, lucky, ..report(strategy, verdict) }
+        Report {
+            initial_stock: 300,
+            lucky,
+            ..report(strategy, verdict)
+        }
     }
 
     /// The value of `attribute` on each line that has it and contains `filter`.
@@ -318,7 +351,13 @@ mod tests {
 
     #[test]
     fn log_bars_keep_their_order_and_zero_draws_nothing() {
-        let svg = bars(&[("a".into(), vec![100.0, 10_000.0, 0.0])], &["x", "y", "z"], "sales/s", Scale::Log, None);
+        let svg = bars(
+            &[("a".into(), vec![100.0, 10_000.0, 0.0])],
+            &["x", "y", "z"],
+            "sales/s",
+            Scale::Log,
+            None,
+        );
         let widths = numbers(&svg, "<rect", "width");
         // The legend's three squares are 10 wide; then the bars.
         let bars = &widths[widths.len() - 3..];
@@ -334,13 +373,19 @@ mod tests {
         let text_x = numbers(&svg, "12345 ms", "x").last().copied().unwrap();
         assert!(text_x + text_width(figures, 11.0) <= width, "{svg}");
 
-        let svg =
-            comparison_svg(&[sold("a label that is long (no local queue, no semaphore)", 450, Verdict::Oversold)]);
+        let svg = comparison_svg(&[sold(
+            "a label that is long (no local queue, no semaphore)",
+            450,
+            Verdict::Oversold,
+        )]);
         let width = numbers(&svg, "<svg", "width")[0];
         let line = svg.lines().find(|line| line.contains("req/s")).unwrap();
         let text = line.split('>').nth(1).unwrap().trim_end_matches("</text");
         let text_x = numbers(line, "req/s", "x")[0];
         assert!(text_x + text_width(text, 14.0) <= width, "{svg}");
-        assert!(svg.contains(&format!("viewBox=\"0 0 {width:.0}")), "a page may shrink it: {svg}");
+        assert!(
+            svg.contains(&format!("viewBox=\"0 0 {width:.0}")),
+            "a page may shrink it: {svg}"
+        );
     }
 }

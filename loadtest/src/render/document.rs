@@ -31,7 +31,10 @@ pub enum Block {
 
 impl Table {
     pub fn new(columns: &[(&str, Align)]) -> Self {
-        Table { columns: columns.iter().map(|(name, align)| (name.to_string(), *align)).collect(), rows: Vec::new() }
+        Table {
+            columns: columns.iter().map(|(name, align)| (name.to_string(), *align)).collect(),
+            rows: Vec::new(),
+        }
     }
 
     pub fn push(&mut self, row: Vec<String>) {
@@ -92,13 +95,19 @@ impl Table {
                 continue;
             }
             let cells = |line: &str| -> Vec<String> {
-                line.trim_matches('|').split('|').map(|cell| cell.trim().replace("**", "")).collect()
+                line.trim_matches('|')
+                    .split('|')
+                    .map(|cell| cell.trim().replace("**", ""))
+                    .collect()
             };
             let header = cells(line);
             let aligns = match lines.peek() {
                 Some(next) if next.starts_with('|') && next.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ')) => {
                     let aligns = cells(lines.next().unwrap_or_default());
-                    aligns.iter().map(|a| if a.ends_with(':') { Align::Right } else { Align::Left }).collect()
+                    aligns
+                        .iter()
+                        .map(|a| if a.ends_with(':') { Align::Right } else { Align::Left })
+                        .collect()
                 }
                 _ => vec![Align::Left; header.len()],
             };
@@ -162,28 +171,43 @@ mod tests {
 
     #[test]
     fn a_table_is_written_as_markdown_with_its_alignment_row() {
-        assert_eq!(table().markdown(), "| a | b | c |\n| --- | ---: | --- |\n| x <y> | 1 | z |\n");
+        assert_eq!(
+            table().markdown(),
+            "| a | b | c |\n| --- | ---: | --- |\n| x <y> | 1 | z |\n"
+        );
     }
 
     #[test]
     fn a_table_is_written_as_html_escaped_and_without_an_alignment_row() {
         let html = table().html();
         assert!(html.contains("<tr><th>a</th><th>b</th><th>c</th></tr>"), "{html}");
-        assert!(html.contains("<tr><td>x &lt;y&gt;</td><td>1</td><td class=\"text\">z</td></tr>"), "{html}");
+        assert!(
+            html.contains("<tr><td>x &lt;y&gt;</td><td>1</td><td class=\"text\">z</td></tr>"),
+            "{html}"
+        );
         assert!(!html.contains("---"));
     }
 
     #[test]
     fn blocks_are_separated_by_one_blank_line_in_markdown() {
-        let blocks =
-            [Block::Text("Some words.".into()), Block::Table(table()), Block::Text("More.\nAnd more.\n".into())];
-        assert_eq!(markdown(&blocks), format!("Some words.\n\n{}\nMore.\nAnd more.\n", table().markdown()));
+        let blocks = [
+            Block::Text("Some words.".into()),
+            Block::Table(table()),
+            Block::Text("More.\nAnd more.\n".into()),
+        ];
+        assert_eq!(
+            markdown(&blocks),
+            format!("Some words.\n\n{}\nMore.\nAnd more.\n", table().markdown())
+        );
         assert!(html(&blocks).contains("<p>More.</p>\n<p>And more.</p>"));
     }
 
     #[test]
     fn markdown_written_elsewhere_reads_back_as_the_same_table() {
         let markdown = format!("Some words.\n\n{}", table().markdown());
-        assert_eq!(Table::parse_markdown(&markdown), [Block::Text("Some words.".into()), Block::Table(table())]);
+        assert_eq!(
+            Table::parse_markdown(&markdown),
+            [Block::Text("Some words.".into()), Block::Table(table())]
+        );
     }
 }

@@ -67,11 +67,21 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         .map(|b| {
             (
                 b.label.clone(),
-                vec![b.serial.sales_per_second, b.sustained.sales_per_second, b.bound_sales_per_second.unwrap_or(0.0)],
+                vec![
+                    b.serial.sales_per_second,
+                    b.sustained.sales_per_second,
+                    b.bound_sales_per_second.unwrap_or(0.0),
+                ],
             )
         })
         .collect();
-    page.push_str(&bars(&rows, &["serial", "sustained", "bound"], "sales/s", Scale::Log, None));
+    page.push_str(&bars(
+        &rows,
+        &["serial", "sustained", "bound"],
+        "sales/s",
+        Scale::Log,
+        None,
+    ));
 
     section(
         &mut page,
@@ -81,9 +91,20 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
     let rows: Vec<(String, Vec<f64>)> = benches
         .iter()
         .filter(|b| b.bound_sales_per_second.is_some())
-        .map(|b| (b.label.clone(), vec![b.serial_ratio().unwrap_or(0.0), b.sustained_ratio().unwrap_or(0.0)]))
+        .map(|b| {
+            (
+                b.label.clone(),
+                vec![b.serial_ratio().unwrap_or(0.0), b.sustained_ratio().unwrap_or(0.0)],
+            )
+        })
         .collect();
-    page.push_str(&bars(&rows, &["serial / bound", "sustained / bound"], "", Scale::Linear, Some(TARGET_RATIO)));
+    page.push_str(&bars(
+        &rows,
+        &["serial / bound", "sustained / bound"],
+        "",
+        Scale::Linear,
+        Some(TARGET_RATIO),
+    ));
 
     section(
         &mut page,
@@ -92,7 +113,12 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
     );
     let rows: Vec<(String, Vec<f64>)> = benches
         .iter()
-        .map(|b| (b.label.clone(), vec![b.crowd.p50_ms.median, b.crowd.p95_ms.median, b.crowd.p99_ms.median]))
+        .map(|b| {
+            (
+                b.label.clone(),
+                vec![b.crowd.p50_ms.median, b.crowd.p95_ms.median, b.crowd.p99_ms.median],
+            )
+        })
         .collect();
     page.push_str(&bars(&rows, &["p50", "p95", "p99"], "ms", Scale::Log, None));
 
@@ -107,7 +133,11 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         page.push_str(&document::html(&Table::parse_markdown(table)));
     }
     if let Some(runs) = &extras.lockbench {
-        section(&mut page, "The locks alone (make lockbench)", "Acquire+release pairs per second, without the sale.");
+        section(
+            &mut page,
+            "The locks alone (make lockbench)",
+            "Acquire+release pairs per second, without the sale.",
+        );
         page.push_str(&tables::lockbench(runs).html());
     }
     page.push_str("</body></html>\n");

@@ -44,7 +44,13 @@ mod tests {
 
     #[test]
     fn escape_covers_the_five_characters_html_gives_a_meaning() {
-        assert_eq!(escape(r#"a & b < c > d "e" 'f'"#), "a &amp; b &lt; c &gt; d &quot;e&quot; &#39;f&#39;");
-        assert_eq!(escape("mysql (no local queue) · 300 sold"), "mysql (no local queue) · 300 sold");
+        assert_eq!(
+            escape(r#"a & b < c > d "e" 'f'"#),
+            "a &amp; b &lt; c &gt; d &quot;e&quot; &#39;f&#39;"
+        );
+        assert_eq!(
+            escape("mysql (no local queue) · 300 sold"),
+            "mysql (no local queue) · 300 sold"
+        );
     }
 }

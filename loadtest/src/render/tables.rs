@@ -42,7 +42,10 @@ pub fn comparison(reports: &[Report]) -> Table {
     for r in reports {
         let expected = if r.expected_to_oversell { "oversells" } else { "holds" };
         let (statements, conflicts) = match &r.database {
-            Some(cost) => (per_sale_label(cost.statements_per_sale()), per_sale_label(cost.conflicts_per_sale())),
+            Some(cost) => (
+                per_sale_label(cost.statements_per_sale()),
+                per_sale_label(cost.conflicts_per_sale()),
+            ),
             None => ("-".to_owned(), "-".to_owned()),
         };
         table.push(vec![
@@ -70,7 +73,9 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
     let connections = benches.first().map_or(0, |bench| bench.sustained.connections);
     let windows = benches.first().map_or(0, |bench| bench.sustained_windows);
     vec![
-        Block::Text(format!("The crowd: 500 buyers, 300 units, two instances; median (min–max) of {runs} runs.")),
+        Block::Text(format!(
+            "The crowd: 500 buyers, 300 units, two instances; median (min–max) of {runs} runs."
+        )),
         Block::Table(crowd(benches)),
         Block::Text(format!(
             "Sales per second against the bound: serial is one keep-alive client alone; sustained is \
@@ -135,7 +140,10 @@ fn rates(benches: &[StrategyBench]) -> Table {
     for bench in benches {
         let mut rtts: Vec<String> = Vec::new();
         for read in bench.round_trips.iter().filter(|rtt| rtt.access == Access::Read) {
-            let write = bench.round_trips.iter().find(|rtt| rtt.backend == read.backend && rtt.access == Access::Write);
+            let write = bench
+                .round_trips
+                .iter()
+                .find(|rtt| rtt.backend == read.backend && rtt.access == Access::Write);
             rtts.push(format!(
                 "{} {:.0} / {:.0}",
                 read.backend.name(),
@@ -143,7 +151,11 @@ fn rates(benches: &[StrategyBench]) -> Table {
                 write.map_or(0.0, |w| w.median_us)
             ));
         }
-        let oversold = if bench.sustained.verdict == Verdict::Oversold { " (oversold)" } else { "" };
+        let oversold = if bench.sustained.verdict == Verdict::Oversold {
+            " (oversold)"
+        } else {
+            ""
+        };
         table.push(vec![
             bench.label.clone(),
             format!("{:.0}", bench.serial.sales_per_second),
@@ -163,11 +175,21 @@ fn rates(benches: &[StrategyBench]) -> Table {
 pub fn ordering(benches: &[StrategyBench]) -> String {
     let mut safe: Vec<&StrategyBench> = benches.iter().filter(|bench| !bench.expected_to_oversell).collect();
     safe.sort_by(|a, b| b.sustained.sales_per_second.total_cmp(&a.sustained.sales_per_second));
-    let ranked: Vec<String> =
-        safe.iter().map(|bench| format!("{} ({:.0})", bench.label, bench.sustained.sales_per_second)).collect();
+    let ranked: Vec<String> = safe
+        .iter()
+        .map(|bench| format!("{} ({:.0})", bench.label, bench.sustained.sales_per_second))
+        .collect();
     let mut out = format!("Ordering by sustained sales/s: {}\n", ranked.join(" > "));
-    let rate = |label: &str| benches.iter().find(|bench| bench.label == label).map(|b| b.sustained.sales_per_second);
-    let database = ["mysql", "mysql-version"].iter().filter_map(|label| rate(label)).reduce(f64::max);
+    let rate = |label: &str| {
+        benches
+            .iter()
+            .find(|bench| bench.label == label)
+            .map(|b| b.sustained.sales_per_second)
+    };
+    let database = ["mysql", "mysql-version"]
+        .iter()
+        .filter_map(|label| rate(label))
+        .reduce(f64::max);
     match (rate("redis"), rate("zookeeper"), database) {
         (Some(redis), Some(zookeeper), Some(database)) => {
             let holds = redis > zookeeper && zookeeper > database;
@@ -229,9 +251,15 @@ mod tests {
         let table = comparison(&[report("none", Verdict::Oversold), report("redis", Verdict::Held)]).markdown();
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 4, "{table}");
-        assert!(lines[0].starts_with("| strategy | verdict | expected | sold |"), "{table}");
+        assert!(
+            lines[0].starts_with("| strategy | verdict | expected | sold |"),
+            "{table}"
+        );
         assert!(lines[1].starts_with("| --- | --- | --- | ---: |"), "{table}");
-        assert_eq!(lines[2], "| none | OVERSOLD | oversells | 3 | 0 | 0 | 0 | 5 | 1.0 | 1.0 | - | - |");
+        assert_eq!(
+            lines[2],
+            "| none | OVERSOLD | oversells | 3 | 0 | 0 | 0 | 5 | 1.0 | 1.0 | - | - |"
+        );
     }
 
     #[test]

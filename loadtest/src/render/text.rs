@@ -26,18 +26,27 @@ impl Report {
         let line = |out: &mut String, label: &str, value: String| out.push_str(&format!("  {label:<22}{value}\n"));
         out.push_str(&format!("== seckill load test: strategy `{}` ==\n", self.strategy));
         line(&mut out, "hosts", self.hosts.join(", "));
-        line(&mut out, "buyers", format!("{} (one request each, all at once)", self.users));
+        line(
+            &mut out,
+            "buyers",
+            format!("{} (one request each, all at once)", self.users),
+        );
         line(&mut out, "fencing", fencing_label(self.fencing).to_owned());
         line(&mut out, "initial stock", self.initial_stock.to_string());
         line(&mut out, "sold (lucky)", self.lucky.to_string());
         line(&mut out, "stock left", self.stock_left.to_string());
-        line(&mut out, "stock + lucky", format!("{} (must be {})", self.stock_left + self.lucky, self.initial_stock));
+        line(
+            &mut out,
+            "stock + lucky",
+            format!("{} (must be {})", self.stock_left + self.lucky, self.initial_stock),
+        );
         line(&mut out, "sale records", self.sale_records.to_string());
         line(&mut out, "units sold twice", self.units_sold_twice.to_string());
         line(
             &mut out,
             "fencing regressions",
-            self.fencing_regressions.map_or("n/a (no fencing tokens)".to_owned(), |n| n.to_string()),
+            self.fencing_regressions
+                .map_or("n/a (no fencing tokens)".to_owned(), |n| n.to_string()),
         );
         line(&mut out, "answered sold", self.told_sold.to_string());
         line(&mut out, "answered sold out", self.told_sold_out.to_string());
@@ -51,11 +60,18 @@ impl Report {
             format!("{} ({})", self.error_count(), kinds.join(", "))
         };
         line(&mut out, "errors", errors);
-        line(&mut out, "time", format!("{:.3} s, {:.0} req/s", self.seconds, self.requests_per_second));
+        line(
+            &mut out,
+            "time",
+            format!("{:.3} s, {:.0} req/s", self.seconds, self.requests_per_second),
+        );
         line(
             &mut out,
             "latency",
-            format!("p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms", self.p50_ms, self.p95_ms, self.p99_ms),
+            format!(
+                "p50 {:.1} ms, p95 {:.1} ms, p99 {:.1} ms",
+                self.p50_ms, self.p95_ms, self.p99_ms
+            ),
         );
         if let Some(cost) = &self.database {
             let statements = match (cost.statements, &cost.statements_unmeasured) {
@@ -78,10 +94,16 @@ impl Report {
             line(
                 &mut out,
                 "semaphore",
-                format!("{}; at most {} attempts in flight", cost.semaphore_label(), cost.peak_in_flight),
+                format!(
+                    "{}; at most {} attempts in flight",
+                    cost.semaphore_label(),
+                    cost.peak_in_flight
+                ),
             );
             for (instance, degrade) in cost.degrade.iter().enumerate() {
-                let mode = degrade.mode.map_or("unknown".to_owned(), |mode| format!("{mode:?}").to_lowercase());
+                let mode = degrade
+                    .mode
+                    .map_or("unknown".to_owned(), |mode| format!("{mode:?}").to_lowercase());
                 line(
                     &mut out,
                     &format!("lock mode, instance {}", instance + 1),

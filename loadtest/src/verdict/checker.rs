@@ -63,8 +63,10 @@ async fn connect(redis_url: &str) -> anyhow::Result<redis::aio::MultiplexedConne
 
 /// The sale's reset generation, read before the attack.
 pub async fn generation(redis_url: &str) -> anyhow::Result<i64> {
-    let generation: Option<i64> =
-        redis::cmd("GET").arg(GENERATION_KEY).query_async(&mut connect(redis_url).await?).await?;
+    let generation: Option<i64> = redis::cmd("GET")
+        .arg(GENERATION_KEY)
+        .query_async(&mut connect(redis_url).await?)
+        .await?;
     Ok(generation.unwrap_or(0))
 }
 
@@ -119,12 +121,17 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     }
     let fencing_regressions = fencing_regressions(&sale.records);
     if let Some(regressions @ 1..) = fencing_regressions {
-        oversold.push(format!("fencing tokens went backwards {regressions} times: two holders overlapped"));
+        oversold.push(format!(
+            "fencing tokens went backwards {regressions} times: two holders overlapped"
+        ));
     }
     let told_sold = tally.sold as i64;
     let might_have_sold = told_sold + tally.outcome_unknown as i64;
     if sale.lucky < told_sold {
-        lost.push(format!("{told_sold} buyers were told \"sold\" but Redis counts only {} lucky", sale.lucky));
+        lost.push(format!(
+            "{told_sold} buyers were told \"sold\" but Redis counts only {} lucky",
+            sale.lucky
+        ));
     } else if sale.lucky > might_have_sold {
         lost.push(format!(
             "Redis counts {} lucky, but only {told_sold} buyers were told \"sold\" and {} got no clear answer",
@@ -149,9 +156,10 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     }
     match target.fencing {
         FencingStatus::Off => findings.push("the sale ran unfenced: --fencing off".to_owned()),
-        FencingStatus::NoTokens => {
-            findings.push(format!("the sale ran unfenced: `{}` issues no fencing tokens", target.strategy))
-        }
+        FencingStatus::NoTokens => findings.push(format!(
+            "the sale ran unfenced: `{}` issues no fencing tokens",
+            target.strategy
+        )),
         FencingStatus::On | FencingStatus::NotNeeded => {}
     }
     let verdict = if !oversold.is_empty() {
@@ -161,7 +169,12 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     } else {
         Verdict::Held
     };
-    Judgement { verdict, units_sold_twice, fencing_regressions, findings }
+    Judgement {
+        verdict,
+        units_sold_twice,
+        fencing_regressions,
+        findings,
+    }
 }
 
 /// How many units were sold more than once: each sale records the stock it read,
@@ -189,7 +202,12 @@ pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
     if by_source.is_empty() {
         return None;
     }
-    Some(by_source.values().map(|tokens| tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count()).sum())
+    Some(
+        by_source
+            .values()
+            .map(|tokens| tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count())
+            .sum(),
+    )
 }
 
 #[cfg(test)]
@@ -213,22 +231,46 @@ mod tests {
     }
 
     fn judged(stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize, unknown: usize) -> Judgement {
-        let sale = SaleState { stock, lucky, generation: 1, records, unreadable_records: 0 };
-        let tally = Tally { sold: told_sold, outcome_unknown: unknown, ..Tally::default() };
-        let target = Target { strategy: "redis".into(), fencing: FencingStatus::On, local_queue: true };
+        let sale = SaleState {
+            stock,
+            lucky,
+            generation: 1,
+            records,
+            unreadable_records: 0,
+        };
+        let tally = Tally {
+            sold: told_sold,
+            outcome_unknown: unknown,
+            ..Tally::default()
+        };
+        let target = Target {
+            strategy: "redis".into(),
+            fencing: FencingStatus::On,
+            local_queue: true,
+        };
         judge(3, &target, &sale, &tally)
     }
 
     #[test]
     fn a_stock_value_read_by_two_sales_counts_as_a_unit_sold_twice() {
-        let records = [record(3, None), record(2, None), record(2, None), record(2, None), record(1, None)];
+        let records = [
+            record(3, None),
+            record(2, None),
+            record(2, None),
+            record(2, None),
+            record(1, None),
+        ];
         assert_eq!(units_sold_twice(&records), 1);
         assert_eq!(units_sold_twice(&records[..2]), 0);
     }
 
     #[test]
     fn a_fencing_token_that_does_not_grow_is_a_regression() {
-        let records = [record(3, Some(("redis", 1))), record(2, Some(("redis", 5))), record(1, Some(("redis", 4)))];
+        let records = [
+            record(3, Some(("redis", 1))),
+            record(2, Some(("redis", 5))),
+            record(1, Some(("redis", 4))),
+        ];
         assert_eq!(fencing_regressions(&records), Some(1));
         assert_eq!(fencing_regressions(&records[..2]), Some(0));
     }
@@ -256,7 +298,13 @@ mod tests {
 
     #[test]
     fn counters_that_do_not_add_up_are_an_oversell() {
-        let judgement = judged(0, 4, vec![record(3, None), record(2, None), record(2, None), record(1, None)], 4, 0);
+        let judgement = judged(
+            0,
+            4,
+            vec![record(3, None), record(2, None), record(2, None), record(1, None)],
+            4,
+            0,
+        );
         assert_eq!(judgement.verdict, Verdict::Oversold);
         assert_eq!(judgement.units_sold_twice, 1);
     }
@@ -277,12 +325,20 @@ mod tests {
     fn a_sale_whose_buyer_got_no_clear_answer_is_not_lost() {
         let judgement = judged(0, 3, vec![record(3, None), record(2, None), record(1, None)], 2, 1);
         assert_eq!(judgement.verdict, Verdict::Held, "{:?}", judgement.findings);
-        assert!(judgement.findings.iter().any(|f| f.contains("no clear answer")), "{:?}", judgement.findings);
+        assert!(
+            judgement.findings.iter().any(|f| f.contains("no clear answer")),
+            "{:?}",
+            judgement.findings
+        );
     }
 
     #[test]
     fn an_exact_sale_holds() {
-        let records = vec![record(3, Some(("redis", 1))), record(2, Some(("redis", 2))), record(1, Some(("redis", 3)))];
+        let records = vec![
+            record(3, Some(("redis", 1))),
+            record(2, Some(("redis", 2))),
+            record(1, Some(("redis", 3))),
+        ];
         let judgement = judged(0, 3, records, 3, 0);
         assert_eq!(judgement.verdict, Verdict::Held, "{:?}", judgement.findings);
         assert_eq!(judgement.fencing_regressions, Some(0));

@@ -26,8 +26,13 @@ const HEALTH_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT_SECS: &str = "90";
 /// Answers after which the buyer cannot know whether a unit was sold: the service said
 /// so (504 `sale_outcome_unknown` or `request_timeout`), or no answer arrived at all.
-const UNKNOWN_OUTCOME_ANSWERS: [&str; 5] =
-    ["504 sale_outcome_unknown", "504 request_timeout", "timeout", "connection failed", "unreadable answer"];
+const UNKNOWN_OUTCOME_ANSWERS: [&str; 5] = [
+    "504 sale_outcome_unknown",
+    "504 request_timeout",
+    "timeout",
+    "connection failed",
+    "unreadable answer",
+];
 
 fn outcome_unknown(kind: &str) -> bool {
     UNKNOWN_OUTCOME_ANSWERS.contains(&kind)
@@ -109,8 +114,9 @@ pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     let target = target_of(&options.hosts).await?;
     let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let host = &options.hosts[0];
-    let mut reset =
-        http.post(format!("{host}/stock/reset")).json(&serde_json::json!({ "stock": options.initial_stock }));
+    let mut reset = http
+        .post(format!("{host}/stock/reset"))
+        .json(&serde_json::json!({ "stock": options.initial_stock }));
     if let Some(token) = &options.admin_token {
         reset = reset.bearer_auth(token);
     }
@@ -149,7 +155,10 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
             .iter()
             .zip(&targets)
             .map(|(h, t)| {
-                format!("{h} runs `{}` with fencing {:?}, local queue {}", t.strategy, t.fencing, t.local_queue)
+                format!(
+                    "{h} runs `{}` with fencing {:?}, local queue {}",
+                    t.strategy, t.fencing, t.local_queue
+                )
             })
             .collect();
         bail!(
@@ -197,10 +206,18 @@ async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex
 /// What an answer to `/stock/reduce` (or its absence) means for the buyer.
 pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> Answer {
     match response {
-        Err(error) => Answer::Error(if error.is_timeout() { "timeout".into() } else { "connection failed".into() }),
+        Err(error) => Answer::Error(if error.is_timeout() {
+            "timeout".into()
+        } else {
+            "connection failed".into()
+        }),
         Ok(response) if response.status().is_success() => match response.json::<ReduceResponse>().await {
-            Ok(body) if body.sold => Answer::Sold { lock_wait_ms: body.lock_wait_ms },
-            Ok(body) => Answer::SoldOut { lock_wait_ms: body.lock_wait_ms },
+            Ok(body) if body.sold => Answer::Sold {
+                lock_wait_ms: body.lock_wait_ms,
+            },
+            Ok(body) => Answer::SoldOut {
+                lock_wait_ms: body.lock_wait_ms,
+            },
             Err(_) => Answer::Error("unreadable answer".into()),
         },
         Ok(response) => {

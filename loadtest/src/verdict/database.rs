@@ -31,12 +31,16 @@ pub fn is_database_lock(strategy: &str) -> bool {
 /// DML statements the MySQL server has run since it started.
 pub async fn server_statements(mysql_url: &str) -> anyhow::Result<u64> {
     let connect = sqlx::MySqlConnection::connect(mysql_url);
-    let mut connection =
-        tokio::time::timeout(Duration::from_secs(5), connect).await.context("timed out")?.context("cannot connect")?;
+    let mut connection = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .context("timed out")?
+        .context("cannot connect")?;
     let counters: Vec<(String, String)> = sqlx::query_as(STATEMENT_COUNTERS).fetch_all(&mut connection).await?;
     let mut total = 0;
     for (name, value) in counters {
-        total += value.parse::<u64>().with_context(|| format!("{name} is not a number: {value}"))?;
+        total += value
+            .parse::<u64>()
+            .with_context(|| format!("{name} is not a number: {value}"))?;
     }
     connection.close().await.ok();
     Ok(total)
@@ -117,7 +121,9 @@ impl DatabaseCost {
             (Err(error), _) | (_, Err(error)) => Err(error.clone()),
         };
         let mut cost = DatabaseCost::between(stats_before, stats_after, statements.as_ref().ok().copied(), units_sold);
-        cost.statements_unmeasured = statements.err().map(|error| format!("cannot read MySQL's counters at {error}"));
+        cost.statements_unmeasured = statements
+            .err()
+            .map(|error| format!("cannot read MySQL's counters at {error}"));
         Some(cost)
     }
 
@@ -174,7 +180,10 @@ mod tests {
             attempts,
             grants,
             conflicts,
-            permits: PermitStats { permits: Some(10), peak_in_flight: peak },
+            permits: PermitStats {
+                permits: Some(10),
+                peak_in_flight: peak,
+            },
             degrade: None,
         }
     }
@@ -188,6 +197,9 @@ mod tests {
         assert_eq!(cost.statements_per_sale(), Some(10.0));
         assert_eq!(cost.conflicts_per_sale(), Some(0.4));
         assert_eq!((cost.permits, cost.peak_in_flight), (Some(10), 10));
-        assert_eq!(DatabaseCost::between(&before, &after, None, 0).statements_per_sale(), None);
+        assert_eq!(
+            DatabaseCost::between(&before, &after, None, 0).statements_per_sale(),
+            None
+        );
     }
 }

@@ -189,7 +189,10 @@ pub(crate) mod tests {
     #[test]
     fn a_baseline_passes_only_when_it_showed_the_oversell() {
         assert!(report("none", Verdict::Oversold).passed());
-        assert!(!report("local", Verdict::Held).passed(), "a baseline that did not oversell did not show its lesson");
+        assert!(
+            !report("local", Verdict::Held).passed(),
+            "a baseline that did not oversell did not show its lesson"
+        );
         assert!(!report("none", Verdict::Lost).passed(), "a lost sale never passes");
     }
 }

@@ -168,7 +168,10 @@ mod tests {
         });
         // The first lease ends at 295 ms; the renewal at 200 ms moved it to 495 ms.
         tokio::time::sleep_until((sent + Duration::from_millis(400)).into()).await;
-        assert!(lease.is_held(), "a renewal stuck without its own timeout let the lease run out");
+        assert!(
+            lease.is_held(),
+            "a renewal stuck without its own timeout let the lease run out"
+        );
         assert!(calls.load(Ordering::SeqCst) >= 2);
     }
 
@@ -180,6 +183,9 @@ mod tests {
         let (_sender, lease) = fixed_lease(sent, Duration::from_millis(100));
         assert!(lease.is_held());
         tokio::time::sleep_until((sent + Duration::from_millis(100)).into()).await;
-        assert!(!lease.is_held(), "trusted up to the TTL itself, not TTL minus the drift");
+        assert!(
+            !lease.is_held(),
+            "trusted up to the TTL itself, not TTL minus the drift"
+        );
     }
 }

@@ -58,7 +58,10 @@ impl Permits {
         };
         let now_in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak_in_flight.fetch_max(now_in_flight, Ordering::SeqCst);
-        Some(Pass { _permit: permit, in_flight: &self.in_flight })
+        Some(Pass {
+            _permit: permit,
+            in_flight: &self.in_flight,
+        })
     }
 
     /// Wakes every waiter with `None` and refuses later ones (at shutdown). Without a
@@ -70,7 +73,10 @@ impl Permits {
     }
 
     pub fn stats(&self) -> PermitStats {
-        PermitStats { permits: self.limit, peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst) }
+        PermitStats {
+            permits: self.limit,
+            peak_in_flight: self.peak_in_flight.load(Ordering::SeqCst),
+        }
     }
 }
 

@@ -40,7 +40,10 @@ where
         }
         let now = Instant::now();
         if now >= deadline {
-            return Err(LockError::Timeout { key: key.to_owned(), waited: now - started });
+            return Err(LockError::Timeout {
+                key: key.to_owned(),
+                waited: now - started,
+            });
         }
         let jittered = pause.mul_f64(rand::rng().random_range(0.5..1.5));
         wait(jittered.min(deadline - now)).await;

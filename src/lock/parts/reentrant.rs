@@ -50,7 +50,10 @@ pub struct Reentrant {
 
 impl Reentrant {
     pub fn new(backend: Arc<dyn DistributedLock>) -> Self {
-        Reentrant { backend, holds: Arc::default() }
+        Reentrant {
+            backend,
+            holds: Arc::default(),
+        }
     }
 
     /// The wrapped backend.
@@ -88,7 +91,11 @@ impl Reentrant {
         let mut holds = unpoisoned(&self.holds);
         let hold = holds.get_mut(&(owner.clone(), key.to_owned()))?;
         hold.count += 1;
-        Some(hold.info.clone().into_guard(ReleaseOneHold::new(self.holds.clone(), (owner.clone(), key.to_owned()))))
+        Some(
+            hold.info
+                .clone()
+                .into_guard(ReleaseOneHold::new(self.holds.clone(), (owner.clone(), key.to_owned()))),
+        )
     }
 
     /// Keeps the backend's grant here and hands out a guard that counts down.
@@ -98,7 +105,14 @@ impl Reentrant {
         }
         let (info, backend_release) = granted.into_parts();
         let id = (owner.clone(), info.key.clone());
-        unpoisoned(&self.holds).insert(id.clone(), Hold { count: 1, info: info.clone(), backend_release });
+        unpoisoned(&self.holds).insert(
+            id.clone(),
+            Hold {
+                count: 1,
+                info: info.clone(),
+                backend_release,
+            },
+        );
         info.into_guard(ReleaseOneHold::new(self.holds.clone(), id))
     }
 }
@@ -116,7 +130,11 @@ struct ReleaseOneHold {
 
 impl ReleaseOneHold {
     fn new(holds: Holds, id: (Owner, String)) -> Self {
-        ReleaseOneHold { holds, id, counted_down: false }
+        ReleaseOneHold {
+            holds,
+            id,
+            counted_down: false,
+        }
     }
 
     /// Takes this hold away, once; the backend's grant if it was the last.

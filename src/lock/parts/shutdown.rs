@@ -13,7 +13,10 @@ pub struct ShutDownSwitch {
 impl ShutDownSwitch {
     /// A switch for the lock named `backend` (the name the refusal carries).
     pub const fn new(backend: &'static str) -> Self {
-        ShutDownSwitch { backend, shut_down: AtomicBool::new(false) }
+        ShutDownSwitch {
+            backend,
+            shut_down: AtomicBool::new(false),
+        }
     }
 
     /// Called at shutdown: later acquires are refused.

@@ -212,12 +212,20 @@ impl DegradingLock {
         options: DegradeOptions,
     ) -> Result<Self, LockError> {
         let shared = Arc::new(shared);
-        let first = shared.renew().await.map_err(|error| LockError::backend(BACKEND, error))?;
+        let first = shared
+            .renew()
+            .await
+            .map_err(|error| LockError::backend(BACKEND, error))?;
         let (publish, view) = watch::channel(Some(first));
         let stats = Arc::new(StdMutex::new(ModeClock::default()));
         unpoisoned(&stats).observe(first.mode, first.epoch);
         let renew_now = Arc::new(tokio::sync::Notify::new());
-        let renewer = tokio::spawn(renew_mode_lease(shared.clone(), publish, renew_now.clone(), stats.clone()));
+        let renewer = tokio::spawn(renew_mode_lease(
+            shared.clone(),
+            publish,
+            renew_now.clone(),
+            stats.clone(),
+        ));
         let prober = tokio::spawn(probe_while_degraded(
             lock_redis,
             shared.clone(),
@@ -275,7 +283,9 @@ impl DegradingLock {
             Mode::Mysql => self.mysql.try_acquire(key, owner).await?,
         };
         // The grant took time: it counts only if the epoch's lease still allows it.
-        let still = self.current().filter(|now| now.epoch == lease.epoch && now.allows_grants_at(Instant::now()));
+        let still = self
+            .current()
+            .filter(|now| now.epoch == lease.epoch && now.allows_grants_at(Instant::now()));
         if still.is_none() {
             let _ = inner.release().await;
             return Err(LockError::Busy { key: key.to_owned() });
@@ -287,7 +297,9 @@ impl DegradingLock {
     fn bound_by_epoch(&self, inner: LockGuard, epoch: u64) -> LockGuard {
         let (mut info, releaser) = inner.into_parts();
         info.lease = Lease::both(info.lease, epoch_lease(self.view.clone(), epoch));
-        info.fencing_token = info.fencing_token.map(|token| FencingToken::new(BACKEND, epoch, token.counter));
+        info.fencing_token = info
+            .fencing_token
+            .map(|token| FencingToken::new(BACKEND, epoch, token.counter));
         info.into_guard(releaser)
     }
 
@@ -296,13 +308,20 @@ impl DegradingLock {
     /// Seen here as a counter that went back: switch at once, so that Redis comes back
     /// later under a newer epoch, whose tokens outrank every earlier one.
     fn redis_forgot_its_counter(&self, lease: ModeLease, guard: &LockGuard) -> bool {
-        let Some(counter) = guard.fencing_token().map(|token| token.counter) else { return false };
+        let Some(counter) = guard.fencing_token().map(|token| token.counter) else {
+            return false;
+        };
         let mut newest = unpoisoned(&self.newest_redis_token);
         let seen = newest.insert(guard.key().to_owned(), (lease.epoch, counter));
         if matches!(seen, Some((epoch, before)) if epoch == lease.epoch && counter <= before) {
             drop(newest);
-            tracing::warn!(epoch = lease.epoch, counter, "the lock Redis forgot its token counter (restarted empty)");
-            self.failures_in_a_row.store(self.options.failures_to_degrade, Ordering::SeqCst);
+            tracing::warn!(
+                epoch = lease.epoch,
+                counter,
+                "the lock Redis forgot its token counter (restarted empty)"
+            );
+            self.failures_in_a_row
+                .store(self.options.failures_to_degrade, Ordering::SeqCst);
             let shared = self.shared.clone();
             let renew_now = self.renew_now.clone();
             tokio::spawn(async move {
@@ -477,7 +496,10 @@ impl DistributedLock for DegradingLock {
         }
         let redis = self.redis.shutdown().await;
         let mysql = self.mysql.shutdown().await;
-        self.shared.leave().await.map_err(|error| LockError::backend(BACKEND, error))?;
+        self.shared
+            .leave()
+            .await
+            .map_err(|error| LockError::backend(BACKEND, error))?;
         redis.and(mysql)
     }
 

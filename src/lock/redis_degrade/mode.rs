@@ -107,7 +107,12 @@ impl SharedMode {
     /// The mode of lock `name`, as instance `instance` sees it; creates the row if needed.
     pub async fn open(pool: MySqlPool, name: &str, instance: &str, ttl: Duration) -> Result<Self, sqlx::Error> {
         sqlx::query(CREATE_MODE).bind(name).execute(&pool).await?;
-        Ok(SharedMode { pool, name: name.to_owned(), instance: instance.to_owned(), ttl })
+        Ok(SharedMode {
+            pool,
+            name: name.to_owned(),
+            instance: instance.to_owned(),
+            ttl,
+        })
     }
 
     pub fn ttl(&self) -> Duration {
@@ -118,8 +123,10 @@ impl SharedMode {
     pub async fn renew(&self) -> Result<ModeLease, sqlx::Error> {
         let sent = Instant::now();
         let mut transaction = self.pool.begin().await?;
-        let (mode, epoch, wait_us): (String, u64, i64) =
-            sqlx::query_as(READ_MODE_SHARED).bind(&self.name).fetch_one(&mut *transaction).await?;
+        let (mode, epoch, wait_us): (String, u64, i64) = sqlx::query_as(READ_MODE_SHARED)
+            .bind(&self.name)
+            .fetch_one(&mut *transaction)
+            .await?;
         sqlx::query(RENEW_LEASE)
             .bind(&self.instance)
             .bind(&self.name)
@@ -146,14 +153,19 @@ impl SharedMode {
     /// Step 3: switches from `from_epoch` to `to`. `false` if someone else switched first.
     pub async fn switch(&self, from_epoch: u64, to: Mode) -> Result<bool, sqlx::Error> {
         let mut transaction = self.pool.begin().await?;
-        let (_, epoch): (String, u64) =
-            sqlx::query_as(READ_MODE_FOR_SWITCH).bind(&self.name).fetch_one(&mut *transaction).await?;
+        let (_, epoch): (String, u64) = sqlx::query_as(READ_MODE_FOR_SWITCH)
+            .bind(&self.name)
+            .fetch_one(&mut *transaction)
+            .await?;
         if epoch != from_epoch {
             transaction.rollback().await?;
             return Ok(false);
         }
-        let (last_lease_ends_in_us,): (i64,) =
-            sqlx::query_as(LAST_LEASE_ENDS_IN).bind(&self.name).bind(from_epoch).fetch_one(&mut *transaction).await?;
+        let (last_lease_ends_in_us,): (i64,) = sqlx::query_as(LAST_LEASE_ENDS_IN)
+            .bind(&self.name)
+            .bind(from_epoch)
+            .fetch_one(&mut *transaction)
+            .await?;
         sqlx::query(SWITCH)
             .bind(to.as_str())
             .bind(last_lease_ends_in_us.max(0))
