@@ -170,3 +170,24 @@ async fn with_persistence_a_restarted_master_still_holds_its_key_so_a_bare_major
     );
     held.release().await.unwrap();
 }
+
+/// Renewal by a majority moves the validity on, by the same arithmetic as the grant:
+/// a holder whose keys are extended keeps trusting its lock past the first deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_whose_keys_are_renewed_stays_valid_past_its_first_deadline() {
+    let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
+    let ttl = Duration::from_millis(600);
+    let lock = Redlock::connect(&urls(&masters), RedlockOptions { ttl, ..options() })
+        .await
+        .unwrap();
+    let guard = lock
+        .acquire(&common::unique_key("renewed"), &common::owner(), ttl)
+        .await
+        .expect("granted");
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        guard.is_held(),
+        "renewed on every master, yet the holder stopped trusting its lock at the first deadline"
+    );
+    guard.release().await.expect("still ours at release");
+}

@@ -1,7 +1,5 @@
 //! The guard a grant hands out, and how a backend gives the grant back.
 
-use std::time::Instant;
-
 use async_trait::async_trait;
 
 use crate::lock::{FencingToken, Lease, LockError};
@@ -39,7 +37,6 @@ impl Release for NothingToRelease {
 pub struct LockGuard {
     key: String,
     fencing_token: Option<FencingToken>,
-    valid_until: Option<Instant>,
     lease: Lease,
     releaser: Box<dyn Release>,
 }
@@ -50,7 +47,6 @@ impl LockGuard {
         LockGuard {
             key: key.to_owned(),
             fencing_token: None,
-            valid_until: None,
             lease: Lease::unbounded(),
             releaser: Box::new(releaser),
         }
@@ -66,12 +62,6 @@ impl LockGuard {
         self
     }
 
-    /// The holder must not write after `deadline` (Redlock's remaining validity).
-    pub fn with_validity(mut self, deadline: Instant) -> Self {
-        self.valid_until = Some(deadline);
-        self
-    }
-
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -80,18 +70,14 @@ impl LockGuard {
         self.fencing_token.as_ref()
     }
 
-    pub fn valid_until(&self) -> Option<Instant> {
-        self.valid_until
-    }
-
     pub fn lease(&self) -> &Lease {
         &self.lease
     }
 
-    /// False once the lease is lost or the validity deadline passed. Checking it before
+    /// False once the lease is lost (or, for a lease with a deadline, past it). Checking it before
     /// a write narrows the window for a late writer; only a fencing token closes it.
     pub fn is_held(&self) -> bool {
-        self.lease.is_held() && self.valid_until.is_none_or(|deadline| Instant::now() < deadline)
+        self.lease.is_held()
     }
 
     /// Gives the key back. [`LockError::Lost`] if the lease had already run out.
@@ -104,7 +90,6 @@ impl LockGuard {
         let info = GuardInfo {
             key: self.key,
             fencing_token: self.fencing_token,
-            valid_until: self.valid_until,
             lease: self.lease,
         };
         (info, self.releaser)
@@ -116,7 +101,6 @@ impl LockGuard {
 pub(crate) struct GuardInfo {
     pub key: String,
     pub fencing_token: Option<FencingToken>,
-    pub valid_until: Option<Instant>,
     pub lease: Lease,
 }
 
@@ -125,7 +109,6 @@ impl GuardInfo {
         LockGuard {
             key: self.key,
             fencing_token: self.fencing_token,
-            valid_until: self.valid_until,
             lease: self.lease,
             releaser: Box::new(releaser),
         }
@@ -137,7 +120,6 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("key", &self.key)
             .field("fencing_token", &self.fencing_token)
-            .field("valid_until", &self.valid_until)
             .finish_non_exhaustive()
     }
 }

@@ -44,9 +44,9 @@
 //!    overrides `acquire` and waits for its predecessor instead.
 //! 3. The guard carries what the backend needs to give the key back
 //!    ([`LockGuard::release`], explicit and async, never hidden in `Drop`), the
-//!    fencing token of this grant if the backend has one, the validity deadline if
-//!    the backend has one, and a [`Lease`] that turns *lost* when the backend can no
-//!    longer promise exclusion. The critical section checks it before it writes.
+//!    fencing token of this grant if the backend has one, and a [`Lease`] that turns
+//!    *lost* when the backend can no longer promise exclusion (or when its deadline,
+//!    such as Redlock's validity, passes without a renewal). The critical section checks it before it writes.
 //! 4. A guard dropped without `release` never holds the key forever: a lease backend
 //!    stops renewing and the key expires with its lease (like a crashed holder); a
 //!    session backend, whose session outlives one grant, deletes the key in the background.

@@ -11,14 +11,15 @@
 //!    N at once, and notes when it started.
 //! 3. **Granted** only if a majority (N/2 + 1) said yes *and* time is left:
 //!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, must be above
-//!    zero. The guard carries that deadline; the holder must not write after it (the
-//!    sale checks [`LockGuard::is_held`] before its write).
+//!    zero. The guard's lease ends at that deadline; the holder must not write after it
+//!    (the sale checks [`LockGuard::is_held`] before its write).
 //! 4. **On failure** it deletes its value on *every* master at once (also those that
 //!    did not answer yes: a yes may have been lost on the way back), then the waiter
 //!    retries after a random delay (the trait's jittered backoff).
 //! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
-//!    script, and counts: a majority extended keeps the lease, a majority that no longer
-//!    holds our value ends it. **Release** runs the owner-checked delete everywhere.
+//!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
+//!    drift`, counted from that renewal's start), a majority that no longer holds our
+//!    value ends it. **Release** runs the owner-checked delete everywhere.
 //!
 //! ## Limitations
 //! - **No fencing token.** A majority of independent counters is not a counter: two
@@ -420,7 +421,8 @@ impl DistributedLock for Redlock {
                 held: self.held.clone(),
                 lease: keeper,
             };
-            return Ok(LockGuard::new(key, grant).with_validity(valid_until).with_lease(lease));
+            // The lease starts at `valid_until` and moves on with each majority renewal.
+            return Ok(LockGuard::new(key, grant).with_lease(lease));
         }
         // Step 4: give back whatever we may have got, everywhere, before anyone retries.
         self.masters.delete_everywhere(key, &value).await;
