@@ -38,14 +38,7 @@ async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
         let answer = buyer.await.unwrap();
         assert_eq!(answer["sold"], true, "{answer}");
     }
-    let health: serde_json::Value = http
-        .get(format!("{}/healthz", instance.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = common::healthz(&instance.url).await;
     instance.stop().await.unwrap();
     health["lock_stats"]["permits"]["peak_in_flight"]
         .as_u64()

@@ -148,14 +148,7 @@ async fn outages(fault: Fault, db: u8) {
         buyer.await.unwrap();
     }
     watcher.await.unwrap();
-    let health: serde_json::Value = http
-        .get(format!("{}/healthz", first.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = common::healthz(&first.url).await;
     let degrade = health["lock_stats"]["degrade"].clone();
     first.stop().await.unwrap();
     second.stop().await.unwrap();

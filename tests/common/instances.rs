@@ -47,3 +47,13 @@ pub async fn reset_stock(base_url: &str, stock: i64) {
         answer.text().await.unwrap_or_default()
     );
 }
+
+/// `GET /healthz` of a running instance, as JSON.
+pub async fn healthz(base_url: &str) -> serde_json::Value {
+    reqwest::get(format!("{base_url}/healthz"))
+        .await
+        .expect("the instance answers")
+        .json()
+        .await
+        .expect("/healthz answers JSON")
+}
