@@ -140,25 +140,23 @@ async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
     );
 }
 
-#[test]
-fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
+/// Runs `seckill serve --lock LOCK FLAG VALUE` against a server that is not there, and
+/// expects it to give up within 15 s, naming the server and how to start it.
+fn refused_quickly(lock: &str, flag: &str, value: &str, names_the_server: &str) {
     let started = std::time::Instant::now();
     let output = seckill(&[
         "serve",
         "--lock",
-        "etcd",
-        "--etcd-endpoints",
-        "http://127.0.0.1:1",
+        lock,
+        flag,
+        value,
         "--redis-url",
         &common::redis_url(62),
     ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
-    assert!(message.contains("cannot reach etcd at http://127.0.0.1:1"), "{message}");
-    assert!(
-        message.contains("make services") && message.contains("--etcd-endpoints"),
-        "{message}"
-    );
+    assert!(message.contains(names_the_server), "{message}");
+    assert!(message.contains("make services") && message.contains(flag), "{message}");
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "took {:?}",
@@ -167,28 +165,22 @@ fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
 }
 
 #[test]
+fn an_etcd_that_is_down_is_refused_with_its_url_and_how_to_start_it() {
+    refused_quickly(
+        "etcd",
+        "--etcd-endpoints",
+        "http://127.0.0.1:1",
+        "cannot reach etcd at http://127.0.0.1:1",
+    );
+}
+
+#[test]
 fn a_zookeeper_that_is_down_is_refused_with_its_address_and_how_to_start_it() {
-    let started = std::time::Instant::now();
-    let output = seckill(&[
-        "serve",
-        "--lock",
+    refused_quickly(
         "zookeeper",
         "--zk-connect",
         "127.0.0.1:1",
-        "--redis-url",
-        &common::redis_url(62),
-    ]);
-    assert_eq!(output.status.code(), Some(1));
-    let message = stderr(&output);
-    assert!(message.contains("cannot reach ZooKeeper at 127.0.0.1:1"), "{message}");
-    assert!(
-        message.contains("make services") && message.contains("--zk-connect"),
-        "{message}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "took {:?}",
-        started.elapsed()
+        "cannot reach ZooKeeper at 127.0.0.1:1",
     );
 }
 

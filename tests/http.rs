@@ -163,11 +163,7 @@ async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() 
     assert_error_shape(&body, "lock_timeout");
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(10), json!(0)));
-    let _: () = redis::cmd("DEL")
-        .arg(STOCK_LOCK_KEY)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
+    common::delete_key(&client, STOCK_LOCK_KEY).await;
 }
 
 #[tokio::test]
@@ -464,9 +460,5 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
         started.elapsed()
     );
     stuck.abort();
-    let _: () = redis::cmd("DEL")
-        .arg(STOCK_LOCK_KEY)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
+    common::delete_key(&client, STOCK_LOCK_KEY).await;
 }

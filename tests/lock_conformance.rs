@@ -61,6 +61,11 @@ struct Contender {
     vanish: Hook<LockGuard>,
 }
 
+/// A holder that crashes: its lease is no longer renewed once the guard is dropped.
+fn drop_the_guard() -> Hook<LockGuard> {
+    Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) }))
+}
+
 fn no_hook<T: Send + 'static>() -> Hook<T> {
     Box::new(|_| Box::pin(async {}))
 }
@@ -413,16 +418,11 @@ conformance_suite!(
                 // As if the lease ran out: the key is gone, and the renewal will find it so.
                 lose_lease: Box::new(move |key: String| {
                     Box::pin(async move {
-                        let mut connection = common::connection(&redis).await;
-                        let _: () = ::redis::cmd("DEL")
-                            .arg(&key)
-                            .query_async(&mut connection)
-                            .await
-                            .unwrap();
+                        common::delete_key(&redis, &key).await;
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.
-                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+                vanish: drop_the_guard(),
             });
         }
         contenders
@@ -522,7 +522,7 @@ async fn mysql_contenders(
             lock,
             lose_lease: Box::new(move |key: String| Box::pin(async move { expire_row(&pool, expire, key).await })),
             // A crashed holder stops renewing; dropping the guard stops its renewal.
-            vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+            vanish: drop_the_guard(),
         });
     }
     contenders
@@ -602,18 +602,12 @@ conformance_suite!(
                 lose_lease: Box::new(move |key: String| {
                     Box::pin(async move {
                         for url in masters {
-                            let client = ::redis::Client::open(url).unwrap();
-                            let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-                            let _: () = ::redis::cmd("DEL")
-                                .arg(&key)
-                                .query_async(&mut connection)
-                                .await
-                                .unwrap();
+                            common::delete_key(&::redis::Client::open(url).unwrap(), &key).await;
                         }
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.
-                vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+                vanish: drop_the_guard(),
             });
         }
         contenders
@@ -666,17 +660,12 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
                     if in_mysql {
                         expire_row(&pool, EXPIRE_VERSION_ROW, key).await;
                     } else {
-                        let mut connection = common::connection(&redis).await;
-                        let _: () = ::redis::cmd("DEL")
-                            .arg(&key)
-                            .query_async(&mut connection)
-                            .await
-                            .unwrap();
+                        common::delete_key(&redis, &key).await;
                     }
                 })
             }),
             // A crashed holder stops renewing; dropping the guard stops its renewal.
-            vanish: Box::new(|guard: LockGuard| Box::pin(async move { drop(guard) })),
+            vanish: drop_the_guard(),
         });
     }
     contenders

@@ -242,9 +242,11 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
     guard.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn the_waiter_signals_of_keys_nobody_waits_for_are_forgotten() {
-    let (_, lock) = lock(2000, true).await;
+/// Grants and releases 50 fresh keys on `lock`, then asks it how many it remembers.
+async fn expect_at_most_one_key_remembered_after_50_fresh_keys(
+    lock: &dyn DistributedLock,
+    remembered: impl Fn() -> usize,
+) {
     for _ in 0..50 {
         let guard = lock
             .acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1))
@@ -252,28 +254,19 @@ async fn the_waiter_signals_of_keys_nobody_waits_for_are_forgotten() {
             .unwrap();
         guard.release().await.unwrap();
     }
-    assert!(
-        lock.remembered_keys() <= 1,
-        "{} keys remembered",
-        lock.remembered_keys()
-    );
+    assert!(remembered() <= 1, "{} keys remembered", remembered());
+}
+
+#[tokio::test]
+async fn the_waiter_signals_of_keys_nobody_waits_for_are_forgotten() {
+    let (_, lock) = lock(2000, true).await;
+    expect_at_most_one_key_remembered_after_50_fresh_keys(&lock, || lock.remembered_keys()).await;
 }
 
 #[tokio::test]
 async fn the_in_process_lock_forgets_keys_nobody_holds() {
     let lock = LocalLock::default();
-    for _ in 0..50 {
-        let guard = lock
-            .acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        guard.release().await.unwrap();
-    }
-    assert!(
-        lock.remembered_keys() <= 1,
-        "{} keys remembered",
-        lock.remembered_keys()
-    );
+    expect_at_most_one_key_remembered_after_50_fresh_keys(&lock, || lock.remembered_keys()).await;
 }
 
 #[tokio::test]

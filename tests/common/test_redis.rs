@@ -133,3 +133,12 @@ pub async fn connection(client: &redis::Client) -> redis::aio::MultiplexedConnec
 pub fn unique_key(label: &str) -> String {
     format!("test:{label}:{:016x}", rand::random::<u64>())
 }
+
+/// Deletes `key`, as an expiry would.
+pub async fn delete_key(client: &redis::Client, key: &str) {
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut connection(client).await)
+        .await
+        .expect("Redis answers");
+}
