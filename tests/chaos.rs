@@ -65,21 +65,13 @@ impl Process {
     }
 
     fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([signal, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        common::signal(self.child.id(), signal);
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::kill_even_if_frozen(&mut self.child);
     }
 }
 

@@ -53,6 +53,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::shutdown::ShutDownSwitch;
@@ -139,15 +140,13 @@ struct Scripts {
 /// key nobody waits for is forgotten.
 type Waiters = Arc<StdMutex<HashMap<String, Weak<Notify>>>>;
 /// Every grant this handle holds, token to key, so `shutdown` can give them back.
-type Held = Arc<StdMutex<HashMap<String, String>>>;
-
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
     connection: ConnectionManager,
     options: RedisLockOptions,
     scripts: Arc<Scripts>,
     waiters: Waiters,
-    held: Held,
+    held: HeldGrants<String, String>,
     shut_down: ShutDownSwitch,
     listener: JoinHandle<()>,
 }
@@ -169,7 +168,7 @@ impl RedisLock {
                 release: Script::new(RELEASE_SCRIPT),
             }),
             waiters,
-            held: Arc::default(),
+            held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             listener,
         })
@@ -287,7 +286,7 @@ struct RedisGrant {
     token: String,
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
-    held: Held,
+    held: HeldGrants<String, String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
 }
@@ -317,7 +316,7 @@ impl Release for RedisGrant {
 
 impl Drop for RedisGrant {
     fn drop(&mut self) {
-        unpoisoned(&self.held).remove(&self.token);
+        self.held.remove(&self.token);
     }
 }
 
@@ -353,7 +352,7 @@ impl DistributedLock for RedisLock {
             return Err(LockError::Busy { key: key.to_owned() });
         }
         let (keeper, lease) = self.keep_alive(key, &token, sent);
-        unpoisoned(&self.held).insert(token.clone(), key.to_owned());
+        self.held.insert(token.clone(), key.to_owned());
         let grant = RedisGrant {
             key: key.to_owned(),
             token,
@@ -389,7 +388,7 @@ impl DistributedLock for RedisLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         self.listener.abort();
-        let held: Vec<(String, String)> = unpoisoned(&self.held).drain().collect();
+        let held = self.held.take_all();
         let mut connection = self.connection.clone();
         for (token, key) in held {
             self.scripts

@@ -98,7 +98,15 @@ impl PrivateRedis {
     }
 }
 
-fn signal(pid: u32, signal: &str) {
+/// Kills a child that a test may have stopped (SIGSTOP): SIGCONT, SIGKILL, then reaps it.
+pub fn kill_even_if_frozen(child: &mut Child) {
+    let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`, ...) to `pid`.
+pub fn signal(pid: u32, signal: &str) {
     let status = Command::new("kill")
         .args([signal, &pid.to_string()])
         .status()
@@ -108,10 +116,6 @@ fn signal(pid: u32, signal: &str) {
 
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_even_if_frozen(&mut self.child);
     }
 }
