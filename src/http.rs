@@ -87,9 +87,10 @@ impl AppState {
         }))
     }
 
-    /// Gives back every lock still held: the last step of a shutdown.
+    /// Lets the sales under way finish, then gives back every lock still held: the
+    /// last step of a shutdown.
     pub async fn shutdown(&self) {
-        self.0.sale.guarding.shutdown().await;
+        self.0.sale.shut_down().await;
     }
 }
 

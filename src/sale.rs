@@ -12,7 +12,7 @@
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
 //!    the sale is over: sold out.
 //! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token.
-//! 4. Release the lock, whatever happened in 2 and 3.
+//! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there.
 //!
 //! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
 //! read the same `stock`. That gap is the race the lock must close, and the `none`
@@ -24,16 +24,26 @@
 //!   handler; if the sale lived in that handler, a guard dropped between acquire and
 //!   release would keep the lock for a whole TTL and stall every other buyer. In its
 //!   own task the sale always reaches step 4.
-//! - Every answer but one is certain: `sold: true` means one unit was sold, and every
-//!   503 means nothing was. If the write's answer is lost, the sale asks Redis which
-//!   outcome stands ([`StockStore::settle`]) until Redis answers, for at most
-//!   [`SETTLE_DEADLINE`]; only if Redis stays silent that long is the answer
-//!   504 `sale_outcome_unknown`.
+//! - The buyer hears the outcome of the write, not of the release: a release that
+//!   cannot reach its backend (a ZooKeeper that stopped answering, say) may retry for a
+//!   long time, and a unit already sold must not come back as a timeout meanwhile.
+//!
+//! ## Stopping without breaking a sale
+//! An instance asked to stop first turns away the buyers not yet granted the lock (in
+//! its local queue or waiting for the lock), then waits for every sale that holds a
+//! grant to finish, and only then gives its locks back ([`Sale::shut_down`]). Giving a
+//! lock back under a sale that has read the stock but not yet written it would let
+//! another instance sell the same unit. (A grant the backend made just as its waiter was
+//! turned away is nobody's: it ends with its lease, or with the session the lock's
+//! shutdown closes.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tokio::sync::{oneshot, MutexGuard};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::AppError;
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
@@ -62,13 +72,21 @@ pub enum Guarding {
 
 impl Guarding {
     /// Gives back every lock still held, at shutdown.
-    pub async fn shutdown(&self) {
+    async fn shutdown(&self) {
         if let Guarding::Lock(lock) = self {
             if let Err(error) = lock.shutdown().await {
                 tracing::warn!(%error, "the lock did not shut down cleanly; its leases will run out on their own");
             }
         }
     }
+}
+
+/// The sale tasks of one instance, so that a shutdown can wait for them.
+#[derive(Default)]
+pub struct SalesInFlight {
+    tasks: TaskTracker,
+    /// Cancelled at shutdown: the sales not yet granted the lock give up.
+    stopping: CancellationToken,
 }
 
 /// The sale's part of every lock's critical path (see [`crate::lock::critical_path`]):
@@ -108,51 +126,72 @@ pub struct Sale {
     /// Step 0: the in-process line in front of a distributed lock; `None` for the
     /// baselines (whose lesson is the race) and with `--local-queue false`.
     pub local_queue: Option<tokio::sync::Mutex<()>>,
+    /// Every sale task still running.
+    pub in_flight: SalesInFlight,
 }
 
 impl Sale {
-    /// Sells one unit if any is left, in a task of its own (see the module notes).
+    /// Sells one unit if any is left, in a task of its own (see the module notes), and
+    /// answers as soon as the outcome is known; the task may still be releasing the lock.
     pub async fn sell_one(self: &Arc<Self>) -> Result<SaleOutcome, AppError> {
+        let (answer, answered) = oneshot::channel();
         let sale = self.clone();
-        tokio::spawn(async move { sale.run().await })
+        self.in_flight.tasks.spawn(async move {
+            match &sale.guarding {
+                Guarding::Lock(lock) => sale.sell_under_lock(lock, answer).await,
+                Guarding::AtomicScript => {
+                    let _ = answer.send(sale.sell_atomically().await);
+                }
+            }
+        });
+        answered
             .await
-            .map_err(AppError::internal)?
+            .map_err(|_| AppError::internal("the sale's task ended without an answer"))?
     }
 
-    async fn run(&self) -> Result<SaleOutcome, AppError> {
-        match &self.guarding {
-            Guarding::Lock(lock) => self.sell_under_lock(lock).await,
-            Guarding::AtomicScript => self.sell_atomically().await,
+    /// Stops the sale: the sales not yet granted are turned away, the granted ones
+    /// finish (each is bounded by the steps after the acquire), and only then are the
+    /// locks given back. A lock given back earlier would let
+    /// another instance sell the unit a sale here has read but not yet written.
+    pub async fn shut_down(&self) {
+        self.in_flight.stopping.cancel();
+        self.in_flight.tasks.close();
+        let bound = STEPS_AFTER_ACQUIRE_BUDGET;
+        if tokio::time::timeout(bound, self.in_flight.tasks.wait()).await.is_err() {
+            tracing::error!(
+                still_running = self.in_flight.tasks.len(),
+                ?bound,
+                "sales still running after their bound; their locks are left to run out on their own"
+            );
+            return;
         }
+        self.guarding.shutdown().await;
     }
 
-    async fn sell_under_lock(&self, lock: &Reentrant) -> Result<SaleOutcome, AppError> {
-        // 1. Acquire. Each sale is an owner of its own.
-        let owner = Owner::new(&self.seller.instance);
+    /// Steps 0 to 4. The answer goes out as soon as the buyer's outcome is known, the
+    /// release after it.
+    async fn sell_under_lock(&self, lock: &Reentrant, answer: oneshot::Sender<Result<SaleOutcome, AppError>>) {
         let waiting_since = Instant::now();
-        let deadline = waiting_since + self.acquire_timeout;
         let waiting = self.metrics.waiting_for_the_lock();
-        // 0. Our turn in this instance's local queue, held until after the release.
-        let _turn = match &self.local_queue {
-            Some(queue) => Some(
-                tokio::time::timeout_at(deadline.into(), queue.lock())
-                    .await
-                    .map_err(|_| LockError::Timeout {
-                        key: STOCK_LOCK_KEY.to_owned(),
-                        waited: waiting_since.elapsed(),
-                    })?,
-            ),
-            None => None,
+        let granted = tokio::select! {
+            granted = self.wait_for_the_lock(lock, waiting_since) => granted,
+            // Not granted yet: nothing to finish, so a stopping instance turns it away.
+            () = self.in_flight.stopping.cancelled() => Err(AppError::ShuttingDown),
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
+        let (_turn, guard) = match granted {
+            Ok(granted) => granted,
+            Err(error) => {
+                let _ = answer.send(Err(error));
+                return;
+            }
+        };
         drop(waiting);
         let lock_wait = waiting_since.elapsed().as_secs_f64();
         self.metrics.record_lock_wait(lock_wait);
         let lock_wait_ms = lock_wait * 1000.0;
 
-        // 2 and 3. Read, check, write.
-        let outcome = self.decrement(&guard, lock_wait_ms).await;
+        // 2 and 3. Read, check, write; and tell the buyer.
+        let _ = answer.send(self.decrement(&guard, lock_wait_ms).await);
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
         match guard.release().await {
@@ -163,7 +202,31 @@ impl Sale {
             }
             Err(error) => tracing::warn!(%error, "release failed; the lease will expire on its own"),
         }
-        outcome
+    }
+
+    /// Steps 0 and 1, within the acquire timeout: our turn in this instance's local
+    /// queue (kept until after the release), then the lock. Each sale is an owner of its own.
+    async fn wait_for_the_lock(
+        &self,
+        lock: &Reentrant,
+        waiting_since: Instant,
+    ) -> Result<(Option<MutexGuard<'_, ()>>, LockGuard), AppError> {
+        let deadline = waiting_since + self.acquire_timeout;
+        let turn = match &self.local_queue {
+            Some(queue) => Some(
+                tokio::time::timeout_at(deadline.into(), queue.lock())
+                    .await
+                    .map_err(|_| LockError::Timeout {
+                        key: STOCK_LOCK_KEY.to_owned(),
+                        waited: waiting_since.elapsed(),
+                    })?,
+            ),
+            None => None,
+        };
+        let owner = Owner::new(&self.seller.instance);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
+        Ok((turn, guard))
     }
 
     async fn decrement(&self, guard: &LockGuard, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {

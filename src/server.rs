@@ -43,6 +43,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
         metrics: std::sync::Arc::new(metrics),
         local_queue: (config.local_queue && config.lock.takes_a_local_queue()).then(Default::default),
+        in_flight: Default::default(),
     };
     let limits = Limits {
         max_in_flight: config.max_in_flight as usize,

@@ -167,6 +167,17 @@ impl PrivateServer {
         stream.write_all(b"ruok").is_ok() && stream.read_to_string(&mut answer).is_ok() && answer == "imok"
     }
 
+    /// Stops it (SIGSTOP): it keeps its connections open and answers nothing, as a
+    /// server stalled by the network or the machine would. [`PrivateServer::thaw`] lets it go on.
+    pub fn freeze(&self) {
+        super::signal(self.child.as_ref().expect("the server runs").id(), "-STOP");
+    }
+
+    /// Lets a frozen server go on (SIGCONT).
+    pub fn thaw(&self) {
+        super::signal(self.child.as_ref().expect("the server runs").id(), "-CONT");
+    }
+
     /// Kills it (SIGKILL), as a crash would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

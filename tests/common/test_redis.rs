@@ -20,7 +20,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/http", 1..=9),
     ("loadtest/e2e", 10..=19),
     ("seckill/lock_conformance", 20..=29),
-    ("seckill/fencing", 30..=39),
+    ("seckill/fencing", 30..=39), // 38: a lock Redis restarted empty
     ("seckill/http", 40..=41),
     ("seckill/backend_outages", 42..=43),
     ("loadtest/e2e", 44..=44),
@@ -37,6 +37,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/local_queue", 61..=61),
     ("seckill/cli", 62..=62),
     ("seckill/own_servers", 63..=63),
+    ("seckill/shutdown", 72..=72),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

@@ -1,0 +1,114 @@
+//! The end of a sale and the end of an instance, in the order that keeps a sale whole:
+//! a buyer is answered from the sale's write, not after the release; and a stopping
+//! instance gives its lock back only once the sales it granted have written.
+//! Its Redis database is in `DATABASES` in tests/common/test_redis.rs.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use seckill::strategy::{Fencing, Strategy};
+
+const DB: u8 = 72;
+const STOCK: i64 = 10;
+
+/// One `GET /stock/reduce`: its status and its JSON body.
+async fn buy(base_url: &str) -> (u16, serde_json::Value) {
+    let answer = reqwest::get(format!("{base_url}/stock/reduce"))
+        .await
+        .expect("the instance answers");
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap_or_default())
+}
+
+/// Waits (up to 2 s) until the instance named `instance` holds `lock:stock`: the
+/// Redis lock's value starts with its holder's instance name.
+async fn wait_until_held_by(redis: &mut redis::aio::MultiplexedConnection, instance: &str) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let holder: Option<String> = redis.get("lock:stock").await.unwrap();
+        if holder.is_some_and(|holder| holder.starts_with(&format!("{instance}:"))) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{instance} never held lock:stock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Instance A is asked to stop while its sale holds the lock and has read the stock but
+/// not yet written it (it lingers 1.5 s there). Its grace for requests is 100 ms, far
+/// shorter. If A gave its lock back when the grace ran out, B would be granted, read the
+/// same stock and write it, and A's late write would sell that unit a second time:
+/// fencing is off, so nothing else refuses it. A must drain its sale first.
+#[tokio::test]
+async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_written() {
+    let first = common::instance_with(Strategy::Redis, DB, |config| {
+        config.fencing = Fencing::Off;
+        config.chaos_pause_before_write_ms = Some(1_500);
+        config.shutdown_grace_ms = 100;
+    })
+    .await;
+    let second = common::instance_with(Strategy::Redis, DB, |config| config.fencing = Fencing::Off).await;
+    common::reset_stock(&second.url, STOCK).await;
+    let client = common::redis_client(DB).await;
+    let mut redis = common::connection(&client).await;
+
+    let first_name = format!("seckill-{}", first.port);
+    let first_url = first.url.clone();
+    let first_sale = tokio::spawn(async move { buy(&first_url).await });
+    wait_until_held_by(&mut redis, &first_name).await;
+    let stopping = tokio::spawn(first.stop());
+    tokio::time::sleep(Duration::from_millis(300)).await; // past the grace
+    let (second_status, second_body) = buy(&second.url).await;
+    let (first_status, first_body) = first_sale.await.unwrap();
+    stopping.await.unwrap().expect("the first instance stops cleanly");
+
+    let stock: i64 = redis.get("stock").await.unwrap();
+    let lucky: i64 = redis.get("lucky").await.unwrap();
+    assert_eq!(
+        (first_status, second_status),
+        (200, 200),
+        "both buyers are served: {first_body} {second_body}"
+    );
+    assert_eq!(
+        (stock, lucky),
+        (STOCK - 2, 2),
+        "two sales must leave {} units; {stock} left means both sold one unit: {first_body} {second_body}",
+        STOCK - 2
+    );
+}
+
+/// ZooKeeper stops answering while a sale lingers before its write (1 s). The write
+/// goes to the stock Redis and succeeds; the release cannot reach ZooKeeper. The buyer
+/// must hear "sold" as soon as the write stands, not after the release gives up: the
+/// client gives up after 2 s of silence, and a delete that retries until the session
+/// ends (Curator's guaranteed delete) would keep a sold unit from its buyer even longer.
+#[tokio::test]
+async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lock() {
+    let zookeeper = common::PrivateServer::zookeeper();
+    let instance = common::instance_with(Strategy::Zookeeper, DB, |config| {
+        config.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
+        config.lock_ttl_ms = 15_000;
+        config.chaos_pause_before_write_ms = Some(1_000);
+    })
+    .await;
+    common::reset_stock(&instance.url, STOCK).await;
+
+    let url = instance.url.clone();
+    let sale = tokio::spawn(async move {
+        let started = Instant::now();
+        (buy(&url).await, started.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await; // granted, lingering before the write
+    zookeeper.freeze();
+    let ((status, body), answered_after) = sale.await.unwrap();
+    zookeeper.thaw();
+
+    assert_eq!(status, 200, "the sale was written, so it is sold: {body}");
+    assert_eq!(body["sold"], true, "{body}");
+    assert!(
+        answered_after < Duration::from_millis(1_600),
+        "answered {answered_after:?} after the buy: the buyer waited for the release, not for the write"
+    );
+}
