@@ -37,7 +37,7 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         Strategy::Local => Arc::new(local::LocalLock::default()),
         Strategy::Redis => {
             let lock_redis = lock_redis(config, redis).await?;
-            Arc::new(RedisLock::connect(&lock_redis, redis_lock_options(config)).await?)
+            Arc::new(RedisLock::connect_fenced_by(&lock_redis, redis, redis_lock_options(config)).await?)
         }
         Strategy::RedisDegrade => {
             let lock_redis = lock_redis(config, redis).await?;

@@ -209,3 +209,48 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
         }
     );
 }
+
+/// The lock lives in a Redis of its own (`--lock-redis-url`) that restarts empty mid-sale.
+/// Its fencing counter starts again from 1 while the stock remembers the last sale's
+/// token: unless the tokens of the new server outrank the old ones, every lawful holder
+/// after the restart is refused as one whose lock is gone (`lock_lost`), until the
+/// counter passes the mark. A restart may cost a failed request while the connection
+/// comes back, and then the sale goes on.
+#[tokio::test]
+async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
+    use seckill::strategy::Strategy;
+    const SOLD_BEFORE: usize = 20;
+    let lock_redis = common::PrivateRedis::start();
+    let instance = common::instance_with(Strategy::Redis, 38, |config| {
+        config.lock_redis_url = Some(lock_redis.url());
+    })
+    .await;
+    common::reset_stock(&instance.url, 100).await;
+    let buy = || async {
+        let answer = reqwest::get(format!("{}/stock/reduce", instance.url)).await.unwrap();
+        let body: serde_json::Value = answer.json().await.unwrap();
+        match body["sold"].as_bool() {
+            Some(true) => "sold".to_owned(),
+            _ => body["error"].as_str().unwrap_or("?").to_owned(),
+        }
+    };
+    for _ in 0..SOLD_BEFORE {
+        assert_eq!(buy().await, "sold", "the sales before the restart");
+    }
+
+    let (port, _old_data) = lock_redis.crash();
+    let _restarted = common::PrivateRedis::start_on(port);
+    let restarted_at = std::time::Instant::now();
+    let mut answers = Vec::new();
+    while answers.iter().filter(|answer| *answer == "sold").count() < 3 {
+        assert!(
+            restarted_at.elapsed() < std::time::Duration::from_secs(3),
+            "3 s after the restart, still not 3 sales: {answers:?}"
+        );
+        answers.push(buy().await);
+    }
+    assert!(
+        !answers.iter().any(|answer| answer == "lock_lost"),
+        "the fence refused lawful holders after the restart: {answers:?}"
+    );
+}

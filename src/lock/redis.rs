@@ -6,6 +6,15 @@
 //!    owner (its instance's name first) and a random value unique to this acquisition:
 //!    it says *who* holds the lock, to the release script and to a reader of Redis. In the same
 //!    script, `INCR lock:stock:fence` hands out a fencing token that grows with every grant.
+//!    The token is `(epoch, counter)`, and the epoch is the life of that counter: a lock
+//!    Redis that restarts empty counts from 1 again while the stock still remembers
+//!    token N, and would refuse every holder until the counter passed N. So the counter
+//!    lives beside its epoch (`lock:stock:fence:epoch`), and the script grants nothing
+//!    while the epoch is missing. The lock then takes the next epoch from where the
+//!    stock's fence lives (`INCR lock:stock:fence:epochs` on the stock Redis, which
+//!    forgets that count only together with the fence's marks), stores it with `SET NX`
+//!    (the first instance to do so wins), and tries again. Every token of the new server
+//!    outranks every token of the old one.
 //! 2. **Renew.** While the lock is held, a background task runs every `ttl / 3`:
 //!    "if the key still holds my token, `PEXPIRE` it". A slow critical section keeps
 //!    its lock; a crashed holder stops renewing and the key expires.
@@ -71,13 +80,18 @@ pub const CRITICAL_PATH: &[Step] = &[
     step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
 ];
 
-/// Set the key only if absent, with a TTL; on success hand out the next fencing token.
-/// KEYS[1] = lock key, KEYS[2] = fencing counter; ARGV[1] = token, ARGV[2] = ttl in ms.
+/// Set the key only if absent, with a TTL; on success hand out the next fencing token,
+/// `{epoch, counter}`. `{-1, 0}`: the counter has no epoch yet (step 1), nothing granted.
+/// KEYS[1] = lock key, KEYS[2] = fencing counter, KEYS[3] = its epoch; ARGV[1] = token, ARGV[2] = ttl in ms.
 const ACQUIRE_SCRIPT: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+local epoch = redis.call('GET', KEYS[3])
+if not epoch then
+  return {-1, 0}
 end
-return 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {tonumber(epoch), redis.call('INCR', KEYS[2])}
+end
+return {tonumber(epoch), 0}
 "#;
 
 /// Extend the lease only if it is still ours. KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = ttl in ms.
@@ -143,6 +157,8 @@ type Waiters = Arc<StdMutex<HashMap<String, Weak<Notify>>>>;
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
     connection: ConnectionManager,
+    /// Where a new epoch comes from (step 1): the Redis of the stock's fence.
+    epochs: ConnectionManager,
     options: RedisLockOptions,
     scripts: Arc<Scripts>,
     waiters: Waiters,
@@ -152,15 +168,41 @@ pub struct RedisLock {
 }
 
 impl RedisLock {
-    /// Connects, and subscribes to release announcements.
+    /// Connects, and subscribes to release announcements. For a lock that lives beside
+    /// the stock: new epochs come from the same Redis.
     pub async fn connect(client: &redis::Client, options: RedisLockOptions) -> Result<Self, LockError> {
-        let connection = crate::redis_store::connection_manager(client)
+        let connection = Self::connection(client).await?;
+        Ok(Self::start(client, connection.clone(), connection, options))
+    }
+
+    /// A lock in `client` whose tokens the stock in `stock` checks: its new epochs come
+    /// from there (step 1), so that a restart of the lock's Redis cannot send tokens back.
+    pub async fn connect_fenced_by(
+        client: &redis::Client,
+        stock: &redis::Client,
+        options: RedisLockOptions,
+    ) -> Result<Self, LockError> {
+        let (connection, epochs) = (Self::connection(client).await?, Self::connection(stock).await?);
+        Ok(Self::start(client, connection, epochs, options))
+    }
+
+    async fn connection(client: &redis::Client) -> Result<ConnectionManager, LockError> {
+        crate::redis_store::connection_manager(client)
             .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
+            .map_err(|e| LockError::backend(BACKEND, e))
+    }
+
+    fn start(
+        client: &redis::Client,
+        connection: ConnectionManager,
+        epochs: ConnectionManager,
+        options: RedisLockOptions,
+    ) -> Self {
         let waiters: Waiters = Arc::default();
         let listener = tokio::spawn(listen_for_releases(client.clone(), waiters.clone()));
-        Ok(RedisLock {
+        RedisLock {
             connection,
+            epochs,
             options,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(ACQUIRE_SCRIPT),
@@ -171,7 +213,7 @@ impl RedisLock {
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             listener,
-        })
+        }
     }
 
     /// The signal a release of `key` fires, created if no local waiter has it yet.
@@ -193,6 +235,45 @@ impl RedisLock {
 
     fn fencing_key(key: &str) -> String {
         format!("{key}:fence")
+    }
+
+    fn epoch_key(key: &str) -> String {
+        format!("{key}:fence:epoch")
+    }
+
+    /// The acquire script: `(epoch, counter)`, the counter 0 when the key is taken.
+    async fn run_acquire_script(&self, key: &str, token: &str) -> redis::RedisResult<(i64, u64)> {
+        self.scripts
+            .acquire
+            .key(key)
+            .key(Self::fencing_key(key))
+            .key(Self::epoch_key(key))
+            .arg(token)
+            .arg(self.options.ttl.as_millis() as u64)
+            .invoke_async(&mut self.connection.clone())
+            .await
+    }
+
+    /// Step 1: the lock Redis has no epoch for `key`'s counter (it is new, or it
+    /// restarted empty). Take the next one from the stock's Redis and store it, unless
+    /// another instance did first.
+    async fn begin_epoch(&self, key: &str) -> Result<(), LockError> {
+        let epoch: u64 = redis::cmd("INCR")
+            .arg(format!("{key}:fence:epochs"))
+            .query_async(&mut self.epochs.clone())
+            .await
+            .map_err(|e| LockError::backend(BACKEND, e))?;
+        let stored: Option<String> = redis::cmd("SET")
+            .arg(Self::epoch_key(key))
+            .arg(epoch)
+            .arg("NX")
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(|e| LockError::backend(BACKEND, e))?;
+        if stored.is_some() {
+            tracing::info!(key, epoch, "the lock Redis had no fencing epoch; a new one begins");
+        }
+        Ok(())
     }
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
@@ -325,18 +406,16 @@ impl DistributedLock for RedisLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let token = new_token(owner);
-        let sent = Instant::now();
-        let answer = self
-            .scripts
-            .acquire
-            .key(key)
-            .key(Self::fencing_key(key))
-            .arg(&token)
-            .arg(self.options.ttl.as_millis() as u64)
-            .invoke_async::<u64>(&mut self.connection.clone())
-            .await;
-        let fencing_counter = match answer {
-            Ok(counter) => counter,
+        let mut sent = Instant::now();
+        let mut answer = self.run_acquire_script(key, &token).await;
+        if let Ok((-1, _)) = answer {
+            self.begin_epoch(key).await?;
+            sent = Instant::now();
+            answer = self.run_acquire_script(key, &token).await;
+        }
+        let (epoch, fencing_counter) = match answer {
+            Ok((epoch, counter)) if epoch >= 0 => (epoch as u64, counter),
+            Ok(_) => return Err(LockError::Busy { key: key.to_owned() }), // the epoch vanished again: retry later
             // A Redis that restarted answers LOADING while it replays its append-only
             // file: the script did not run, and the server will answer soon. Wait as
             // for a held lock, rather than fail every waiter at once.
@@ -362,7 +441,7 @@ impl DistributedLock for RedisLock {
             lease: keeper,
         };
         Ok(LockGuard::new(key, grant)
-            .with_fencing_token(FencingToken::new(BACKEND, 0, fencing_counter))
+            .with_fencing_token(FencingToken::new(BACKEND, epoch, fencing_counter))
             .with_lease(lease))
     }
 
