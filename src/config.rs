@@ -51,6 +51,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub degrade_after_failures: u32,
+    /// `--lock redis-degrade`: the name of the mode that the instances sharing one lock
+    /// Redis share; default: the address that Redis accepted the connection on and the
+    /// database (`CLIENT INFO`), the same however each instance spells the URL. Set it
+    /// when that differs between instances (a Redis behind NAT, or on two addresses).
+    #[arg(long, env = "SECKILL_DEGRADE_MODE_NAME", value_parser = non_empty_name)]
+    pub degrade_mode_name: Option<String>,
     /// `--lock redis-degrade`: how long the lock Redis must answer every probe before
     /// every instance switches back to it, in milliseconds.
     #[arg(long, env = "SECKILL_DEGRADE_RECOVER_MS", default_value_t = 5000,
@@ -188,4 +194,11 @@ fn non_empty_token(token: &str) -> Result<String, String> {
         );
     }
     Ok(token.to_owned())
+}
+
+fn non_empty_name(name: &str) -> Result<String, String> {
+    match name.trim() {
+        "" => Err("the mode name must not be empty; leave the option out to name the mode after the lock Redis".into()),
+        name => Ok(name.to_owned()),
+    }
 }

@@ -50,8 +50,7 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             };
             let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
             let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
-            // Instances that share a lock Redis share its mode (the password never lands in MySQL).
-            let mode_name = crate::mysql_store::without_password(config.lock_redis_url());
+            let mode_name = degrade_mode_name(config, &lock_redis).await?;
             let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())
                 .await
                 .context("cannot open the lock's shared mode in MySQL")?;
@@ -156,6 +155,38 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
 }
 
 /// The Redis the lock lives in: the stock's `client`, or `--lock-redis-url` checked.
+/// The name of `redis-degrade`'s shared mode. The instances that share a lock Redis must
+/// share its mode, or each would switch on its own, with epochs of its own, and one could
+/// grant in Redis while another grants in MySQL. A URL does not name a server
+/// (`localhost` and `127.0.0.1/0` are one), so the server says where it is: the address
+/// it accepted our connection on, and the database (`CLIENT INFO`). A proxy in between
+/// changes nothing: the address is the server's own.
+async fn degrade_mode_name(config: &Config, lock_redis: &::redis::Client) -> anyhow::Result<String> {
+    if let Some(name) = &config.degrade_mode_name {
+        return Ok(name.clone());
+    }
+    let mut connection = lock_redis
+        .get_multiplexed_async_connection()
+        .await
+        .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?;
+    let info: String = ::redis::cmd("CLIENT")
+        .arg("INFO")
+        .query_async(&mut connection)
+        .await
+        .context("asking the lock Redis where it is (CLIENT INFO, Redis 6.2 or newer); or name the mode with --degrade-mode-name")?;
+    let field = |name: &str| {
+        info.split_whitespace()
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    match (field("laddr"), field("db")) {
+        (Some(address), Some(db)) => Ok(format!("redis://{address}/{db}")),
+        _ => anyhow::bail!(
+            "the lock Redis's CLIENT INFO has no laddr or db ({info}); name the mode with --degrade-mode-name"
+        ),
+    }
+}
+
 async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<::redis::Client> {
     match &config.lock_redis_url {
         None => Ok(stock_redis.clone()),

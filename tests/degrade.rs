@@ -174,3 +174,39 @@ async fn a_switch_to_mysql_grants_nothing_until_every_redis_holder_has_stopped()
 async fn a_switch_back_to_redis_grants_nothing_until_every_mysql_holder_has_stopped() {
     switch_under_a_holder(Mode::Mysql, Mode::Redis).await;
 }
+
+/// Two instances reach one lock Redis by two spellings of its URL. They must share one
+/// mode (one row, one epoch), or one could switch to MySQL while the other grants in
+/// Redis. The instances' mode leases in MySQL say which mode each one renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
+    use seckill::strategy::Strategy;
+    let lock_redis = PrivateRedis::start();
+    let port = lock_redis.url().rsplit(':').next().unwrap().to_owned();
+    let spellings = [
+        format!("redis://localhost:{port}"),
+        format!("redis://127.0.0.1:{port}/0"),
+    ];
+    let mut instances = Vec::new();
+    for url in spellings {
+        instances
+            .push(common::instance_with(Strategy::RedisDegrade, 73, |config| config.lock_redis_url = Some(url)).await);
+    }
+    tokio::time::sleep(TTL).await; // every instance has renewed its mode lease
+
+    let modes: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT name FROM seckill_lock_mode_leases WHERE name LIKE ? AND expires_at > NOW(3)",
+    )
+    .bind(format!("%:{port}%"))
+    .fetch_all(&common::mysql_pool().await)
+    .await
+    .unwrap();
+    assert_eq!(
+        modes.len(),
+        1,
+        "one lock Redis, one mode; the instances renew {modes:?}"
+    );
+    for instance in instances {
+        instance.stop().await.unwrap();
+    }
+}
