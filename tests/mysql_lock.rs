@@ -118,3 +118,65 @@ async fn instances_starting_at_the_same_time_apply_the_migrations_without_trippi
         started.expect("every instance starts");
     }
 }
+
+/// The row is ours, then taking its fencing token fails: another session holds the
+/// name's counter locked, and this pool's sessions wait 1 s for a row lock before they
+/// give up (`innodb_lock_wait_timeout`). The half-made grant must not stay behind: a
+/// row of ours without a token would block every other owner until it expires (10 s
+/// here), and the same owner trying again must not re-enter it with token 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_token_cannot_be_taken_leaves_no_row_behind() {
+    use sqlx::Executor;
+    let shared = common::mysql_pool().await;
+    let impatient = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(4)
+        .after_connect(|connection, _| {
+            Box::pin(async move {
+                connection.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
+                Ok(())
+            })
+        })
+        .connect(&common::mysql_url())
+        .await
+        .unwrap();
+    let lock = MySqlLock::new(impatient, options(10_000, true));
+    let name = common::unique_key("token-fails");
+    sqlx::query("INSERT INTO seckill_lock_fences (name, counter) VALUES (?, 100)")
+        .bind(&name)
+        .execute(&shared)
+        .await
+        .unwrap();
+    let mut blocker = shared.begin().await.unwrap();
+    sqlx::query("SELECT counter FROM seckill_lock_fences WHERE name = ? FOR UPDATE")
+        .bind(&name)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+
+    let first = common::owner();
+    let failed = lock.try_acquire(&name, &first).await;
+    assert!(failed.is_err(), "the token could not be taken, so no grant: {failed:?}");
+    blocker.rollback().await.unwrap();
+
+    assert_eq!(
+        hold_count(&shared, &name).await,
+        None,
+        "the half-made grant's row is gone"
+    );
+    let second = lock
+        .try_acquire(&name, &common::owner())
+        .await
+        .expect("another owner is granted at once, not after the row's 10 s");
+    let token = second.fencing_token().expect("a mysql grant has a token").counter;
+    assert!(token > 100, "a fresh token from the counter, got {token}");
+    second.release().await.unwrap();
+    let again = lock
+        .try_acquire(&name, &first)
+        .await
+        .expect("the first owner is granted too");
+    assert!(
+        again.fencing_token().unwrap().counter > token,
+        "a fresh token, not the row's 0"
+    );
+    again.release().await.unwrap();
+}

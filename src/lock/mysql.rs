@@ -27,7 +27,11 @@
 //! 5. **Fencing token.** Once the row is ours, a counter in `seckill_lock_fences` is
 //!    raised and stamped on the row. Taken while we hold the row, it is newer than every
 //!    earlier holder's token and older than every later one; the counter is never
-//!    deleted, so tokens grow across rows deleted and inserted again.
+//!    deleted, so tokens grow across rows deleted and inserted again. Until it is
+//!    stamped the row carries token 0: half made. If taking or stamping the token fails
+//!    (a lock wait timeout, a deadlock, a lost connection), the attempt deletes its
+//!    half-made row, or it would block every other owner until it expired; and an owner
+//!    never re-enters a half-made row, which would hand it token 0.
 //!
 //! ## Limitations
 //! - **One database.** The lock is as available as the database; a failover that loses
@@ -77,18 +81,22 @@ pub const CRITICAL_PATH: &[Step] = &[
 /// Step 1: the insert that is the lock. Binds: name, owner, ttl in microseconds.
 const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, expires_at, fencing_token) \
      VALUES (?, ?, 1, NOW(3) + INTERVAL ? MICROSECOND, 0)";
-/// Step 2: the owner re-enters its own live row. Binds: name, owner.
+/// Step 2: the owner re-enters its own live row, once its token is stamped. Binds: name, owner.
 const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
-     WHERE name = ? AND owner = ? AND expires_at > NOW(3)";
-/// Step 3: take over an expired row. Binds: owner, ttl in microseconds, name.
+     WHERE name = ? AND owner = ? AND expires_at > NOW(3) AND fencing_token > 0";
+/// Step 3: take over an expired row; it is half made until step 5 stamps its token.
+/// Binds: owner, ttl in microseconds, name.
 const TAKE_OVER_EXPIRED: &str = "UPDATE seckill_locks \
-     SET owner = ?, hold_count = 1, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
+     SET owner = ?, hold_count = 1, expires_at = NOW(3) + INTERVAL ? MICROSECOND, fencing_token = 0 \
      WHERE name = ? AND expires_at <= NOW(3)";
 /// Step 5: raise the name's counter; `LAST_INSERT_ID(expr)` hands the new value back. Binds: name.
 const NEXT_FENCING_TOKEN: &str = "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, LAST_INSERT_ID(1)) \
      ON DUPLICATE KEY UPDATE counter = LAST_INSERT_ID(counter + 1)";
 /// Binds: token, name, owner.
-const STAMP_TOKEN: &str = "UPDATE seckill_locks SET fencing_token = ? WHERE name = ? AND owner = ?";
+const STAMP_TOKEN: &str =
+    "UPDATE seckill_locks SET fencing_token = ? WHERE name = ? AND owner = ? AND fencing_token = 0";
+/// Step 5 failed: our row without a token goes. Binds: name, owner.
+const DELETE_HALF_MADE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND fencing_token = 0";
 /// Binds: name.
 const CURRENT_TOKEN: &str = "SELECT fencing_token FROM seckill_locks WHERE name = ?";
 /// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
@@ -204,23 +212,15 @@ impl MySqlLock {
             }
             Err(error) => return Err(error),
         };
-        // The row is ours from here on, so the token taken now is newer than every
-        // token of an earlier holder, and older than every later one.
         let token = match granted {
-            Granted::Fresh => {
-                let token = sqlx::query(NEXT_FENCING_TOKEN)
-                    .bind(name)
-                    .execute(&self.pool)
-                    .await?
-                    .last_insert_id();
-                sqlx::query(STAMP_TOKEN)
-                    .bind(token)
-                    .bind(name)
-                    .bind(owner.as_str())
-                    .execute(&self.pool)
-                    .await?;
-                token
-            }
+            Granted::Fresh => match self.stamp_a_new_token(name, owner).await {
+                Ok(Some(token)) => token,
+                Ok(None) => return Ok(None), // the row expired and was taken over meanwhile
+                Err(error) => {
+                    self.delete_half_made_row(name, owner).await;
+                    return Err(error);
+                }
+            },
             Granted::Reentered => {
                 let (token,): (u64,) = sqlx::query_as(CURRENT_TOKEN).bind(name).fetch_one(&self.pool).await?;
                 token
@@ -228,7 +228,61 @@ impl MySqlLock {
         };
         Ok(Some((granted, token)))
     }
+
+    /// Step 5. The row is ours from here on, so the token taken now is newer than every
+    /// token of an earlier holder, and older than every later one. `None`: the row was no
+    /// longer ours to stamp.
+    async fn stamp_a_new_token(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
+        let token = sqlx::query(NEXT_FENCING_TOKEN)
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .last_insert_id();
+        let stamped = sqlx::query(STAMP_TOKEN)
+            .bind(token)
+            .bind(name)
+            .bind(owner.as_str())
+            .execute(&self.pool)
+            .await?;
+        Ok((stamped.rows_affected() == 1).then_some(token))
+    }
+
+    /// Step 5 failed: delete our half-made row, now, or in the background until MySQL
+    /// answers (for at most a TTL: after that the row is expired, and a taker owns it).
+    async fn delete_half_made_row(&self, name: &str, owner: &Owner) {
+        let (pool, name, owner, ttl) = (
+            self.pool.clone(),
+            name.to_owned(),
+            owner.as_str().to_owned(),
+            self.options.ttl,
+        );
+        let delete = move || {
+            let (pool, name, owner) = (pool.clone(), name.clone(), owner.clone());
+            async move {
+                sqlx::query(DELETE_HALF_MADE_ROW)
+                    .bind(name)
+                    .bind(owner)
+                    .execute(&pool)
+                    .await
+            }
+        };
+        if delete().await.is_ok() {
+            return;
+        }
+        let give_up = Instant::now() + ttl;
+        tokio::spawn(async move {
+            while Instant::now() < give_up {
+                tokio::time::sleep(HALF_MADE_ROW_RETRY).await;
+                if delete().await.is_ok() {
+                    return;
+                }
+            }
+        });
+    }
 }
+
+/// Between two tries to delete a half-made row while MySQL does not answer.
+const HALF_MADE_ROW_RETRY: Duration = Duration::from_millis(100);
 
 /// MySQL error 1213: this transaction was chosen as a deadlock victim and rolled back.
 const ER_LOCK_DEADLOCK: u16 = 1213;
