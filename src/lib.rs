@@ -20,7 +20,8 @@
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables.
 //! 5. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
-//!    whose lock is gone, and the atomic script that needs no lock.
+//!    whose lock is gone, and the atomic script that needs no lock; [`grant_log`]: each
+//!    grant a sale held, from grant to release, to count holders that overlapped.
 //! 6. [`metrics`]: what `GET /metrics` counts; [`error`]: how failures become HTTP answers.
 //! 7. [`sale`]: one sale, start to end: the local queue, acquire, read, check, write,
 //!    release, and what the buyer is told.
@@ -38,6 +39,7 @@ pub mod lock;
 pub mod strategy;
 pub mod config;
 pub mod stock;
+pub mod grant_log;
 pub mod metrics;
 pub mod error;
 pub mod sale;

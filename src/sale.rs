@@ -12,7 +12,8 @@
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
 //!    the sale is over: sold out.
 //! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token.
-//! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there.
+//! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
+//!    and log the grant's interval ([`crate::grant_log`]).
 //!
 //! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
 //! read the same `stock`. That gap is the race the lock must close, and the `none`
@@ -46,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::AppError;
+use crate::grant_log::{self, unix_us, GrantRecord};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
@@ -178,7 +180,8 @@ impl Sale {
             // Not granted yet: nothing to finish, so a stopping instance turns it away.
             () = self.in_flight.stopping.cancelled() => Err(AppError::ShuttingDown),
         };
-        let (_turn, guard) = match granted {
+        let granted_at_us = unix_us();
+        let (turn, guard) = match granted {
             Ok(granted) => granted,
             Err(error) => {
                 let _ = answer.send(Err(error));
@@ -194,6 +197,12 @@ impl Sale {
         let _ = answer.send(self.decrement(&guard, lock_wait_ms).await);
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
+        let grant = GrantRecord {
+            instance: self.seller.instance.clone(),
+            fencing_token: guard.fencing_token().cloned(),
+            granted_at_us,
+            released_at_us: unix_us(),
+        };
         match guard.release().await {
             Ok(()) => {}
             // A fenced sale cannot have overlapped another holder's; an unfenced one may have.
@@ -201,6 +210,11 @@ impl Sale {
                 tracing::warn!(key, fenced = self.fenced, "lock expired before release");
             }
             Err(error) => tracing::warn!(%error, "release failed; the lease will expire on its own"),
+        }
+        drop(turn);
+        // Off the lock's path: the next local buyer may already hold it.
+        if let Err(error) = grant_log::append(&self.store, &grant).await {
+            tracing::debug!(%error, "the grant log missed a grant");
         }
     }
 

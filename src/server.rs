@@ -19,7 +19,9 @@ use crate::wiring;
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
-    let store = StockStore::new(connection).also_reset(crate::dashboard::REFUSALS_KEY);
+    let store = StockStore::new(connection)
+        .also_reset(crate::dashboard::REFUSALS_KEY)
+        .also_reset(crate::grant_log::GRANTS_KEY);
     store
         .seed_if_missing(config.initial_stock)
         .await

@@ -18,7 +18,8 @@
 //!    that read in between has raised it, and the older holder's write is refused.
 //!
 //! Either refusal means the holder's lock was lost: the buyer gets 503 `lock_lost`
-//! and nothing is sold. Without a token (the `none` and `local` baselines, or
+//! and nothing is sold. The fence counts its refusals (`stock:fence:refusals`, `read`
+//! and `write`), so a run can show the fence's work beside the overlaps it caught. Without a token (the `none` and `local` baselines, or
 //! `--fencing off`) the same scripts skip the check, and the race stays open.
 //!
 //! ## A sale whose answer was lost
@@ -56,8 +57,10 @@ pub const GENERATION_KEY: &str = "stock:generation";
 pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
 pub const FENCE_KEY: &str = "stock:fence";
+/// How many reads and writes the fence refused: a hash `{read, write}`.
+pub const FENCE_REFUSALS_KEY: &str = "stock:fence:refusals";
 
-/// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark.
+/// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark, `KEYS[3]` = refusals.
 /// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter), `ARGV[3]` = the sale id;
 /// no ARGV for an unfenced read. The mark remembers the newest token and the one sale
 /// that read with it: a second sale with the same token is refused, because two grants
@@ -71,6 +74,7 @@ if ARGV[1] then
   local older = epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter)
   local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[3]
   if older or tie then
+    redis.call('HINCRBY', KEYS[3], 'read', 1)
     return {'fenced', seen[1] .. '.' .. seen[2]}
   end
   redis.call('HSET', KEYS[2], 'epoch', ARGV[1], 'counter', ARGV[2], 'sale', ARGV[3])
@@ -78,7 +82,7 @@ end
 return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
-/// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark.
+/// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark, refusals.
 /// `ARGV[1]` = sale id, `ARGV[2]` = the new stock, `ARGV[3]` = the sale record as JSON,
 /// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced). The mark must still
 /// be this token and this sale's read.
@@ -87,7 +91,10 @@ pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
 if ARGV[4] then
   local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] or seen[3] ~= ARGV[1] then return 'fenced' end
+  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] or seen[3] ~= ARGV[1] then
+    redis.call('HINCRBY', KEYS[6], 'write', 1)
+    return 'fenced'
+  end
 end
 redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
 redis.call('SET', KEYS[1], ARGV[2])
@@ -266,7 +273,8 @@ pub struct StockStore {
     write: Script,
     settle: Script,
     atomic_sale: Script,
-    /// Keys that other parts of the service keep per sale (the dashboard's refusals):
+    /// Keys that other parts of the service keep per sale (the dashboard's refusals,
+    /// the grant log):
     /// a reset deletes them in the same transaction.
     also_reset: Vec<&'static str>,
 }
@@ -300,6 +308,7 @@ impl StockStore {
             .del(SALES_KEY)
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
+            .del(FENCE_REFUSALS_KEY)
             .incr(GENERATION_KEY, 1);
         for key in &self.also_reset {
             pipe.del(*key);
@@ -344,7 +353,7 @@ impl StockStore {
     /// Step 1 of a fenced sale: read the stock under `token` (unfenced when `None`).
     pub async fn read(&self, token: Option<&FencingToken>, sale_id: &str) -> Result<StockRead, StockError> {
         let mut invocation = self.read.key(STOCK_KEY);
-        invocation.key(FENCE_KEY);
+        invocation.key(FENCE_KEY).key(FENCE_REFUSALS_KEY);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
         }
@@ -368,7 +377,8 @@ impl StockStore {
             .key(LUCKY_KEY)
             .key(SALES_KEY)
             .key(OUTCOMES_KEY)
-            .key(FENCE_KEY);
+            .key(FENCE_KEY)
+            .key(FENCE_REFUSALS_KEY);
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);

@@ -62,6 +62,12 @@ fn assert_held(report: &Report) {
     assert_eq!(report.told_sold_out, 200);
     assert_eq!(report.error_count(), 0, "{}", report.render());
     assert_eq!(report.units_sold_twice, 0);
+    assert_eq!(
+        (report.holders_overlapped, report.fence_refused.reads + report.fence_refused.writes),
+        (0, 0),
+        "a lock that holds has no two holders at once, so the fence has nothing to refuse: {}",
+        report.render()
+    );
     assert!(report.passed());
 }
 
@@ -69,6 +75,11 @@ fn assert_held(report: &Report) {
 fn assert_oversold_as_expected(report: &Report) {
     assert_eq!(report.verdict, Verdict::Oversold, "{}", report.render());
     assert!(report.units_sold_twice > 0, "{}", report.render());
+    assert!(
+        report.holders_overlapped >= report.units_sold_twice,
+        "every unit sold twice had two holders at once: {}",
+        report.render()
+    );
     assert_eq!(
         report.fencing_regressions,
         None,

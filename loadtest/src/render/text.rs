@@ -41,6 +41,15 @@ impl Report {
             format!("{} (must be {})", self.stock_left + self.lucky, self.initial_stock),
         );
         line(&mut out, "sale records", self.sale_records.to_string());
+        line(&mut out, "holders overlapped", self.holders_overlapped.to_string());
+        line(
+            &mut out,
+            "fence refused",
+            format!(
+                "{} reads, {} writes",
+                self.fence_refused.reads, self.fence_refused.writes
+            ),
+        );
         line(&mut out, "units sold twice", self.units_sold_twice.to_string());
         line(
             &mut out,

@@ -9,6 +9,11 @@
 //! - **lost**: `lucky` is not what the buyers were told: fewer than the buyers told
 //!   "sold", or more than those plus the buyers whose outcome is unknown (504).
 //!
+//! And what explains a verdict, without deciding it: the holders that overlapped (from
+//! the grant log, [`seckill::grant_log`]) and the reads and writes the fence refused.
+//! With fencing on, overlaps may happen and the fence refuses them; with it off, they
+//! are the units sold twice.
+//!
 //! A run during which the sale was reset (by another load test, say) is not judged at
 //! all: [`super::run`] refuses it as invalid.
 
@@ -17,7 +22,8 @@ use std::collections::{BTreeMap, HashSet};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use seckill::stock::{SaleRecord, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
+use seckill::grant_log::{overlapping_holders, GrantRecord, GRANTS_KEY};
+use seckill::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
 use seckill::strategy::FencingStatus;
 
 use super::crowd::{Tally, Target};
@@ -42,6 +48,17 @@ pub struct SaleState {
     pub generation: i64,
     pub records: Vec<SaleRecord>,
     pub unreadable_records: usize,
+    /// Every grant a sale held and released, from the grant log.
+    pub grants: Vec<GrantRecord>,
+    /// The reads and the writes the fence refused.
+    pub fence_refusals: FenceRefusals,
+}
+
+/// What the fence refused during the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceRefusals {
+    pub reads: usize,
+    pub writes: usize,
 }
 
 /// What the checker found.
@@ -50,6 +67,8 @@ pub struct Judgement {
     pub units_sold_twice: usize,
     /// `None` when no sale record carries a fencing token: nothing to check.
     pub fencing_regressions: Option<usize>,
+    /// Grants that began while another was still held.
+    pub holders_overlapped: usize,
     pub findings: Vec<String>,
 }
 
@@ -72,11 +91,21 @@ pub async fn generation(redis_url: &str) -> anyhow::Result<i64> {
 
 /// The sale as Redis holds it now.
 pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
-    let (stock, lucky, generation, raw): (Option<i64>, Option<i64>, Option<i64>, Vec<String>) = redis::pipe()
+    type Raw = (
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Vec<String>,
+        Vec<String>,
+        BTreeMap<String, usize>,
+    );
+    let (stock, lucky, generation, raw, raw_grants, refusals): Raw = redis::pipe()
         .get(STOCK_KEY)
         .get(LUCKY_KEY)
         .get(GENERATION_KEY)
         .lrange(SALES_KEY, 0, -1)
+        .lrange(GRANTS_KEY, 0, -1)
+        .hgetall(FENCE_REFUSALS_KEY)
         .query_async(&mut connect(redis_url).await?)
         .await
         .context("reading the sale back from Redis")?;
@@ -88,12 +117,22 @@ pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
             Err(_) => unreadable_records += 1,
         }
     }
+    let grants = raw_grants
+        .iter()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let refused = |step: &str| refusals.get(step).copied().unwrap_or(0);
     Ok(SaleState {
         stock: stock.unwrap_or(0),
         lucky: lucky.unwrap_or(0),
         generation: generation.unwrap_or(0),
         records,
         unreadable_records,
+        grants,
+        fence_refusals: FenceRefusals {
+            reads: refused("read"),
+            writes: refused("write"),
+        },
     })
 }
 
@@ -125,6 +164,7 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
             "fencing tokens went backwards {regressions} times: two holders overlapped"
         ));
     }
+    let holders_overlapped = overlapping_holders(&sale.grants);
     let told_sold = tally.sold as i64;
     let might_have_sold = told_sold + tally.outcome_unknown as i64;
     if sale.lucky < told_sold {
@@ -140,6 +180,13 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     }
 
     let mut findings: Vec<String> = oversold.iter().chain(&lost).cloned().collect();
+    let FenceRefusals { reads, writes } = sale.fence_refusals;
+    if holders_overlapped > 0 || reads + writes > 0 {
+        findings.push(format!(
+            "{holders_overlapped} holders overlapped another; the fence refused {reads} reads and {writes} writes; \
+             {units_sold_twice} units were sold twice"
+        ));
+    }
     let errors: usize = tally.errors.values().sum();
     if errors > 0 && sale.stock > 0 {
         findings.push(format!(
@@ -173,6 +220,7 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
         verdict,
         units_sold_twice,
         fencing_regressions,
+        holders_overlapped,
         findings,
     }
 }
@@ -237,6 +285,8 @@ mod tests {
             generation: 1,
             records,
             unreadable_records: 0,
+            grants: Vec::new(),
+            fence_refusals: FenceRefusals::default(),
         };
         let tally = Tally {
             sold: told_sold,

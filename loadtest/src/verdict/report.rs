@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use seckill::strategy::{FencingStatus, Strategy};
 
-use super::checker::{Judgement, SaleState, Verdict};
+use super::checker::{FenceRefusals, Judgement, SaleState, Verdict};
 use super::crowd::{Tally, Target};
 use super::database::DatabaseCost;
 use super::Options;
@@ -33,6 +33,12 @@ pub struct Report {
     /// Places where the fencing token did not grow along the sales list;
     /// `None` when the sale records carry no tokens.
     pub fencing_regressions: Option<usize>,
+    /// Grants that began while another was still held (the grant log).
+    #[serde(default)]
+    pub holders_overlapped: usize,
+    /// Reads and writes the fence refused.
+    #[serde(default)]
+    pub fence_refused: FenceRefusals,
     // What the buyers were told.
     pub told_sold: usize,
     pub told_sold_out: usize,
@@ -85,6 +91,8 @@ impl Report {
             sale_records: sale.records.len() + sale.unreadable_records,
             units_sold_twice: judgement.units_sold_twice,
             fencing_regressions: judgement.fencing_regressions,
+            holders_overlapped: judgement.holders_overlapped,
+            fence_refused: sale.fence_refusals,
             told_sold: tally.sold,
             told_sold_out: tally.sold_out,
             told_unknown: tally.outcome_unknown,
@@ -160,6 +168,8 @@ pub(crate) mod tests {
             sale_records: 3,
             units_sold_twice: 0,
             fencing_regressions: None,
+            holders_overlapped: 0,
+            fence_refused: FenceRefusals::default(),
             told_sold: 3,
             told_sold_out: 2,
             told_unknown: 0,

@@ -1,0 +1,101 @@
+//! The grants the sales held, each from grant to release: how a checker counts the
+//! holders that overlapped.
+//!
+//! A unit sold twice is the damage; two holders at once is the cause. With fencing on,
+//! the cause can happen without the damage: the fence refuses the late holder's read or
+//! write ([`crate::stock`] counts those refusals). To show the fence at work, a run must
+//! report both. So every sale under a lock appends its grant to `stock:grants` after
+//! its release: the token, when the guard was handed to the sale and when the sale sent
+//! its release, in microseconds of the machine's clock.
+//!
+//! Two grants **overlap** when one began before the other's release was sent. A correct
+//! lock grants the next holder only after the release reached the backend, which is after
+//! it was sent, so under a correct lock no two grants overlap.
+//!
+//! ## Limits
+//! - **One clock.** The instances of a demo run on one machine, so their times compare.
+//!   Instances on machines whose clocks differ, or an instance whose clock jumps, make
+//!   the count meaningless; the counts of sold units and refusals stay right.
+//! - **Only released grants.** A holder killed while holding never releases, and its
+//!   grant is not in the log.
+
+use serde::{Deserialize, Serialize};
+
+use crate::lock::FencingToken;
+use crate::stock::{StockError, StockStore};
+
+/// One JSON [`GrantRecord`] per grant a sale held, appended after its release.
+pub const GRANTS_KEY: &str = "stock:grants";
+
+/// One grant, as the sale that held it saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantRecord {
+    pub instance: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<FencingToken>,
+    /// Unix time in microseconds: when the lock handed the sale its guard...
+    pub granted_at_us: u64,
+    /// ... and when the sale sent its release.
+    pub released_at_us: u64,
+}
+
+/// Appends `grant` to the log.
+pub async fn append(store: &StockStore, grant: &GrantRecord) -> Result<(), StockError> {
+    let json = serde_json::to_string(grant).expect("a grant record serializes");
+    redis::cmd("RPUSH")
+        .arg(GRANTS_KEY)
+        .arg(json)
+        .query_async::<i64>(&mut store.connection())
+        .await?;
+    Ok(())
+}
+
+/// How many grants began while an earlier one was still held: each such grant is a
+/// holder that overlapped another.
+pub fn overlapping_holders(grants: &[GrantRecord]) -> usize {
+    let mut by_start: Vec<&GrantRecord> = grants.iter().collect();
+    by_start.sort_by_key(|grant| grant.granted_at_us);
+    let mut held_until = 0;
+    let mut overlapping = 0;
+    for grant in by_start {
+        if grant.granted_at_us < held_until {
+            overlapping += 1;
+        }
+        held_until = held_until.max(grant.released_at_us);
+    }
+    overlapping
+}
+
+/// Unix time in microseconds, for the log.
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(granted_at_us: u64, released_at_us: u64) -> GrantRecord {
+        GrantRecord {
+            instance: "test".into(),
+            fencing_token: None,
+            granted_at_us,
+            released_at_us,
+        }
+    }
+
+    #[test]
+    fn grants_one_after_another_do_not_overlap() {
+        assert_eq!(overlapping_holders(&[grant(0, 10), grant(10, 20), grant(25, 30)]), 0);
+    }
+
+    #[test]
+    fn a_grant_that_begins_before_the_last_release_overlaps() {
+        // A paused holder (0..100) and two holders granted while it slept.
+        assert_eq!(overlapping_holders(&[grant(40, 50), grant(0, 100), grant(60, 70)]), 2);
+        assert_eq!(overlapping_holders(&[grant(0, 10), grant(5, 20)]), 1);
+    }
+}
