@@ -310,6 +310,75 @@ async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blockin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_node_whose_create_answer_was_lost_is_found_and_deleted_instead_of_blocking_the_queue() {
+    let key = common::unique_key("lost-create");
+    let proxy = AnswerLosingProxy::start(common::zookeeper_port()).await;
+    let unlucky = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+        .await
+        .expect("ZooKeeper runs (`make services`)");
+    // Once, so the lock's parent node exists: the create is the first request below.
+    let first = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    first.release().await.unwrap();
+    let holder = zookeeper().await;
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+
+    // The create runs on ZooKeeper, but its answer stays away past the acquire's deadline
+    // and the client's connection timeout (2 s); then the client reconnects, well within
+    // its 4 s session.
+    proxy.hold_answers();
+    let refused = unlucky
+        .acquire(&key, &common::owner(), Duration::from_millis(1500))
+        .await;
+    assert!(refused.is_err(), "granted without an answer: {refused:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    proxy.pass_answers();
+    held.release().await.unwrap(); // the node of the lost create would be first now
+
+    let waited = next_instance_waits(zookeeper().await, &key).await;
+    let waited = waited.expect("the node of the lost create stayed in the queue, ahead of everyone");
+    assert!(waited < Duration::from_secs(3), "granted only after {waited:?}");
+    let again = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("the unlucky instance acquires again");
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_holder_cut_off_stops_trusting_its_lock_within_a_session_timeout_of_the_last_answer() {
+    let key = common::unique_key("cut-off");
+    let proxy = AnswerLosingProxy::start(common::zookeeper_port()).await;
+    let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+        .await
+        .expect("ZooKeeper runs (`make services`)");
+    let session_timeout = lock.client().await.session_timeout();
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Nothing passes from now on: the server hears nothing after this instant, so it may
+    // expire the session one session timeout later, and another instance take the lock.
+    let cut_at = Instant::now();
+    proxy.cut_off();
+    let lost = tokio::time::timeout(session_timeout * 2, held.lease().lost()).await;
+    let trusted_for = cut_at.elapsed();
+    assert!(lost.is_ok(), "still trusted {trusted_for:?} after the cut");
+    assert!(
+        trusted_for <= session_timeout,
+        "trusted for {trusted_for:?} after the last answer could have come, past the session timeout of {session_timeout:?}"
+    );
+    assert!(!held.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_renewal_that_timed_out_does_not_count_its_late_answer_as_a_later_renewal() {
     let key = common::unique_key("stale-renewal");
     let proxy = AnswerLosingProxy::start(common::etcd_port()).await;
