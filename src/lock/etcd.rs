@@ -504,7 +504,9 @@ impl EtcdLock {
         let Some(predecessor) = keys.next() else {
             return Ok(Wait::NoneLeft);
         };
-        let predecessor = predecessor.key().to_vec();
+        // A key is known by its name and its create revision: a predecessor's instance
+        // may delete its key and queue again under the same name, behind us.
+        let (predecessor, predecessor_revision) = (predecessor.key().to_vec(), predecessor.create_revision());
         // Watch from now on, then look whether the predecessor is still there: a delete
         // before the watch existed is seen by that look, one after it by the watch. (A
         // watch that starts at a past revision would see both, but etcd catches such a
@@ -520,12 +522,8 @@ impl EtcdLock {
                 None => return Err(watch_ended()),
             }
         }
-        if client
-            .get(predecessor, Some(GetOptions::new().with_count_only()))
-            .await?
-            .count()
-            == 0
-        {
+        let now = client.get(predecessor, None).await?;
+        if now.kvs().first().map(|kv| kv.create_revision()) != Some(predecessor_revision) {
             return Ok(Wait::Woken);
         }
         let deleted = async {
