@@ -620,7 +620,9 @@ impl Release for EtcdGrant {
             Ok(Err(panicked)) => Err(LockError::backend(BACKEND, panicked)),
             Err(_) => Err(LockError::backend(
                 BACKEND,
-                std::io::Error::other("etcd did not confirm the delete of our key in time; it is sent again in the background"),
+                std::io::Error::other(
+                    "etcd did not confirm the delete of our key in time; it is sent again in the background",
+                ),
             )),
         }
     }
@@ -641,7 +643,12 @@ impl Drop for EtcdGrant {
 /// every instance for as long as our session lives. The task keeps the instance's
 /// `turn` until then, so its next acquire cannot reuse a key that is about to go.
 /// Answers whether it deleted the key (not: it was gone already, or went with its lease).
-fn delete_in_background(client: Client, own_key: String, session: Weak<Session>, turn: Option<Turn>) -> JoinHandle<bool> {
+fn delete_in_background(
+    client: Client,
+    own_key: String,
+    session: Weak<Session>,
+    turn: Option<Turn>,
+) -> JoinHandle<bool> {
     tokio::spawn(async move {
         let _turn = turn;
         loop {

@@ -56,7 +56,10 @@ pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::Z
 }
 
 /// Options for a ZooKeeper lock that connects through `connect` (a proxy's, say).
-pub fn zookeeper_options_via(connect: String, session_timeout_ms: u64) -> seckill::lock::zookeeper::ZooKeeperLockOptions {
+pub fn zookeeper_options_via(
+    connect: String,
+    session_timeout_ms: u64,
+) -> seckill::lock::zookeeper::ZooKeeperLockOptions {
     seckill::lock::zookeeper::ZooKeeperLockOptions {
         connect,
         session_timeout: Duration::from_millis(session_timeout_ms),

@@ -43,7 +43,9 @@ impl AnswerLosingProxy {
         let shared = armed.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await.unwrap();
+                let server = tokio::net::TcpStream::connect(("127.0.0.1", server_port))
+                    .await
+                    .unwrap();
                 tokio::spawn(Self::relay(client, server, shared.clone(), flow_seen.clone()));
             }
         });
