@@ -19,8 +19,8 @@
 //!    if it is absent and reads the revision at which it was created. If it is there
 //!    already, it is ours: a try whose answer was lost created it, and we take it up
 //!    instead of queueing twice. A session has one key per lock, so the acquires of one
-//!    instance take turns for it (a local mutex per lock), and etcd keeps no trail of
-//!    dead keys, one per grant.
+//!    instance take turns for it (a local mutex per lock), and etcd's history holds one
+//!    key per instance, not one dead key per grant.
 //! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision
 //!    under the prefix holds the lock: first come, first served.
 //! 4. **Wait for the one before you.** A waiter watches only the key created just
@@ -31,7 +31,9 @@
 //!    it held a lock its expired session had lost; etcd's Go client spends a second
 //!    read on it). The watch starts at the current revision, and a look at the
 //!    predecessor follows it: a watch from a past revision is caught up by a loop that
-//!    etcd runs every 100 ms, which would stall a hand-over that races the watch.
+//!    etcd runs every 100 ms, which would stall a hand-over that races the watch. The
+//!    predecessor is known by its name and its create revision: its instance may have
+//!    released and queued again under the same name, behind us.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done

@@ -43,7 +43,9 @@
 //! - **Pauses.** A holder paused past its session timeout loses its node without
 //!   knowing; the stock then refuses its older token.
 //! - **Dropped guards.** A guard dropped without release deletes its node in the
-//!   background: the session outlives the grant.
+//!   background (guaranteed, as in step 4): the session outlives the grant.
+//! - **Trust costs a read.** Step 5 sends one small read every third of the session
+//!   timeout, besides the client's own pings, whose answers the client does not show.
 //!
 //! ## References
 //! - ZooKeeper recipes, "Locks": <https://zookeeper.apache.org/doc/current/recipes.html#sc_recipes_Locks>
@@ -292,7 +294,8 @@ impl Session {
         // the moment the client notices a disconnect would trust the session for as long
         // again after the server may have expired it.
         let prober = client.clone();
-        let (heard_from, heard) = KeepAlive::spawn(BACKEND, "session", timeout, connecting, move || {
+        let label = format!("session {}", client.session().id());
+        let (heard_from, heard) = KeepAlive::spawn(BACKEND, &label, timeout, connecting, move || {
             let answered = prober.check_stat(PROBED_PATH);
             async move {
                 match answered.await {
