@@ -1,12 +1,15 @@
 //! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
-//! waiter, grant in the order of requests, and never let a waiter whose session died
-//! believe it holds the lock. Against the etcd and ZooKeeper that `make test` starts.
+//! waiter, grant in the order of requests, never let a waiter whose session died
+//! believe it holds the lock, leave no key or node of a failed acquire in the queue,
+//! and stop trusting a lease the server may no longer keep. Against the etcd and
+//! ZooKeeper that `make test` starts; a proxy in front of them loses or holds answers.
 
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::AnswerLosingProxy;
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError};
@@ -261,4 +264,152 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
         .await
         .expect("a new session");
     again.release().await.unwrap();
+}
+
+/// A second instance asks for `key` after its holder released it, while a failed acquire
+/// of another instance may have left its key or node in the queue. Returns how long the
+/// grant took, or the error.
+async fn next_instance_waits(next: Arc<dyn DistributedLock>, key: &str) -> Result<Duration, LockError> {
+    let started = Instant::now();
+    let granted = next.acquire(key, &common::owner(), Duration::from_secs(5)).await?;
+    let waited = started.elapsed();
+    granted.release().await?;
+    Ok(waited)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blocking_the_queue() {
+    let key = common::unique_key("lost-enqueue");
+    let holder = etcd().await;
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let proxy = AnswerLosingProxy::start(common::etcd_port()).await;
+    // A long lease, so this instance's session outlives the test: only a delete frees its key.
+    let unlucky = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
+        .await
+        .expect("etcd runs (`make services`)");
+    // The enqueue runs on etcd, but its answer stays away past the acquire's deadline.
+    proxy.hold_answers();
+    let refused = unlucky.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
+    assert!(refused.is_err(), "granted without an answer: {refused:?}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.pass_answers();
+    held.release().await.unwrap(); // the key of the failed enqueue would be first now
+
+    let waited = next_instance_waits(etcd().await, &key).await;
+    let waited = waited.expect("the key of the failed enqueue stayed in the queue, ahead of everyone");
+    assert!(waited < Duration::from_secs(2), "granted only after {waited:?}");
+    // The unlucky instance itself is not stuck either.
+    let again = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("the unlucky instance acquires again");
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_node_whose_create_answer_was_lost_is_found_and_deleted_instead_of_blocking_the_queue() {
+    let key = common::unique_key("lost-create");
+    let proxy = AnswerLosingProxy::start(common::zookeeper_port()).await;
+    let unlucky = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+        .await
+        .expect("ZooKeeper runs (`make services`)");
+    // Once, so the lock's parent node exists: the create is the first request below.
+    let first = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    first.release().await.unwrap();
+    let holder = zookeeper().await;
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+
+    // The create runs on ZooKeeper, but its answer stays away past the acquire's deadline
+    // and the client's connection timeout (2 s); then the client reconnects, well within
+    // its 4 s session.
+    proxy.hold_answers();
+    let refused = unlucky
+        .acquire(&key, &common::owner(), Duration::from_millis(1500))
+        .await;
+    assert!(refused.is_err(), "granted without an answer: {refused:?}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    proxy.pass_answers();
+    held.release().await.unwrap(); // the node of the lost create would be first now
+
+    let waited = next_instance_waits(zookeeper().await, &key).await;
+    let waited = waited.expect("the node of the lost create stayed in the queue, ahead of everyone");
+    assert!(waited < Duration::from_secs(3), "granted only after {waited:?}");
+    let again = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("the unlucky instance acquires again");
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_holder_cut_off_stops_trusting_its_lock_within_a_session_timeout_of_the_last_answer() {
+    let key = common::unique_key("cut-off");
+    let proxy = AnswerLosingProxy::start(common::zookeeper_port()).await;
+    let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+        .await
+        .expect("ZooKeeper runs (`make services`)");
+    let session_timeout = lock.client().await.session_timeout();
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Nothing passes from now on: the server hears nothing after this instant, so it may
+    // expire the session one session timeout later, and another instance take the lock.
+    let cut_at = Instant::now();
+    proxy.cut_off();
+    let lost = tokio::time::timeout(session_timeout * 2, held.lease().lost()).await;
+    let trusted_for = cut_at.elapsed();
+    assert!(lost.is_ok(), "still trusted {trusted_for:?} after the cut");
+    assert!(
+        trusted_for <= session_timeout,
+        "trusted for {trusted_for:?} after the last answer could have come, past the session timeout of {session_timeout:?}"
+    );
+    assert!(!held.is_held());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_renewal_that_timed_out_does_not_count_its_late_answer_as_a_later_renewal() {
+    let key = common::unique_key("stale-renewal");
+    let proxy = AnswerLosingProxy::start(common::etcd_port()).await;
+    let ttl = Duration::from_secs(9);
+    let connecting = Instant::now();
+    let lock = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 9000))
+        .await
+        .expect("etcd runs (`make services`)");
+    // The lease is renewed every 3 s from here (at 3, 6, 9 s...), each renewal given up after 1.5 s.
+    let at = |seconds: f64| tokio::time::sleep_until((connecting + Duration::from_secs_f64(seconds)).into());
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+
+    // The renewal at 6 s reaches etcd, but its answer comes only after it timed out (7.5 s).
+    at(4.5).await;
+    proxy.hold_answers();
+    at(8.0).await;
+    proxy.pass_answers();
+    // From here on nothing reaches etcd: the renewal at 9 s is never seen, and etcd may end
+    // the lease one TTL after the cut. A renewal that read the late answer as its own
+    // would trust the lease until 9 s + TTL.
+    at(8.3).await;
+    let cut_at = Instant::now();
+    proxy.cut_off();
+    let lost = tokio::time::timeout(ttl + Duration::from_secs(2), held.lease().lost()).await;
+    let trusted_for = cut_at.elapsed();
+    assert!(lost.is_ok(), "still trusted {trusted_for:?} after the cut");
+    assert!(
+        trusted_for <= ttl,
+        "trusted for {trusted_for:?} after etcd last heard a renewal, past the lease's TTL of {ttl:?}"
+    );
 }

@@ -11,9 +11,16 @@
 //!    vanish together. etcd counts lease TTLs in whole seconds (and grants at least
 //!    its minimum, about 2 s by default), so `--lock-ttl-ms` is rounded up to seconds.
 //!    A session whose lease was lost is replaced by a new one at the next acquire.
-//! 2. **Queue up.** An acquire puts `seckill/locks/<key>/<lease>-<random>` under the
-//!    lease, in a transaction that creates it only if it is absent, and reads the
-//!    revision at which it was created.
+//!    Each renewal takes the keep-alive stream out of its slot and puts it back only
+//!    with its answer: a renewal that timed out drops its stream, so its late answer
+//!    can never be read as the answer to a later renewal.
+//! 2. **Queue up.** An acquire puts `seckill/locks/<key>/<lease>` under the lease (the
+//!    lease in hex, as etcd's Go client names it), in a transaction that creates it only
+//!    if it is absent and reads the revision at which it was created. If it is there
+//!    already, it is ours: a try whose answer was lost created it, and we take it up
+//!    instead of queueing twice. A session has one key per lock, so the acquires of one
+//!    instance take turns for it (a local mutex per lock), and etcd's history holds one
+//!    key per instance, not one dead key per grant.
 //! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision
 //!    under the prefix holds the lock: first come, first served.
 //! 4. **Wait for the one before you.** A waiter watches only the key created just
@@ -24,8 +31,15 @@
 //!    it held a lock its expired session had lost; etcd's Go client spends a second
 //!    read on it). The watch starts at the current revision, and a look at the
 //!    predecessor follows it: a watch from a past revision is caught up by a loop that
-//!    etcd runs every 100 ms, which would stall a hand-over that races the watch.
-//! 5. **Release** deletes the own key; so does an acquire that timed out.
+//!    etcd runs every 100 ms, which would stall a hand-over that races the watch. The
+//!    predecessor is known by its name and its create revision: its instance may have
+//!    released and queued again under the same name, behind us.
+//! 5. **Release** deletes the own key; so does an acquire that failed at any step after
+//!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
+//!    as Curator's: sent again after every failure, in the background, until it is done
+//!    or the session's lease is lost. A key left behind would move up the queue and block
+//!    every instance for as long as our session lives. The instance's turn is held
+//!    until the delete is done, so its next acquire cannot reuse a key about to go.
 //! 6. **Fencing token**: the own key's create revision. It grows with every grant,
 //!    across every key and instance, because etcd's revision does.
 //!
@@ -40,27 +54,33 @@
 //!   opened again, on whichever member answers. Every step may be repeated safely: the
 //!   queue key is created only if absent, and reads and watches change nothing.
 //! - **Dropped guards.** A guard dropped without release deletes its key in the
-//!   background: the session outlives the grant, so waiting for a lease would be forever.
+//!   background (guaranteed, as in step 5): the session outlives the grant, so waiting
+//!   for a lease would be forever.
+//! - **One acquire per instance at a time.** Concurrent acquires of one lock on one
+//!   instance wait in the process for their turn; etcd sees one key per instance.
 //!
 //! ## References
 //! - etcd `client/v3/concurrency/mutex.go`: <https://github.com/etcd-io/etcd/blob/main/client/v3/concurrency/mutex.go>
 //! - Jepsen, "etcd 3.4.3" (2020), on locks and lost sessions: <https://jepsen.io/analyses/etcd-3.4.3>
 //! - etcd API guarantees (revisions): <https://etcd.io/docs/latest/learning/api_guarantees/>
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
+use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
+use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "etcd";
@@ -99,10 +119,18 @@ pub struct EtcdLock {
     client: Client,
     ttl_seconds: i64,
     session: tokio::sync::Mutex<Arc<Session>>,
+    /// One mutex per lock: this instance's acquires of it take turns (step 2).
+    turns: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: Arc<AtomicU64>,
 }
+
+/// This instance's turn at one lock, held from the enqueue until its key is deleted.
+type Turn = tokio::sync::OwnedMutexGuard<()>;
+
+/// A keep-alive stream: where renewals are sent, and where their answers come back.
+type KeepAliveStream = (LeaseKeeper, LeaseKeepAliveStream);
 
 /// One lease, kept alive for as long as this value lives.
 struct Session {
@@ -111,10 +139,10 @@ struct Session {
     _keepalive: KeepAlive,
 }
 
-/// One grant: the own key, deleted on release.
+/// One grant: the own key, deleted on release, and the turn that goes with it.
 struct EtcdGrant {
     client: Client,
-    own_key: Option<String>,
+    own_key: Option<(String, Turn)>,
     /// Weak, so a grant does not keep its session alive: when the instance goes, its lease goes.
     session: Weak<Session>,
 }
@@ -141,6 +169,7 @@ impl EtcdLock {
             client,
             ttl_seconds,
             session: tokio::sync::Mutex::new(Arc::new(session)),
+            turns: StdMutex::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: Arc::default(),
         })
@@ -161,62 +190,82 @@ impl EtcdLock {
 impl DistributedLock for EtcdLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         let deadline = Instant::now() + RETRY_BUDGET;
+        let turn = self
+            .turns_of(key)
+            .try_lock_owned()
+            .map_err(|_| LockError::Busy { key: key.to_owned() })?;
         let mut session = self.current_session(None, deadline).await?;
-        let mut enqueued = self.enqueue(&session, key, owner, deadline).await?;
-        if let Enqueued::LeaseGone = enqueued {
+        let mut enqueued = self.enqueue(&session, key, owner, deadline).await;
+        if let Ok(Enqueued::LeaseGone) = enqueued {
             session = self.current_session(Some(&session), deadline).await?;
-            enqueued = self.enqueue(&session, key, owner, deadline).await?;
+            enqueued = self.enqueue(&session, key, owner, deadline).await;
         }
-        let Enqueued::Queued(queued) = enqueued else {
-            return Err(LockError::backend(
-                BACKEND,
-                std::io::Error::other("a new etcd lease vanished at once"),
-            ));
+        let queued = match enqueued {
+            Ok(Enqueued::Queued(queued)) => queued,
+            Ok(Enqueued::LeaseGone) => {
+                return Err(LockError::backend(
+                    BACKEND,
+                    std::io::Error::other("a new etcd lease vanished at once"),
+                ))
+            }
+            Err(error) => {
+                self.delete_in_background(own_key_of(key, &session), &session, turn);
+                return Err(error);
+            }
         };
         if queued.holds() {
-            return Ok(self.grant(key, queued, &session));
+            return Ok(self.grant(key, queued, &session, turn));
         }
-        self.delete(&queued.own_key).await?;
+        self.delete_in_background(queued.own_key, &session, turn);
         Err(LockError::Busy { key: key.to_owned() })
     }
 
     /// Queues, then waits for the key just before ours (step 4) instead of polling.
     /// A waiter whose session ended while it waited (a lease lost to a pause or to a
     /// leader election) never held the lock: it queues again on a new session, at the
-    /// back, until its deadline.
+    /// back, until its deadline. Every way out but a grant deletes our key (step 5).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + timeout;
+        let timed_out = || LockError::Timeout {
+            key: key.to_owned(),
+            waited: started.elapsed(),
+        };
+        let turn = tokio::time::timeout_at(deadline.into(), self.turns_of(key).lock_owned())
+            .await
+            .map_err(|_| timed_out())?;
         let mut dead_session = None;
         loop {
             let session = self.current_session(dead_session.as_ref(), deadline).await?;
-            let queued = match self.enqueue(&session, key, owner, deadline).await? {
-                Enqueued::Queued(queued) => queued,
-                Enqueued::LeaseGone => {
+            let queued = match self.enqueue(&session, key, owner, deadline).await {
+                Ok(Enqueued::Queued(queued)) => queued,
+                Ok(Enqueued::LeaseGone) => {
                     dead_session = Some(session);
                     continue;
                 }
+                // The put may have happened even so: its answer may be what was lost.
+                Err(error) => {
+                    self.delete_in_background(own_key_of(key, &session), &session, turn);
+                    return Err(error);
+                }
             };
             if queued.holds() {
-                return Ok(self.grant(key, queued, &session));
+                return Ok(self.grant(key, queued, &session, turn));
             }
             let own_key_seen =
                 match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
                     Ok(Ok(own_key_seen)) => own_key_seen,
                     Ok(Err(error)) => {
-                        let _ = self.delete(&queued.own_key).await;
+                        self.delete_in_background(queued.own_key, &session, turn);
                         return Err(error);
                     }
                     Err(_) => {
-                        self.delete(&queued.own_key).await?;
-                        return Err(LockError::Timeout {
-                            key: key.to_owned(),
-                            waited: started.elapsed(),
-                        });
+                        self.delete_in_background(queued.own_key, &session, turn);
+                        return Err(timed_out());
                     }
                 };
             if own_key_seen && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session));
+                return Ok(self.grant(key, queued, &session, turn));
             }
             // The wait ended otherwise: is our key still there, and our session alive?
             // (Jepsen's finding: a key that vanished with its session is not a grant.)
@@ -224,12 +273,20 @@ impl DistributedLock for EtcdLock {
                 let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
                 async move { client.get(own_key, None).await }
             })
-            .await
-            .map_err(backend_error)?;
+            .await;
+            let own = match own {
+                Ok(own) => own,
+                Err(error) => {
+                    self.delete_in_background(queued.own_key, &session, turn);
+                    return Err(backend_error(error));
+                }
+            };
             if !own.kvs().is_empty() && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session));
+                return Ok(self.grant(key, queued, &session, turn));
             }
-            let _ = self.delete(&queued.own_key).await; // in case the lease outlived our view of it
+            // In case the lease outlived our view of it. The next key is the new
+            // session's, so this delete needs no turn.
+            delete_in_background(self.client.clone(), queued.own_key, Arc::downgrade(&session), None);
             dead_session = Some(session);
             if Instant::now() >= deadline {
                 return Err(LockError::Lost { key: key.to_owned() });
@@ -282,43 +339,49 @@ impl Session {
         })
         .await
         .map_err(backend_error)?;
-        // The keep-alive stream, or None after it broke: the next renewal opens a new one,
-        // on whichever member answers (the lease lives in the cluster, not in the stream).
-        let channel = Arc::new(tokio::sync::Mutex::new(Some(opened)));
+        // The keep-alive stream, or None after a renewal failed or timed out: the next
+        // renewal opens a new one, on whichever member answers (the lease lives in the
+        // cluster, not in the stream).
+        let slot: Arc<StdMutex<Option<KeepAliveStream>>> = Arc::new(StdMutex::new(Some(opened)));
         let (keepalive, lease) = KeepAlive::spawn(BACKEND, &format!("lease {lease_id:x}"), ttl, sent, move || {
-            let (channel, mut client) = (channel.clone(), client.clone());
-            async move {
-                let mut channel = channel.lock().await;
-                if channel.is_none() {
-                    *channel = Some(client.lease_keep_alive(lease_id).await.map_err(backend_error)?);
-                }
-                let (keeper, stream) = channel.as_mut().expect("opened above");
-                let answer = match keeper.keep_alive().await {
-                    Ok(()) => stream.message().await,
-                    Err(error) => Err(error),
-                };
-                match answer {
-                    // A TTL of 0 means the lease is gone: expired or revoked.
-                    Ok(Some(answer)) => Ok(answer.ttl() > 0),
-                    Ok(None) => {
-                        *channel = None;
-                        Err(LockError::backend(
-                            BACKEND,
-                            std::io::Error::other("keep-alive stream closed"),
-                        ))
-                    }
-                    Err(error) => {
-                        *channel = None;
-                        Err(backend_error(error))
-                    }
-                }
-            }
+            renew(client.clone(), lease_id, slot.clone())
         });
         Ok(Session {
             lease_id,
             lease,
             _keepalive: keepalive,
         })
+    }
+}
+
+/// One renewal of the session's lease: `Ok(true)` when etcd renewed it, `Ok(false)` when
+/// the lease is gone. The stream leaves its slot for the renewal and comes back only with
+/// the answer to it. A renewal that times out is dropped with its stream: a stream kept
+/// would hand the late answer to the next renewal, which would count a renewal that may
+/// never have reached etcd.
+async fn renew(
+    mut client: Client,
+    lease_id: i64,
+    slot: Arc<StdMutex<Option<KeepAliveStream>>>,
+) -> Result<bool, LockError> {
+    let taken = unpoisoned(&slot).take();
+    let Some((mut keeper, mut stream)) = taken else {
+        // Opening a stream sends a renewal and reads its answer: this renewal.
+        let opened = client.lease_keep_alive(lease_id).await.map_err(backend_error)?;
+        *unpoisoned(&slot) = Some(opened);
+        return Ok(true);
+    };
+    keeper.keep_alive().await.map_err(backend_error)?;
+    match stream.message().await.map_err(backend_error)? {
+        Some(answer) => {
+            *unpoisoned(&slot) = Some((keeper, stream));
+            // A TTL of 0 means the lease is gone: expired or revoked.
+            Ok(answer.ttl() > 0)
+        }
+        None => Err(LockError::backend(
+            BACKEND,
+            std::io::Error::other("keep-alive stream closed"),
+        )),
     }
 }
 
@@ -338,7 +401,13 @@ impl EtcdLock {
         Ok(session.clone())
     }
 
-    /// Steps 2 and 3: queues a key of ours under `key`'s prefix. Sent again after a
+    /// Step 2's turn: this instance's acquires of `key` share one queue key, so they take
+    /// turns for it.
+    fn turns_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        unpoisoned(&self.turns).entry(key.to_owned()).or_default().clone()
+    }
+
+    /// Steps 2 and 3: queues the session's key under `key`'s prefix. Sent again after a
     /// transient failure: a key that the lost attempt did create is found, not duplicated.
     async fn enqueue(
         &self,
@@ -347,8 +416,8 @@ impl EtcdLock {
         owner: &Owner,
         deadline: Instant,
     ) -> Result<Enqueued, LockError> {
-        let prefix = format!("{KEY_PREFIX}{key}/");
-        let own_key = format!("{prefix}{:016x}-{:016x}", session.lease_id, rand::random::<u64>());
+        let prefix = prefix_of(key);
+        let own_key = own_key_of(key, session);
         let oldest = || {
             GetOptions::new()
                 .with_prefix()
@@ -437,7 +506,9 @@ impl EtcdLock {
         let Some(predecessor) = keys.next() else {
             return Ok(Wait::NoneLeft);
         };
-        let predecessor = predecessor.key().to_vec();
+        // A key is known by its name and its create revision: a predecessor's instance
+        // may delete its key and queue again under the same name, behind us.
+        let (predecessor, predecessor_revision) = (predecessor.key().to_vec(), predecessor.create_revision());
         // Watch from now on, then look whether the predecessor is still there: a delete
         // before the watch existed is seen by that look, one after it by the watch. (A
         // watch that starts at a past revision would see both, but etcd catches such a
@@ -453,12 +524,8 @@ impl EtcdLock {
                 None => return Err(watch_ended()),
             }
         }
-        if client
-            .get(predecessor, Some(GetOptions::new().with_count_only()))
-            .await?
-            .count()
-            == 0
-        {
+        let now = client.get(predecessor, None).await?;
+        if now.kvs().first().map(|kv| kv.create_revision()) != Some(predecessor_revision) {
             return Ok(Wait::Woken);
         }
         let deleted = async {
@@ -482,21 +549,31 @@ impl EtcdLock {
         }
     }
 
-    /// Deletes a key of ours; `Ok(false)` if it was already gone.
-    async fn delete(&self, key: &str) -> Result<bool, LockError> {
-        delete_key(&self.client, key).await
+    /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
+    fn delete_in_background(&self, own_key: String, session: &Arc<Session>, turn: Turn) {
+        delete_in_background(self.client.clone(), own_key, Arc::downgrade(session), Some(turn));
     }
 
-    fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>) -> LockGuard {
+    fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
         let grant = EtcdGrant {
             client: self.client.clone(),
-            own_key: Some(queued.own_key),
+            own_key: Some((queued.own_key, turn)),
             session: Arc::downgrade(session),
         };
         LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, queued.own_revision as u64))
             .with_lease(session.lease.clone())
     }
+}
+
+/// Where the queue of lock `key` lives: every key under this prefix.
+fn prefix_of(key: &str) -> String {
+    format!("{KEY_PREFIX}{key}/")
+}
+
+/// The session's own key in the queue of lock `key`: named after its lease (step 2).
+fn own_key_of(key: &str, session: &Session) -> String {
+    format!("{}{:x}", prefix_of(key), session.lease_id)
 }
 
 /// A queue key, or none because the session's lease is gone on the server.
@@ -531,16 +608,24 @@ enum Wait {
 
 #[async_trait]
 impl Release for EtcdGrant {
+    /// Step 5. Waits for the delete up to [`RETRY_BUDGET`]; after that it goes on in the
+    /// background, and the release reports the failure.
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
-        let Some(own_key) = self.own_key.take() else {
+        let Some((own_key, turn)) = self.own_key.take() else {
             return Ok(());
         };
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
-        let deleted = delete_key(&self.client, &own_key).await?;
-        if deleted && session_held {
-            Ok(())
-        } else {
-            Err(LockError::Lost { key: own_key })
+        let deleting = delete_in_background(self.client.clone(), own_key.clone(), self.session.clone(), Some(turn));
+        match tokio::time::timeout(RETRY_BUDGET, deleting).await {
+            Ok(Ok(true)) if session_held => Ok(()),
+            Ok(Ok(_)) => Err(LockError::Lost { key: own_key }),
+            Ok(Err(panicked)) => Err(LockError::backend(BACKEND, panicked)),
+            Err(_) => Err(LockError::backend(
+                BACKEND,
+                std::io::Error::other(
+                    "etcd did not confirm the delete of our key in time; it is sent again in the background",
+                ),
+            )),
         }
     }
 }
@@ -548,24 +633,39 @@ impl Release for EtcdGrant {
 impl Drop for EtcdGrant {
     /// Dropped without release: delete the key in the background (see the module notes).
     fn drop(&mut self) {
-        if let Some(own_key) = self.own_key.take() {
-            let mut client = self.client.clone();
-            tokio::spawn(async move { client.delete(own_key, None).await });
+        if let Some((own_key, turn)) = self.own_key.take() {
+            delete_in_background(self.client.clone(), own_key, self.session.clone(), Some(turn));
         }
     }
 }
 
-/// Deletes a key of ours, trying again for up to [`RETRY_BUDGET`] after transient
-/// failures (a key left behind would keep the next waiter waiting until its lease ends);
-/// `Ok(false)` if it was already gone.
-async fn delete_key(client: &Client, key: &str) -> Result<bool, LockError> {
-    let deleted = retry_transient(Instant::now() + RETRY_BUDGET, || {
-        let mut client = client.clone();
-        async move { client.delete(key, None).await }
+/// Deletes a queue key of ours in the background, guaranteed (as Curator's `guaranteed()`
+/// delete): sent again after every failure, until it is done or the session's lease is
+/// lost (the key goes with it). A key left behind would move up the queue and block
+/// every instance for as long as our session lives. The task keeps the instance's
+/// `turn` until then, so its next acquire cannot reuse a key that is about to go.
+/// Answers whether it deleted the key (not: it was gone already, or went with its lease).
+fn delete_in_background(
+    client: Client,
+    own_key: String,
+    session: Weak<Session>,
+    turn: Option<Turn>,
+) -> JoinHandle<bool> {
+    tokio::spawn(async move {
+        let _turn = turn;
+        loop {
+            match client.clone().delete(own_key.as_str(), None).await {
+                Ok(deleted) => return deleted.deleted() > 0,
+                Err(error) => {
+                    if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
+                        return false;
+                    }
+                    tracing::debug!(key = own_key, %error, "the delete of our etcd key failed; sending it again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+        }
     })
-    .await
-    .map_err(backend_error)?;
-    Ok(deleted.deleted() > 0)
 }
 
 // Hardening: transient failures, lost leases, broken watches.

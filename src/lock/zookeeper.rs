@@ -8,22 +8,31 @@
 //!
 //! ## How it works
 //! 1. **Queue up.** Create an ephemeral sequential node
-//!    `/seckill/locks/<key>/_c_<uuid>-lock-<sequence>`. If the create's answer is lost
-//!    (the connection dropped), the node may exist anyway; the unique `_c_<uuid>` part
-//!    lets the retry find it among the children instead of queueing twice (Curator's
-//!    *protected mode*).
+//!    `/seckill/locks/<key>/_c_<uuid>-lock-<sequence>`, with a new `<uuid>` for each
+//!    acquire. If the create's answer is lost (the connection dropped), the node may
+//!    exist anyway; the unique `_c_<uuid>` part lets us find it among the children
+//!    instead of queueing twice (Curator's *protected mode*). We create again only once
+//!    a listing has answered that it is not there.
 //! 2. **The lowest sequence holds the lock.** List the children and sort them by sequence:
 //!    first come, first served.
 //! 3. **Watch only the one before you.** Otherwise set a watch on the immediate
 //!    predecessor (no thundering herd: one release wakes one waiter), and look again
 //!    when it goes.
-//! 4. **Release** deletes the own node.
+//! 4. **Release** deletes the own node; so does an acquire that failed at any step
+//!    after sending its create (a timeout, an error, a lost answer: then the node is
+//!    found by its protected name first). The delete is *guaranteed*, as Curator's
+//!    `guaranteed()`: sent again, in the background, until it is done or the session
+//!    ended. A node left behind would move up the queue and block every instance for as
+//!    long as our session lives.
 //! 5. **Session loss is lock loss.** If the session expires (the server stopped hearing
 //!    from this client for a whole session timeout), every ephemeral node of it is gone.
-//!    The session's state feeds the guard's lease: disconnected means "held only until
-//!    the session timeout runs out", expired means lost. A new session is started at the
-//!    next acquire. A *waiter* whose session ends never held the lock: it queues again
-//!    on a new session, at the back, until its deadline.
+//!    So the guard's lease is counted from the last time the server heard from us: a
+//!    small read every third of the timeout, and each answer means the server heard us
+//!    after the read was sent. The lease ends a session timeout after the last read that
+//!    was answered, even while the client still believes it is connected, and at once
+//!    when the session expires. A new session is started at the next acquire. A *waiter*
+//!    whose session ends never held the lock: it queues again on a new session, at the
+//!    back, until its deadline.
 //! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It
 //!    grows with every write to the ensemble, so with every grant.
 //!
@@ -34,7 +43,9 @@
 //! - **Pauses.** A holder paused past its session timeout loses its node without
 //!   knowing; the stock then refuses its older token.
 //! - **Dropped guards.** A guard dropped without release deletes its node in the
-//!   background: the session outlives the grant.
+//!   background (guaranteed, as in step 4): the session outlives the grant.
+//! - **Trust costs a read.** Step 5 sends one small read every third of the session
+//!   timeout, besides the client's own pings, whose answers the client does not show.
 //!
 //! ## References
 //! - ZooKeeper recipes, "Locks": <https://zookeeper.apache.org/doc/current/recipes.html#sc_recipes_Locks>
@@ -48,10 +59,10 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
-use crate::lock::parts::keepalive::drift;
+use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
@@ -70,8 +81,10 @@ pub const CRITICAL_PATH: &[Step] = &[
 const LOCKS_ROOT: &str = "/seckill/locks";
 /// Marks the protected part of a node's name: `_c_<uuid>-lock-`.
 const LOCK_NAME: &str = "-lock-";
-/// After a delete whose answer was lost, how long to wait before sending it again.
+/// After a request whose answer was lost, how long to wait before sending it again.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// The read that tells us the server still hears us (step 5): any node will do.
+const PROBED_PATH: &str = "/";
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -88,6 +101,8 @@ pub struct ZooKeeperLockOptions {
 struct Session {
     client: Client,
     lease: Lease,
+    /// The reads that move the lease on (step 5); they stop when the session is dropped.
+    _heard_from: KeepAlive,
 }
 
 /// A lock whose queue is a parent node's ephemeral sequential children.
@@ -105,6 +120,13 @@ pub struct ZooKeeperLock {
 
 fn backend_error(error: zookeeper_client::Error) -> LockError {
     LockError::backend(BACKEND, error)
+}
+
+/// Failures after which another try may work: the connection broke, so the request
+/// may or may not have run (its answer was lost), or the server asked us to wait.
+fn is_transient(error: &zookeeper_client::Error) -> bool {
+    use zookeeper_client::Error::*;
+    matches!(error, ConnectionLoss | Timeout | Throttled | Custom(_))
 }
 
 /// An error while waiting: a session that expired (or was closed) means our node is
@@ -149,53 +171,82 @@ impl ZooKeeperLock {
         self.wakeups.load(Ordering::SeqCst)
     }
 
-    /// The current session, or a new one if the last one ended or is `dead` (its lease
-    /// ran out while a waiter used it; dropping it closes it, and its nodes go with it).
+    /// The current session, or a new one if the last one ended, or its lease ran out, or
+    /// it is `dead` (its lease ran out while a waiter used it). Dropping a session closes
+    /// it, and its nodes go with it.
     async fn current_session(&self, dead: Option<&Arc<Session>>) -> Result<Arc<Session>, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let mut session = self.session.lock().await;
-        if session.client.state().is_terminated() || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session)) {
+        if session.client.state().is_terminated()
+            || !session.lease.is_held()
+            || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session))
+        {
             tracing::warn!("the ZooKeeper session ended; starting a new one");
             *session = Arc::new(Session::start(&self.options).await?);
         }
         Ok(session.clone())
     }
 
-    async fn parent(&self, client: &Client, key: &str) -> Result<String, LockError> {
-        let parent = format!("{LOCKS_ROOT}/{key}");
-        if !unpoisoned(&self.parents).contains(&parent) {
+    /// Creates the lock's parent node, once per handle.
+    async fn make_parent(&self, client: &Client, parent: &str) -> Result<(), LockError> {
+        if !unpoisoned(&self.parents).contains(parent) {
             let persistent = CreateMode::Persistent.with_acls(Acls::anyone_all());
-            client.mkdir(&parent, &persistent).await.map_err(backend_error)?;
-            unpoisoned(&self.parents).insert(parent.clone());
+            client.mkdir(parent, &persistent).await.map_err(backend_error)?;
+            unpoisoned(&self.parents).insert(parent.to_owned());
         }
-        Ok(parent)
+        Ok(())
     }
 
     /// Step 1: creates our node, protected against a lost answer. Returns its name and czxid.
-    async fn enqueue(&self, client: &Client, parent: &str, owner: &Owner) -> Result<(String, i64), LockError> {
-        let protected = format!("_c_{:032x}{LOCK_NAME}", rand::random::<u128>());
+    async fn enqueue(
+        &self,
+        client: &Client,
+        key: &str,
+        parent: &str,
+        protected: &str,
+        owner: &Owner,
+    ) -> Result<(String, i64), LockError> {
         let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-        for _ in 0..3 {
+        loop {
             match client
                 .create(&format!("{parent}/{protected}"), owner.as_str().as_bytes(), &ephemeral)
                 .await
             {
                 Ok((stat, sequence)) => return Ok((format!("{protected}{sequence}"), stat.czxid)),
-                Err(zookeeper_client::Error::ConnectionLoss) => {
-                    // The node may have been created: look for our unique prefix.
-                    let children = client.list_children(parent).await.map_err(backend_error)?;
-                    if let Some(name) = children.into_iter().find(|child| child.starts_with(&protected)) {
-                        let stat = client
-                            .check_stat(&format!("{parent}/{name}"))
-                            .await
-                            .map_err(backend_error)?;
-                        return Ok((name, stat.map_or(0, |stat| stat.czxid)));
+                Err(error) if is_transient(&error) => {
+                    tracing::debug!(%error, "the create of our node may have happened; looking for it");
+                    let found = find_own_node(client, parent, protected)
+                        .await
+                        .map_err(|error| waiting_error(error, key))?;
+                    if let Some(found) = found {
+                        return Ok(found);
                     }
                 }
-                Err(error) => return Err(backend_error(error)),
+                Err(error) => return Err(waiting_error(error, key)),
             }
         }
-        Err(backend_error(zookeeper_client::Error::ConnectionLoss))
+    }
+
+    /// Steps 2 and 3, until we hold the lock: look, and if a node is before ours, wait
+    /// for it to go.
+    async fn wait_for_turn(&self, session: &Session, key: &str, parent: &str, own: &str) -> Result<(), LockError> {
+        let client = &session.client;
+        loop {
+            let Some(predecessor) = self.predecessor(client, parent, own).await? else {
+                return Ok(());
+            };
+            let (stat, watcher) = client
+                .check_and_watch_stat(&format!("{parent}/{predecessor}"))
+                .await
+                .map_err(|error| waiting_error(error, key))?;
+            if stat.is_none() {
+                continue; // gone between the listing and the watch: look again
+            }
+            tokio::select! {
+                _ = watcher.changed() => { self.wakeups.fetch_add(1, Ordering::SeqCst); }
+                () = session.lease.lost() => return Err(LockError::Lost { key: key.to_owned() }),
+            }
+        }
     }
 
     /// Steps 2 and 3 for one look: `Ok(None)` if we hold it, or the predecessor to wait for.
@@ -228,37 +279,96 @@ impl ZooKeeperLock {
 }
 
 impl Session {
+    /// Connects, and starts the lease the holder trusts (step 5).
     async fn start(options: &ZooKeeperLockOptions) -> Result<Session, LockError> {
+        let connecting = Instant::now();
         let client = Client::connector()
             .with_session_timeout(options.session_timeout)
             .with_connection_timeout(CONNECT_TIMEOUT)
             .connect(&options.connect)
             .await
             .map_err(backend_error)?;
-        let (state, lease) = Lease::watched(LeaseState::Held);
         let timeout = client.session_timeout();
-        let mut watcher = client.state_watcher();
-        // Step 5: the session's state is the lease. The task ends with the session.
-        tokio::spawn(async move {
-            loop {
-                match watcher.changed().await {
-                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
-                        state.send_replace(LeaseState::Held);
-                    }
-                    // The server expires the session a timeout after it last heard from us.
-                    SessionState::Disconnected => {
-                        let until = Instant::now() + timeout.saturating_sub(drift(timeout));
-                        state.send_replace(LeaseState::HeldUntil(until));
-                    }
-                    SessionState::Expired | SessionState::Closed | SessionState::AuthFailed => {
-                        state.send_replace(LeaseState::Lost);
-                        return;
-                    }
+        // Heard from: the server expires the session a timeout after it last heard from
+        // us, and it heard a read that it answered after that read was sent. Counting from
+        // the moment the client notices a disconnect would trust the session for as long
+        // again after the server may have expired it.
+        let prober = client.clone();
+        let label = format!("session {}", client.session().id());
+        let (heard_from, heard) = KeepAlive::spawn(BACKEND, &label, timeout, connecting, move || {
+            let answered = prober.check_stat(PROBED_PATH);
+            async move {
+                match answered.await {
+                    Ok(_) => Ok(true),
+                    Err(zookeeper_client::Error::SessionExpired | zookeeper_client::Error::ClientClosed) => Ok(false),
+                    Err(error) => Err(backend_error(error)),
                 }
             }
         });
-        Ok(Session { client, lease })
+        // Ended: an expired or closed session is lost at once, without waiting for a read.
+        let (state, ended) = Lease::watched(LeaseState::Held);
+        let mut watcher = client.state_watcher();
+        tokio::spawn(async move {
+            while !watcher.changed().await.is_terminated() {}
+            state.send_replace(LeaseState::Lost);
+        });
+        Ok(Session {
+            client,
+            lease: Lease::both(heard, ended),
+            _heard_from: heard_from,
+        })
     }
+}
+
+/// A new protected name for one acquire's node (step 1): `_c_<uuid>-lock-`.
+fn protected_name() -> String {
+    format!("_c_{:032x}{LOCK_NAME}", rand::random::<u128>())
+}
+
+/// Step 1's look after a lost answer: our node among the children, by its protected
+/// name, with its czxid. Looks again after transient failures: creating again before a
+/// look has answered could queue us twice.
+async fn find_own_node(
+    client: &Client,
+    parent: &str,
+    protected: &str,
+) -> Result<Option<(String, i64)>, zookeeper_client::Error> {
+    loop {
+        let look = async {
+            let children = client.list_children(parent).await?;
+            let Some(name) = children.into_iter().find(|child| child.starts_with(protected)) else {
+                return Ok(None);
+            };
+            let stat = client.check_stat(&format!("{parent}/{name}")).await?;
+            Ok(stat.map(|stat| (name, stat.czxid)))
+        };
+        match look.await {
+            Err(error) if is_transient(&error) && !client.state().is_terminated() => {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            found => return found,
+        }
+    }
+}
+
+/// Step 4 for an acquire that failed: our node goes, guaranteed, in the background. If
+/// its name is unknown (the create's answer was lost), it is found by its protected name.
+fn delete_in_background(client: Client, parent: String, protected: String, name: Option<String>) {
+    tokio::spawn(async move {
+        let name = match name {
+            Some(name) => name,
+            None => match find_own_node(&client, &parent, &protected).await {
+                Ok(Some((name, _))) => name,
+                Ok(None) | Err(_) => return, // never created, or gone with the session
+            },
+        };
+        let _ = delete_own_node(&client, &format!("{parent}/{name}")).await;
+    });
+}
+
+/// The parent node of lock `key`: its queue.
+fn parent_of(key: &str) -> String {
+    format!("{LOCKS_ROOT}/{key}")
 }
 
 /// The sequence number at the end of a node's name.
@@ -300,9 +410,7 @@ impl Release for ZooKeeperGrant {
 async fn delete_own_node(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
     loop {
         match client.delete(path, None).await {
-            Err(error @ (zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout))
-                if !client.state().is_terminated() =>
-            {
+            Err(error) if is_transient(&error) && !client.state().is_terminated() => {
                 tracing::debug!(path, %error, "the delete of our node may not have happened; sending it again");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
@@ -327,20 +435,30 @@ impl DistributedLock for ZooKeeperLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         let session = self.current_session(None).await?;
         let client = &session.client;
-        let parent = self.parent(client, key).await?;
-        let (own, czxid) = self.enqueue(client, &parent, owner).await?;
-        let path = format!("{parent}/{own}");
+        let (parent, protected) = (parent_of(key), protected_name());
+        self.make_parent(client, &parent).await?;
+        let (own, czxid) = match self.enqueue(client, key, &parent, &protected, owner).await {
+            Ok(queued) => queued,
+            Err(error) => {
+                delete_in_background(client.clone(), parent, protected, None);
+                return Err(error);
+            }
+        };
         match self.predecessor(client, &parent, &own).await {
-            Ok(None) => Ok(self.grant(key, &session, path, czxid)),
+            Ok(None) => Ok(self.grant(key, &session, format!("{parent}/{own}"), czxid)),
             Ok(Some(_)) => {
-                client.delete(&path, None).await.map_err(backend_error)?;
+                delete_in_background(client.clone(), parent, protected, Some(own));
                 Err(LockError::Busy { key: key.to_owned() })
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                delete_in_background(client.clone(), parent, protected, Some(own));
+                Err(error)
+            }
         }
     }
 
     /// Queues, then waits for the predecessor's deletion (step 3) instead of polling.
+    /// Every way out but a grant deletes our node (step 4).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -348,49 +466,36 @@ impl DistributedLock for ZooKeeperLock {
         loop {
             let session = self.current_session(dead_session.as_ref()).await?;
             let client = &session.client;
-            let parent = self.parent(client, key).await?;
-            let (own, czxid) = self.enqueue(client, &parent, owner).await?;
-            let path = format!("{parent}/{own}");
-            let wait = async {
-                loop {
-                    let Some(predecessor) = self.predecessor(client, &parent, &own).await? else {
-                        return Ok(());
-                    };
-                    let (stat, watcher) = client
-                        .check_and_watch_stat(&format!("{parent}/{predecessor}"))
-                        .await
-                        .map_err(|error| waiting_error(error, key))?;
-                    if stat.is_none() {
-                        continue; // gone between the listing and the watch: look again
-                    }
-                    tokio::select! {
-                        _ = watcher.changed() => { self.wakeups.fetch_add(1, Ordering::SeqCst); }
-                        () = session.lease.lost() => return Err(LockError::Lost { key: key.to_owned() }),
-                    }
-                }
+            let (parent, protected) = (parent_of(key), protected_name());
+            // Our node's name, once the create has answered.
+            let mut own = None;
+            let attempt = async {
+                self.make_parent(client, &parent).await?;
+                let (name, czxid) = self.enqueue(client, key, &parent, &protected, owner).await?;
+                own = Some(name.clone());
+                self.wait_for_turn(&session, key, &parent, &name).await?;
+                Ok::<_, LockError>((name, czxid))
             };
-            match tokio::time::timeout_at(deadline.into(), wait).await {
-                Ok(Ok(())) => return Ok(self.grant(key, &session, path, czxid)),
+            let outcome = tokio::time::timeout_at(deadline.into(), attempt).await;
+            let error = match outcome {
+                Ok(Ok((name, czxid))) => return Ok(self.grant(key, &session, format!("{parent}/{name}"), czxid)),
+                Ok(Err(error)) => error,
+                Err(_) => LockError::Timeout {
+                    key: key.to_owned(),
+                    waited: started.elapsed(),
+                },
+            };
+            delete_in_background(client.clone(), parent, protected, own);
+            match error {
                 // Our session ended while we waited, so our node is gone or going: queue again.
-                Ok(Err(LockError::Lost { .. })) if Instant::now() < deadline => {
-                    let _ = client.delete(&path, None).await;
+                LockError::Lost { .. } if Instant::now() < deadline => {
                     tracing::info!(
                         key,
                         "the ZooKeeper session ended while waiting; queueing again on a new session"
                     );
                     dead_session = Some(session.clone());
                 }
-                Ok(Err(error)) => {
-                    let _ = client.delete(&path, None).await;
-                    return Err(error);
-                }
-                Err(_) => {
-                    client.delete(&path, None).await.map_err(backend_error)?;
-                    return Err(LockError::Timeout {
-                        key: key.to_owned(),
-                        waited: started.elapsed(),
-                    });
-                }
+                error => return Err(error),
             }
         }
     }

@@ -13,10 +13,20 @@ pub fn etcd_endpoints() -> Vec<String> {
 }
 
 pub fn etcd_options(ttl_ms: u64) -> seckill::lock::etcd::EtcdLockOptions {
+    etcd_options_via(etcd_endpoints(), ttl_ms)
+}
+
+/// Options for an etcd lock that talks to etcd through `endpoints` (a proxy's, say).
+pub fn etcd_options_via(endpoints: Vec<String>, ttl_ms: u64) -> seckill::lock::etcd::EtcdLockOptions {
     seckill::lock::etcd::EtcdLockOptions {
-        endpoints: etcd_endpoints(),
+        endpoints,
         ttl: Duration::from_millis(ttl_ms),
     }
+}
+
+/// The port of the first etcd endpoint, for a proxy in front of it.
+pub fn etcd_port() -> u16 {
+    port_of(&etcd_endpoints()[0])
 }
 
 /// Revokes an etcd lease from another client, as if it had expired.
@@ -42,10 +52,33 @@ pub fn zookeeper_connect() -> String {
 }
 
 pub fn zookeeper_options(session_timeout_ms: u64) -> seckill::lock::zookeeper::ZooKeeperLockOptions {
+    zookeeper_options_via(zookeeper_connect(), session_timeout_ms)
+}
+
+/// Options for a ZooKeeper lock that connects through `connect` (a proxy's, say).
+pub fn zookeeper_options_via(
+    connect: String,
+    session_timeout_ms: u64,
+) -> seckill::lock::zookeeper::ZooKeeperLockOptions {
     seckill::lock::zookeeper::ZooKeeperLockOptions {
-        connect: zookeeper_connect(),
+        connect,
         session_timeout: Duration::from_millis(session_timeout_ms),
     }
+}
+
+/// The port of the first ZooKeeper server, for a proxy in front of it.
+pub fn zookeeper_port() -> u16 {
+    port_of(zookeeper_connect().split(',').next().unwrap_or_default())
+}
+
+/// The port at the end of `http://host:port` or `host:port`.
+fn port_of(address: &str) -> u16 {
+    address
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .and_then(|port| port.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {address}"))
 }
 
 /// Expires a ZooKeeper session from outside, the way ZooKeeper's own tests do: join
