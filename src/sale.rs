@@ -209,7 +209,11 @@ impl Sale {
             Err(LockError::Lost { key }) => {
                 tracing::warn!(key, fenced = self.fenced, "lock expired before release");
             }
-            Err(error) => tracing::warn!(%error, "release failed; the lease will expire on its own"),
+            // Each lock cleans up after a failed release (it retries the delete, or the key
+            // goes with its lease or session): nothing stays held for good.
+            Err(error) => {
+                tracing::warn!(%error, "release failed; the lock deletes the grant in the background, or it ends with its lease or session")
+            }
         }
         drop(turn);
         // Off the lock's path: the next local buyer may already hold it.

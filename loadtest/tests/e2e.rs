@@ -63,7 +63,10 @@ fn assert_held(report: &Report) {
     assert_eq!(report.error_count(), 0, "{}", report.render());
     assert_eq!(report.units_sold_twice, 0);
     assert_eq!(
-        (report.holders_overlapped, report.fence_refused.reads + report.fence_refused.writes),
+        (
+            report.holders_overlapped,
+            report.fence_refused.reads + report.fence_refused.writes
+        ),
         (0, 0),
         "a lock that holds has no two holders at once, so the fence has nothing to refuse: {}",
         report.render()
