@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use seckill::strategy::{Fencing, Strategy};
 
+/// One database per test: both reset and sell the stock.
 const DB: u8 = 72;
+const ZOOKEEPER_DB: u8 = 78;
 const STOCK: i64 = 10;
 
 /// One `GET /stock/reduce`: its status and its JSON body.
@@ -87,7 +89,7 @@ async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_writte
 #[tokio::test]
 async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lock() {
     let zookeeper = common::PrivateServer::zookeeper();
-    let instance = common::instance_with(Strategy::Zookeeper, DB, |config| {
+    let instance = common::instance_with(Strategy::Zookeeper, ZOOKEEPER_DB, |config| {
         config.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
         config.lock_ttl_ms = 15_000;
         config.chaos_pause_before_write_ms = Some(1_000);

@@ -258,11 +258,18 @@ impl RedisLock {
     /// restarted empty). Take the next one from the stock's Redis and store it, unless
     /// another instance did first.
     async fn begin_epoch(&self, key: &str) -> Result<(), LockError> {
-        let epoch: u64 = redis::cmd("INCR")
-            .arg(format!("{key}:fence:epochs"))
-            .query_async(&mut self.epochs.clone())
-            .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
+        // Used once in a server's life, this connection may still hold a socket that broke
+        // since (the very restart we are here for): one failure of that kind earns a retry.
+        let mut epochs = self.epochs.clone();
+        let mut next_epoch = redis::cmd("INCR");
+        next_epoch.arg(format!("{key}:fence:epochs"));
+        let epoch: u64 = match next_epoch.query_async(&mut epochs).await {
+            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
+                next_epoch.query_async(&mut epochs).await
+            }
+            answered => answered,
+        }
+        .map_err(|e| LockError::backend(BACKEND, e))?;
         let stored: Option<String> = redis::cmd("SET")
             .arg(Self::epoch_key(key))
             .arg(epoch)

@@ -38,6 +38,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/cli", 62..=62),
     ("seckill/own_servers", 63..=63),
     ("seckill/shutdown", 72..=72),
+    ("seckill/shutdown", 78..=78),
     ("seckill/degrade", 73..=73),
 ];
 
