@@ -37,6 +37,8 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/local_queue", 61..=61),
     ("seckill/cli", 62..=62),
     ("seckill/own_servers", 63..=63),
+    ("loadtest/nemesis", 68..=68),
+    ("seckill/chaos", 69..=69),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
