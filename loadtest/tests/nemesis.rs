@@ -179,7 +179,8 @@ async fn the_control_port_strikes_the_fault_it_is_asked_for_and_reports_it() {
     let (nemesis, _) = nemesis_before_redis().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let control = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(axum::serve(listener, loadtest::nemesis::control::app(nemesis.clone())).into_future());
+    let app = loadtest::nemesis::control::app(nemesis.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
     let http = reqwest::Client::new();
     let post = |path: &str| http.post(format!("{control}{path}")).send();
 

@@ -45,8 +45,8 @@ refuse_busy_ports() {
 INSTANCE_PIDS=()
 
 # INSTANCE_FLAGS[i]: flags for the instance on PORTS[i] alone (chaos.sh points each instance
-# at its own nemesis with them). They replace the same flags of the run: seckill refuses a
-# flag given twice. Empty: none.
+# at its own nemesis with them). They replace the same flags given to every instance:
+# seckill refuses a flag given twice. Empty: none.
 INSTANCE_FLAGS=()
 
 # overridden_by OVERRIDES FLAG...: the `--flag value` pairs of FLAG... whose flag OVERRIDES
@@ -76,12 +76,12 @@ start_instances() {
   local run=$1 strategy=${1%%+*} flags; shift
   label=${label:-seckill-$run}
   read -r -a flags <<<"$(variant_flags "$run")"
-  local i own run_flags
+  local i own shared
   for i in "${!PORTS[@]}"; do
     read -r -a own <<<"${INSTANCE_FLAGS[i]:-}"
-    mapfile -t run_flags < <(overridden_by "${own[*]}" "${flags[@]}")
+    mapfile -t shared < <(overridden_by "${own[*]}" "${flags[@]}" "$@")
     spawn_instance "$label" "${PORTS[i]}" "$ROOT/target/release/seckill" serve --port "${PORTS[i]}" --lock "$strategy" \
-      "${run_flags[@]}" "${own[@]}" "$@"
+      "${shared[@]}" "${own[@]}"
   done
   await_instances "$label"
 }

@@ -9,9 +9,10 @@
 # SECKILL_* settings.
 
 # The control port of each instance's nemesis, and where its links begin: instance i's
-# link to the k-th member of the lock backend listens on NEMESIS_LINK_PORTS[i] + k.
+# link to the k-th member of the lock backend listens on NEMESIS_LINK_PORTS[i] + k. All
+# below 32768, where the kernel picks no ports for outgoing connections.
 NEMESIS_CONTROL_PORTS=(7401 7402)
-NEMESIS_LINK_PORTS=(41000 42000)
+NEMESIS_LINK_PORTS=(16500 16600)
 NEMESIS_PIDS=()
 
 # lock_address STRATEGY: the flag that says where STRATEGY keeps its lock, and its value

@@ -28,22 +28,27 @@ pub fn app(nemesis: Nemesis) -> Router {
 }
 
 async fn partition(State(nemesis): State<Nemesis>) -> Json<Status> {
-    nemesis.strike(Fault::Partition);
-    Json(nemesis.status())
+    strike(&nemesis, Fault::Partition)
 }
 
 async fn delay(State(nemesis): State<Nemesis>, Query(delay): Query<Delay>) -> Json<Status> {
-    nemesis.strike(Fault::Delay(delay));
-    Json(nemesis.status())
+    strike(&nemesis, Fault::Delay(delay))
 }
 
 async fn reset(State(nemesis): State<Nemesis>) -> Json<Status> {
-    nemesis.strike(Fault::Reset);
-    Json(nemesis.status())
+    strike(&nemesis, Fault::Reset)
 }
 
 async fn heal(State(nemesis): State<Nemesis>) -> Json<Status> {
-    nemesis.strike(Fault::Healed);
+    strike(&nemesis, Fault::Healed)
+}
+
+/// Strikes `fault`, and says so on standard output with the time, to read beside the
+/// instances' logs.
+fn strike(nemesis: &Nemesis, fault: Fault) -> Json<Status> {
+    nemesis.strike(fault);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    println!("[nemesis] at {} ms (unix): {fault:?}", now.as_millis());
     Json(nemesis.status())
 }
 
