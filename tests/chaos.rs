@@ -314,7 +314,10 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     let outcome = crowd.outcome(&mut stock_redis).await;
     println!("{outcome:?}");
 
-    assert_eq!(outcome.units_sold_twice, 0, "the lease did not stop the holder: {outcome:?}");
+    assert_eq!(
+        outcome.units_sold_twice, 0,
+        "the lease did not stop the holder: {outcome:?}"
+    );
     assert_eq!((outcome.stock, outcome.lucky), (0, STOCK), "{outcome:?}");
     assert!(outcome.other_errors.is_empty(), "{outcome:?}");
     let records: Vec<String> = redis::cmd("LRANGE")

@@ -69,7 +69,10 @@ async fn ping(stream: &mut TcpStream, within: Duration) -> Option<Duration> {
 async fn a_ping_sent_during_a_partition_is_answered_only_after_the_heal() {
     let (nemesis, listen) = nemesis_before_redis().await;
     let mut stream = TcpStream::connect(listen).await.unwrap();
-    assert!(ping(&mut stream, PROMPTLY).await.is_some(), "healed, a PING is answered");
+    assert!(
+        ping(&mut stream, PROMPTLY).await.is_some(),
+        "healed, a PING is answered"
+    );
 
     nemesis.strike(Fault::Partition);
     stream.write_all(PING).await.unwrap();
@@ -90,7 +93,11 @@ async fn a_connection_opened_during_a_partition_reaches_the_server_at_the_heal()
     let mut stream = TcpStream::connect(listen)
         .await
         .expect("a partition accepts connections");
-    assert_eq!(ping(&mut stream, SILENCE).await, None, "nothing answers before the heal");
+    assert_eq!(
+        ping(&mut stream, SILENCE).await,
+        None,
+        "nothing answers before the heal"
+    );
     assert_eq!(nemesis.status().fault, Fault::Partition);
 
     nemesis.strike(Fault::Healed);
@@ -113,8 +120,14 @@ async fn a_delay_of_the_answers_makes_each_at_least_that_late_and_keeps_their_or
     nemesis.strike(Fault::Delay(delay));
 
     let took = ping(&mut stream, PROMPTLY).await.expect("a delayed PING is answered");
-    assert!(took >= Duration::from_millis(300), "answered after {took:?}, under the 300 ms delay");
-    assert!(took < Duration::from_millis(900), "answered after {took:?}, far over 300 + 100 ms");
+    assert!(
+        took >= Duration::from_millis(300),
+        "answered after {took:?}, under the 300 ms delay"
+    );
+    assert!(
+        took < Duration::from_millis(900),
+        "answered after {took:?}, far over 300 + 100 ms"
+    );
 
     // Twenty requests, each its own chunk with its own jitter: the answers stay in order.
     let words: Vec<String> = (0..20).map(|n| format!("word-{n}")).collect();
@@ -139,7 +152,10 @@ async fn a_delay_both_ways_delays_the_request_and_the_answer() {
         direction: Direction::Both,
     }));
     let took = ping(&mut stream, PROMPTLY).await.expect("a delayed PING is answered");
-    assert!(took >= Duration::from_millis(400), "a round trip of {took:?}, under 2 x 200 ms");
+    assert!(
+        took >= Duration::from_millis(400),
+        "a round trip of {took:?}, under 2 x 200 ms"
+    );
 
     nemesis.strike(Fault::Healed);
     let took = ping(&mut stream, PROMPTLY).await.expect("answered once healed");
@@ -171,7 +187,10 @@ async fn a_reset_breaks_every_open_connection_and_refuses_new_ones_until_the_hea
 
     nemesis.strike(Fault::Healed);
     let mut healed = TcpStream::connect(listen).await.unwrap();
-    assert!(ping(&mut healed, PROMPTLY).await.is_some(), "healed, connections pass again");
+    assert!(
+        ping(&mut healed, PROMPTLY).await.is_some(),
+        "healed, connections pass again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +210,10 @@ async fn the_control_port_strikes_the_fault_it_is_asked_for_and_reports_it() {
         .await
         .unwrap();
     assert_eq!(status["fault"], "delay", "{status}");
-    assert_eq!((status["ms"].as_u64(), status["jitter_ms"].as_u64()), (Some(800), Some(200)));
+    assert_eq!(
+        (status["ms"].as_u64(), status["jitter_ms"].as_u64()),
+        (Some(800), Some(200))
+    );
     assert_eq!(
         nemesis.status().fault,
         Fault::Delay(Delay {

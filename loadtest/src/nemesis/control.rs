@@ -47,7 +47,9 @@ async fn heal(State(nemesis): State<Nemesis>) -> Json<Status> {
 /// instances' logs.
 fn strike(nemesis: &Nemesis, fault: Fault) -> Json<Status> {
     nemesis.strike(fault);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     println!("[nemesis] at {} ms (unix): {fault:?}", now.as_millis());
     Json(nemesis.status())
 }

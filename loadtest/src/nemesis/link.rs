@@ -19,7 +19,12 @@ const CHUNK: usize = 64 * 1024;
 
 /// Accepts on `listener` for ever, and carries each connection to `upstream`.
 /// `open` counts the connections carried now.
-pub(super) async fn serve(listener: TcpListener, upstream: SocketAddr, faults: watch::Receiver<Fault>, open: Arc<AtomicUsize>) {
+pub(super) async fn serve(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    faults: watch::Receiver<Fault>,
+    open: Arc<AtomicUsize>,
+) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
             continue; // out of file descriptors, say: try the next one
@@ -95,7 +100,12 @@ struct InTransit {
 /// Carries one way of a connection. Reading never stops for a fault: bytes read under a
 /// partition or a delay wait in `in_transit`, in order. So a delay adds to each chunk's
 /// own arrival time instead of piling up, and a heal passes on at once what a partition held.
-async fn carry(from: &mut OwnedReadHalf, to: &mut OwnedWriteHalf, way: Way, mut faults: watch::Receiver<Fault>) -> Ending {
+async fn carry(
+    from: &mut OwnedReadHalf,
+    to: &mut OwnedWriteHalf,
+    way: Way,
+    mut faults: watch::Receiver<Fault>,
+) -> Ending {
     let mut in_transit = VecDeque::<InTransit>::new();
     let mut buffer = vec![0u8; CHUNK];
     let mut reading = true;
