@@ -122,9 +122,10 @@ async fn carry(
         tokio::select! {
             read = from.read(&mut buffer), if reading => match read {
                 Ok(0) | Err(_) => reading = false,
+                // The fault now, not at the top of the loop: it may have changed while we read.
                 Ok(n) => in_transit.push_back(InTransit {
                     bytes: buffer[..n].to_vec(),
-                    due: fault.due(way, Instant::now()),
+                    due: faults.borrow().due(way, Instant::now()),
                 }),
             },
             () = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now).into()), if next_due.is_some() => {
