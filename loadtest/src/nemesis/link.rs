@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -16,6 +16,8 @@ use super::fault::{Fault, Way};
 
 /// The most bytes read in one go.
 const CHUNK: usize = 64 * 1024;
+/// After a failed accept, the pause before the next.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 /// Accepts on `listener` for ever, and carries each connection to `upstream`.
 /// `open` counts the connections carried now.
@@ -27,7 +29,9 @@ pub(super) async fn serve(
 ) {
     loop {
         let Ok((client, _)) = listener.accept().await else {
-            continue; // out of file descriptors, say: try the next one
+            // Out of file descriptors, say: try again in a moment rather than spin.
+            tokio::time::sleep(ACCEPT_RETRY).await;
+            continue;
         };
         let (faults, open) = (faults.clone(), open.clone());
         tokio::spawn(async move {
