@@ -32,7 +32,7 @@ lock_address() {
 # STRATEGY's lock backend; INSTANCE_FLAGS then points each instance at its own nemesis.
 # Logs in $LOGS/LABEL-nemesis-PORT.log.
 start_nemeses() {
-  local strategy=$1 label=$2 flag value member i k
+  local strategy=$1 label=$2 flag value i k
   read -r flag value <<<"$(lock_address "$strategy")"
   local members=()
   mapfile -t members < <(grep -o '127\.0\.0\.1:[0-9]*' <<<"$value")
