@@ -68,8 +68,8 @@ spawn_instance() {
 }
 
 # start_instances [--label LABEL] RUN [FLAG...]: one release-built instance of the run on each
-# of PORTS, with the run's flags, its own INSTANCE_FLAGS, and then FLAG...; logs in
-# $LOGS/LABEL-PORT.log (LABEL: seckill-RUN unless given); returns when all listen.
+# of PORTS, with the run's flags and FLAG..., and its own INSTANCE_FLAGS in place of the same
+# ones; logs in $LOGS/LABEL-PORT.log (LABEL: seckill-RUN unless given); returns when all listen.
 start_instances() {
   local label=
   if [[ $1 == --label ]]; then label=$2; shift 2; fi
