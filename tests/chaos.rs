@@ -278,7 +278,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
         })
         .await
         .unwrap();
-    let stock = common::redis_url(69);
+    let (stock, stock_client) = (common::redis_url(69), common::redis_client(69).await);
     // Only A's lock goes through the nemesis; the stock is not cut off.
     let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
     let (a, b) = (
@@ -289,7 +289,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     let crowd = Crowd::start([&a, &b], 40);
 
     // Once the sale is under way, wait until A holds the lock, and cut it off there.
-    let mut stock_redis = common::connection(&common::redis_client(69).await).await;
+    let mut stock_redis = common::connection(&stock_client).await;
     let mut lock_holder = common::connection(&lock_redis.client()).await;
     let a_holds = format!("seckill-{}:", a.port);
     loop {
