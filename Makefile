@@ -24,7 +24,8 @@ lockbench: services
 	target/release/lockbench --json .run/results/lockbench.json
 
 ## make chaos: holders paused and killed, leaders and quorums lost, Redlock masters and
-## the stock Redis and MariaDB killed, under load; 3 runs of each, one table.
+## the stock Redis and MariaDB killed, one instance cut off from its lock (partitioned,
+## delayed, reset) by a nemesis, under load; 3 runs of each, one table.
 ## `scripts/chaos.sh RUNS STRATEGY...` or CHAOS_FAULTS="..." for fewer.
 chaos:
 	scripts/chaos.sh

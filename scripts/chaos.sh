@@ -20,15 +20,33 @@
 #   stock-redis-killed              the stock Redis (AOF, fsync always) is killed and restarted
 #   mysql-killed                    MariaDB is killed under the MySQL locks; restarted at once
 #
+# The network faults: each instance reaches its lock backend through a nemesis of its own
+# (scripts/lib/nemesis.sh), and only instance 1's is struck, so that instance runs on while
+# its talk with the lock goes wrong. For redis the lock then lives in the lock Redis, apart
+# from the stock, so that only the lock is cut off. Every lock strategy, fencing on and off.
+#   holder-partitioned              instance 1, holding the lock, is cut off from its lock backend
+#                                   past its lease (or session). Its lease must stop it by itself:
+#                                   a unit sold twice counts as unsafe even with fencing off
+#   waiters-partitioned             instance 1 is cut off for less than a session while its buyers
+#                                   wait, and give up after 1 s; no lock may be left stranded
+#   answers-delayed                 every answer of the lock backend reaches instance 1 1.2-1.5 s
+#                                   late, past its 1 s acquire timeout and the renewal timeouts, for 3 s
+#   connections-reset               every lock connection of instance 1 is reset (RST), and new ones
+#                                   refused, for 300 ms; 5 times
+# In these two, only instance 1's buyers give up after 1 s (`--acquire-timeout-ms 1000`);
+# instance 2's wait, and show whether the lock is free after the heal. The table's column
+# "time to first sale after the heal" says when anyone sold again.
+#
 # The servers are the cluster of scripts/cluster.sh (started here, left running; `make
 # cluster-stop` stops it), never those of `make services`. Each run: two instances, 200
 # buyers for 100 units, every sale lingering 50 ms between its lease check and its write
 # (`--chaos-pause-before-write-ms`, a test-only option) so that faults land mid-sale. The
 # fault strikes once 10 units are sold.
 #
-# Exit 1 when a fenced strategy sold a unit twice or lost a sale, or when a sale was
-# granted while the lock's servers had no quorum. The unfenced anomaly is expected;
-# when a run did not reproduce it, the table says so.
+# Exit 1 when a fenced strategy sold a unit twice or lost a sale, when a sale was granted
+# while the lock's servers had no quorum, or when a holder cut off past its lease sold a
+# unit twice, fenced or not. The unfenced anomaly of a paused holder is expected; when a
+# run did not reproduce it, the table says so.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -39,10 +57,16 @@ PORTS=(8080 8090)
 RUNS=${1:-3}
 shift || true
 ONLY=("$@")
+NETWORK_FAULTS="holder-partitioned waiters-partitioned answers-delayed connections-reset"
 ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
-  lock-redis-paused stock-redis-killed mysql-killed"
+  lock-redis-paused stock-redis-killed mysql-killed $NETWORK_FAULTS"
 OUTAGE_SECONDS=3
+# answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
+# and any renewal timeout.
+ANSWER_DELAY="delay?ms=1200&jitter_ms=300&direction=to-client"
+# connections-reset: this many resets, each healed 300 ms later.
+RESETS=5
 # A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
 NO_QUORUM_GRACE_MS=1000
 
@@ -50,13 +74,15 @@ say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening, poll
 source "$ROOT/scripts/lib/instances.sh" # start_instances, stop_instances, until_sold, ...
+source "$ROOT/scripts/lib/nemesis.sh"   # start_nemeses, stop_nemeses, nemesis
 cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
 # The strategies each fault applies to.
 strategies_for() {
   case $1 in
-    holder-paused | holder-killed) echo redis redis-degrade redlock etcd zookeeper mysql mysql-version ;;
+    holder-paused | holder-killed | holder-partitioned | waiters-partitioned | answers-delayed | connections-reset)
+      echo redis redis-degrade redlock etcd zookeeper mysql mysql-version ;;
     etcd-*) echo etcd ;;
     zookeeper-*) echo zookeeper ;;
     redlock-*) echo redlock ;;
@@ -67,14 +93,32 @@ strategies_for() {
   esac
 }
 
-# How long a paused holder sleeps: longer than the strategy's lease. etcd grants whole
-# seconds (2 s at least); a ZooKeeper session lasts at least 2 ticks (4 s).
-pause_seconds() {
+is_network_fault() { [[ " $NETWORK_FAULTS " == *" $1 "* ]]; }
+
+# How long a holder is paused or cut off: longer than the strategy's lease. etcd grants
+# whole seconds (2 s at least); a ZooKeeper session lasts at least 2 ticks (4 s).
+past_lease_seconds() {
   case $1 in
     etcd) echo 4 ;;
     zookeeper) echo 7 ;;
     *) echo 1.5 ;; # 3 leases of 500 ms, under the 2 s Redis timeout of the commands in flight
   esac
+}
+
+# How long waiters-partitioned cuts instance 1 off: past its 1 s acquire timeout, so its
+# waiters give up mid-request, and shorter than an etcd lease (2 s) or a ZooKeeper session (4 s).
+short_partition_seconds() {
+  case $1 in
+    zookeeper) echo 2.5 ;;
+    *) echo 1.5 ;;
+  esac
+}
+
+# waiters-partitioned and answers-delayed: instance 1's buyers give up after 1 s, so that
+# their lock requests are abandoned in flight; everywhere else a buyer waits out the fault.
+impatient_first() {
+  [[ $1 == waiters-partitioned || $1 == answers-delayed ]] && INSTANCE_FLAGS[0]+=" --acquire-timeout-ms 1000"
+  return 0
 }
 
 cd "$ROOT"
@@ -89,7 +133,7 @@ STOCK_REDIS=(redis-cli -u "$SECKILL_REDIS_URL")
 LOCK_REDIS=(redis-cli -u "$LOCK_REDIS_URL")
 build_release
 mkdir -p "$RESULTS" "$LOGS"
-trap stop_instances EXIT
+trap 'stop_instances; stop_nemeses' EXIT
 
 field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
 # The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
@@ -99,9 +143,11 @@ now_ms() { date +%s%3N; }
 sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | grep -o '"sold_at_ms":[0-9]*' | cut -d: -f2 | sort -n; }
 
 # Waits (up to 2 s) until instance 1 holds the lock, where Redis can tell: the lock's
-# value starts with its holder's instance name (for Redlock, on the first master).
+# value starts with its holder's instance name (for Redlock, on the first master). Under a
+# network fault (FAULT, the second argument), the redis lock lives in the lock Redis.
 wait_until_first_holds() {
   local lock_redis=("${STOCK_REDIS[@]}")
+  is_network_fault "$2" && lock_redis=("${LOCK_REDIS[@]}")
   case $1 in
     redis-degrade) lock_redis=("${LOCK_REDIS[@]}") ;&
     redlock) [[ $1 == redlock ]] && lock_redis=(redis-cli -u "${SECKILL_REDLOCK_URLS%%,*}") ;&
@@ -132,14 +178,21 @@ lose_quorum() {
   restart_members "$@"
 }
 
-# The fault itself, once 10 units are sold. Writes when it struck (fault-at) and, for
-# faults that take away a quorum, when the quorum was back (restored-at).
+# heal: instance 1's nemesis lets everything pass again; writes when (healed-at).
+heal() {
+  nemesis heal
+  now_ms >"$RESULTS/healed-at"
+}
+
+# The fault itself, once 10 units are sold. Writes when it struck (fault-at), for faults
+# that take away a quorum when the quorum was back (restored-at), and for network faults
+# when they healed (healed-at).
 strike() {
   local fault=$1 strategy=$2 holder=$3
-  wait_until_first_holds "$strategy"
+  wait_until_first_holds "$strategy" "$fault"
   now_ms >"$RESULTS/fault-at"
   case $fault in
-    holder-paused) kill -STOP "$holder"; sleep "$(pause_seconds "$strategy")"; kill -CONT "$holder" ;;
+    holder-paused) kill -STOP "$holder"; sleep "$(past_lease_seconds "$strategy")"; kill -CONT "$holder" ;;
     holder-killed) kill -KILL "$holder" ;;
     etcd-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader etcd)" ;;
     etcd-quorum-lost)
@@ -155,6 +208,11 @@ strike() {
     lock-redis-paused) cluster pause lock-redis; sleep $OUTAGE_SECONDS; cluster resume lock-redis ;;
     stock-redis-killed) kill_then_restart 0 stock-redis ;;
     mysql-killed) kill_then_restart 0 mysql ;;
+    holder-partitioned) nemesis partition; sleep "$(past_lease_seconds "$strategy")"; heal ;;
+    waiters-partitioned) nemesis partition; sleep "$(short_partition_seconds "$strategy")"; heal ;;
+    answers-delayed) nemesis "$ANSWER_DELAY"; sleep $OUTAGE_SECONDS; heal ;;
+    connections-reset)
+      for _ in $(seq 1 $RESETS); do nemesis reset; sleep 0.3; heal; sleep 0.5; done ;;
   esac
 }
 cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
@@ -168,30 +226,48 @@ longest_stall_after() {
     END { if (left > 0 && end - prev > worst) worst = end - prev; print worst + 0 }'
 }
 
+# The time, in ms, from the heal at $1 to the first sale after it: how long a lock left
+# stranded by the fault kept everyone waiting. If nobody sold after the heal while stock
+# was left ($3 > 0), the time until the load test ended at $2; "-" when the sale was over
+# (sold out, or every buyer answered) before the heal.
+first_sale_after() {
+  sale_times | awk -v healed="$1" -v end="$2" -v left="$3" '
+    $1 > healed && !first { first = $1 }
+    END {
+      if (first) print first - healed
+      else if (left > 0 && end > healed) print end - healed
+      else print "-"
+    }'
+}
+
 # Sales that began while there was no quorum: after the grace, before the quorum was back.
 sold_without_quorum() {
   local from=$(($1 + NO_QUORUM_GRACE_MS)) to=$2
   sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
 }
 
-header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | verdicts |"
-table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
+table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
   for strategy in $(strategies_for "$fault"); do
     if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
-    # Only a paused holder can write late; every other fault runs with fencing on.
-    fencings=(on); [[ $fault == holder-paused ]] && fencings=(on off)
+    # A paused holder can write late, and a cut-off one must not; both run with fencing on
+    # and off. Every other fault runs with fencing on.
+    fencings=(on)
+    if [[ $fault == holder-paused ]] || is_network_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
-      reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- verdicts=()
+      reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
+        is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
+        impatient_first "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
         report="$RESULTS/$name.json"
         generation=$("${STOCK_REDIS[@]}" get stock:generation)
-        rm -f "$RESULTS/fault-at" "$RESULTS/restored-at"
+        rm -f "$RESULTS/fault-at" "$RESULTS/restored-at" "$RESULTS/healed-at"
         (
           until_sold 10 "$generation" "${STOCK_REDIS[@]}"
           strike "$fault" "$strategy" "${INSTANCE_PIDS[0]}"
@@ -200,11 +276,17 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         target/release/loadtest --users 200 --stock 100 --report-file "$report" >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
         wait "$striker" || true
         stop_instances
+        stop_nemeses
         [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
         [[ -s $RESULTS/fault-at ]] || die "the fault $fault never struck in $name (fewer than 10 units sold?)"
         fault_at=$(cat "$RESULTS/fault-at")
-        stall=$(longest_stall_after "$fault_at" "$(date -r "$report" +%s%3N)" "$(field "$report" stock_left)")
+        ended_at=$(date -r "$report" +%s%3N)
+        stall=$(longest_stall_after "$fault_at" "$ended_at" "$(field "$report" stock_left)")
         ((stall > worst)) && worst=$stall
+        if [[ -s $RESULTS/healed-at ]]; then
+          waited=$(first_sale_after "$(cat "$RESULTS/healed-at")" "$ended_at" "$(field "$report" stock_left)")
+          if [[ $waited != - ]] && { [[ $resumed == - ]] || ((waited > resumed)); }; then resumed=$waited; fi
+        fi
         if [[ -s $RESULTS/restored-at ]]; then
           granted=$(sold_without_quorum "$fault_at" "$(cat "$RESULTS/restored-at")")
           no_quorum=$(( ${no_quorum/-/0} + granted ))
@@ -222,8 +304,13 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       fenced=$(field "$report" fencing)
       if [[ $fenced == on ]] && ((twice > 0 || lost > 0)); then unsafe+=("$fault/$strategy (sold twice or lost)"); fi
       if [[ $no_quorum != - ]] && ((no_quorum > 0)); then unsafe+=("$fault/$strategy (sold without a quorum)"); fi
-      if [[ $fenced == on ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
-      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | ${verdicts[*]} |")
+      # A holder cut off past its lease must stop by itself, fenced or not.
+      if [[ $fault == holder-partitioned && $fenced != on ]] && ((twice > 0)); then
+        unsafe+=("$fault/$strategy fencing $fenced (sold twice: the lease did not stop the cut-off holder)")
+      fi
+      if [[ $fenced == on || $fault == holder-partitioned ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
+      [[ $resumed == - ]] || resumed="$resumed ms"
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break

@@ -3,6 +3,8 @@
 //! - a `redis` lock holder paused past its lease with SIGSTOP, in two real `seckill`
 //!   processes, with fencing on and off;
 //! - the stock Redis killed mid-sale and restarted from its append-only file;
+//! - a `redis` lock holder cut off from its lock Redis past its lease by the nemesis
+//!   (loadtest's TCP proxy), fencing off: its lease stops it by itself;
 //! - the leader of a three-member etcd cluster killed under a contended lock.
 //!
 //! For the pause, every sale lingers 50 ms between its lease check and its write
@@ -19,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use loadtest::nemesis::{Fault, LinkSpec, Nemesis};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, LockError};
 use seckill::stock::SaleRecord;
@@ -39,6 +42,11 @@ impl Process {
     /// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
     /// every sale lingering 50 ms before its write.
     fn start(redis_url: &str, fencing: &str) -> Self {
+        Self::start_with(redis_url, fencing, &[])
+    }
+
+    /// The same, with more flags.
+    fn start_with(redis_url: &str, fencing: &str, flags: &[&str]) -> Self {
         let port = common::free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
             .args([
@@ -52,6 +60,7 @@ impl Process {
             ])
             .args(["--redis-url", redis_url, "--lock-ttl-ms", "500"])
             .args(["--chaos-pause-before-write-ms", "50", "--acquire-timeout-ms", "30000"])
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -251,6 +260,83 @@ async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
         }
     }
     panic!("{RUNS} runs, and the paused holder never wrote after its lease: the scenario did not happen");
+}
+
+/// Instance A holds the lock when the nemesis cuts it off from its lock Redis for
+/// three leases, while it keeps running. Its lease runs out unrenewed, so A stops
+/// selling by itself: no unit sold twice even without fencing. After the heal, both
+/// instances sell again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_even_without_fencing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let lock_redis = common::PrivateRedis::start();
+    let nemesis = Nemesis::new();
+    let through_nemesis = nemesis
+        .link(LinkSpec {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            upstream: ([127, 0, 0, 1], lock_redis.port).into(),
+        })
+        .await
+        .unwrap();
+    let (stock, stock_client) = (common::redis_url(69), common::redis_client(69).await);
+    // Only A's lock goes through the nemesis; the stock is not cut off.
+    let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
+    let (a, b) = (
+        Process::start_with(&stock, "off", &["--lock-redis-url", &a_lock]),
+        Process::start_with(&stock, "off", &["--lock-redis-url", &b_lock]),
+    );
+    common::reset_stock(&a.url(), STOCK).await;
+    let crowd = Crowd::start([&a, &b], 40);
+
+    // Once the sale is under way, wait until A holds the lock, and cut it off there.
+    let mut stock_redis = common::connection(&stock_client).await;
+    let mut lock_holder = common::connection(&lock_redis.client()).await;
+    let a_holds = format!("seckill-{}:", a.port);
+    loop {
+        let lucky: i64 = redis::cmd("GET")
+            .arg("lucky")
+            .query_async(&mut stock_redis)
+            .await
+            .unwrap_or(0);
+        let holder: Option<String> = redis::cmd("GET")
+            .arg("lock:stock")
+            .query_async(&mut lock_holder)
+            .await
+            .unwrap();
+        if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&a_holds)) {
+            break;
+        }
+    }
+    nemesis.strike(Fault::Partition);
+    tokio::time::sleep(PAUSE).await;
+    let healed_at = seckill::stock::unix_ms();
+    nemesis.strike(Fault::Healed);
+    let outcome = crowd.outcome(&mut stock_redis).await;
+    println!("{outcome:?}");
+
+    assert_eq!(
+        outcome.units_sold_twice, 0,
+        "the lease did not stop the holder: {outcome:?}"
+    );
+    assert_eq!((outcome.stock, outcome.lucky), (0, STOCK), "{outcome:?}");
+    assert!(outcome.other_errors.is_empty(), "{outcome:?}");
+    let records: Vec<String> = redis::cmd("LRANGE")
+        .arg("sales")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut stock_redis)
+        .await
+        .unwrap();
+    let sold_after_the_heal: HashSet<u16> = records
+        .iter()
+        .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap())
+        .filter(|record| record.sold_at_ms > healed_at)
+        .map(|record| record.port)
+        .collect();
+    assert!(
+        sold_after_the_heal.contains(&a.port) && sold_after_the_heal.contains(&b.port),
+        "after the heal, both instances sell again; sellers after it: {sold_after_the_heal:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -44,6 +44,21 @@ refuse_busy_ports() {
 
 INSTANCE_PIDS=()
 
+# INSTANCE_FLAGS[i]: flags for the instance on PORTS[i] alone (chaos.sh points each instance
+# at its own nemesis with them). They replace the same flags given to every instance:
+# seckill refuses a flag given twice. Empty: none.
+INSTANCE_FLAGS=()
+
+# overridden_by OVERRIDES FLAG...: the `--flag value` pairs of FLAG... whose flag OVERRIDES
+# (a string of flags) does not give, one word a line.
+overridden_by() {
+  local overrides=" $1 "; shift
+  while (($# > 0)); do
+    [[ $overrides == *" $1 "* ]] || printf '%s\n%s\n' "$1" "$2"
+    shift 2
+  done
+}
+
 # spawn_instance LABEL PORT COMMAND...: runs COMMAND (which listens on PORT) in the background,
 # logs in $LOGS/LABEL-PORT.log, and remembers its pid, the instance's own (chaos.sh signals it).
 spawn_instance() {
@@ -53,16 +68,20 @@ spawn_instance() {
 }
 
 # start_instances [--label LABEL] RUN [FLAG...]: one release-built instance of the run on each
-# of PORTS, with the run's flags and then FLAG...; logs in $LOGS/LABEL-PORT.log (LABEL:
-# seckill-RUN unless given); returns when all listen.
+# of PORTS, with the run's flags and FLAG..., and its own INSTANCE_FLAGS in place of the same
+# ones; logs in $LOGS/LABEL-PORT.log (LABEL: seckill-RUN unless given); returns when all listen.
 start_instances() {
   local label=
   if [[ $1 == --label ]]; then label=$2; shift 2; fi
-  local run=$1 strategy=${1%%+*} port flags; shift
+  local run=$1 strategy=${1%%+*} flags; shift
   label=${label:-seckill-$run}
   read -r -a flags <<<"$(variant_flags "$run")"
-  for port in "${PORTS[@]}"; do
-    spawn_instance "$label" "$port" "$ROOT/target/release/seckill" serve --port "$port" --lock "$strategy" "${flags[@]}" "$@"
+  local i own shared
+  for i in "${!PORTS[@]}"; do
+    read -r -a own <<<"${INSTANCE_FLAGS[i]:-}"
+    mapfile -t shared < <(overridden_by "${own[*]}" "${flags[@]}" "$@")
+    spawn_instance "$label" "${PORTS[i]}" "$ROOT/target/release/seckill" serve --port "${PORTS[i]}" --lock "$strategy" \
+      "${shared[@]}" "${own[@]}"
   done
   await_instances "$label"
 }
