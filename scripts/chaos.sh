@@ -137,6 +137,9 @@ trap 'stop_instances; stop_nemeses' EXIT
 
 field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
 # The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
+# The reads and writes the fence refused in a run ($1 the report).
+fence_refusals() { { grep -o '"fence_refused":{[^}]*}' "$1" || true; } | { grep -o '[0-9][0-9]*' || true; } |
+  awk '{ n += $1 } END { print n + 0 }'; }
 answers() { { grep -o '"errors":{[^}]*}' "$1" || true; } | { grep -o "\"$2[^\"]*\":[0-9]*" || true; } |
   awk -F: '{ n += $2 } END { print n + 0 }'; }
 now_ms() { date +%s%3N; }
@@ -246,8 +249,8 @@ sold_without_quorum() {
   sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
 }
 
-header="| fault | strategy | fencing | runs | runs with a unit sold twice | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
-table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
+table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
   for strategy in $(strategies_for "$fault"); do
@@ -257,7 +260,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
     fencings=(on)
     if [[ $fault == holder-paused ]] || is_network_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
-      reproduced=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
+      reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
         is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
@@ -292,6 +295,8 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
           no_quorum=$(( ${no_quorum/-/0} + granted ))
         fi
         run_twice=$(field "$report" units_sold_twice)
+        overlapped=$((overlapped + $(field "$report" holders_overlapped)))
+        fenced_off=$((fenced_off + $(fence_refusals "$report")))
         verdict=$(field "$report" verdict)
         twice=$((twice + run_twice))
         ((run_twice > 0)) && reproduced=$((reproduced + 1))
@@ -310,7 +315,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       fi
       if [[ $fenced == on || $fault == holder-partitioned ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
       [[ $resumed == - ]] || resumed="$resumed ms"
-      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break
