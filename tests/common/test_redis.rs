@@ -39,6 +39,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/own_servers", 63..=63),
     ("seckill/shutdown", 72..=72),
     ("seckill/degrade", 73..=73),
+    ("seckill/clock_jumps", 74..=76),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
