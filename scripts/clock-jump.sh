@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Time: a clock that jumps, under load. Two instances, 200 buyers for 100 units, every sale
-# lingering 50 ms between its lease check and its write (`--chaos-pause-before-write-ms`).
+# lingering 200 ms between its lease check and its write (`--chaos-pause-before-write-ms`):
+# longer than a waiter's longest backoff (50 ms), so a second holder has time to sell
+# before the first one's late write.
 #
-#   scripts/clock-jump.sh        (make clock-jump)
+#   scripts/clock-jump.sh [ROW...]        (make clock-jump: every row)
 #
 # The rows of the table (the README explains what each one shows):
-#   redlock-clock-jump    five Redlock masters, two of them down: a holder gets a bare majority,
-#                         three of five. The wall clock of one of its three jumps past the TTL
-#                         while it holds, and the two come back empty. Redlock has no token.
+#   redlock-clock-jump    five Redlock masters; the first instance cannot reach two of them (a
+#                         partition), so its grants are bare majorities, three of five. The wall
+#                         clock of one of the three jumps past the TTL while it holds; the second
+#                         instance reaches all five. Redlock has no token.
 #   redis-clock-jump      the `redis` lock, in a lock Redis of its own whose wall clock jumps past
 #                         the TTL while somebody holds; fencing on, then off.
 #   instance-clock-jump   the `redis` lock; the instances' own wall clocks jump an hour forward,
@@ -34,13 +37,19 @@ PORTS=(8180 8190)
 STOCK_REDIS_PORT=6597
 LOCK_REDIS_PORT=6596
 REDLOCK_PORTS=(6591 6592 6593 6594 6595)
+# Where nothing listens: masters 4 and 5 as the first instance sees them (a partition).
+UNREACHABLE_PORTS=(6598 6599)
 TTL_MS=2000
+PAUSE_BEFORE_WRITE_MS=200
 # Past the TTL: every key on the jumping server expires at the jump.
 JUMP_PAST_TTL_MS=5000
 HOUR=3600
 JUMPS=3
 # The units sold before each jump.
 JUMP_AFTER_SOLD=(10 40 70)
+
+ONLY=("$@")
+ALL_ROWS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 
 say() { printf '[clock-jump] %s\n' "$*"; }
 die() { printf '[clock-jump] error: %s\n' "$*" >&2; exit 1; }
@@ -92,16 +101,21 @@ faketime_env() {
 
 # --- one run ---------------------------------------------------------------------------
 
-# start_seckill [ENV...] -- FLAG...: one instance on each of PORTS, selling from the stock Redis.
-start_seckill() {
-  local env=() port
+# start_seckill_on PORT [ENV...] -- FLAG...: one instance on PORT, selling from the stock Redis.
+start_seckill_on() {
+  local port=$1 env=()
+  shift
   while [[ $1 != -- ]]; do env+=("$1"); shift; done
   shift
-  for port in "${PORTS[@]}"; do
-    spawn_instance "clock-jump-$ROW" "$port" env "${env[@]}" "$BIN/seckill" serve --port "$port" \
-      --redis-url "redis://127.0.0.1:$STOCK_REDIS_PORT" --lock-ttl-ms $TTL_MS \
-      --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000 "$@"
-  done
+  spawn_instance "clock-jump-$ROW" "$port" env "${env[@]}" "$BIN/seckill" serve --port "$port" \
+    --redis-url "redis://127.0.0.1:$STOCK_REDIS_PORT" --lock-ttl-ms $TTL_MS \
+    --chaos-pause-before-write-ms $PAUSE_BEFORE_WRITE_MS --acquire-timeout-ms 30000 "$@"
+}
+
+# start_seckill [ENV...] -- FLAG...: the same on each of PORTS; returns when all listen.
+start_seckill() {
+  local port
+  for port in "${PORTS[@]}"; do start_seckill_on "$port" "$@"; done
   await_instances "clock-jump-$ROW"
 }
 
@@ -114,17 +128,24 @@ until_holder() {
   done
 }
 
+# until_first_holds REDIS-CLI...: waits (5 s at most) until the first instance holds
+# lock:stock there (its value starts with the holder's instance name); status 1 if it did not.
+until_first_holds() {
+  local _
+  for _ in $(seq 1 500); do
+    [[ $("$@" get lock:stock) == "seckill-${PORTS[0]}:"* ]] && return
+    sleep 0.01
+  done
+  return 1
+}
+
 # The jumps of each row, once JUMP_AFTER_SOLD[i] units are sold.
 jump_a_redlock_master() {
   local round
   for round in $(seq 0 $((JUMPS - 1))); do
     until_sold "${JUMP_AFTER_SOLD[round]}" "$GENERATION" "${STOCK_REDIS[@]}"
-    until_holder redis-cli -p "${REDLOCK_PORTS[2]}"
+    until_first_holds redis-cli -p "${REDLOCK_PORTS[2]}" || say "jump $((round + 1)): the first instance did not hold within 5 s"
     jump "$DATA/redlock-clock" $(((round + 1) * JUMP_PAST_TTL_MS))
-    start_redis redlock-4 "${REDLOCK_PORTS[3]}"
-    start_redis redlock-5 "${REDLOCK_PORTS[4]}"
-    sleep 0.5 # the second holder sells meanwhile; then the two go down again
-    stop_redis redlock-4 redlock-5
   done
 }
 
@@ -181,9 +202,15 @@ play() {
 
 # --- the rows --------------------------------------------------------------------------
 
+# wanted ROW: whether the command line asked for ROW (no rows named: every row).
+wanted() { ((${#ONLY[@]} == 0)) || [[ " ${ONLY[*]} " == *" $1 "* ]]; }
+
 cd "$ROOT"
-for port in "${PORTS[@]}" $STOCK_REDIS_PORT $LOCK_REDIS_PORT "${REDLOCK_PORTS[@]}"; do
-  listening "$port" && die "port $port is in use; this script runs its own servers on ${PORTS[*]}, $STOCK_REDIS_PORT, $LOCK_REDIS_PORT and ${REDLOCK_PORTS[*]}"
+for row in "${ONLY[@]}"; do
+  [[ " $ALL_ROWS " == *" $row "* ]] || die "unknown row '$row'; the rows are: $ALL_ROWS"
+done
+for port in "${PORTS[@]}" $STOCK_REDIS_PORT $LOCK_REDIS_PORT "${REDLOCK_PORTS[@]}" "${UNREACHABLE_PORTS[@]}"; do
+  listening "$port" && die "port $port is in use; this script uses ${PORTS[*]}, $STOCK_REDIS_PORT, $LOCK_REDIS_PORT, ${REDLOCK_PORTS[*]} and ${UNREACHABLE_PORTS[*]}"
 done
 [[ -e $LIBFAKETIME ]] || die "$LIBFAKETIME is missing: install the faketime package (\`make services\` does)"
 mkdir -p "$DATA" "$RESULTS" "$LOGS"
@@ -196,17 +223,28 @@ table=("| scenario | lock | fencing | units sold twice | holders overlapped | wr
   "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
 unsafe=() notes=()
 
-ROW=redlock-clock-jump
-jump "$DATA/redlock-clock" 0
-start_redis redlock-1 "${REDLOCK_PORTS[0]}"
-start_redis redlock-2 "${REDLOCK_PORTS[1]}"
-start_redis redlock-3 "${REDLOCK_PORTS[2]}" "$DATA/redlock-clock"
-redlock_urls=$(printf 'redis://127.0.0.1:%s,' "${REDLOCK_PORTS[@]}")
-start_seckill -- --lock redlock --redlock-urls "${redlock_urls%,}"
-play $ROW jump_a_redlock_master
-stop_redis redlock-1 redlock-2 redlock-3
+# Kleppmann's example: the first instance cannot reach masters 4 and 5 (a partition: it
+# knows them by ports where nothing answers), so each of its grants is a bare majority,
+# masters 1 to 3. The second reaches all five. Master 3's clock jumps.
+if wanted redlock-clock-jump; then
+  ROW=redlock-clock-jump
+  jump "$DATA/redlock-clock" 0
+  start_redis redlock-1 "${REDLOCK_PORTS[0]}"
+  start_redis redlock-2 "${REDLOCK_PORTS[1]}"
+  start_redis redlock-3 "${REDLOCK_PORTS[2]}" "$DATA/redlock-clock"
+  start_redis redlock-4 "${REDLOCK_PORTS[3]}"
+  start_redis redlock-5 "${REDLOCK_PORTS[4]}"
+  all_five=$(printf 'redis://127.0.0.1:%s,' "${REDLOCK_PORTS[@]}")
+  behind_the_partition=$(printf 'redis://127.0.0.1:%s,' "${REDLOCK_PORTS[@]:0:3}" "${UNREACHABLE_PORTS[@]}")
+  start_seckill_on "${PORTS[0]}" -- --lock redlock --redlock-urls "${behind_the_partition%,}"
+  start_seckill_on "${PORTS[1]}" -- --lock redlock --redlock-urls "${all_five%,}"
+  await_instances "clock-jump-$ROW"
+  play $ROW jump_a_redlock_master
+  stop_redis redlock-1 redlock-2 redlock-3 redlock-4 redlock-5
+fi
 
 for fencing in on off; do
+  wanted redis-clock-jump || break
   ROW=redis-clock-jump
   jump "$DATA/lock-redis-clock" 0
   start_redis lock-redis $LOCK_REDIS_PORT "$DATA/lock-redis-clock"
@@ -215,11 +253,13 @@ for fencing in on off; do
   stop_redis lock-redis
 done
 
-ROW=instance-clock-jump
-jump "$DATA/instance-clock" +0
-read -r -a clock_env <<<"$(faketime_env "$DATA/instance-clock")"
-start_seckill "${clock_env[@]}" -- --lock redis
-play $ROW jump_the_instances
+if wanted instance-clock-jump; then
+  ROW=instance-clock-jump
+  jump "$DATA/instance-clock" +0
+  read -r -a clock_env <<<"$(faketime_env "$DATA/instance-clock")"
+  start_seckill "${clock_env[@]}" -- --lock redis
+  play $ROW jump_the_instances
+fi
 
 echo
 say "200 buyers, 100 units, two instances, $JUMPS jumps a row, $(date -u +%Y-%m-%d), $(nproc) cores:"

@@ -103,7 +103,7 @@ async fn stock_read_by_each_sale(store: &StockStore) -> Vec<i64> {
         .collect()
 }
 
-/// Whether `key` exists on the Redis at `url`.
+/// Whether `key` exists on `redis`.
 async fn exists(redis: &PrivateRedis, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
