@@ -165,10 +165,17 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
         if key_left_on_jumping { "still there" } else { "expired" },
     );
 
-    assert!(!key_left_on_jumping, "the jump past the TTL should have expired A's key on that master");
+    assert!(
+        !key_left_on_jumping,
+        "the jump past the TTL should have expired A's key on that master"
+    );
     assert_eq!(both_held, (true, true), "two holders at once");
     assert_eq!((b_wrote, a_wrote), (WriteOutcome::Sold, WriteOutcome::Sold));
-    assert_eq!(stock_read, vec![INITIAL, INITIAL], "both sales sold the unit they read as {INITIAL}");
+    assert_eq!(
+        stock_read,
+        vec![INITIAL, INITIAL],
+        "both sales sold the unit they read as {INITIAL}"
+    );
     assert_eq!(sold_twice, 1, "one unit sold twice");
     let _ = b.release().await;
     let _ = a.release().await;
@@ -183,8 +190,12 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
     let stock_client = common::redis_client(75).await;
     // Two instances' locks, their tokens checked by the stock.
     let (client_a, client_b) = (
-        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options).await.unwrap(),
-        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options).await.unwrap(),
+        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
+            .await
+            .unwrap(),
+        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
+            .await
+            .unwrap(),
     );
     let key = common::unique_key("redis-clock-jump");
 
@@ -216,7 +227,11 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
     assert_eq!(both_held, (true, true), "the jump makes two holders here too");
     assert!(order(&b) > order(&a), "B's token outranks A's");
     assert_eq!(b_wrote, WriteOutcome::Sold);
-    assert_eq!(a_wrote, WriteOutcome::Fenced, "the stock refuses the older token's late write");
+    assert_eq!(
+        a_wrote,
+        WriteOutcome::Fenced,
+        "the stock refuses the older token's late write"
+    );
     assert_eq!(sold_twice, 0);
     let _ = b.release().await;
     let _ = a.release().await;
@@ -278,7 +293,8 @@ async fn buy_until_sold_out(url: String) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every_lease_because_leases_use_the_monotonic_clock() {
+async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every_lease_because_leases_use_the_monotonic_clock(
+) {
     const STOCK: i64 = 60;
     const HOUR_MS: i64 = 3_600_000;
     let db = 76;
@@ -286,7 +302,9 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
     let clock = WallClock::for_seckill();
     let instance = Instance::start(db, &clock);
     common::reset_stock(&instance.url(), STOCK).await;
-    let buyers: Vec<_> = (0..8).map(|_| tokio::spawn(buy_until_sold_out(instance.url()))).collect();
+    let buyers: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(buy_until_sold_out(instance.url())))
+        .collect();
 
     // An hour forward, back to the real time, an hour behind it: each jump once a
     // quarter more of the stock is sold, while a sale holds the lock.
@@ -327,7 +345,10 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
     let hours_off = |record_ms: &i64| ((record_ms - now_ms) as f64 / HOUR_MS as f64).round() as i64;
     let mut clocks_seen: Vec<i64> = sold_at.iter().map(hours_off).collect();
     clocks_seen.dedup();
-    let errors: Vec<&String> = answers.iter().filter(|answer| !["sold", "sold out"].contains(&answer.as_str())).collect();
+    let errors: Vec<&String> = answers
+        .iter()
+        .filter(|answer| !["sold", "sold out"].contains(&answer.as_str()))
+        .collect();
     let sold = answers.iter().filter(|answer| *answer == "sold").count();
     println!(
         "instance clock jumps: the sales' clock, in hours from now, oldest first: {clocks_seen:?}; \
@@ -341,5 +362,8 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
         "the instance's wall clock should have jumped forward an hour, back, and back again"
     );
     assert!(errors.is_empty(), "a lease ended by the wall clock's jump: {errors:?}");
-    assert_eq!((stock, lucky, records.len(), sold), (0, STOCK, STOCK as usize, STOCK as usize));
+    assert_eq!(
+        (stock, lucky, records.len(), sold),
+        (0, STOCK, STOCK as usize, STOCK as usize)
+    );
 }
