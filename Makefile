@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade bench lockbench chaos cluster cluster-stop cluster-status test services stop status build
+.PHONY: demo demo-degrade bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -29,6 +29,11 @@ lockbench: services
 ## `scripts/chaos.sh RUNS STRATEGY...` or CHAOS_FAULTS="..." for fewer.
 chaos:
 	scripts/chaos.sh
+
+## make clock-jump: wall clocks that jump, under load: a Redlock master's and the redis lock's
+## Redis past the TTL (two holders; the fence refuses the late write), the instances' by an hour.
+clock-jump:
+	scripts/clock-jump.sh
 
 ## make cluster: the chaos suite's servers (3 etcd, 3 ZooKeeper, 5 Redlock masters, AOF Redis,
 ## MariaDB) on their own ports, data in .run/cluster/; cluster-stop stops only those.

@@ -39,9 +39,10 @@ ZK_PORT=2181
 MYSQL_PORT=3306
 
 # Debian packages the project needs; protobuf is for the etcd client's build, chromium
-# for the dashboard's browser test.
+# for the dashboard's browser test, faketime and gcc for the clocks that jump
+# (libfaketime for seckill, and gcc compiles scripts/lib/clock-shift.c for redis-server).
 PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev
-          chromium)
+          chromium faketime gcc)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }

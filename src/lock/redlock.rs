@@ -30,7 +30,10 @@
 //!   pauses past its validity can still write once. The guard's validity check
 //!   narrows that window; it cannot close it.
 //! - **Timing assumptions.** Safety rests on bounded clock drift, pauses and network
-//!   delays, shorter than the TTL. A master whose clock jumps ahead expires keys early.
+//!   delays, shorter than the TTL. A master whose clock jumps ahead expires keys early:
+//!   if it was one of a bare majority, a second client gets a majority too, and with no
+//!   token the first holder's late write goes through (`tests/clock_jumps.rs`, `make
+//!   clock-jump`).
 //! - **A master that restarts empty** (no persistence) forgets the keys it granted. If
 //!   the holder had exactly a majority, that master and the ones that were down can
 //!   form a new majority for somebody else. The spec's cure is a *delayed restart*: a

@@ -9,6 +9,7 @@
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
 //! | [`proxy`] | a TCP proxy that loses answers on demand |
+//! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
 //!
 //! A missing server fails the test loudly; nothing is skipped.
 #![allow(dead_code, unused_imports)]
@@ -20,6 +21,7 @@ pub mod backends;
 pub mod private_redis;
 pub mod private_server;
 pub mod proxy;
+pub mod wall_clock;
 
 pub use backends::*;
 pub use instances::*;
@@ -28,3 +30,4 @@ pub use private_redis::*;
 pub use private_server::*;
 pub use proxy::*;
 pub use test_redis::*;
+pub use wall_clock::*;

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use super::private_server::{free_port, launch, temp_dir};
+use super::wall_clock::WallClock;
 
 /// Waits until something accepts connections on `port`; panics after `within`,
 /// naming `what` did not start.
@@ -35,13 +36,18 @@ impl PrivateRedis {
 
     /// On `port`, empty (as after a restart without persistence).
     pub fn start_on(port: u16) -> Self {
-        Self::spawn(port, temp_dir("private-redis"), false)
+        Self::spawn(port, temp_dir("private-redis"), false, &[])
+    }
+
+    /// Empty, its wall clock following `clock`: a test makes it jump with [`WallClock::jump_to`].
+    pub fn start_with_clock(clock: &WallClock) -> Self {
+        Self::spawn(free_port(), temp_dir("private-redis"), false, &clock.env())
     }
 
     /// With every write in its append-only file, fsynced before it answers, as
     /// `scripts/services.sh` runs the Redlock masters.
     pub fn start_persistent() -> Self {
-        Self::spawn(free_port(), temp_dir("private-redis"), true)
+        Self::spawn(free_port(), temp_dir("private-redis"), true, &[])
     }
 
     /// SIGKILL, keeping the data directory for [`PrivateRedis::restart_persistent`].
@@ -54,10 +60,10 @@ impl PrivateRedis {
 
     /// Starts again on the port and data of a crashed persistent server.
     pub fn restart_persistent(port: u16, dir: TempDir) -> Self {
-        Self::spawn(port, dir, true)
+        Self::spawn(port, dir, true, &[])
     }
 
-    fn spawn(port: u16, dir: TempDir, persistent: bool) -> Self {
+    fn spawn(port: u16, dir: TempDir, persistent: bool, env: &[(&str, String)]) -> Self {
         let append_only: &[&str] = if persistent {
             &["--appendonly", "yes", "--appendfsync", "always"]
         } else {
@@ -68,6 +74,7 @@ impl PrivateRedis {
         let command = launch("redis", &dir, &options);
         let child = Command::new(&command[0])
             .args(&command[1..])
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdout(Stdio::null())
             .spawn()
             .expect("the launcher runs; redis-server must be installed: `make test` installs it");

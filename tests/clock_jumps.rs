@@ -1,0 +1,369 @@
+//! Time: a clock that jumps.
+//!
+//! Redlock assumes that the masters' clocks run at about the same rate (bounded drift).
+//! Kleppmann's objection: a master whose clock jumps forward expires its keys early,
+//! and with a holder that had a bare majority, a second client then gets one too. The
+//! first two tests make that happen, with a Redis whose wall clock jumps past the TTL
+//! (the clock-shift preload, see tests/common/wall_clock.rs):
+//! - under `redlock`, both clients hold the lock at once, and the late write sells a
+//!   unit twice: Redlock has no fencing token for the stock to check;
+//! - under `redis`, the same jump also makes two holders, but the stock refuses the
+//!   late write, because the second grant's token is newer.
+//!
+//! The third makes the wall clock of a `seckill serve` process jump (libfaketime) an
+//! hour forward and back in the middle of a sale: no lease notices, because the
+//! service measures its leases on the monotonic clock.
+//!
+//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{PrivateRedis, WallClock};
+use seckill::lock::redis::{RedisLock, RedisLockOptions};
+use seckill::lock::redlock::{Redlock, RedlockOptions};
+use seckill::lock::{DistributedLock, FencingToken};
+use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+
+/// Long enough that no renewal (every `TTL / 3`) runs during a test: the holder keeps
+/// believing in its lease, as a holder between two renewals does.
+const TTL: Duration = Duration::from_secs(30);
+/// Past the TTL: the jump that expires every key on the jumping server.
+const JUMP_PAST_TTL_MS: i64 = TTL.as_millis() as i64 + 1_000;
+const INITIAL: i64 = 10;
+
+/// The stock, in test Redis database `db`, emptied of earlier runs.
+async fn stock(db: u8) -> StockStore {
+    let client = common::redis_client(db).await;
+    let store = StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
+    store.reset(INITIAL).await.unwrap();
+    store
+}
+
+/// One holder of a grant, playing the sale's two steps by hand.
+struct Holder<'a> {
+    name: &'static str,
+    store: &'a StockStore,
+    token: Option<FencingToken>,
+    read: Option<i64>,
+}
+
+impl<'a> Holder<'a> {
+    fn new(name: &'static str, store: &'a StockStore, token: Option<&FencingToken>) -> Self {
+        Holder {
+            name,
+            store,
+            token: token.cloned(),
+            read: None,
+        }
+    }
+
+    /// Step 1: read the stock, under the token if there is one.
+    async fn read(&mut self) -> StockRead {
+        let read = self.store.read(self.token.as_ref(), self.name).await.unwrap();
+        if let StockRead::Stock(stock) = read {
+            self.read = Some(stock);
+        }
+        read
+    }
+
+    /// Step 2: write one unit less than it read.
+    async fn write(&self) -> WriteOutcome {
+        let stock = self.read.expect("read before it writes");
+        let seller = Seller {
+            instance: self.name.to_owned(),
+            port: 0,
+            strategy: "test",
+        };
+        let record = SaleRecord::new(&seller, self.name, stock, self.token.clone(), 0.0, 0);
+        self.store.write(&record, stock - 1, self.token.as_ref()).await.unwrap()
+    }
+}
+
+/// Units sold more than once: stock and lucky buyers add up to more than was put on sale.
+async fn units_sold_twice(store: &StockStore) -> i64 {
+    let snapshot = store.snapshot().await.unwrap();
+    snapshot.stock + snapshot.lucky - INITIAL
+}
+
+/// The `stock_before` of every sale record, oldest first.
+async fn stock_read_by_each_sale(store: &StockStore) -> Vec<i64> {
+    let records: Vec<String> = redis::cmd("LRANGE")
+        .arg("sales")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut store.connection())
+        .await
+        .unwrap();
+    records
+        .iter()
+        .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap().stock_before)
+        .collect()
+}
+
+/// Whether `key` exists on `redis`.
+async fn exists(redis: &PrivateRedis, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut common::connection(&redis.client()).await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_holder_in_and_a_unit_sells_twice() {
+    let options = RedlockOptions {
+        ttl: TTL,
+        renew: true,
+        node_timeout: Duration::from_millis(50),
+    };
+    // Five masters: two are down when A acquires, so A gets a bare majority, three of
+    // five. One of A's three has a wall clock that will jump.
+    let clock = WallClock::for_redis();
+    let jumping = PrivateRedis::start_with_clock(&clock);
+    let steady = [PrivateRedis::start(), PrivateRedis::start()];
+    let down_ports = [common::free_port(), common::free_port()];
+    let mut urls: Vec<String> = steady.iter().map(PrivateRedis::url).collect();
+    urls.push(jumping.url());
+    urls.extend(down_ports.iter().map(|port| format!("redis://127.0.0.1:{port}")));
+    let key = common::unique_key("redlock-clock-jump");
+
+    let client_a = Redlock::connect(&urls, options).await.unwrap();
+    let a = client_a
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("three of five is a majority");
+
+    // The jumping master's clock leaps past the TTL: A's key there expires at once.
+    clock.jump_to(JUMP_PAST_TTL_MS);
+    let key_left_on_jumping = exists(&jumping, &key).await;
+    // The two that were down come back, empty (or a partition heals).
+    let _back: Vec<PrivateRedis> = down_ports.into_iter().map(PrivateRedis::start_on).collect();
+
+    // B asks all five: the jumping master and the two empty ones say yes.
+    let client_b = Redlock::connect(&urls, options).await.unwrap();
+    let b = client_b
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("a second majority: the jumping master and the two that came back");
+    let both_held = (a.is_held(), b.is_held());
+
+    // The sale's steps, unfenced since Redlock has no token: A reads, B sells, A writes late.
+    let store = stock(74).await;
+    let (mut seller_a, mut seller_b) = (Holder::new("A", &store, None), Holder::new("B", &store, None));
+    seller_a.read().await;
+    seller_b.read().await;
+    let b_wrote = seller_b.write().await;
+    let a_wrote = seller_a.write().await;
+    let (sold_twice, stock_read) = (units_sold_twice(&store).await, stock_read_by_each_sale(&store).await);
+    println!(
+        "redlock: A granted by 3 of 5; the jumping master's clock +{JUMP_PAST_TTL_MS} ms, A's key there: {}; \
+         B granted by 3 of 5; held at once (A, B): {both_held:?}; B wrote {b_wrote:?}, A wrote late {a_wrote:?}; \
+         stock read by each sale {stock_read:?}; {sold_twice} unit(s) sold twice",
+        if key_left_on_jumping { "still there" } else { "expired" },
+    );
+
+    assert!(
+        !key_left_on_jumping,
+        "the jump past the TTL should have expired A's key on that master"
+    );
+    assert_eq!(both_held, (true, true), "two holders at once");
+    assert_eq!((b_wrote, a_wrote), (WriteOutcome::Sold, WriteOutcome::Sold));
+    assert_eq!(
+        stock_read,
+        vec![INITIAL, INITIAL],
+        "both sales sold the unit they read as {INITIAL}"
+    );
+    assert_eq!(sold_twice, 1, "one unit sold twice");
+    let _ = b.release().await;
+    let _ = a.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fence_refuses_the_late_write() {
+    let options = RedisLockOptions { ttl: TTL, renew: true };
+    let clock = WallClock::for_redis();
+    let lock_redis = PrivateRedis::start_with_clock(&clock);
+    let store = stock(75).await;
+    let stock_client = common::redis_client(75).await;
+    // Two instances' locks, their tokens checked by the stock.
+    let (client_a, client_b) = (
+        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
+            .await
+            .unwrap(),
+        RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
+            .await
+            .unwrap(),
+    );
+    let key = common::unique_key("redis-clock-jump");
+
+    let a = client_a.try_acquire(&key, &common::owner()).await.expect("granted");
+    let mut seller_a = Holder::new("A", &store, a.fencing_token());
+    let a_read = seller_a.read().await;
+
+    // The lock Redis's clock leaps past the TTL: A's key expires, B is granted.
+    clock.jump_to(JUMP_PAST_TTL_MS);
+    let b = client_b
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("A's key expired, so B is granted");
+    let both_held = (a.is_held(), b.is_held());
+    let mut seller_b = Holder::new("B", &store, b.fencing_token());
+    seller_b.read().await;
+    let b_wrote = seller_b.write().await;
+    let a_wrote = seller_a.write().await;
+    let sold_twice = units_sold_twice(&store).await;
+    let order = |guard: &seckill::lock::LockGuard| guard.fencing_token().map(FencingToken::order);
+    println!(
+        "redis: A granted with token {:?}, read {a_read:?}; the lock Redis's clock +{JUMP_PAST_TTL_MS} ms; \
+         B granted with token {:?}; held at once (A, B): {both_held:?}; B wrote {b_wrote:?}, \
+         A wrote late {a_wrote:?}; {sold_twice} unit(s) sold twice",
+        order(&a),
+        order(&b),
+    );
+
+    assert_eq!(both_held, (true, true), "the jump makes two holders here too");
+    assert!(order(&b) > order(&a), "B's token outranks A's");
+    assert_eq!(b_wrote, WriteOutcome::Sold);
+    assert_eq!(
+        a_wrote,
+        WriteOutcome::Fenced,
+        "the stock refuses the older token's late write"
+    );
+    assert_eq!(sold_twice, 0);
+    let _ = b.release().await;
+    let _ = a.release().await;
+}
+
+/// One `seckill serve --lock redis` process whose wall clock follows `clock`.
+struct Instance {
+    child: Child,
+    port: u16,
+}
+
+impl Instance {
+    /// Leases of 500 ms, and every sale lingers 20 ms between its lease check and its
+    /// write, so a jump lands while a lease is held.
+    fn start(db: u8, clock: &WallClock) -> Self {
+        let port = common::free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args(["serve", "--port", &port.to_string(), "--lock", "redis"])
+            .args(["--redis-url", &common::redis_url(db), "--lock-ttl-ms", "500"])
+            .args(["--chaos-pause-before-write-ms", "20"])
+            .envs(clock.env())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the seckill binary runs");
+        common::wait_for_port(port, Duration::from_secs(20), "seckill");
+        Instance { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        common::kill_even_if_frozen(&mut self.child);
+    }
+}
+
+/// Buys until sold out; returns every answer ("sold", "sold out", or the error).
+async fn buy_until_sold_out(url: String) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut answers = Vec::new();
+    loop {
+        let response = http.get(format!("{url}/stock/reduce")).send().await.unwrap();
+        let status = response.status().as_u16();
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let answer = match (status, &body["sold"]) {
+            (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
+            (200, _) => "sold out".to_owned(),
+            _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
+        };
+        answers.push(answer.clone());
+        if answer == "sold out" {
+            return answers;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every_lease_because_leases_use_the_monotonic_clock(
+) {
+    const STOCK: i64 = 60;
+    const HOUR_MS: i64 = 3_600_000;
+    let db = 76;
+    let redis = common::redis_client(db).await;
+    let clock = WallClock::for_seckill();
+    let instance = Instance::start(db, &clock);
+    common::reset_stock(&instance.url(), STOCK).await;
+    let buyers: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(buy_until_sold_out(instance.url())))
+        .collect();
+
+    // An hour forward, back to the real time, an hour behind it: each jump once a
+    // quarter more of the stock is sold, while a sale holds the lock.
+    let mut connection = common::connection(&redis).await;
+    for (quarter, offset_ms) in [(1, HOUR_MS), (2, 0), (3, -HOUR_MS)] {
+        loop {
+            let (lucky, holder): (Option<i64>, Option<String>) = redis::pipe()
+                .get("lucky")
+                .get(seckill::lock::STOCK_LOCK_KEY)
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            if lucky.unwrap_or(0) >= STOCK * quarter / 4 && holder.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        clock.jump_to(offset_ms);
+    }
+
+    let mut answers = Vec::new();
+    for buyer in buyers {
+        answers.extend(buyer.await.unwrap());
+    }
+    let snapshot: (i64, i64, Vec<String>) = redis::pipe()
+        .get("stock")
+        .get("lucky")
+        .lrange("sales", 0, -1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let (stock, lucky, records) = snapshot;
+    let sold_at: Vec<i64> = records
+        .iter()
+        .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap().sold_at_ms as i64)
+        .collect();
+    let now_ms = seckill::stock::unix_ms() as i64;
+    let hours_off = |record_ms: &i64| ((record_ms - now_ms) as f64 / HOUR_MS as f64).round() as i64;
+    let mut clocks_seen: Vec<i64> = sold_at.iter().map(hours_off).collect();
+    clocks_seen.dedup();
+    let errors: Vec<&String> = answers
+        .iter()
+        .filter(|answer| !["sold", "sold out"].contains(&answer.as_str()))
+        .collect();
+    let sold = answers.iter().filter(|answer| *answer == "sold").count();
+    println!(
+        "instance clock jumps: the sales' clock, in hours from now, oldest first: {clocks_seen:?}; \
+         {sold} sold, stock {stock}, lucky {lucky}, {} records; errors (lock_lost would be here): {errors:?}",
+        records.len()
+    );
+
+    assert_eq!(
+        clocks_seen,
+        vec![0, 1, 0, -1],
+        "the instance's wall clock should have jumped forward an hour, back, and back again"
+    );
+    assert!(errors.is_empty(), "a lease ended by the wall clock's jump: {errors:?}");
+    assert_eq!(
+        (stock, lucky, records.len(), sold),
+        (0, STOCK, STOCK as usize, STOCK as usize)
+    );
+}
