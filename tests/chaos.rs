@@ -16,11 +16,11 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::ServeProcess;
 use loadtest::nemesis::{Fault, LinkSpec, Nemesis};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, LockError};
@@ -32,56 +32,25 @@ const STOCK: i64 = 100;
 /// wakes (that would break its connection and, with it, the stale write we wait for).
 const PAUSE: Duration = Duration::from_millis(1500);
 
-/// One `seckill serve` process, killed when dropped.
-struct Process {
-    child: Child,
-    port: u16,
-}
-
-impl Process {
-    /// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
-    /// every sale lingering 50 ms before its write.
-    fn start(redis_url: &str, fencing: &str) -> Self {
-        Self::start_with(redis_url, fencing, &[])
-    }
-
-    /// The same, with more flags.
-    fn start_with(redis_url: &str, fencing: &str, flags: &[&str]) -> Self {
-        let port = common::free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args([
-                "serve",
-                "--port",
-                &port.to_string(),
-                "--lock",
-                "redis",
-                "--fencing",
-                fencing,
-            ])
-            .args(["--redis-url", redis_url, "--lock-ttl-ms", "500"])
-            .args(["--chaos-pause-before-write-ms", "50", "--acquire-timeout-ms", "30000"])
-            .args(flags)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the seckill binary runs");
-        common::wait_for_port(port, Duration::from_secs(20), "seckill");
-        Process { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn signal(&self, signal: &str) {
-        common::signal(self.child.id(), signal);
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        common::kill_even_if_frozen(&mut self.child);
-    }
+/// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
+/// every sale lingering 50 ms before its write; `flags` come after these.
+fn start_instance(redis_url: &str, fencing: &str, flags: &[&str]) -> ServeProcess {
+    let chaos = [
+        "--lock",
+        "redis",
+        "--fencing",
+        fencing,
+        "--redis-url",
+        redis_url,
+        "--lock-ttl-ms",
+        "500",
+        "--chaos-pause-before-write-ms",
+        "50",
+        "--acquire-timeout-ms",
+        "30000",
+    ];
+    let args: Vec<&str> = chaos.iter().chain(flags).copied().collect();
+    ServeProcess::start(env!("CARGO_BIN_EXE_seckill"), &args, [])
 }
 
 /// What one run showed.
@@ -108,7 +77,7 @@ struct Crowd {
 }
 
 impl Crowd {
-    fn start(instances: [&Process; 2], buyers: usize) -> Self {
+    fn start(instances: [&ServeProcess; 2], buyers: usize) -> Self {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -121,21 +90,10 @@ impl Crowd {
                 let (http, sold_out, answers) = (http.clone(), sold_out.clone(), answers.clone());
                 tokio::spawn(async move {
                     while !sold_out.load(Ordering::SeqCst) {
-                        let answer = match http.get(format!("{url}/stock/reduce")).send().await {
-                            Err(error) => format!("no answer: {error}"),
-                            Ok(response) => {
-                                let status = response.status().as_u16();
-                                let body: serde_json::Value = response.json().await.unwrap_or_default();
-                                match (status, &body["sold"]) {
-                                    (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
-                                    (200, _) => {
-                                        sold_out.store(true, Ordering::SeqCst);
-                                        "sold out".to_owned()
-                                    }
-                                    _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
-                                }
-                            }
-                        };
+                        let answer = common::buy(&http, &url).await;
+                        if answer == "sold out" {
+                            sold_out.store(true, Ordering::SeqCst);
+                        }
                         answers.lock().unwrap().push(answer);
                     }
                 })
@@ -195,33 +153,44 @@ impl Crowd {
     }
 }
 
+/// Waits until 10 units are sold and `instance` holds the lock: the Redis lock's value
+/// (`GET lock:stock` in `lock_redis`) starts with its holder's instance name.
+async fn wait_until_holds_mid_sale(
+    instance: &ServeProcess,
+    stock_redis: &mut redis::aio::MultiplexedConnection,
+    lock_redis: &mut redis::aio::MultiplexedConnection,
+) {
+    let holds = format!("seckill-{}:", instance.port);
+    loop {
+        let lucky: i64 = redis::cmd("GET")
+            .arg("lucky")
+            .query_async(stock_redis)
+            .await
+            .unwrap_or(0);
+        let holder: Option<String> = redis::cmd("GET")
+            .arg("lock:stock")
+            .query_async(lock_redis)
+            .await
+            .unwrap();
+        if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&holds)) {
+            return;
+        }
+    }
+}
+
 async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     let client = common::redis_client(db).await;
     let (a, b) = (
-        Process::start(&common::redis_url(db), fencing),
-        Process::start(&common::redis_url(db), fencing),
+        start_instance(&common::redis_url(db), fencing, &[]),
+        start_instance(&common::redis_url(db), fencing, &[]),
     );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
 
     // Once the sale is under way, wait until A holds the lock, and stop it there.
     let mut redis = common::connection(&client).await;
-    let a_holds = format!("seckill-{}:", a.port);
-    loop {
-        let lucky: i64 = redis::cmd("GET")
-            .arg("lucky")
-            .query_async(&mut redis)
-            .await
-            .unwrap_or(0);
-        let holder: Option<String> = redis::cmd("GET")
-            .arg("lock:stock")
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&a_holds)) {
-            break;
-        }
-    }
+    let mut lock_redis = redis.clone();
+    wait_until_holds_mid_sale(&a, &mut redis, &mut lock_redis).await;
     a.signal("-STOP");
     tokio::time::sleep(PAUSE).await;
     a.signal("-CONT");
@@ -304,8 +273,8 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     // Only A's lock goes through the nemesis; the stock is not cut off.
     let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
     let (a, b) = (
-        Process::start_with(&stock, "off", &["--lock-redis-url", &a_lock]),
-        Process::start_with(&stock, "off", &["--lock-redis-url", &b_lock]),
+        start_instance(&stock, "off", &["--lock-redis-url", &a_lock]),
+        start_instance(&stock, "off", &["--lock-redis-url", &b_lock]),
     );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
@@ -313,22 +282,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     // Once the sale is under way, wait until A holds the lock, and cut it off there.
     let mut stock_redis = common::connection(&stock_client).await;
     let mut lock_holder = common::connection(&lock_redis.client()).await;
-    let a_holds = format!("seckill-{}:", a.port);
-    loop {
-        let lucky: i64 = redis::cmd("GET")
-            .arg("lucky")
-            .query_async(&mut stock_redis)
-            .await
-            .unwrap_or(0);
-        let holder: Option<String> = redis::cmd("GET")
-            .arg("lock:stock")
-            .query_async(&mut lock_holder)
-            .await
-            .unwrap();
-        if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&a_holds)) {
-            break;
-        }
-    }
+    wait_until_holds_mid_sale(&a, &mut stock_redis, &mut lock_holder).await;
     nemesis.strike(Fault::Partition);
     tokio::time::sleep(PAUSE).await;
     let healed_at = seckill::stock::unix_ms();
@@ -366,7 +320,7 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     let _turn = ONE_AT_A_TIME.lock().await;
     let stock_redis = common::PrivateRedis::start_persistent();
     let url = stock_redis.url();
-    let (a, b) = (Process::start(&url, "on"), Process::start(&url, "on"));
+    let (a, b) = (start_instance(&url, "on", &[]), start_instance(&url, "on", &[]));
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
     let mut redis = common::connection(&stock_redis.client()).await;

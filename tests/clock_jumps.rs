@@ -18,10 +18,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{PrivateRedis, WallClock};
+use common::{PrivateRedis, ServeProcess, WallClock};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, FencingToken};
@@ -237,39 +236,22 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
     let _ = a.release().await;
 }
 
-/// One `seckill serve --lock redis` process whose wall clock follows `clock`.
-struct Instance {
-    child: Child,
-    port: u16,
-}
-
-impl Instance {
-    /// Leases of 500 ms, and every sale lingers 20 ms between its lease check and its
-    /// write, so a jump lands while a lease is held.
-    fn start(db: u8, clock: &WallClock) -> Self {
-        let port = common::free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_seckill"))
-            .args(["serve", "--port", &port.to_string(), "--lock", "redis"])
-            .args(["--redis-url", &common::redis_url(db), "--lock-ttl-ms", "500"])
-            .args(["--chaos-pause-before-write-ms", "20"])
-            .envs(clock.env())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the seckill binary runs");
-        common::wait_for_port(port, Duration::from_secs(20), "seckill");
-        Instance { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        common::kill_even_if_frozen(&mut self.child);
-    }
+/// One `seckill serve --lock redis` process whose wall clock follows `clock`. Leases of
+/// 500 ms, and every sale lingers 20 ms between its lease check and its write, so a jump
+/// lands while a lease is held.
+fn start_instance(db: u8, clock: &WallClock) -> ServeProcess {
+    let redis_url = common::redis_url(db);
+    let args = [
+        "--lock",
+        "redis",
+        "--redis-url",
+        &redis_url,
+        "--lock-ttl-ms",
+        "500",
+        "--chaos-pause-before-write-ms",
+        "20",
+    ];
+    ServeProcess::start(env!("CARGO_BIN_EXE_seckill"), &args, clock.env())
 }
 
 /// Buys until sold out; returns every answer ("sold", "sold out", or the error).
@@ -277,14 +259,7 @@ async fn buy_until_sold_out(url: String) -> Vec<String> {
     let http = reqwest::Client::new();
     let mut answers = Vec::new();
     loop {
-        let response = http.get(format!("{url}/stock/reduce")).send().await.unwrap();
-        let status = response.status().as_u16();
-        let body: serde_json::Value = response.json().await.unwrap_or_default();
-        let answer = match (status, &body["sold"]) {
-            (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
-            (200, _) => "sold out".to_owned(),
-            _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
-        };
+        let answer = common::buy(&http, &url).await;
         answers.push(answer.clone());
         if answer == "sold out" {
             return answers;
@@ -300,7 +275,7 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
     let db = 76;
     let redis = common::redis_client(db).await;
     let clock = WallClock::for_seckill();
-    let instance = Instance::start(db, &clock);
+    let instance = start_instance(db, &clock);
     common::reset_stock(&instance.url(), STOCK).await;
     let buyers: Vec<_> = (0..8)
         .map(|_| tokio::spawn(buy_until_sold_out(instance.url())))

@@ -57,3 +57,60 @@ pub async fn healthz(base_url: &str) -> serde_json::Value {
         .await
         .expect("/healthz answers JSON")
 }
+
+/// `seckill serve` as a process of its own, for tests that stop it, kill it, or move its
+/// clock; killed (even if stopped) when dropped.
+pub struct ServeProcess {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl ServeProcess {
+    /// `binary serve --port <a free port> ARGS...` with `envs` added, once its port answers.
+    /// `binary` is `env!("CARGO_BIN_EXE_seckill")`, a name only the root crate's tests have.
+    pub fn start<'a>(binary: &str, args: &[&str], envs: impl IntoIterator<Item = (&'a str, String)>) -> Self {
+        let port = super::free_port();
+        let child = std::process::Command::new(binary)
+            .args(["serve", "--port", &port.to_string()])
+            .args(args)
+            .envs(envs)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the seckill binary runs");
+        super::wait_for_port(port, std::time::Duration::from_secs(20), "seckill");
+        ServeProcess { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        super::signal(self.child.id(), signal);
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        super::kill_even_if_frozen(&mut self.child);
+    }
+}
+
+/// One `GET /stock/reduce`, told as a word: `sold`, `sold out`, the status and error
+/// code (`503 lock_lost`), or `no answer: ...`.
+pub async fn buy(http: &reqwest::Client, base_url: &str) -> String {
+    match http.get(format!("{base_url}/stock/reduce")).send().await {
+        Err(error) => format!("no answer: {error}"),
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let body: serde_json::Value = response.json().await.unwrap_or_default();
+            match (status, &body["sold"]) {
+                (200, serde_json::Value::Bool(true)) => "sold".to_owned(),
+                (200, _) => "sold out".to_owned(),
+                _ => format!("{status} {}", body["error"].as_str().unwrap_or("?")),
+            }
+        }
+    }
+}
