@@ -184,7 +184,11 @@ impl RedisLock {
         stock: &redis::Client,
         options: RedisLockOptions,
     ) -> Result<Self, LockError> {
-        let (connection, epochs) = (Self::connection(client).await?, Self::connection(stock).await?);
+        let connection = Self::connection(client).await?;
+        let epochs = match same_database(client, stock) {
+            true => connection.clone(), // the lock lives beside the stock
+            false => Self::connection(stock).await?,
+        };
         Ok(Self::start(client, connection, epochs, options))
     }
 
@@ -490,6 +494,13 @@ impl DistributedLock for RedisLock {
         }
         Ok(())
     }
+}
+
+/// Whether two clients name the same address and database (spelled alike: a
+/// difference in spelling only costs a second connection).
+fn same_database(one: &redis::Client, other: &redis::Client) -> bool {
+    let (one, other) = (one.get_connection_info(), other.get_connection_info());
+    one.addr() == other.addr() && one.redis_settings().db() == other.redis_settings().db()
 }
 
 /// The owner (its instance's name first, so `redis-cli get lock:stock` shows who holds
