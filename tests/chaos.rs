@@ -272,9 +272,14 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     let (stock, stock_client) = (common::redis_url(69), common::redis_client(69).await);
     // Only A's lock goes through the nemesis; the stock is not cut off.
     let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
+    // Without the local queue, every buyer polls the lock itself. With it, B's next buyer
+    // re-acquires one round trip after B's release, while A hears of the release one
+    // proxy hop later: A lost every hand-over and sold nothing before the stock ran out
+    // (6 runs of 6 on 2026-11-24; A's 21 grants all came after the sell-out), which says
+    // nothing about whether the cut-off left the lock stranded.
     let (a, b) = (
-        start_instance(&stock, "off", &["--lock-redis-url", &a_lock]),
-        start_instance(&stock, "off", &["--lock-redis-url", &b_lock]),
+        start_instance(&stock, "off", &["--lock-redis-url", &a_lock, "--local-queue", "false"]),
+        start_instance(&stock, "off", &["--lock-redis-url", &b_lock, "--local-queue", "false"]),
     );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
