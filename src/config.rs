@@ -43,9 +43,22 @@ pub struct Config {
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
     /// The Redis that holds the lock of `--lock redis` and `--lock redis-degrade`;
-    /// default: the stock's Redis (--redis-url).
+    /// default: the stock's Redis (--redis-url). For `--lock redis`, also
+    /// `redis-sentinel://host:port,host:port[/db]#master-name`: the master that those
+    /// Sentinels name, followed when they fail it over.
     #[arg(long, env = "SECKILL_LOCK_REDIS_URL")]
     pub lock_redis_url: Option<String>,
+    /// `--lock redis` and `redis-degrade`: replicas that must acknowledge every grant and
+    /// renewal (`WAIT`) before it counts, as Redisson's `checkLockSyncedSlaves` does.
+    /// 0: none (the grant is answered as soon as the master has it).
+    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_REPLICAS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub lock_redis_wait_replicas: u32,
+    /// How long a grant or renewal waits for those replicas, in milliseconds; under a
+    /// sixth of --lock-ttl-ms (a renewal's own timeout).
+    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lock_redis_wait_timeout_ms: u64,
     /// `--lock redis-degrade`: lock Redis failures in a row (errors or timeouts) that
     /// switch every instance to the MySQL version lock.
     #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,

@@ -12,8 +12,9 @@ use crate::config::Config;
 use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
 use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
 use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use crate::lock::parts::master_connection::MasterAddress;
 use crate::lock::parts::reentrant::Reentrant;
-use crate::lock::redis::{RedisLock, RedisLockOptions};
+use crate::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
 use crate::lock::redis_degrade::mode::SharedMode;
 use crate::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use crate::lock::redlock::{Redlock, RedlockOptions};
@@ -23,11 +24,19 @@ use crate::sale::Guarding;
 use crate::strategy::Strategy;
 
 /// The options of the `redis` lock, as `config` sets them.
-pub fn redis_lock_options(config: &Config) -> RedisLockOptions {
-    RedisLockOptions {
+pub fn redis_lock_options(config: &Config) -> anyhow::Result<RedisLockOptions> {
+    let wait_for_replicas = (config.lock_redis_wait_replicas > 0).then(|| ReplicaWait {
+        replicas: config.lock_redis_wait_replicas,
+        timeout: std::time::Duration::from_millis(config.lock_redis_wait_timeout_ms),
+    });
+    if let Some(wait) = &wait_for_replicas {
+        wait.check_against(config.lock_ttl()).map_err(anyhow::Error::msg)?;
+    }
+    Ok(RedisLockOptions {
         ttl: config.lock_ttl(),
         renew: true,
-    }
+        wait_for_replicas,
+    })
 }
 
 /// Builds what `config.lock` names. The one place that knows every strategy.
@@ -36,12 +45,24 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         Strategy::None => Arc::new(none::NoLock),
         Strategy::Local => Arc::new(local::LocalLock::default()),
         Strategy::Redis => {
-            let lock_redis = lock_redis(config, redis).await?;
-            Arc::new(RedisLock::connect_fenced_by(&lock_redis, redis, redis_lock_options(config)).await?)
+            let options = redis_lock_options(config)?;
+            let address = lock_redis_address(config, redis)?;
+            let (url, moves) = (config.lock_redis_url(), address.moves());
+            let lock = RedisLock::connect_fenced_by(address, redis, options)
+                .await
+                .with_context(|| match moves {
+                    true => format!(
+                        "cannot reach the lock's master through its Sentinels (--lock-redis-url / SECKILL_LOCK_REDIS_URL = {url}): \
+                         each Sentinel must answer and name a master that answers; `make cluster` starts three"
+                    ),
+                    false => format!("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL = {url})"),
+                })?;
+            Arc::new(lock)
         }
         Strategy::RedisDegrade => {
+            let options = redis_lock_options(config)?;
             let lock_redis = lock_redis(config, redis).await?;
-            let redis_lock = RedisLock::connect(&lock_redis, redis_lock_options(config)).await?;
+            let redis_lock = RedisLock::connect(&lock_redis, options).await?;
             let pool = connect_mysql(config).await?;
             let mysql_options = MySqlVersionLockOptions {
                 ttl: config.lock_ttl(),
@@ -154,7 +175,6 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
     crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
 }
 
-/// The Redis the lock lives in: the stock's `client`, or `--lock-redis-url` checked.
 /// The name of `redis-degrade`'s shared mode. The instances that share a lock Redis must
 /// share its mode, or each would switch on its own, with epochs of its own, and one could
 /// grant in Redis while another grants in MySQL. A URL does not name a server
@@ -187,7 +207,28 @@ async fn degrade_mode_name(config: &Config, lock_redis: &::redis::Client) -> any
     }
 }
 
+/// Where `--lock redis` keeps its lock: the stock's Redis, a server of its own, or the
+/// master that Sentinels name.
+fn lock_redis_address(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<MasterAddress> {
+    match &config.lock_redis_url {
+        None => Ok(stock_redis.into()),
+        Some(url) => MasterAddress::parse(url).map_err(|problem| {
+            anyhow::anyhow!(
+                "{problem}; set --lock-redis-url / SECKILL_LOCK_REDIS_URL to redis://host:port or \
+                 redis-sentinel://host:port,host:port#master-name"
+            )
+        }),
+    }
+}
+
+/// The Redis `redis-degrade` keeps its lock in: the stock's, or `--lock-redis-url` checked.
 async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<::redis::Client> {
+    if lock_redis_address(config, stock_redis)?.moves() {
+        anyhow::bail!(
+            "--lock redis-degrade does not follow Sentinels yet: its fallback decides by the lock Redis's own address. \
+             Give it one server (--lock-redis-url redis://host:port), or use --lock redis with redis-sentinel://"
+        );
+    }
     match &config.lock_redis_url {
         None => Ok(stock_redis.clone()),
         Some(url) => Ok(crate::redis_store::connect_checked(url)

@@ -308,3 +308,69 @@ fn an_admin_token_too_short_to_be_a_secret_is_refused() {
         stderr(&output)
     );
 }
+
+/// `seckill serve --lock LOCK ARGS...` against the cli's test Redis: its message, once it exited 1.
+fn refused_message(lock: &str, args: &[&str]) -> String {
+    let redis_url = common::redis_url(62);
+    let output = seckill(&[&["serve", "--lock", lock, "--redis-url", &redis_url], args].concat());
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    stderr(&output)
+}
+
+#[test]
+fn a_sentinel_url_without_a_master_name_is_refused_with_the_form_it_needs() {
+    let message = refused_message("redis", &["--lock-redis-url", "redis-sentinel://127.0.0.1:26486"]);
+    assert!(
+        message.contains("names no master") && message.contains("#mymaster"),
+        "{message}"
+    );
+    assert!(message.contains("--lock-redis-url"), "{message}");
+}
+
+#[test]
+fn sentinels_that_do_not_answer_are_refused_with_the_url_and_how_to_start_them() {
+    let started = std::time::Instant::now();
+    let message = refused_message(
+        "redis",
+        &["--lock-redis-url", "redis-sentinel://127.0.0.1:1#seckill-lock"],
+    );
+    assert!(
+        message.contains("redis-sentinel://127.0.0.1:1#seckill-lock"),
+        "{message}"
+    );
+    assert!(message.contains("make cluster"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn redis_degrade_behind_sentinels_is_refused_until_it_can_follow_them() {
+    let message = refused_message(
+        "redis-degrade",
+        &["--lock-redis-url", "redis-sentinel://127.0.0.1:26486#seckill-lock"],
+    );
+    assert!(message.contains("does not follow Sentinels"), "{message}");
+}
+
+#[test]
+fn a_replica_wait_longer_than_a_renewal_may_take_is_refused() {
+    let message = refused_message(
+        "redis",
+        &[
+            "--lock-redis-wait-replicas",
+            "1",
+            "--lock-redis-wait-timeout-ms",
+            "600",
+            "--lock-ttl-ms",
+            "3000",
+        ],
+    );
+    assert!(
+        message.contains("must be shorter than a renewal's timeout")
+            && message.contains("--lock-redis-wait-timeout-ms"),
+        "{message}"
+    );
+}

@@ -182,7 +182,10 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fence_refuses_the_late_write() {
-    let options = RedisLockOptions { ttl: TTL, renew: true };
+    let options = RedisLockOptions {
+        ttl: TTL,
+        ..RedisLockOptions::default()
+    };
     let clock = WallClock::for_redis();
     let lock_redis = PrivateRedis::start_with_clock(&clock);
     let store = stock(75).await;

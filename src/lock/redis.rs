@@ -31,10 +31,22 @@
 //!    Redlock spec asks for every node that may have granted.
 //! 6. **Shut down.** `shutdown` releases every key this handle still holds and stops
 //!    the listener, so a stopping instance frees the stock at once instead of after a TTL.
+//! 7. **Wait for replicas (optional).** A lock Redis with a replica and Sentinels
+//!    (`--lock-redis-url redis-sentinel://...#name`) survives its master's death, but
+//!    replication is asynchronous: the master answers the grant before its replica has
+//!    it, and a replica promoted in between grants the lock again. With
+//!    `--lock-redis-wait-replicas N`, every grant and renewal is followed by
+//!    `WAIT N timeout`, and counts only when N replicas acknowledged it; otherwise the
+//!    grant is taken back (step 5) and the buyer told. Redisson does the same on
+//!    acquire (`checkLockSyncedSlaves`, on by default, `slavesSyncTimeout` 1 s), and
+//!    refuses only when *none* of the connected replicas acknowledged.
 //!
 //! ## Limitations
-//! - **One server.** If the Redis master fails over before its replica got the key,
-//!   two clients can hold the lock. Redlock answers that with several masters.
+//! - **One master.** If the Redis master fails over before its replica got the key,
+//!   two clients can hold the lock (`make chaos`, row `lock-redis-failover`). Redlock
+//!   answers that with several masters; `WAIT` (step 7) narrows it: a replica that
+//!   acknowledged has the key, but Redis does not promise that the Sentinels promote
+//!   that replica, nor that it kept the key through a restart of its own.
 //! - **Expiry vs pauses.** A holder paused longer than the TTL (GC, swap, a stalled
 //!   VM) loses the lock without knowing and may still write. Renewal narrows the
 //!   window; the guard's `is_held()` narrows it more; the fencing token closes it,
@@ -58,14 +70,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use redis::Script;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::held_grants::HeldGrants;
-use crate::lock::parts::keepalive::LeaseKeeper;
+use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
+use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAddress, MasterConnection};
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
@@ -134,6 +146,8 @@ pub struct RedisLockOptions {
     pub ttl: Duration,
     /// Renew the lease every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
+    /// Step 7: a grant or a renewal counts only once this many replicas have it.
+    pub wait_for_replicas: Option<ReplicaWait>,
 }
 
 impl Default for RedisLockOptions {
@@ -141,8 +155,44 @@ impl Default for RedisLockOptions {
         RedisLockOptions {
             ttl: Duration::from_secs(3),
             renew: true,
+            wait_for_replicas: None,
         }
     }
+}
+
+/// `WAIT replicas timeout` after every grant and renewal (step 7).
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaWait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+impl ReplicaWait {
+    /// A wait must fit in a renewal's own timeout (`ttl / 6`), or no renewal could succeed.
+    pub fn check_against(&self, ttl: Duration) -> Result<(), String> {
+        let renewal_timeout = ttl / RENEWAL_TIMEOUT_DIVISOR;
+        if self.timeout >= renewal_timeout {
+            return Err(format!(
+                "the replica wait ({:?}) must be shorter than a renewal's timeout, a sixth of the lease ({renewal_timeout:?}): \
+                 lower --lock-redis-wait-timeout-ms or raise --lock-ttl-ms",
+                self.timeout
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Fewer replicas than asked for acknowledged a write in time (step 7).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{acknowledged} of the {wanted} replica(s) the lock waits for (--lock-redis-wait-replicas) acknowledged \
+     the {what} within {timeout:?}, so it does not count; is the replica up and in sync (INFO replication)?"
+)]
+pub struct NotReplicated {
+    what: &'static str,
+    acknowledged: u32,
+    wanted: u32,
+    timeout: Duration,
 }
 
 /// The scripts, shared by the lock and every grant it hands out.
@@ -158,9 +208,12 @@ type Waiters = Arc<StdMutex<HashMap<String, Weak<Notify>>>>;
 /// Every grant this handle holds, token to key, so `shutdown` can give them back.
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
-    connection: ConnectionManager,
+    connection: MasterConnection,
+    /// Where grants and renewals go. With `wait_for_replicas`, a connection of their
+    /// own: `WAIT` blocks the connection it is sent on, and releases must not wait behind it.
+    granting: MasterConnection,
     /// Where a new epoch comes from (step 1): the Redis of the stock's fence.
-    epochs: ConnectionManager,
+    epochs: MasterConnection,
     options: RedisLockOptions,
     scripts: Arc<Scripts>,
     waiters: Waiters,
@@ -173,41 +226,47 @@ impl RedisLock {
     /// Connects, and subscribes to release announcements. For a lock that lives beside
     /// the stock: new epochs come from the same Redis.
     pub async fn connect(client: &redis::Client, options: RedisLockOptions) -> Result<Self, LockError> {
-        let connection = Self::connection(client).await?;
-        Ok(Self::start(client, connection.clone(), connection, options))
+        Self::connect_fenced_by(client, client, options).await
     }
 
-    /// A lock in `client` whose tokens the stock in `stock` checks: its new epochs come
-    /// from there (step 1), so that a restart of the lock's Redis cannot send tokens back.
+    /// A lock in `lock` (a server, or the master its Sentinels name) whose tokens the
+    /// stock in `stock` checks: its new epochs come from there (step 1), so that a
+    /// restart or a failover of the lock's Redis cannot send tokens back.
     pub async fn connect_fenced_by(
-        client: &redis::Client,
+        lock: impl Into<MasterAddress>,
         stock: &redis::Client,
         options: RedisLockOptions,
     ) -> Result<Self, LockError> {
-        let connection = Self::connection(client).await?;
-        let epochs = match same_database(client, stock) {
-            true => connection.clone(), // the lock lives beside the stock
-            false => Self::connection(stock).await?,
+        let lock = lock.into();
+        let connection = Self::connection(&lock).await?;
+        let granting = match options.wait_for_replicas {
+            Some(_) => Self::connection(&lock).await?,
+            None => connection.clone(),
         };
-        Ok(Self::start(client, connection, epochs, options))
+        let epochs = match &lock {
+            MasterAddress::Server(client) if same_database(client, stock) => connection.clone(),
+            _ => Self::connection(&stock.into()).await?,
+        };
+        Ok(Self::start(connection, granting, epochs, options))
     }
 
-    async fn connection(client: &redis::Client) -> Result<ConnectionManager, LockError> {
-        crate::redis_store::connection_manager(client)
+    async fn connection(address: &MasterAddress) -> Result<MasterConnection, LockError> {
+        MasterConnection::connect(address)
             .await
             .map_err(|e| LockError::backend(BACKEND, e))
     }
 
     fn start(
-        client: &redis::Client,
-        connection: ConnectionManager,
-        epochs: ConnectionManager,
+        connection: MasterConnection,
+        granting: MasterConnection,
+        epochs: MasterConnection,
         options: RedisLockOptions,
     ) -> Self {
         let waiters: Waiters = Arc::default();
-        let listener = tokio::spawn(listen_for_releases(client.clone(), waiters.clone()));
+        let listener = tokio::spawn(listen_for_releases(connection.clone(), waiters.clone()));
         RedisLock {
             connection,
+            granting,
             epochs,
             options,
             scripts: Arc::new(Scripts {
@@ -256,7 +315,7 @@ impl RedisLock {
             .key(Self::epoch_key(key))
             .arg(token)
             .arg(self.options.ttl.as_millis() as u64)
-            .invoke_async(&mut self.connection.clone())
+            .invoke_async(&mut self.granting.clone())
             .await
     }
 
@@ -280,7 +339,7 @@ impl RedisLock {
             .arg(Self::epoch_key(key))
             .arg(epoch)
             .arg("NX")
-            .query_async(&mut self.connection.clone())
+            .query_async(&mut self.granting.clone())
             .await
             .map_err(|e| LockError::backend(BACKEND, e))?;
         if stored.is_some() {
@@ -291,7 +350,8 @@ impl RedisLock {
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
     fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (LeaseKeeper, Lease) {
-        let (connection, scripts, ttl) = (self.connection.clone(), self.scripts.clone(), self.options.ttl);
+        let (connection, scripts, ttl) = (self.granting.clone(), self.scripts.clone(), self.options.ttl);
+        let wait = self.options.wait_for_replicas;
         let (key_owned, token) = (key.to_owned(), token.to_owned());
         LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
             let (mut connection, scripts) = (connection.clone(), scripts.clone());
@@ -305,6 +365,9 @@ impl RedisLock {
                     .invoke_async(&mut connection)
                     .await
                     .map_err(|e| LockError::backend(BACKEND, e))?;
+                if extended == 1 {
+                    wait_for_replicas(&mut connection, wait, "renewal").await?;
+                }
                 Ok(extended == 1)
             }
         })
@@ -341,10 +404,40 @@ impl Drop for RedisLock {
     }
 }
 
+/// Step 7: `WAIT` until `wait.replicas` replicas have every write sent so far on
+/// `connection`, the grant or renewal among them; an error when fewer did in time.
+async fn wait_for_replicas(
+    connection: &mut MasterConnection,
+    wait: Option<ReplicaWait>,
+    what: &'static str,
+) -> Result<(), LockError> {
+    let Some(wait) = wait else { return Ok(()) };
+    let acknowledged: u32 = redis::cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(wait.timeout.as_millis() as u64)
+        .query_async(connection)
+        .await
+        .map_err(|e| LockError::backend(BACKEND, e))?;
+    if acknowledged < wait.replicas {
+        return Err(LockError::backend(
+            BACKEND,
+            NotReplicated {
+                what,
+                acknowledged,
+                wanted: wait.replicas,
+                timeout: wait.timeout,
+            },
+        ));
+    }
+    Ok(())
+}
+
 /// Wakes one local waiter for every release announced on [`RELEASE_CHANNEL`].
-/// Runs for the life of the lock; resubscribes when Redis comes back.
-async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
+/// Runs for the life of the lock; resubscribes when Redis comes back, to the master
+/// of the moment when the Sentinels moved it.
+async fn listen_for_releases(master: MasterConnection, waiters: Waiters) {
     loop {
+        let client = master.client();
         match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await {
             Ok(Ok(mut pubsub)) => {
                 match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(RELEASE_CHANNEL)).await {
@@ -378,11 +471,24 @@ async fn listen_for_releases(client: redis::Client, waiters: Waiters) {
 struct RedisGrant {
     key: String,
     token: String,
-    connection: ConnectionManager,
+    connection: MasterConnection,
     scripts: Arc<Scripts>,
     held: HeldGrants<String, String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
+}
+
+impl RedisGrant {
+    /// The owner-checked delete: 1 when the key was still ours.
+    async fn send_release(&mut self) -> redis::RedisResult<i64> {
+        self.scripts
+            .release
+            .key(&self.key)
+            .arg(&self.token)
+            .arg(RELEASE_CHANNEL)
+            .invoke_async(&mut self.connection)
+            .await
+    }
 }
 
 #[async_trait]
@@ -391,15 +497,15 @@ impl Release for RedisGrant {
         let mut grant = *self;
         // Stop renewing first, so a renewal cannot race the delete.
         grant.lease.stop();
-        let deleted: i64 = grant
-            .scripts
-            .release
-            .key(&grant.key)
-            .arg(&grant.token)
-            .arg(RELEASE_CHANNEL)
-            .invoke_async(&mut grant.connection)
-            .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
+        let mut answer = grant.send_release().await;
+        if let Err(error) = &answer {
+            // The connection may have followed a failover on this very error: the
+            // release is owner-checked, so sending it once more, to the new master, is safe.
+            if grant.connection.follows_sentinels() && may_mean_the_master_moved(error) {
+                answer = grant.send_release().await;
+            }
+        }
+        let deleted = answer.map_err(|e| LockError::backend(BACKEND, e))?;
         if deleted == 1 {
             Ok(())
         } else {
@@ -435,6 +541,12 @@ impl DistributedLock for RedisLock {
             Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) => {
                 return Err(LockError::Busy { key: key.to_owned() });
             }
+            // The same while the Sentinels move the master: the connection follows it
+            // (see `master_connection`), and a waiter tries again, until its timeout.
+            Err(error) if self.granting.follows_sentinels() && may_mean_the_master_moved(&error) => {
+                self.clean_up_failed_acquire(key, token);
+                return Err(LockError::Busy { key: key.to_owned() });
+            }
             Err(error) => {
                 self.clean_up_failed_acquire(key, token);
                 return Err(LockError::backend(BACKEND, error));
@@ -442,6 +554,12 @@ impl DistributedLock for RedisLock {
         };
         if fencing_counter == 0 {
             return Err(LockError::Busy { key: key.to_owned() });
+        }
+        // Step 7: a grant that no replica has yet would not survive a failover.
+        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), self.options.wait_for_replicas, "grant").await
+        {
+            self.clean_up_failed_acquire(key, token);
+            return Err(error);
         }
         let (keeper, lease) = self.keep_alive(key, &token, sent);
         self.held.insert(token.clone(), key.to_owned());

@@ -12,6 +12,7 @@ pub fn redis_options(ttl_ms: u64, renew: bool) -> RedisLockOptions {
     RedisLockOptions {
         ttl: Duration::from_millis(ttl_ms),
         renew,
+        ..RedisLockOptions::default()
     }
 }
 

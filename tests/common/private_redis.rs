@@ -39,6 +39,33 @@ impl PrivateRedis {
         Self::spawn(port, temp_dir("private-redis"), false, &[])
     }
 
+    /// A replica of the server on `master` (`--replicaof`), waited for until it is in sync.
+    pub fn start_replica_of(master: u16) -> Self {
+        let master = master.to_string();
+        let replica = Self::spawn_with(
+            free_port(),
+            temp_dir("private-replica"),
+            false,
+            &[],
+            &["--replicaof", "127.0.0.1", &master],
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replica.info("replication").contains("master_link_status:up") {
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not sync with 127.0.0.1:{master} within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        replica
+    }
+
+    /// A section of `INFO`, as text.
+    pub fn info(&self, section: &str) -> String {
+        let mut connection = self.client().get_connection().unwrap();
+        redis::cmd("INFO").arg(section).query(&mut connection).unwrap()
+    }
+
     /// Empty, its wall clock following `clock`: a test makes it jump with [`WallClock::jump_to`].
     pub fn start_with_clock(clock: &WallClock) -> Self {
         Self::spawn(free_port(), temp_dir("private-redis"), false, &clock.env())
@@ -64,13 +91,17 @@ impl PrivateRedis {
     }
 
     fn spawn(port: u16, dir: TempDir, persistent: bool, env: &[(&str, String)]) -> Self {
+        Self::spawn_with(port, dir, persistent, env, &[])
+    }
+
+    fn spawn_with(port: u16, dir: TempDir, persistent: bool, env: &[(&str, String)], extra: &[&str]) -> Self {
         let append_only: &[&str] = if persistent {
             &["--appendonly", "yes", "--appendfsync", "always"]
         } else {
             &["--appendonly", "no"]
         };
         let port_text = port.to_string();
-        let options = [&[port_text.as_str(), "--save", ""], append_only].concat();
+        let options = [&[port_text.as_str(), "--save", ""], append_only, extra].concat();
         let command = launch("redis", &dir, &options);
         let child = Command::new(&command[0])
             .args(&command[1..])
@@ -122,6 +153,82 @@ pub fn signal(pid: u32, signal: &str) {
 }
 
 impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        kill_even_if_frozen(&mut self.child);
+    }
+}
+
+/// A Sentinel of a test's own, alone (quorum 1), watching the master on `master` under
+/// `name`: it fails that master over half a second after it stops answering.
+pub struct PrivateSentinel {
+    child: Child,
+    pub port: u16,
+    name: String,
+    _dir: TempDir,
+}
+
+impl PrivateSentinel {
+    /// Started once the master's replicas are in sync; returns once it knows them.
+    pub fn watch(name: &str, master: u16) -> Self {
+        let (port, dir) = (free_port(), temp_dir("private-sentinel"));
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nsentinel monitor {name} 127.0.0.1 {master} 1\n\
+                 sentinel down-after-milliseconds {name} 500\nsentinel failover-timeout {name} 2000\n",
+                dir = dir.path().display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server runs a Sentinel: `make test` installs it");
+        wait_for_port(port, Duration::from_secs(10), "redis-sentinel");
+        let sentinel = PrivateSentinel {
+            child,
+            port,
+            name: name.to_owned(),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while sentinel.replicas() == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the Sentinel found no replica of {name} within 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        sentinel
+    }
+
+    /// The URL seckill reads: `redis-sentinel://127.0.0.1:PORT#name`.
+    pub fn url(&self) -> String {
+        format!("redis-sentinel://127.0.0.1:{}#{}", self.port, self.name)
+    }
+
+    fn query<T: redis::FromRedisValue>(&self, command: &mut redis::Cmd) -> T {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).unwrap();
+        command.query(&mut client.get_connection().unwrap()).unwrap()
+    }
+
+    fn replicas(&self) -> usize {
+        self.query::<Vec<redis::Value>>(redis::cmd("SENTINEL").arg("replicas").arg(&self.name))
+            .len()
+    }
+
+    /// The port of the server this Sentinel names master now.
+    pub fn master_port(&self) -> u16 {
+        let (_, port): (String, u16) =
+            self.query(redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(&self.name));
+        port
+    }
+}
+
+impl Drop for PrivateSentinel {
     fn drop(&mut self) {
         kill_even_if_frozen(&mut self.child);
     }

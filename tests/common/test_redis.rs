@@ -43,6 +43,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/shutdown", 78..=78),
     ("seckill/degrade", 73..=73),
     ("seckill/clock_jumps", 74..=76),
+    ("seckill/failover", 79..=79),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

@@ -4,6 +4,7 @@
 //! | --- | --- | --- |
 //! | [`polling`] | the jittered-backoff loop behind the trait's default `acquire` | the locks that poll |
 //! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
+//! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
 //! | [`reentrant`] | lets an owner take a key it already holds | every lock, through the wiring |
 //! | [`permits`] | the semaphore in front of MySQL | `mysql`, `mysql-version` |
 //! | [`held_grants`] | what a handle holds, so `shutdown` can give it back | `redlock`, `mysql`, `mysql-version` |
@@ -13,6 +14,7 @@
 pub mod counters;
 pub mod held_grants;
 pub mod keepalive;
+pub mod master_connection;
 pub mod permits;
 pub mod polling;
 pub mod reentrant;

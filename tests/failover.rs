@@ -1,0 +1,218 @@
+//! The redis lock on a master with a replica and a Sentinel: it follows the master when
+//! the Sentinel fails it over, and replication being asynchronous, a grant the replica
+//! never saw is lost in the failover unless the lock waits for the replica (`WAIT`).
+//!
+//! Each test has its own master, replica and Sentinel, on free ports; the stock's
+//! fence (where new epochs come from) is the test Redis, database 79.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{owner, redis_client, redis_options, unique_key, PrivateRedis, PrivateSentinel};
+use seckill::lock::parts::master_connection::MasterAddress;
+use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
+use seckill::lock::{DistributedLock, LockError};
+
+const STOCK_DB: u8 = 79;
+/// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
+const TTL_MS: u64 = 6000;
+
+/// A master, its replica in sync, and a Sentinel that knows both.
+fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
+    let master = PrivateRedis::start();
+    let replica = PrivateRedis::start_replica_of(master.port);
+    let sentinel = PrivateSentinel::watch(name, master.port);
+    (master, replica, sentinel)
+}
+
+async fn lock_behind(sentinel: &PrivateSentinel, options: RedisLockOptions) -> RedisLock {
+    let address = MasterAddress::parse(&sentinel.url()).unwrap();
+    RedisLock::connect_fenced_by(address, &redis_client(STOCK_DB).await, options)
+        .await
+        .expect("the lock finds the master through the Sentinel")
+}
+
+fn waiting_for_one_replica() -> RedisLockOptions {
+    RedisLockOptions {
+        wait_for_replicas: Some(ReplicaWait {
+            replicas: 1,
+            timeout: Duration::from_millis(100),
+        }),
+        ..redis_options(TTL_MS, true)
+    }
+}
+
+async fn get(server: &PrivateRedis, key: &str) -> Option<String> {
+    let mut connection = server.client().get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("GET").arg(key).query_async(&mut connection).await.unwrap()
+}
+
+/// Waits until the replica has caught up with the master on `key`'s fencing counter.
+async fn wait_until_replicated(master: &PrivateRedis, replica: &PrivateRedis, key: &str) {
+    let counter = format!("{key}:fence");
+    let since = Instant::now();
+    while get(replica, &counter).await != get(master, &counter).await {
+        assert!(
+            since.elapsed() < Duration::from_secs(2),
+            "the replica did not catch up within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Kills the master and waits until the Sentinel names the replica instead.
+fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSentinel) -> Duration {
+    let killed = Instant::now();
+    drop(master); // SIGKILL
+    while sentinel.master_port() != replica.port {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the Sentinel promoted nobody within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    killed.elapsed()
+}
+
+/// The replica stops hearing from its master, and the master forgets it: what the master
+/// grants from now on reaches no replica (as when the link between them is cut). The
+/// replica is frozen meanwhile, so it cannot reconnect before the master is killed.
+fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
+    replica.freeze();
+    let mut connection = master.client().get_connection().unwrap();
+    let killed: u32 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(killed, 1, "the master had one replica connected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_granted_by_the_new_master() {
+    let (master, replica, sentinel) = replicated_master("seckill-failover-keeps");
+    let (holder, waiter) = (
+        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
+        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
+    );
+    let key = unique_key("failover-keeps");
+    let held = holder.acquire(&key, &owner(), Duration::from_secs(2)).await.unwrap();
+
+    let took = fail_over(master, &replica, &sentinel);
+    let refused = waiter.acquire(&key, &owner(), Duration::from_millis(1500)).await;
+    assert!(
+        matches!(refused, Err(LockError::Timeout { .. })),
+        "the promoted replica had the holder's key, so a second owner must wait; got {:?}",
+        refused.map(|_| "granted")
+    );
+    assert!(
+        held.is_held(),
+        "the holder's renewals follow the new master (failover took {took:?})"
+    );
+    held.release().await.expect("the release goes to the new master");
+
+    let next = waiter.acquire(&key, &owner(), Duration::from_secs(2)).await;
+    assert!(
+        next.is_ok(),
+        "the new master grants once the holder released: {:?}",
+        next.err()
+    );
+    assert!(
+        get(&replica, &key).await.is_some(),
+        "the grant lives on the promoted replica"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_is_granted() {
+    let (master, replica, sentinel) = replicated_master("seckill-failover-loses");
+    let (first, second) = (
+        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
+        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
+    );
+    let key = unique_key("failover-loses");
+    // One grant the replica does see: it has the token counter and its epoch.
+    first
+        .acquire(&key, &owner(), Duration::from_secs(2))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    wait_until_replicated(&master, &replica, &key).await;
+
+    cut_replica_off(&master, &replica);
+    let held = first.acquire(&key, &owner(), Duration::from_secs(2)).await.unwrap();
+    drop(master); // SIGKILL, right after the grant
+    replica.thaw();
+    let promoted = Instant::now();
+    while sentinel.master_port() != replica.port {
+        assert!(
+            promoted.elapsed() < Duration::from_secs(20),
+            "the Sentinel promoted nobody within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let again = second.acquire(&key, &owner(), Duration::from_secs(3)).await;
+    assert!(
+        again.is_ok() && held.is_held(),
+        "the promoted replica never saw the first grant, so it grants the lock a second time while the \
+         first holder still trusts its lease: {:?}, first held: {}",
+        again.as_ref().err(),
+        held.is_held()
+    );
+    let first_token = held.fencing_token().unwrap().order();
+    let second_token = again.unwrap().fencing_token().unwrap().order();
+    assert_eq!(
+        second_token, first_token,
+        "the replica's counter missed the first grant too, so the second holder gets the same token: \
+         tokens went back, and the stock's fence refuses the tie (tests/fencing.rs)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
+    let (master, replica, sentinel) = replicated_master("seckill-failover-waits");
+    let lock = lock_behind(&sentinel, waiting_for_one_replica()).await;
+    let key = unique_key("failover-waits");
+
+    cut_replica_off(&master, &replica);
+    let refused = lock.acquire(&key, &owner(), Duration::from_secs(2)).await;
+    let Err(error) = refused else {
+        panic!("no replica acknowledged, so the grant must not count")
+    };
+    let error = error.to_string();
+    assert!(
+        error.contains("--lock-redis-wait-replicas"),
+        "the error names the setting: {error}"
+    );
+    let taken_back = Instant::now();
+    while get(&master, &key).await.is_some() {
+        assert!(
+            taken_back.elapsed() < Duration::from_secs(2),
+            "the refused grant's key must be taken back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    replica.thaw();
+    let granted = Instant::now();
+    let held = loop {
+        match lock.acquire(&key, &owner(), Duration::from_secs(2)).await {
+            Ok(held) => break held,
+            // The replica reconnects within about a second of waking.
+            Err(_) if granted.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(error) => panic!("once the replica is back, a grant counts again: {error}"),
+        }
+    };
+    assert!(
+        get(&replica, &key).await.is_some(),
+        "a grant that counts is on the replica before its holder hears of it"
+    );
+    held.release().await.unwrap();
+}
