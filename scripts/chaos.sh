@@ -37,6 +37,23 @@
 # instance 2's wait, and show whether the lock is free after the heal. The table's column
 # "time to first sale after the heal" says when anyone sold again.
 #
+# The failover faults: the redis lock lives in the cluster's replicated lock Redis (a master,
+# its replica, three Sentinels) and follows its master through the Sentinels, with a lease
+# of 6 s (Redisson's watchdog keeps 30 s) so that a holder's lease outlives the failover.
+#   lock-redis-failover             the replication link is cut, instance 1 is granted the lock
+#                                   (the replica never sees it) and paused mid-sale, the master
+#                                   is killed, Sentinel promotes the replica, instance 2 is
+#                                   granted the same lock; then instance 1 is let go, the link
+#                                   healed and the old master restarted (it rejoins as a replica).
+#                                   Fencing on and off: with it off, the double sale is expected
+#   lock-redis-failover-wait        the same with `--lock-redis-wait-replicas 1`: a grant counts
+#                                   only once the replica has it (Redisson's WAIT). No unit may be
+#                                   sold twice, fenced or not
+#
+# The clock faults are the rows of scripts/clock-jump.sh (`make clock-jump`), played with its
+# own servers after the others; their table follows this one:
+#   redlock-clock-jump  redis-clock-jump  instance-clock-jump
+#
 # The servers are the cluster of scripts/cluster.sh (started here, left running; `make
 # cluster-stop` stops it), never those of `make services`. Each run: two instances, 200
 # buyers for 100 units, every sale lingering 50 ms between its lease check and its write
@@ -58,9 +75,11 @@ RUNS=${1:-3}
 shift || true
 ONLY=("$@")
 NETWORK_FAULTS="holder-partitioned waiters-partitioned answers-delayed connections-reset"
+FAILOVER_FAULTS="lock-redis-failover lock-redis-failover-wait"
+CLOCK_FAULTS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
-  lock-redis-paused stock-redis-killed mysql-killed $NETWORK_FAULTS"
+  lock-redis-paused stock-redis-killed mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS $CLOCK_FAULTS"
 OUTAGE_SECONDS=3
 # answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
 # and any renewal timeout.
@@ -69,12 +88,17 @@ ANSWER_DELAY="delay?ms=1200&jitter_ms=300&direction=to-client"
 RESETS=5
 # A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
 NO_QUORUM_GRACE_MS=1000
+# The failover faults: the lease, longer than a failover; and how long instance 2 is given,
+# once the replica is promoted, to be granted the lock while instance 1 sleeps.
+FAILOVER_LOCK_TTL_MS=6000
+SECOND_HOLDER_SECONDS=2
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening, poll
 source "$ROOT/scripts/lib/instances.sh" # start_instances, stop_instances, until_sold, ...
 source "$ROOT/scripts/lib/nemesis.sh"   # start_nemeses, stop_nemeses, nemesis
+source "$ROOT/scripts/lib/replication.sh" # cut_replication, heal_replication
 cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
@@ -89,11 +113,25 @@ strategies_for() {
     lock-redis-*) echo redis-degrade ;;
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
+    lock-redis-failover*) echo redis ;;
+    redlock-clock-jump) echo redlock ;;
+    redis-clock-jump | instance-clock-jump) echo redis ;;
     *) die "unknown fault '$1'; the faults are: $(echo $ALL_FAULTS)" ;;
   esac
 }
 
 is_network_fault() { [[ " $NETWORK_FAULTS " == *" $1 "* ]]; }
+is_failover_fault() { [[ " $FAILOVER_FAULTS " == *" $1 "* ]]; }
+is_clock_fault() { [[ " $CLOCK_FAULTS " == *" $1 "* ]]; }
+
+# The failover faults: both instances keep their lock in the replicated lock Redis, found
+# through its Sentinels, with a lease that outlives the failover; -wait adds Redisson's WAIT.
+follow_sentinels() {
+  is_failover_fault "$1" || return 0
+  local i flags="--lock-redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --lock-ttl-ms $FAILOVER_LOCK_TTL_MS"
+  [[ $1 == *-wait ]] && flags+=" --lock-redis-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+}
 
 # How long a holder is paused or cut off: longer than the strategy's lease. etcd grants
 # whole seconds (2 s at least); a ZooKeeper session lasts at least 2 ticks (4 s).
@@ -133,7 +171,8 @@ STOCK_REDIS=(redis-cli -u "$SECKILL_REDIS_URL")
 LOCK_REDIS=(redis-cli -u "$LOCK_REDIS_URL")
 build_release
 mkdir -p "$RESULTS" "$LOGS"
-trap 'stop_instances; stop_nemeses' EXIT
+REPLICATION_CUT=
+trap 'stop_instances; stop_nemeses; [[ -z $REPLICATION_CUT ]] || heal_replication' EXIT
 
 field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
 # The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
@@ -151,6 +190,7 @@ sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | grep -o '"sold_at_ms":[0-
 wait_until_first_holds() {
   local lock_redis=("${STOCK_REDIS[@]}")
   is_network_fault "$2" && lock_redis=("${LOCK_REDIS[@]}")
+  is_failover_fault "$2" && lock_redis=(redis-cli -p "$(failover_master_port)")
   case $1 in
     redis-degrade) lock_redis=("${LOCK_REDIS[@]}") ;&
     redlock) [[ $1 == redlock ]] && lock_redis=(redis-cli -u "${SECKILL_REDLOCK_URLS%%,*}") ;&
@@ -216,9 +256,46 @@ strike() {
     answers-delayed) nemesis "$ANSWER_DELAY"; sleep $OUTAGE_SECONDS; heal ;;
     connections-reset)
       for _ in $(seq 1 $RESETS); do nemesis reset; sleep 0.3; heal; sleep 0.5; done ;;
+    lock-redis-failover*) fail_over_after_a_lost_grant "$holder" ;;
   esac
 }
 cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
+
+# The member of the replicated lock Redis that the Sentinels name master, and its port.
+failover_master() { "$ROOT/scripts/cluster.sh" leader failover-redis; }
+failover_master_port() { "$ROOT/scripts/cluster.sh" port "$(failover_master)"; }
+
+# holds_for PORT VALUE: whether VALUE (of lock:stock) is a grant to the instance on PORT.
+holds_for() { [[ $2 == "seckill-$1:"* ]]; }
+
+# fail_over_after_a_lost_grant HOLDER: the failover faults, step by step (see the header).
+fail_over_after_a_lost_grant() {
+  local holder=$1 master master_port before grant
+  master=$(failover_master)
+  master_port=$("$ROOT/scripts/cluster.sh" port "$master")
+  before=$(redis-cli -p "$master_port" get lock:stock)
+  REPLICATION_CUT=yes
+  cut_replication "$master_port" >/dev/null
+  # A grant to instance 1 made after the cut: one the replica never sees (2 s at most).
+  for _ in $(seq 1 200); do
+    grant=$(redis-cli -p "$master_port" get lock:stock)
+    holds_for "${PORTS[0]}" "$grant" && [[ $grant != "$before" ]] && break
+    sleep 0.01
+  done
+  kill -STOP "$holder"
+  cluster kill "$master"
+  poll 30 promoted_other_than "$master" || die "the Sentinels promoted no replica within 30 s; see $LOGS/chaos-cluster.log"
+  now_ms >"$RESULTS/promoted-at"
+  # Instance 2 is granted the lock by the promoted replica, unless the WAIT refuses it.
+  poll $SECOND_HOLDER_SECONDS holds_now "${PORTS[1]}" || true
+  kill -CONT "$holder"
+  heal_replication
+  REPLICATION_CUT=
+  cluster restart "$master"
+  now_ms >"$RESULTS/healed-at"
+}
+promoted_other_than() { [[ $(failover_master) != "$1" ]]; }
+holds_now() { holds_for "$1" "$(redis-cli -p "$(failover_master_port)" get lock:stock)"; }
 
 # The longest time, in ms, that nobody sold after the fault struck at $1: the outage a
 # buyer saw. While stock is left ($3 > 0), the time from the last sale to the load
@@ -252,19 +329,22 @@ sold_without_quorum() {
 header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
 table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
+clock_rows=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
   for strategy in $(strategies_for "$fault"); do
     if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
+    if is_clock_fault "$fault"; then clock_rows+=("$fault"); continue; fi
     # A paused holder can write late, and a cut-off one must not; both run with fencing on
     # and off. Every other fault runs with fencing on.
     fencings=(on)
-    if [[ $fault == holder-paused ]] || is_network_fault "$fault"; then fencings=(on off); fi
+    if [[ $fault == holder-paused ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
       reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
         is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
         impatient_first "$fault"
+        follow_sentinels "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
@@ -313,7 +393,15 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       if [[ $fault == holder-partitioned && $fenced != on ]] && ((twice > 0)); then
         unsafe+=("$fault/$strategy fencing $fenced (sold twice: the lease did not stop the cut-off holder)")
       fi
-      if [[ $fenced == on || $fault == holder-partitioned ]]; then shown="$reproduced (must be 0)"; else shown="$reproduced of $RUNS"; fi
+      # A grant counts only once the replica has it: the failover cannot lose it.
+      if [[ $fault == lock-redis-failover-wait && $fenced != on ]] && ((twice > 0)); then
+        unsafe+=("$fault/$strategy fencing $fenced (sold twice: the replica had not acknowledged a grant that counted)")
+      fi
+      if [[ $fenced == on || $fault == holder-partitioned || $fault == lock-redis-failover-wait ]]; then
+        shown="$reproduced (must be 0)"
+      else
+        shown="$reproduced of $RUNS"
+      fi
       [[ $resumed == - ]] || resumed="$resumed ms"
       table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
@@ -326,6 +414,11 @@ done
 echo
 say "$RUNS runs per row (200 buyers, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
 printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
+if ((${#clock_rows[@]} > 0)); then
+  say "the clock faults: scripts/clock-jump.sh ${clock_rows[*]}"
+  "$ROOT/scripts/clock-jump.sh" "${clock_rows[@]}" || unsafe+=("the clock faults (scripts/clock-jump.sh says which)")
+  { echo; cat "$RUN/results/clock-jump/table.md"; } >>"$RESULTS/table.md"
+fi
 say "the table is also in $RESULTS/table.md; each run's report is in $RESULTS/"
 if ((${#unsafe[@]} > 0)); then
   die "unsafe: ${unsafe[*]}"
