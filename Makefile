@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -10,6 +10,12 @@ demo:
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.
 demo-degrade:
 	scripts/demo-degrade.sh
+
+## make demo-failover: a Sentinel failover that loses a lock: the replica misses a grant (its
+## replication link cut), the master is killed, the promoted replica grants the lock again while
+## the first lease runs. 3 rounds back to back, with the promotion times. Needs root (nftables).
+demo-failover:
+	scripts/demo-failover.sh
 
 ## make bench: every strategy measured the same way: the 500-buyer crowd 5 times, one serial
 ## client, 64 keep-alive connections, each against the bound of its lock's critical path;
@@ -36,7 +42,8 @@ clock-jump:
 	scripts/clock-jump.sh
 
 ## make cluster: the chaos suite's servers (3 etcd, 3 ZooKeeper, 5 Redlock masters, AOF Redis,
-## MariaDB) on their own ports, data in .run/cluster/; cluster-stop stops only those.
+## a lock Redis, a second one with a replica and 3 Sentinels that fail it over, MariaDB) on
+## their own ports, data in .run/cluster/; cluster-stop stops only those.
 cluster:
 	scripts/cluster.sh start
 

@@ -2,11 +2,12 @@
 # The servers of the chaos suite, replicated where the strategy is: a 3-member etcd
 # cluster, a 3-member ZooKeeper ensemble, five Redlock masters, the stock Redis with
 # every write fsynced to its append-only file (so a kill -9 loses no sale), a lock
-# Redis for redis-degrade, and a MariaDB. Each on its own ports, beside `make services`,
+# Redis for redis-degrade, a lock Redis with one replica that three Sentinels fail over
+# (the failover group), and a MariaDB. Each on its own ports, beside `make services`,
 # with its data under .run/cluster/. The chaos runner kills, pauses and restarts them;
 # it never touches the servers of `make services` or anyone else's.
 #
-#   scripts/cluster.sh start            start every member that is not running
+#   scripts/cluster.sh start [NAME...]  start every member (or NAME...) that is not running
 #   scripts/cluster.sh stop [NAME...]   stop what start started (all, or NAME...)
 #   scripts/cluster.sh status           each member, its port, and who leads
 #   scripts/cluster.sh env              the SECKILL_* settings that point seckill at the cluster:
@@ -14,10 +15,20 @@
 #   scripts/cluster.sh kill NAME        kill -9 one member
 #   scripts/cluster.sh pause NAME | resume NAME     SIGSTOP / SIGCONT one member
 #   scripts/cluster.sh restart NAME [--empty]       start a killed member again (--empty: without its data)
-#   scripts/cluster.sh leader etcd|zookeeper        the name of the member that leads now
+#   scripts/cluster.sh leader etcd|zookeeper|failover-redis
+#                                       the name of the member that leads now (for failover-redis:
+#                                       the one the Sentinels name master)
+#   scripts/cluster.sh port NAME        the port of one member
 #
-# NAME is stock-redis, lock-redis, redlock-6481 ... redlock-6485, etcd-1 ... etcd-3,
-# zookeeper-1 ... zookeeper-3 or mysql.
+# NAME is stock-redis, lock-redis, redlock-6481 ... redlock-6485, sentinel-1 ... sentinel-3,
+# failover-redis-a, failover-redis-b, etcd-1 ... etcd-3, zookeeper-1 ... zookeeper-3 or mysql.
+#
+# The failover group shows that Redis replication is asynchronous: the master answers OK to
+# a lock grant before its replica has it, so a failover can lose a lock. failover-redis-a
+# and -b are plain Redis like lock-redis (nothing on disk); sentinel-1 ... -3 watch the master
+# `seckill-lock` and promote the replica when it dies. The members are named a and b, not
+# master and replica, because the roles swap on every failover. seckill finds the master
+# through the Sentinels (SECKILL_FAILOVER_LOCK_REDIS_URL, a redis-sentinel:// URL).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +39,24 @@ LOGS="$RUN/logs"
 STOCK_REDIS_PORT=6479
 LOCK_REDIS_PORT=6480
 REDLOCK_PORTS=(6481 6482 6483 6484 6485)
+FAILOVER_REDIS_PORTS=(6486 6487) # failover-redis-a, failover-redis-b
+SENTINEL_PORTS=(26486 26487 26488) # sentinel-1, -2, -3
+# The failover group's master, as the Sentinels and the redis-sentinel:// URL name it.
+FAILOVER_MASTER_NAME=seckill-lock
+# Two of the three Sentinels must find the master down before one of them fails it over.
+SENTINEL_QUORUM=2
+# A master that has not answered for this long is down. Not 1000: on every failover a
+# Sentinel reconnects to the new master at most once a second, so at 1000 it sometimes
+# found the new master down before its first PING and failed it over again (2 in 40
+# failovers here, 0 in 60 at 1500).
+SENTINEL_DOWN_AFTER_MS=1500
+# A failover that has not promoted the replica by then is given up, and a Sentinel that
+# tried (or voted) waits twice as long before it tries that master again. A failover that
+# succeeds ends that wait: with the default, 3 minutes, failovers still ran back to back
+# here, but one that was given up would stall the group for 6. The promotion shows in
+# Sentinel's once-a-second INFO 0.77-0.91 s after REPLICAOF NO ONE: at 500 ms promotions
+# were given up and took up to 6.4 s; 1000 ms passed 30 failovers with 0.1 s to spare.
+SENTINEL_FAILOVER_TIMEOUT_MS=2000
 ETCD_CLIENT_PORTS=(12379 22379 32379) # etcd-1, etcd-2, etcd-3
 ETCD_PEER_PORTS=(12380 22380 32380)
 ZK_CLIENT_PORTS=(2182 2183 2184) # zookeeper-1, -2, -3
@@ -37,9 +66,12 @@ say() { printf '[cluster] %s\n' "$*"; }
 die() { printf '[cluster] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"
 
+# The Sentinels come before the members they watch: a member starts as a replica of the one
+# they name master.
 members() {
   echo stock-redis lock-redis
   for port in "${REDLOCK_PORTS[@]}"; do echo "redlock-$port"; done
+  echo sentinel-1 sentinel-2 sentinel-3 failover-redis-a failover-redis-b
   echo etcd-1 etcd-2 etcd-3 zookeeper-1 zookeeper-2 zookeeper-3 mysql
 }
 
@@ -48,6 +80,9 @@ port_of() {
     stock-redis) echo $STOCK_REDIS_PORT ;;
     lock-redis) echo $LOCK_REDIS_PORT ;;
     redlock-*) echo "${1#redlock-}" ;;
+    failover-redis-a) echo "${FAILOVER_REDIS_PORTS[0]}" ;;
+    failover-redis-b) echo "${FAILOVER_REDIS_PORTS[1]}" ;;
+    sentinel-[123]) echo "${SENTINEL_PORTS[${1#sentinel-} - 1]}" ;;
     etcd-[123]) echo "${ETCD_CLIENT_PORTS[${1#etcd-} - 1]}" ;;
     zookeeper-[123]) echo "${ZK_CLIENT_PORTS[${1#zookeeper-} - 1]}" ;;
     mysql) echo $MYSQL_PORT ;;
@@ -83,6 +118,71 @@ zookeeper_mode() {
 zookeeper_serving() { [[ $(zookeeper_mode "$1") =~ ^(leader|follower)$ ]]; }
 etcd_healthy() { curl -sf "http://127.0.0.1:$1/health" | grep -q '"health":"true"'; }
 
+# ask_sentinel PORT SUBCOMMAND: the Sentinel on PORT's SENTINEL SUBCOMMAND about our master,
+# one "key" or "value" a line. At most a second: a paused Sentinel accepts and never answers.
+ask_sentinel() { timeout 1 redis-cli -p "$1" sentinel "$2" "$FAILOVER_MASTER_NAME" 2>/dev/null; }
+
+# The port of the failover-redis member the Sentinels name master now, from the first that answers.
+failover_master_port() {
+  local port
+  for port in "${SENTINEL_PORTS[@]}"; do
+    ask_sentinel "$port" get-master-addr-by-name | sed -n 2p | grep . && return
+  done
+  return 1
+}
+
+# replication_field PORT FIELD: FIELD of the INFO replication of the Redis on PORT (role, master_port, ...).
+replication_field() { timeout 1 redis-cli -p "$1" info replication | tr -d '\r' | sed -n "s/^$2://p"; }
+
+# sentinel_sees_replica SENTINEL_PORT PORT MASTER_PORT: that Sentinel knows the member on PORT as a
+# replica of MASTER_PORT, up and in sync. Its view comes from the replica's own INFO.
+sentinel_sees_replica() {
+  ask_sentinel "$1" replicas | paste - - | awk -F '\t' -v me="127.0.0.1:$2" -v master="$3" '
+    $1 == "name" { mine = ($2 == me) }
+    mine { seen[$1] = $2 }
+    END { exit !(seen["flags"] == "slave" && seen["master-link-status"] == "ok" && seen["master-port"] == master) }'
+}
+
+# The failover group is ready to fail over: every running Sentinel names the same master and
+# knows the other two, and every other running member replicates that master, in sync, as
+# each Sentinel sees it. A failover started before that finds no replica to promote.
+failover_group_ready() {
+  local master member port sentinel replicas=()
+  master=$(failover_master_port) || return 1
+  for member in failover-redis-a failover-redis-b; do
+    port=$(port_of "$member")
+    if running "$member" && [[ $port != "$master" ]]; then replicas+=("$port"); fi
+  done
+  for port in "${replicas[@]}"; do
+    [[ $(replication_field "$port" master_port) == "$master" &&
+       $(replication_field "$port" master_link_status) == up ]] || return 1
+  done
+  for sentinel in sentinel-1 sentinel-2 sentinel-3; do
+    running "$sentinel" || continue
+    sentinel=$(port_of "$sentinel")
+    [[ $(ask_sentinel "$sentinel" get-master-addr-by-name | sed -n 2p) == "$master" ]] || return 1
+    [[ $(ask_sentinel "$sentinel" master | sed -n '/^num-other-sentinels$/{n;p}') == 2 ]] || return 1
+    for port in "${replicas[@]}"; do sentinel_sees_replica "$sentinel" "$port" "$master" || return 1; done
+  done
+}
+
+# A failover-redis member starts as a replica of the member the Sentinels name master now, or
+# as the master when they name this one. Started without --replicaof, an old master came back
+# as a second, empty master for 10 s, until Sentinel converted it (20 s until the Sentinels saw
+# it in sync); with it, it is in sync in 0.1-1.3 s. A killed master restarted before the
+# Sentinels move on comes back as the master, empty, and its replica then empties too.
+# The replica loads a full sync straight from the socket (swapdb), so no dump.rdb is left for
+# a restart to load: a member comes back empty, like lock-redis.
+start_failover_redis() {
+  local name=$1 port=$2 master replicaof=()
+  poll 10 failover_master_port ||
+    die "no Sentinel names the master of $FAILOVER_MASTER_NAME, and $name must know it; start them first: scripts/cluster.sh start sentinel-1 sentinel-2 sentinel-3"
+  master=$(failover_master_port)
+  [[ $master == "$port" ]] || replicaof=(--replicaof 127.0.0.1 "$master")
+  start_redis_server "$name" "$port" --save '' --appendonly no \
+    --repl-diskless-sync-delay 0 --repl-diskless-load swapdb "${replicaof[@]}"
+}
+
 # Starts one member, without waiting for it (a cluster member waits for its peers).
 launch() {
   local name=$1 port
@@ -92,6 +192,10 @@ launch() {
   case $name in
     stock-redis | redlock-*) start_redis_server "$name" "$port" --save '' --appendonly yes --appendfsync always ;;
     lock-redis) start_redis_server "$name" "$port" --save '' --appendonly no ;;
+    failover-redis-*) start_failover_redis "$name" "$port" ;;
+    sentinel-*)
+      start_sentinel "$name" "$port" "$FAILOVER_MASTER_NAME" "${FAILOVER_REDIS_PORTS[0]}" "$SENTINEL_QUORUM" \
+        down-after-milliseconds "$SENTINEL_DOWN_AFTER_MS" failover-timeout "$SENTINEL_FAILOVER_TIMEOUT_MS" ;;
     etcd-*) start_etcd_member "$name" "$port" "${ETCD_PEER_PORTS[${name#etcd-} - 1]}" "$(etcd_initial_cluster)" ;;
     zookeeper-*)
       mapfile -t servers < <(zookeeper_servers)
@@ -100,25 +204,34 @@ launch() {
   esac
 }
 
-# Waits until a member serves: etcd and ZooKeeper only once they are in a quorum.
+# Waits until a member serves: etcd and ZooKeeper only once they are in a quorum, the failover
+# group once a failover would find a replica to promote.
 await() {
   local name=$1 port
   port=$(port_of "$name")
   case $name in
+    failover-redis-* | sentinel-*) wait_for "$name" 30 failover_group_ready ;;
     etcd-*) wait_for "$name" 60 etcd_healthy "$port" ;;
     zookeeper-*) wait_for "$name" 90 zookeeper_serving "$port" ;;
     *) wait_for "$name" 60 listening "$port" ;;
   esac
 }
 
-start_all() {
+# start_members [NAME...]: every member, or NAME..., in members' order.
+start_members() {
+  local name names=()
+  for name in "$@"; do port_of "$name" >/dev/null; done # refuse a bad name before any work
+  for name in $(members); do
+    if (($# == 0)) || [[ " $* " == *" $name "* ]]; then names+=("$name"); fi
+  done
   "$ROOT/scripts/services.sh" install
-  local name
-  for name in $(members); do launch "$name"; done
-  for name in $(members); do await "$name"; done
+  for name in "${names[@]}"; do launch "$name"; done
+  for name in "${names[@]}"; do await "$name"; done
+  if (($# > 0)); then say "started: $*; data in $RUN"; return; fi
   say "started: stock Redis (AOF, fsync always) on $STOCK_REDIS_PORT, lock Redis on $LOCK_REDIS_PORT," \
-    "Redlock masters on ${REDLOCK_PORTS[*]}, etcd on ${ETCD_CLIENT_PORTS[*]}, ZooKeeper on ${ZK_CLIENT_PORTS[*]}," \
-    "MariaDB on $MYSQL_PORT; data in $RUN"
+    "Redlock masters on ${REDLOCK_PORTS[*]}, the failover group's Redis on ${FAILOVER_REDIS_PORTS[*]} (master:" \
+    "$(leader failover-redis)) and Sentinels on ${SENTINEL_PORTS[*]}, etcd on ${ETCD_CLIENT_PORTS[*]}," \
+    "ZooKeeper on ${ZK_CLIENT_PORTS[*]}, MariaDB on $MYSQL_PORT; data in $RUN"
 }
 
 leader() {
@@ -136,20 +249,28 @@ leader() {
       for i in 1 2 3; do
         [[ $(zookeeper_mode "${ZK_CLIENT_PORTS[i - 1]}") == leader ]] && { echo "zookeeper-$i"; return; }
       done ;;
-    *) die "leader of what? etcd or zookeeper, got '$1'" ;;
+    failover-redis)
+      local master name
+      master=$(failover_master_port) &&
+        for name in failover-redis-a failover-redis-b; do
+          [[ $(port_of "$name") == "$master" ]] && { echo "$name"; return; }
+        done ;;
+    *) die "leader of what? etcd, zookeeper or failover-redis, got '$1'" ;;
   esac
   die "no $1 member says it leads (is the cluster up, with a quorum? scripts/cluster.sh status)"
 }
 
 env_settings() {
-  local redlock=() etcd=() zookeeper=() port
+  local redlock=() sentinels=() etcd=() zookeeper=() port
   for port in "${REDLOCK_PORTS[@]}"; do redlock+=("redis://127.0.0.1:$port"); done
+  for port in "${SENTINEL_PORTS[@]}"; do sentinels+=("127.0.0.1:$port"); done
   for port in "${ETCD_CLIENT_PORTS[@]}"; do etcd+=("http://127.0.0.1:$port"); done
   for port in "${ZK_CLIENT_PORTS[@]}"; do zookeeper+=("127.0.0.1:$port"); done
   local IFS=,
   echo "export SECKILL_REDIS_URL=redis://127.0.0.1:$STOCK_REDIS_PORT"
   echo "export SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:$LOCK_REDIS_PORT"
   echo "export SECKILL_REDLOCK_URLS=${redlock[*]}"
+  echo "export SECKILL_FAILOVER_LOCK_REDIS_URL=redis-sentinel://${sentinels[*]}#$FAILOVER_MASTER_NAME"
   echo "export SECKILL_ETCD_ENDPOINTS=${etcd[*]}"
   echo "export SECKILL_ZK_CONNECT=${zookeeper[*]}"
   echo "export SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:$MYSQL_PORT/seckill"
@@ -163,12 +284,16 @@ status() {
     elif running "$name"; then state="running"
     elif listening "$port"; then state="port taken by a server this script did not start"
     else state="not running"; fi
-    case $name in zookeeper-*) running "$name" && state+=" ($(zookeeper_mode "$port"))" ;; esac
+    case $name in
+      zookeeper-*) running "$name" && state+=" ($(zookeeper_mode "$port"))" ;;
+      failover-redis-*) running "$name" && state+=" ($(replication_field "$port" role | sed s/slave/replica/))" ;;
+    esac
     say "$name: $state (port $port)"
   done
   local who
   who=$(leader etcd 2>/dev/null) && say "etcd leader: $who"
   who=$(leader zookeeper 2>/dev/null) && say "zookeeper leader: $who"
+  who=$(leader failover-redis 2>/dev/null) && say "failover-redis master (as the Sentinels name it): $who"
   return 0
 }
 
@@ -181,7 +306,7 @@ signal() {
 
 mkdir -p "$PIDS" "$LOGS"
 case "${1:-start}" in
-  start) start_all ;;
+  start) shift; start_members "$@" ;;
   stop) shift; stop_started "$@" ;;
   status) status ;;
   env) env_settings ;;
@@ -199,6 +324,7 @@ case "${1:-start}" in
     launch "$name"
     await "$name"
     say "$name: started again on $(port_of "$name")" ;;
-  leader) leader "${2:?leader of etcd or zookeeper?}" ;;
-  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart or leader" ;;
+  leader) leader "${2:?leader of etcd, zookeeper or failover-redis?}" ;;
+  port) port_of "${2:?port of which member?}" ;;
+  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart, leader or port" ;;
 esac

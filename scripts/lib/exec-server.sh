@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One backing server, prepared and then run in the foreground: the one place that says how
-# the project runs Redis, etcd, ZooKeeper and MariaDB. scripts/lib/servers.sh starts its
-# servers through it (services.sh, cluster.sh), and so do the tests' private servers.
+# the project runs Redis, Redis Sentinel, etcd, ZooKeeper and MariaDB. scripts/lib/servers.sh
+# starts its servers through it (services.sh, cluster.sh), and so do the tests' private servers.
 #
 # The last step is `exec`, so the caller's child process is the server itself: its pid is
 # the server's pid, and a SIGKILL of it kills the server (a crash, for the chaos tests).
@@ -11,6 +11,16 @@
 #   exec-server.sh redis DIR PORT [REDIS_OPTION...]
 #       mkdir DIR; exec redis-server --port PORT --bind 127.0.0.1 --dir DIR --daemonize no REDIS_OPTION...
 #       (e.g. --save '' --appendonly yes --appendfsync always)
+#
+#   exec-server.sh sentinel DIR PORT MASTER_NAME MASTER_PORT QUORUM [OPTION VALUE...]
+#       writes DIR/sentinel.conf on the first start only, then exec redis-server DIR/sentinel.conf
+#       --sentinel on 127.0.0.1:PORT. It watches the master MASTER_NAME at 127.0.0.1:MASTER_PORT;
+#       QUORUM sentinels must agree that it is down. Each OPTION VALUE becomes
+#       "sentinel OPTION MASTER_NAME VALUE" (e.g. down-after-milliseconds 1500). Sentinel rewrites
+#       the file with what it learns (the master now, its replicas, the other sentinels, the
+#       epochs), so a restart keeps it and rejoins with that; to change the options, remove DIR.
+#       Each sentinel tells the others the address it reaches the master from, 127.0.0.1 on
+#       loopback, so neither announce-ip nor resolve-hostnames is needed.
 #
 #   exec-server.sh etcd DIR NAME CLIENT_PORT PEER_PORT [INITIAL_CLUSTER]
 #       exec etcd --name NAME --data-dir DIR/data, client and peer URLs http://127.0.0.1:PORT.
@@ -51,6 +61,20 @@ run_redis() {
   local dir=$1 port=$2; shift 2
   mkdir -p "$dir"
   exec redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --daemonize no "$@"
+}
+
+run_sentinel() {
+  (($# >= 5 && $# % 2 == 1)) || usage
+  local dir=$1 port=$2 master=$3 master_port=$4 quorum=$5; shift 5
+  mkdir -p "$dir"
+  if [[ ! -e $dir/sentinel.conf ]]; then
+    {
+      printf '%s\n' "port $port" "bind 127.0.0.1" "dir $dir" \
+        "sentinel monitor $master 127.0.0.1 $master_port $quorum"
+      while (($# > 0)); do echo "sentinel $1 $master $2"; shift 2; done
+    } >"$dir/sentinel.conf"
+  fi
+  exec redis-server "$dir/sentinel.conf" --sentinel
 }
 
 run_etcd() {
@@ -119,7 +143,7 @@ SQL
 kind=${1:-}
 shift || true
 case $kind in
-  redis | etcd | zookeeper | mariadb) "run_$kind" "$@" ;;
+  redis | sentinel | etcd | zookeeper | mariadb) "run_$kind" "$@" ;;
   mariadb-account) run_mariadb_account "$@" ;;
   *) usage ;;
 esac

@@ -1,8 +1,8 @@
 # shellcheck shell=bash
 # Shared by services.sh (single servers for the demo and the tests) and cluster.sh
-# (the replicated servers of the chaos suite): how to start one Redis, etcd member,
-# ZooKeeper member or MariaDB as a plain process on loopback, wait for it, and stop
-# only what we started.
+# (the replicated servers of the chaos suite): how to start one Redis, Redis Sentinel,
+# etcd member, ZooKeeper member or MariaDB as a plain process on loopback, wait for it,
+# and stop only what we started.
 #
 # The caller sets RUN (the data folder), PIDS and LOGS, and defines say and die.
 
@@ -40,6 +40,13 @@ start_redis_server() {
   local name=$1 port=$2; shift 2
   start_daemon "$name" "$EXEC_SERVER" redis "$RUN/$name" "$port" "$@"
   wait_for "$name" 20 redis-cli -p "$port" ping
+}
+
+# start_sentinel NAME PORT MASTER_NAME MASTER_PORT QUORUM [OPTION VALUE...]: a Redis Sentinel that
+# watches the master MASTER_NAME on 127.0.0.1:MASTER_PORT, its config in $RUN/NAME/sentinel.conf.
+start_sentinel() {
+  local name=$1; shift
+  start_daemon "$name" "$EXEC_SERVER" sentinel "$RUN/$name" "$@"
 }
 
 # start_etcd_member NAME CLIENT_PORT PEER_PORT INITIAL_CLUSTER: one etcd member, data in $RUN/NAME.
