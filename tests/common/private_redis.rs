@@ -171,22 +171,23 @@ impl PrivateSentinel {
     /// Started once the master's replicas are in sync; returns once it knows them.
     pub fn watch(name: &str, master: u16) -> Self {
         let (port, dir) = (free_port(), temp_dir("private-sentinel"));
-        let config = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &config,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\nsentinel monitor {name} 127.0.0.1 {master} 1\n\
-                 sentinel down-after-milliseconds {name} 500\nsentinel failover-timeout {name} 2000\n",
-                dir = dir.path().display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("redis-server")
-            .arg(&config)
-            .arg("--sentinel")
+        let (port_text, master_text) = (port.to_string(), master.to_string());
+        let options = [
+            port_text.as_str(),
+            name,
+            master_text.as_str(),
+            "1",
+            "down-after-milliseconds",
+            "500",
+            "failover-timeout",
+            "2000",
+        ];
+        let command = launch("sentinel", &dir, &options);
+        let child = Command::new(&command[0])
+            .args(&command[1..])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server runs a Sentinel: `make test` installs it");
+            .expect("the launcher runs a Sentinel: `make test` installs redis-server");
         wait_for_port(port, Duration::from_secs(10), "redis-sentinel");
         let sentinel = PrivateSentinel {
             child,
