@@ -88,10 +88,12 @@ ANSWER_DELAY="delay?ms=1200&jitter_ms=300&direction=to-client"
 RESETS=5
 # A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
 NO_QUORUM_GRACE_MS=1000
-# The failover faults: the lease, longer than a failover; and how long instance 2 is given,
-# once the replica is promoted, to be granted the lock while instance 1 sleeps.
+# The failover faults: the lease, longer than a failover (2.5-3 s); how long after the cut
+# instance 1's lost grant comes; and how long instance 2 is given, once the replica is
+# promoted, to be granted the lock while instance 1 sleeps.
 FAILOVER_LOCK_TTL_MS=6000
-SECOND_HOLDER_SECONDS=2
+CUT_BEFORE_GRANT_SECONDS=2
+SECOND_HOLDER_SECONDS=5
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
@@ -110,10 +112,10 @@ strategies_for() {
     etcd-*) echo etcd ;;
     zookeeper-*) echo zookeeper ;;
     redlock-*) echo redlock ;;
+    lock-redis-failover*) echo redis ;;
     lock-redis-*) echo redis-degrade ;;
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
-    lock-redis-failover*) echo redis ;;
     redlock-clock-jump) echo redlock ;;
     redis-clock-jump | instance-clock-jump) echo redis ;;
     *) die "unknown fault '$1'; the faults are: $(echo $ALL_FAULTS)" ;;
@@ -276,7 +278,10 @@ fail_over_after_a_lost_grant() {
   before=$(redis-cli -p "$master_port" get lock:stock)
   REPLICATION_CUT=yes
   cut_replication "$master_port" >/dev/null
-  # A grant to instance 1 made after the cut: one the replica never sees (2 s at most).
+  # The replica keeps the lock key it had at the cut, until that key's lease ends. A grant to
+  # instance 1 made well after the cut (2 s at most) outlives that key, by as much: that is the
+  # window in which the promoted replica grants the lock again while instance 1 still holds it.
+  sleep "$CUT_BEFORE_GRANT_SECONDS"
   for _ in $(seq 1 200); do
     grant=$(redis-cli -p "$master_port" get lock:stock)
     holds_for "${PORTS[0]}" "$grant" && [[ $grant != "$before" ]] && break
@@ -286,7 +291,8 @@ fail_over_after_a_lost_grant() {
   cluster kill "$master"
   poll 30 promoted_other_than "$master" || die "the Sentinels promoted no replica within 30 s; see $LOGS/chaos-cluster.log"
   now_ms >"$RESULTS/promoted-at"
-  # Instance 2 is granted the lock by the promoted replica, unless the WAIT refuses it.
+  # Instance 2 is granted the lock by the promoted replica once the stale key's lease ends,
+  # unless the WAIT refuses it.
   poll $SECOND_HOLDER_SECONDS holds_now "${PORTS[1]}" || true
   kill -CONT "$holder"
   heal_replication

@@ -1,6 +1,7 @@
 //! The redis lock on a master with a replica and a Sentinel: it follows the master when
 //! the Sentinel fails it over, and replication being asynchronous, a grant the replica
 //! never saw is lost in the failover unless the lock waits for the replica (`WAIT`).
+//! When it is lost, the second holder's token still outranks the first's.
 //!
 //! Each test has its own master, replica and Sentinel, on free ports; the stock's
 //! fence (where new epochs come from) is the test Redis, database 79.
@@ -17,6 +18,10 @@ use seckill::lock::{DistributedLock, LockError};
 const STOCK_DB: u8 = 79;
 /// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
 const TTL_MS: u64 = 6000;
+
+/// One test at a time: a killed master's port is free for the next server any test
+/// starts, and a lock still reconnecting to that port would find a stranger there.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A master, its replica in sync, and a Sentinel that knows both.
 fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
@@ -92,6 +97,7 @@ fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_granted_by_the_new_master() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-keeps");
     let (holder, waiter) = (
         lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
@@ -127,6 +133,7 @@ async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_grant
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_is_granted() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-loses");
     let (first, second) = (
         lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
@@ -166,15 +173,17 @@ async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_i
     );
     let first_token = held.fencing_token().unwrap().order();
     let second_token = again.unwrap().fencing_token().unwrap().order();
-    assert_eq!(
-        second_token, first_token,
-        "the replica's counter missed the first grant too, so the second holder gets the same token: \
-         tokens went back, and the stock's fence refuses the tie (tests/fencing.rs)"
+    assert!(
+        second_token > first_token,
+        "the replica's counter missed the first grant, but on a new master the lock begins a new epoch: \
+         the second token ({second_token:?}) must outrank the first ({first_token:?}), so that the fence \
+         refuses the first holder's late write, and nobody else's"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-waits");
     let lock = lock_behind(&sentinel, waiting_for_one_replica()).await;
     let key = unique_key("failover-waits");
@@ -215,4 +224,51 @@ async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
         "a grant that counts is on the replica before its holder hears of it"
     );
     held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_instead() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let (master, replica, sentinel) = replicated_master("seckill-failover-readonly");
+    let lock = lock_behind(&sentinel, redis_options(TTL_MS, true)).await;
+    let key = unique_key("failover-readonly");
+    lock.acquire(&key, &owner(), Duration::from_secs(2))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // The master dies; the lock tries at once, before any promotion, and the Sentinel
+    // still names the dead master: its connection gives up on it for now.
+    let (old_port, killed) = (master.port, Instant::now());
+    drop(master);
+    let too_early = lock.acquire(&key, &owner(), Duration::from_millis(300)).await;
+    assert!(too_early.is_err(), "nobody can grant before the promotion");
+    assert_eq!(
+        sentinel.master_port(),
+        old_port,
+        "the Sentinel still names the dead master ({:?} after the kill)",
+        killed.elapsed()
+    );
+    // The replica is promoted, and the old master comes back on its port as the new
+    // master's replica: the lock's connection reconnects there, to a server that answers
+    // every write with -READONLY.
+    while sentinel.master_port() != replica.port {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the Sentinel promoted nobody within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _old_master = PrivateRedis::start_replica_on(old_port, replica.port);
+
+    let granted = lock.acquire(&key, &owner(), Duration::from_secs(5)).await;
+    assert!(
+        granted.is_ok(),
+        "a READONLY answer means the master moved: the lock must ask the Sentinel and follow it, \
+         not wait on a replica until its timeout: {:?}",
+        granted.err()
+    );
+    assert!(get(&replica, &key).await.is_some(), "the grant lives on the new master");
 }

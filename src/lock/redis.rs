@@ -14,7 +14,10 @@
 //!    stock's fence lives (`INCR lock:stock:fence:epochs` on the stock Redis, which
 //!    forgets that count only together with the fence's marks), stores it with `SET NX`
 //!    (the first instance to do so wins), and tries again. Every token of the new server
-//!    outranks every token of the old one.
+//!    outranks every token of the old one. The same happens on a master that Sentinel
+//!    promoted (step 7): its counter may lag the old master's, so the first time this
+//!    handle grants there, it begins a new epoch too (an epoch only ever grows: the
+//!    script stores it only over a smaller one).
 //! 2. **Renew.** While the lock is held, a background task runs every `ttl / 3`:
 //!    "if the key still holds my token, `PEXPIRE` it". A slow critical section keeps
 //!    its lock; a crashed holder stops renewing and the key expires.
@@ -127,6 +130,16 @@ end
 return 0
 "#;
 
+/// Store the epoch in ARGV[1] unless the one in KEYS[1] is as new: epochs only grow.
+const STORE_EPOCH_SCRIPT: &str = r#"
+local current = tonumber(redis.call('GET', KEYS[1]))
+if current == nil or current < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"#;
+
 /// Every release is announced on this channel, with the released key as the message.
 const RELEASE_CHANNEL: &str = "seckill:lock-released";
 
@@ -200,6 +213,7 @@ struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
+    store_epoch: Script,
 }
 
 /// Who wakes whom: one signal per key that a local waiter is waiting on. Weak, so a
@@ -220,6 +234,9 @@ pub struct RedisLock {
     held: HeldGrants<String, String>,
     shut_down: ShutDownSwitch,
     listener: JoinHandle<()>,
+    /// Per key, the master (counted in the connection's moves) where this handle last
+    /// began an epoch: after a failover, once more on the new master (step 1).
+    epochs_begun: StdMutex<HashMap<String, u64>>,
 }
 
 impl RedisLock {
@@ -273,11 +290,13 @@ impl RedisLock {
                 acquire: Script::new(ACQUIRE_SCRIPT),
                 renew: Script::new(RENEW_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
+                store_epoch: Script::new(STORE_EPOCH_SCRIPT),
             }),
             waiters,
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             listener,
+            epochs_begun: StdMutex::default(),
         }
     }
 
@@ -320,8 +339,9 @@ impl RedisLock {
     }
 
     /// Step 1: the lock Redis has no epoch for `key`'s counter (it is new, or it
-    /// restarted empty). Take the next one from the stock's Redis and store it, unless
-    /// another instance did first.
+    /// restarted empty), or it is a promoted replica whose counter may lag. Take the
+    /// next epoch from the stock's Redis and store it, unless another instance stored a
+    /// newer one first.
     async fn begin_epoch(&self, key: &str) -> Result<(), LockError> {
         // Used once in a server's life, this connection may still hold a socket that broke
         // since (the very restart we are here for): one failure of that kind earns a retry.
@@ -335,17 +355,31 @@ impl RedisLock {
             answered => answered,
         }
         .map_err(|e| LockError::backend(BACKEND, e))?;
-        let stored: Option<String> = redis::cmd("SET")
-            .arg(Self::epoch_key(key))
+        let master = self.granting.moves();
+        let stored: i64 = self
+            .scripts
+            .store_epoch
+            .key(Self::epoch_key(key))
             .arg(epoch)
-            .arg("NX")
-            .query_async(&mut self.granting.clone())
+            .invoke_async(&mut self.granting.clone())
             .await
             .map_err(|e| LockError::backend(BACKEND, e))?;
-        if stored.is_some() {
-            tracing::info!(key, epoch, "the lock Redis had no fencing epoch; a new one begins");
+        if stored == 1 {
+            tracing::info!(
+                key,
+                epoch,
+                "a new fencing epoch begins (a new lock Redis, or a new master)"
+            );
         }
+        unpoisoned(&self.epochs_begun).insert(key.to_owned(), master);
         Ok(())
+    }
+
+    /// Whether the connection moved to a new master since this handle last began
+    /// `key`'s epoch: that master's counter may lag the old one's (step 1).
+    fn on_a_new_master(&self, key: &str) -> bool {
+        let master = self.granting.moves();
+        master > 0 && unpoisoned(&self.epochs_begun).get(key) != Some(&master)
     }
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
@@ -525,6 +559,9 @@ impl DistributedLock for RedisLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let token = new_token(owner);
+        if self.on_a_new_master(key) {
+            self.begin_epoch(key).await?;
+        }
         let mut sent = Instant::now();
         let mut answer = self.run_acquire_script(key, &token).await;
         if let Ok((-1, _)) = answer {
@@ -544,6 +581,7 @@ impl DistributedLock for RedisLock {
             // The same while the Sentinels move the master: the connection follows it
             // (see `master_connection`), and a waiter tries again, until its timeout.
             Err(error) if self.granting.follows_sentinels() && may_mean_the_master_moved(&error) => {
+                tracing::debug!(key, %error, "the master may be moving; the waiter tries again");
                 self.clean_up_failed_acquire(key, token);
                 return Err(LockError::Busy { key: key.to_owned() });
             }

@@ -12,7 +12,8 @@
 //!    Spring Boot read) names the Sentinels and the master's name: the connection asks
 //!    them where master `name` is, and checks that the server it finds says it is one.
 //! 2. **Following.** A command that fails because the server is gone, does not answer,
-//!    or is read-only may mean the master moved. The connection then asks the
+//!    or is read-only (an error *reply*, `-READONLY`, which the connection hands over as a
+//!    value: it is looked at here too) may mean the master moved. The connection then asks the
 //!    Sentinels again (one caller at a time, at most every [`LOOKUP_PAUSE`]); when
 //!    they name another server, it connects there, and every clone follows.
 //! 3. **The failed command still fails.** Whether it ran before the server went away
@@ -178,6 +179,11 @@ impl MasterConnection {
         self.follower.is_some()
     }
 
+    /// How many times the connection moved to another master: 0 on the first one.
+    pub fn moves(&self) -> u64 {
+        unpoisoned(&self.current).generation
+    }
+
     fn now(&self) -> (ConnectionManager, u64) {
         let current = unpoisoned(&self.current);
         (current.connection.clone(), current.generation)
@@ -191,7 +197,9 @@ impl MasterConnection {
             return;
         }
         // Somebody else is asking already: their answer will do for us too.
-        let Ok(mut follower) = follower.try_lock() else { return };
+        let Ok(mut follower) = follower.try_lock() else {
+            return tracing::debug!(%error, "the Sentinels are being asked already");
+        };
         let asked_lately = follower.last_lookup.is_some_and(|at| at.elapsed() < LOOKUP_PAUSE);
         if asked_lately || unpoisoned(&self.current).generation != generation {
             return;
@@ -217,7 +225,7 @@ impl MasterConnection {
                 *current = next;
                 tracing::warn!(was, now, "the Sentinels name a new master; the lock follows it");
             }
-            Ok(Ok(None)) => {}
+            Ok(Ok(None)) => tracing::debug!(was, %error, "the Sentinels still name the same master"),
             Ok(Err(error)) => tracing::debug!(%error, "asking the Sentinels where the master is failed"),
             Err(_) => tracing::debug!(?LOOKUP_TIMEOUT, "asking the Sentinels where the master is timed out"),
         }
@@ -257,13 +265,23 @@ pub fn may_mean_the_master_moved(error: &redis::RedisError) -> bool {
         || error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
+/// The error in an answer: a failed exchange, or an error reply (`-READONLY ...`), which
+/// reaches the caller as a value and becomes an error only when it is read.
+fn error_in<'a>(answer: &'a RedisResult<Value>) -> Option<std::borrow::Cow<'a, redis::RedisError>> {
+    match answer {
+        Err(error) => Some(std::borrow::Cow::Borrowed(error)),
+        Ok(Value::ServerError(reply)) => Some(std::borrow::Cow::Owned(reply.clone().into())),
+        Ok(_) => None,
+    }
+}
+
 impl ConnectionLike for MasterConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let (mut connection, generation) = self.now();
             let answer = connection.req_packed_command(cmd).await;
-            if let Err(error) = &answer {
-                self.follow_after(error, generation).await;
+            if let Some(error) = error_in(&answer) {
+                self.follow_after(&error, generation).await;
             }
             answer
         })
@@ -278,8 +296,14 @@ impl ConnectionLike for MasterConnection {
         Box::pin(async move {
             let (mut connection, generation) = self.now();
             let answer = connection.req_packed_commands(pipeline, offset, count).await;
-            if let Err(error) = &answer {
-                self.follow_after(error, generation).await;
+            let first_error = match &answer {
+                Err(error) => Some(error.clone()),
+                Ok(values) => values
+                    .iter()
+                    .find_map(|value| error_in(&Ok(value.clone())).map(std::borrow::Cow::into_owned)),
+            };
+            if let Some(error) = first_error {
+                self.follow_after(&error, generation).await;
             }
             answer
         })
