@@ -267,11 +267,17 @@ pub fn may_mean_the_master_moved(error: &redis::RedisError) -> bool {
 
 /// The error in an answer: a failed exchange, or an error reply (`-READONLY ...`), which
 /// reaches the caller as a value and becomes an error only when it is read.
-fn error_in<'a>(answer: &'a RedisResult<Value>) -> Option<std::borrow::Cow<'a, redis::RedisError>> {
+fn error_in(answer: &RedisResult<Value>) -> Option<redis::RedisError> {
     match answer {
-        Err(error) => Some(std::borrow::Cow::Borrowed(error)),
-        Ok(Value::ServerError(reply)) => Some(std::borrow::Cow::Owned(reply.clone().into())),
-        Ok(_) => None,
+        Err(error) => Some(error.clone()),
+        Ok(value) => error_reply(value),
+    }
+}
+
+fn error_reply(value: &Value) -> Option<redis::RedisError> {
+    match value {
+        Value::ServerError(reply) => Some(reply.clone().into()),
+        _ => None,
     }
 }
 
@@ -298,9 +304,7 @@ impl ConnectionLike for MasterConnection {
             let answer = connection.req_packed_commands(pipeline, offset, count).await;
             let first_error = match &answer {
                 Err(error) => Some(error.clone()),
-                Ok(values) => values
-                    .iter()
-                    .find_map(|value| error_in(&Ok(value.clone())).map(std::borrow::Cow::into_owned)),
+                Ok(values) => values.iter().find_map(error_reply),
             };
             if let Some(error) = first_error {
                 self.follow_after(&error, generation).await;
