@@ -53,11 +53,12 @@ async fn get(server: &PrivateRedis, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query_async(&mut connection).await.unwrap()
 }
 
-/// Waits until the replica has caught up with the master on `key`'s fencing counter.
+/// Waits until the replica has caught up with the master on `key` and its fencing counter.
 async fn wait_until_replicated(master: &PrivateRedis, replica: &PrivateRedis, key: &str) {
-    let counter = format!("{key}:fence");
-    let since = Instant::now();
-    while get(replica, &counter).await != get(master, &counter).await {
+    let (counter, since) = (format!("{key}:fence"), Instant::now());
+    while get(replica, key).await != get(master, key).await
+        || get(replica, &counter).await != get(master, &counter).await
+    {
         assert!(
             since.elapsed() < Duration::from_secs(2),
             "the replica did not catch up within 2 s"
@@ -105,6 +106,9 @@ async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_grant
     );
     let key = unique_key("failover-keeps");
     let held = holder.acquire(&key, &owner(), Duration::from_secs(2)).await.unwrap();
+    // Replication is asynchronous: killed at once, the master could take the grant with it
+    // (the next test). Here the replica has it first.
+    wait_until_replicated(&master, &replica, &key).await;
 
     let took = fail_over(master, &replica, &sentinel);
     let refused = waiter.acquire(&key, &owner(), Duration::from_millis(1500)).await;

@@ -342,7 +342,7 @@ impl RedisLock {
     /// restarted empty), or it is a promoted replica whose counter may lag. Take the
     /// next epoch from the stock's Redis and store it, unless another instance stored a
     /// newer one first.
-    async fn begin_epoch(&self, key: &str) -> Result<(), LockError> {
+    async fn begin_epoch(&self, key: &str) -> redis::RedisResult<()> {
         // Used once in a server's life, this connection may still hold a socket that broke
         // since (the very restart we are here for): one failure of that kind earns a retry.
         let mut epochs = self.epochs.clone();
@@ -353,8 +353,7 @@ impl RedisLock {
                 next_epoch.query_async(&mut epochs).await
             }
             answered => answered,
-        }
-        .map_err(|e| LockError::backend(BACKEND, e))?;
+        }?;
         let master = self.granting.moves();
         let stored: i64 = self
             .scripts
@@ -362,8 +361,7 @@ impl RedisLock {
             .key(Self::epoch_key(key))
             .arg(epoch)
             .invoke_async(&mut self.granting.clone())
-            .await
-            .map_err(|e| LockError::backend(BACKEND, e))?;
+            .await?;
         if stored == 1 {
             tracing::info!(
                 key,
@@ -373,6 +371,22 @@ impl RedisLock {
         }
         unpoisoned(&self.epochs_begun).insert(key.to_owned(), master);
         Ok(())
+    }
+
+    /// What a failed exchange with the lock Redis means for a waiter. A Redis that
+    /// restarted answers LOADING while it replays its append-only file, and the server
+    /// will answer soon; while the Sentinels move the master, the connection follows it
+    /// (see `master_connection`). In both cases the waiter waits, as for a held lock,
+    /// until its timeout, rather than every waiter failing at once. Any other failure
+    /// is the backend's.
+    fn failed(&self, key: &str, error: redis::RedisError) -> LockError {
+        let loading = error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading);
+        let moving = self.granting.follows_sentinels() && may_mean_the_master_moved(&error);
+        if loading || moving {
+            tracing::debug!(key, %error, "the lock Redis will answer soon; the waiter tries again");
+            return LockError::Busy { key: key.to_owned() };
+        }
+        LockError::backend(BACKEND, error)
     }
 
     /// Whether the connection moved to a new master since this handle last began
@@ -560,34 +574,21 @@ impl DistributedLock for RedisLock {
         self.shut_down.refuse_if_shut_down()?;
         let token = new_token(owner);
         if self.on_a_new_master(key) {
-            self.begin_epoch(key).await?;
+            self.begin_epoch(key).await.map_err(|error| self.failed(key, error))?;
         }
         let mut sent = Instant::now();
         let mut answer = self.run_acquire_script(key, &token).await;
         if let Ok((-1, _)) = answer {
-            self.begin_epoch(key).await?;
+            self.begin_epoch(key).await.map_err(|error| self.failed(key, error))?;
             sent = Instant::now();
             answer = self.run_acquire_script(key, &token).await;
         }
         let (epoch, fencing_counter) = match answer {
             Ok((epoch, counter)) if epoch >= 0 => (epoch as u64, counter),
             Ok(_) => return Err(LockError::Busy { key: key.to_owned() }), // the epoch vanished again: retry later
-            // A Redis that restarted answers LOADING while it replays its append-only
-            // file: the script did not run, and the server will answer soon. Wait as
-            // for a held lock, rather than fail every waiter at once.
-            Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) => {
-                return Err(LockError::Busy { key: key.to_owned() });
-            }
-            // The same while the Sentinels move the master: the connection follows it
-            // (see `master_connection`), and a waiter tries again, until its timeout.
-            Err(error) if self.granting.follows_sentinels() && may_mean_the_master_moved(&error) => {
-                tracing::debug!(key, %error, "the master may be moving; the waiter tries again");
-                self.clean_up_failed_acquire(key, token);
-                return Err(LockError::Busy { key: key.to_owned() });
-            }
             Err(error) => {
                 self.clean_up_failed_acquire(key, token);
-                return Err(LockError::backend(BACKEND, error));
+                return Err(self.failed(key, error));
             }
         };
         if fencing_counter == 0 {
