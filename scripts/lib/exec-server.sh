@@ -26,7 +26,8 @@
 #       exec etcd --name NAME --data-dir DIR/data, client and peer URLs http://127.0.0.1:PORT.
 #       INITIAL_CLUSTER is etcd's "name=http://127.0.0.1:peer,..." list; without it, a cluster
 #       of this member alone. A member started again over its data rejoins with what it had
-#       (etcd reads the list only on the first start).
+#       (etcd reads the list only on the first start). History older than 5 minutes is
+#       compacted (--auto-compaction-mode periodic --auto-compaction-retention 5m).
 #
 #   exec-server.sh zookeeper DIR CLIENT_PORT [MYID SERVER_LINE...]
 #       writes DIR/conf/zoo.cfg (data in DIR/data), then exec java -Xmx256m ... QuorumPeerMain.
@@ -82,10 +83,12 @@ run_etcd() {
   local dir=$1 name=$2 client=$3 peer=$4
   local cluster=${5:-$name=http://127.0.0.1:$peer}
   mkdir -p "$dir"
+  # Every lock grant is a new revision, and etcd keeps every old one until a compaction:
+  # compact as real deployments do (Kubernetes compacts every 5 minutes), keeping 5 minutes.
   exec etcd --name "$name" --data-dir "$dir/data" \
     --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-    --initial-cluster "$cluster"
+    --initial-cluster "$cluster" --auto-compaction-mode periodic --auto-compaction-retention 5m
 }
 
 run_zookeeper() {
