@@ -33,7 +33,8 @@
 #       writes DIR/conf/zoo.cfg (data in DIR/data), then exec java -Xmx256m ... QuorumPeerMain.
 #       Without MYID, a standalone server. With it, the ensemble member MYID (written to
 #       DIR/data/myid) of the SERVER_LINEs, "server.1=127.0.0.1:2881:3881"-style.
-#       Answers the four-letter words ruok and srvr; the admin server is off.
+#       Answers the four-letter words ruok and srvr; the admin server is off; no cap on
+#       connections from one address (the default, 60, is shared by every test on 127.0.0.1).
 #
 #   exec-server.sh mariadb DIR PORT
 #       mysql_install_db into DIR/data on the first start (its output in DIR/install.log,
@@ -105,6 +106,7 @@ clientPort=$client
 clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
+maxClientCnxns=0
 CFG
   if (($# > 0)); then
     [[ $1 =~ ^[0-9]+$ ]] || die "zookeeper: MYID must be a number, got '$1'"

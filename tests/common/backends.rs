@@ -86,11 +86,13 @@ fn port_of(address: &str) -> u16 {
 /// owner may win its session back before the close arrives, so this repeats until the
 /// owner's client reports the session ended.
 pub async fn expire_zookeeper_session(owner: &zookeeper_client::Client) {
+    const JOIN_TIMEOUT: Duration = Duration::from_secs(3);
     let mut last_error = None;
     for _ in 0..20 {
-        // The join itself can hang for seconds past its connection timeout: bound it.
+        // The join itself can hang for seconds past its connection timeout: bound it, but
+        // not too tightly (a loaded machine once saw 20 joins in a row take over 1 s).
         let joined = tokio::time::timeout(
-            Duration::from_secs(1),
+            JOIN_TIMEOUT,
             zookeeper_client::Client::connector()
                 .with_session(owner.session().clone())
                 .with_connection_timeout(Duration::from_millis(500))
@@ -100,7 +102,7 @@ pub async fn expire_zookeeper_session(owner: &zookeeper_client::Client) {
         match joined {
             Ok(Ok(intruder)) => drop(intruder), // closing the session from here expires it for its owner
             Ok(Err(error)) => last_error = Some(error.to_string()),
-            Err(_) => last_error = Some("the join took longer than 1 s".to_owned()),
+            Err(_) => last_error = Some(format!("the join took longer than {JOIN_TIMEOUT:?}")),
         }
         let deadline = Instant::now() + Duration::from_secs(1);
         while Instant::now() < deadline {
