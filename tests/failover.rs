@@ -38,6 +38,11 @@ async fn lock_behind(sentinel: &PrivateSentinel, options: RedisLockOptions) -> R
         .expect("the lock finds the master through the Sentinel")
 }
 
+/// The lock with the lease of these tests, and no replica wait.
+async fn plain_lock_behind(sentinel: &PrivateSentinel) -> RedisLock {
+    lock_behind(sentinel, redis_options(TTL_MS, true)).await
+}
+
 fn waiting_for_one_replica() -> RedisLockOptions {
     RedisLockOptions {
         wait_for_replicas: Some(ReplicaWait {
@@ -71,6 +76,12 @@ async fn wait_until_replicated(master: &PrivateRedis, replica: &PrivateRedis, ke
 fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSentinel) -> Duration {
     let killed = Instant::now();
     drop(master); // SIGKILL
+    wait_for_promotion(replica, sentinel, killed);
+    killed.elapsed()
+}
+
+/// Waits until the Sentinel names `replica` master, 20 s at most after the kill at `killed`.
+fn wait_for_promotion(replica: &PrivateRedis, sentinel: &PrivateSentinel, killed: Instant) {
     while sentinel.master_port() != replica.port {
         assert!(
             killed.elapsed() < Duration::from_secs(20),
@@ -78,7 +89,6 @@ fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSen
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    killed.elapsed()
 }
 
 /// The replica stops hearing from its master, and the master forgets it: what the master
@@ -100,10 +110,7 @@ fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
 async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_granted_by_the_new_master() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-keeps");
-    let (holder, waiter) = (
-        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
-        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
-    );
+    let (holder, waiter) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-keeps");
     let held = holder.acquire(&key, &owner(), Duration::from_secs(2)).await.unwrap();
     // Replication is asynchronous: killed at once, the master could take the grant with it
@@ -139,10 +146,7 @@ async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_grant
 async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_is_granted() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-loses");
-    let (first, second) = (
-        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
-        lock_behind(&sentinel, redis_options(TTL_MS, true)).await,
-    );
+    let (first, second) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-loses");
     // One grant the replica does see: it has the token counter and its epoch.
     first
@@ -158,14 +162,7 @@ async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_i
     let held = first.acquire(&key, &owner(), Duration::from_secs(2)).await.unwrap();
     drop(master); // SIGKILL, right after the grant
     replica.thaw();
-    let promoted = Instant::now();
-    while sentinel.master_port() != replica.port {
-        assert!(
-            promoted.elapsed() < Duration::from_secs(20),
-            "the Sentinel promoted nobody within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_promotion(&replica, &sentinel, Instant::now());
 
     let again = second.acquire(&key, &owner(), Duration::from_secs(3)).await;
     assert!(
@@ -258,13 +255,7 @@ async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_in
     // The replica is promoted, and the old master comes back on its port as the new
     // master's replica: the lock's connection reconnects there, to a server that answers
     // every write with -READONLY.
-    while sentinel.master_port() != replica.port {
-        assert!(
-            killed.elapsed() < Duration::from_secs(20),
-            "the Sentinel promoted nobody within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_promotion(&replica, &sentinel, killed);
     let _old_master = PrivateRedis::start_replica_on(old_port, replica.port);
 
     let granted = lock.acquire(&key, &owner(), Duration::from_secs(5)).await;

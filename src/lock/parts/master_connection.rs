@@ -128,7 +128,7 @@ struct Current {
 /// How the connection finds the master again: the Sentinels, and when it last asked.
 struct Follower {
     sentinels: SentinelClient,
-    last_lookup: Option<Instant>,
+    last_lookup: Instant,
 }
 
 /// A connection to the master that follows it when the Sentinels move it. Clones
@@ -162,7 +162,7 @@ impl MasterConnection {
                     current: Arc::new(StdMutex::new(Current::open(client).await?)),
                     follower: Some(Arc::new(tokio::sync::Mutex::new(Follower {
                         sentinels,
-                        last_lookup: Some(Instant::now()),
+                        last_lookup: Instant::now(),
                     }))),
                 })
             }
@@ -200,11 +200,11 @@ impl MasterConnection {
         let Ok(mut follower) = follower.try_lock() else {
             return tracing::debug!(%error, "the Sentinels are being asked already");
         };
-        let asked_lately = follower.last_lookup.is_some_and(|at| at.elapsed() < LOOKUP_PAUSE);
+        let asked_lately = follower.last_lookup.elapsed() < LOOKUP_PAUSE;
         if asked_lately || unpoisoned(&self.current).generation != generation {
             return;
         }
-        follower.last_lookup = Some(Instant::now());
+        follower.last_lookup = Instant::now();
         let was = unpoisoned(&self.current)
             .client
             .get_connection_info()
