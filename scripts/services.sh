@@ -49,6 +49,7 @@ PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mar
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"
+source "$ROOT/scripts/lib/packages.sh" # install_packages
 
 # The browser test's driver (playwright-core, pinned in tests/browser/package-lock.json),
 # from the npm registry with the machine's Node.js; it drives Debian's chromium.
@@ -62,28 +63,7 @@ install_browser_driver() {
 
 install_missing() {
   install_browser_driver
-  local missing=()
-  for package in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
-  done
-  ((${#missing[@]} == 0)) && return 0
-  if [[ $(id -u) -ne 0 ]]; then
-    die "missing packages: ${missing[*]}. Install them with: sudo apt-get install -y ${missing[*]}"
-  fi
-  say "installing ${missing[*]} (apt-get; this takes a minute once)"
-  # Package scripts must not start system-wide copies of the servers: we run our own.
-  # The policy file is removed again however apt ends (the trap), never left behind.
-  local policy=/usr/sbin/policy-rc.d ours=0
-  if [[ ! -e $policy ]]; then # someone else's policy is left as it is
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && ours=1
-    trap "rm -f '$policy'" EXIT
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >"$LOGS/apt.log" 2>&1 || die "apt-get update failed; see $LOGS/apt.log"
-  apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$LOGS/apt.log" 2>&1 ||
-    die "apt-get install ${missing[*]} failed; see $LOGS/apt.log"
-  if ((ours)); then rm -f "$policy"; trap - EXIT; fi
-  return 0
+  install_packages "${PACKAGES[@]}"
 }
 
 # reusing NAME PORT: true, and says so, when a server already listens on PORT.
