@@ -4,6 +4,7 @@
 //! `atomic` is not a lock: it moves the whole check-and-decrement into one Redis
 //! script (see [`crate::stock`]), which is why it is the speed ceiling.
 
+use crate::lock::critical_path::Backend;
 use crate::lock::{self, Step};
 
 /// Every strategy the service can run with; `--lock <strategy>` picks one.
@@ -89,6 +90,19 @@ impl Strategy {
             Strategy::Zookeeper => Some(lock::zookeeper::CRITICAL_PATH),
             Strategy::Mysql => Some(lock::mysql::CRITICAL_PATH),
             Strategy::MysqlVersion => Some(lock::mysql_version::CRITICAL_PATH),
+        }
+    }
+
+    /// The server the strategy's lock lives on; `None` for the baselines.
+    /// `redis-degrade` counts as its normal mode, the lock Redis.
+    pub fn lock_backend(self) -> Option<Backend> {
+        match self {
+            Strategy::None | Strategy::Local | Strategy::Atomic => None,
+            Strategy::Redis | Strategy::RedisDegrade => Some(Backend::LockRedis),
+            Strategy::Redlock => Some(Backend::RedlockMasters),
+            Strategy::Etcd => Some(Backend::Etcd),
+            Strategy::Zookeeper => Some(Backend::Zookeeper),
+            Strategy::Mysql | Strategy::MysqlVersion => Some(Backend::Mysql),
         }
     }
 
@@ -196,6 +210,19 @@ mod tests {
             .map(|step| step.round_trips)
             .sum();
         assert_eq!(redis_trips, 2.0, "half a release, half a wake-up, one acquire");
+    }
+
+    #[test]
+    fn every_lock_path_stays_on_its_lock_backend() {
+        for strategy in Strategy::value_variants() {
+            let (Some(path), Some(backend)) = (strategy.critical_path(), strategy.lock_backend()) else {
+                assert!(strategy.lock_backend().is_none() && strategy.critical_path().is_none(), "{strategy}");
+                continue;
+            };
+            for step in path {
+                assert_eq!(step.backend, backend, "{strategy}: {}", step.name);
+            }
+        }
     }
 
     #[test]

@@ -84,6 +84,20 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         sustained < bound * 1.5,
         "a lock cannot beat its critical path by far: {sustained} sales/s, bound {bound}"
     );
+    let backend_bound = result["backend_bound_sales_per_second"]
+        .as_f64()
+        .expect("the Redis lock has a backend bound");
+    let serial_bound = result["serial_bound_sales_per_second"]
+        .as_f64()
+        .expect("and a serial bound");
+    assert!(
+        (backend_bound - bound).abs() < 1e-6 * bound,
+        "the Redis lock's path is its backend's minimal path: {bound} vs {backend_bound}"
+    );
+    assert!(
+        serial_bound < backend_bound,
+        "one client alone waits for every answer: {serial_bound} vs {backend_bound}"
+    );
     assert!(result["sustained_cpu"]["processes"]
         .as_array()
         .unwrap()

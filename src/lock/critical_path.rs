@@ -13,6 +13,13 @@
 //! is on the path: a release frees the lock when its request arrives, and a wake-up (a
 //! pub/sub message, a watch event) travels one way. A polling lock's wake-up counts as
 //! half a round trip too: its best case, a retry that arrives just after the release.
+//!
+//! A lock's own path says what *it* does. [`Backend::minimal_path`] says what *any*
+//! correct lock on that backend must do: the fewest round trips from one grant to the
+//! next (and for one client alone), with a sentence on why no lock can do with fewer.
+//! `make bench` divides by both: the protocol bound shows how close a lock runs to its
+//! own design, the backend bound how good that design is. A lock whose path is longer
+//! than its backend's minimal path pays for every extra step in both.
 
 use std::borrow::Cow;
 
@@ -83,5 +90,144 @@ pub const fn step(name: &'static str, backend: Backend, access: Access, round_tr
         backend,
         access,
         round_trips,
+    }
+}
+
+/// The fewest round trips any correct lock on one backend needs, beside the sale's own
+/// two (the fenced read and the write on the stock Redis, [`crate::sale::CRITICAL_PATH`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MinimalPath {
+    /// From one grant to the next, under contention: the release, the wake-up, the grant.
+    pub contended: &'static [Step],
+    /// One client alone, nobody waiting: the acquire and the release, each answered.
+    pub alone: &'static [Step],
+    /// Why no correct lock on this backend can do with fewer.
+    pub why: &'static str,
+}
+
+const LOCK_REDIS_MINIMAL: MinimalPath = MinimalPath {
+    contended: &[
+        step("release (one write)", Backend::LockRedis, Access::Write, 0.5),
+        step("wake-up (pub/sub message)", Backend::LockRedis, Access::Read, 0.5),
+        step("grant (SET NX that also takes the token)", Backend::LockRedis, Access::Write, 1.0),
+    ],
+    alone: &[
+        step("acquire (SET NX that also takes the token)", Backend::LockRedis, Access::Write, 1.0),
+        step("release (one write)", Backend::LockRedis, Access::Write, 1.0),
+    ],
+    why: "A waiter on another instance learns of a release only from a message the release \
+          sends (half a trip each way), and the grant is the server's decision, so one \
+          request answered; a script lets that request take the token too.",
+};
+
+const REDLOCK_MINIMAL: MinimalPath = MinimalPath {
+    contended: &[
+        step("release (one write on every master)", Backend::RedlockMasters, Access::Write, 0.5),
+        step("wake-up (a notice, or a poll at best)", Backend::RedlockMasters, Access::Read, 0.5),
+        step("grant (SET NX on every master)", Backend::RedlockMasters, Access::Write, 1.0),
+    ],
+    alone: &[
+        step("acquire (SET NX on every master)", Backend::RedlockMasters, Access::Write, 1.0),
+        step("release (one write on every master)", Backend::RedlockMasters, Access::Write, 1.0),
+    ],
+    why: "As for one Redis, but a grant is a majority's decision: every request goes to \
+          all five masters at once and waits for the majority, so each trip costs the \
+          slower masters' answer, a durable write on each.",
+};
+
+const ETCD_MINIMAL: MinimalPath = MinimalPath {
+    contended: &[
+        step("release (delete own key)", Backend::Etcd, Access::Write, 0.5),
+        step("wake-up (watch event)", Backend::Etcd, Access::Read, 0.5),
+        step("check that no older key is left", Backend::Etcd, Access::Read, 1.0),
+    ],
+    alone: &[
+        step("acquire (put own key and read the queue, one Txn)", Backend::Etcd, Access::Write, 1.0),
+        step("release (delete own key)", Backend::Etcd, Access::Write, 1.0),
+    ],
+    why: "A waiter queues its key while it waits, off the path; but the deletion of the key \
+          just before it does not prove that no older key is left (an older holder's key \
+          lives until its lease ends), so it reads once. Watching every older key instead \
+          would save that read at one event per waiter per release.",
+};
+
+const ZOOKEEPER_MINIMAL: MinimalPath = MinimalPath {
+    contended: &[
+        step("release (delete own node)", Backend::Zookeeper, Access::Write, 0.5),
+        step("wake-up (watch event)", Backend::Zookeeper, Access::Read, 0.5),
+        step("list the children once", Backend::Zookeeper, Access::Read, 1.0),
+    ],
+    alone: &[
+        step("acquire (create a sequential node)", Backend::Zookeeper, Access::Write, 1.0),
+        step("list the children", Backend::Zookeeper, Access::Read, 1.0),
+        step("release (delete own node)", Backend::Zookeeper, Access::Write, 1.0),
+    ],
+    why: "As for etcd: the waiter's node is made while it waits, and the deletion of the \
+          node before it does not prove that no older node is left, so it lists the \
+          children once. A create cannot list the children in the same request (a multi \
+          holds only writes), so one client alone needs both.",
+};
+
+const MYSQL_MINIMAL: MinimalPath = MinimalPath {
+    contended: &[
+        step("release (one statement)", Backend::Mysql, Access::Write, 0.5),
+        step("wake-up (a notice, or a poll at best)", Backend::Mysql, Access::Read, 0.5),
+        step("grant (one statement that also takes the token)", Backend::Mysql, Access::Write, 1.0),
+    ],
+    alone: &[
+        step("acquire (one statement that also takes the token)", Backend::Mysql, Access::Write, 1.0),
+        step("release (one statement)", Backend::Mysql, Access::Write, 1.0),
+    ],
+    why: "MySQL sends no notifications, so a waiter learns of a release at best by a poll \
+          that arrives just after it; the grant is one committed statement, which can number \
+          itself (an AUTO_INCREMENT id, or LAST_INSERT_ID(version + 1) in the same UPDATE).",
+};
+
+impl Backend {
+    /// The fewest round trips any correct lock on this backend needs; `None` for the
+    /// stock Redis, which holds no lock.
+    pub fn minimal_path(self) -> Option<MinimalPath> {
+        match self {
+            Backend::StockRedis => None,
+            Backend::LockRedis => Some(LOCK_REDIS_MINIMAL),
+            Backend::RedlockMasters => Some(REDLOCK_MINIMAL),
+            Backend::Etcd => Some(ETCD_MINIMAL),
+            Backend::Zookeeper => Some(ZOOKEEPER_MINIMAL),
+            Backend::Mysql => Some(MYSQL_MINIMAL),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOCK_BACKENDS: [Backend; 5] = [
+        Backend::LockRedis,
+        Backend::RedlockMasters,
+        Backend::Etcd,
+        Backend::Zookeeper,
+        Backend::Mysql,
+    ];
+
+    #[test]
+    fn every_minimal_path_stays_on_its_own_backend() {
+        for backend in LOCK_BACKENDS {
+            let path = backend.minimal_path().unwrap();
+            for step in path.contended.iter().chain(path.alone) {
+                assert_eq!(step.backend, backend, "{}: {}", backend.name(), step.name);
+            }
+        }
+        assert!(Backend::StockRedis.minimal_path().is_none());
+    }
+
+    #[test]
+    fn a_hand_over_is_at_least_a_release_a_wake_up_and_one_more_trip() {
+        for backend in LOCK_BACKENDS {
+            let path = backend.minimal_path().unwrap();
+            let trips = |steps: &[Step]| steps.iter().map(|step| step.round_trips).sum::<f64>();
+            assert_eq!(trips(path.contended), 2.0, "{}", backend.name());
+            assert!(trips(path.alone) >= 2.0, "{}: an acquire and a release, each answered", backend.name());
+        }
     }
 }

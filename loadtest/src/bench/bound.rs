@@ -18,6 +18,12 @@
 //! commit, a Redlock master's append-only file) costs far more than a PING, so each
 //! backend is timed twice, reading and writing, and each step uses its own kind.
 //!
+//! That is the **protocol bound**: it judges a lock against its own design, so a lock that
+//! adds a round trip lowers its own bound too. The **backend bound** judges the design:
+//! the same sum over the fewest round trips *any* correct lock on that backend needs
+//! ([`seckill::lock::critical_path::Backend::minimal_path`]), and the **serial bound** is
+//! that for one client alone (acquire, the sale, release, each answered).
+//!
 //! The baselines have no such path: `none` and `local` do not serialize two instances,
 //! and `atomic` runs the whole sale in one script, so Redis's own speed bounds it.
 
@@ -42,6 +48,21 @@ const WARM_UP_PROBES: usize = 50;
 pub fn critical_path(strategy: Strategy) -> Option<Vec<Step>> {
     let lock_steps = strategy.critical_path()?;
     Some(seckill::sale::CRITICAL_PATH.iter().chain(lock_steps).cloned().collect())
+}
+
+/// The fewest round trips from one grant to the next that any correct lock on the
+/// strategy's backend needs: the sale's steps, then the backend's minimal hand-over.
+pub fn backend_path(strategy: Strategy) -> Option<Vec<Step>> {
+    let minimal = strategy.lock_backend()?.minimal_path()?;
+    Some(seckill::sale::CRITICAL_PATH.iter().chain(minimal.contended).cloned().collect())
+}
+
+/// The fewest round trips of one sale with nobody else buying: acquire, the sale's
+/// steps, release, each answered.
+pub fn serial_path(strategy: Strategy) -> Option<Vec<Step>> {
+    let minimal = strategy.lock_backend()?.minimal_path()?;
+    let (acquire, release) = minimal.alone.split_at(minimal.alone.len() - 1);
+    Some(acquire.iter().chain(seckill::sale::CRITICAL_PATH).chain(release).cloned().collect())
 }
 
 /// One backend's measured round-trip time, for one kind of request.
@@ -269,9 +290,53 @@ mod tests {
     }
 
     #[test]
+    fn the_backend_bound_never_exceeds_the_protocol_bound_by_design() {
+        // No lock can beat its backend's minimum: each protocol path is at least as long.
+        let rtt = |backend, access| RoundTrip {
+            backend,
+            access,
+            median_us: if access == Access::Write { 300.0 } else { 100.0 },
+            p99_us: 0.0,
+        };
+        for strategy in [
+            Strategy::Redis,
+            Strategy::RedisDegrade,
+            Strategy::Redlock,
+            Strategy::Etcd,
+            Strategy::Zookeeper,
+            Strategy::Mysql,
+            Strategy::MysqlVersion,
+        ] {
+            let backend = strategy.lock_backend().unwrap();
+            let rtts: Vec<RoundTrip> = [Backend::StockRedis, backend]
+                .into_iter()
+                .flat_map(|b| [rtt(b, Access::Read), rtt(b, Access::Write)])
+                .collect();
+            let protocol = bound_sales_per_second(&critical_path(strategy).unwrap(), &rtts).unwrap();
+            let backend_bound = bound_sales_per_second(&backend_path(strategy).unwrap(), &rtts).unwrap();
+            let serial = bound_sales_per_second(&serial_path(strategy).unwrap(), &rtts).unwrap();
+            assert!(protocol <= backend_bound + 1e-9, "{strategy}: {protocol} > {backend_bound}");
+            assert!(serial <= backend_bound, "{strategy}: one client alone waits for every answer");
+        }
+    }
+
+    #[test]
+    fn one_client_alone_waits_for_the_acquire_the_sale_and_the_release() {
+        let names: Vec<_> = serial_path(Strategy::Mysql)
+            .unwrap()
+            .iter()
+            .map(|step| step.name.to_string())
+            .collect();
+        assert!(names.first().unwrap().starts_with("acquire"), "{names:?}");
+        assert!(names.last().unwrap().starts_with("release"), "{names:?}");
+        assert_eq!(names.len(), 4, "{names:?}");
+    }
+
+    #[test]
     fn baselines_have_no_bound_and_every_lock_has_one() {
         for strategy in [Strategy::None, Strategy::Local, Strategy::Atomic] {
             assert!(critical_path(strategy).is_none(), "{strategy}");
+            assert!(backend_path(strategy).is_none() && serial_path(strategy).is_none(), "{strategy}");
         }
         for strategy in [
             Strategy::Redis,

@@ -10,7 +10,8 @@
 //!    ([`sustained`]), watching who used the CPU meanwhile ([`cpu`]);
 //!    each in a few windows, of which the median is reported (this machine is shared,
 //!    and one window can be unlucky);
-//! 4. divides both rates by the bound.
+//! 4. divides the sustained rate by the backend bound and by the lock's own (protocol)
+//!    bound, and the serial rate by the serial bound ([`bound`] says what each is).
 //!
 //! [`lockbench`] measures the locks alone, without the sale around them.
 //!
@@ -37,8 +38,10 @@ use bound::{RoundTrip, Step};
 use cpu::{CpuReport, Watched};
 use sustained::{Load, Throughput};
 
-/// A safe lock should sell at least this fraction of its bound under sustained load.
+/// A safe lock should sell at least this fraction of its backend bound under sustained load.
 pub const TARGET_RATIO: f64 = 0.7;
+/// One client alone should sell at least this fraction of the serial bound.
+pub const SERIAL_TARGET_RATIO: f64 = 0.8;
 
 /// How to measure one strategy.
 pub struct BenchOptions {
@@ -108,7 +111,17 @@ pub struct StrategyBench {
     pub round_trips: Vec<RoundTrip>,
     /// `None` for the baselines, which have no lock to wait on.
     pub critical_path: Option<Vec<Step>>,
+    /// One sale per critical path: the lock's own protocol (a diagnostic).
     pub bound_sales_per_second: Option<f64>,
+    /// The backend's minimal path (see [`bound::backend_path`]); `None` for the baselines
+    /// and for results written before it existed.
+    #[serde(default)]
+    pub backend_path: Option<Vec<Step>>,
+    #[serde(default)]
+    pub backend_bound_sales_per_second: Option<f64>,
+    /// One client alone at the backend's minimum (see [`bound::serial_path`]).
+    #[serde(default)]
+    pub serial_bound_sales_per_second: Option<f64>,
     pub serial: Throughput,
     /// The window with the median rate.
     pub sustained: Throughput,
@@ -126,13 +139,27 @@ impl StrategyBench {
             .map(|path| path.iter().map(|step| step.round_trips).sum())
     }
 
+    pub fn backend_path_round_trips(&self) -> Option<f64> {
+        self.backend_path
+            .as_ref()
+            .map(|path| path.iter().map(|step| step.round_trips).sum())
+    }
+
+    /// Sustained sales/s over the lock's protocol bound: how close it runs to its design.
     pub fn sustained_ratio(&self) -> Option<f64> {
         self.bound_sales_per_second
             .map(|bound| self.sustained.sales_per_second / bound)
     }
 
+    /// Sustained sales/s over the backend bound: the goal is [`TARGET_RATIO`].
+    pub fn sustained_backend_ratio(&self) -> Option<f64> {
+        self.backend_bound_sales_per_second
+            .map(|bound| self.sustained.sales_per_second / bound)
+    }
+
+    /// One client's sales/s over the serial bound: the goal is [`SERIAL_TARGET_RATIO`].
     pub fn serial_ratio(&self) -> Option<f64> {
-        self.bound_sales_per_second
+        self.serial_bound_sales_per_second
             .map(|bound| self.serial.sales_per_second / bound)
     }
 
@@ -208,6 +235,12 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let bound_sales_per_second = critical_path
         .as_ref()
         .and_then(|path| bound::bound_sales_per_second(path, &round_trips));
+    let backend_path = bound::backend_path(strategy);
+    let backend_bound_sales_per_second = backend_path
+        .as_ref()
+        .and_then(|path| bound::bound_sales_per_second(path, &round_trips));
+    let serial_bound_sales_per_second =
+        bound::serial_path(strategy).and_then(|path| bound::bound_sales_per_second(&path, &round_trips));
 
     let mut watched = options.watched.clone();
     watched.push(Watched {
@@ -240,6 +273,9 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         round_trips,
         critical_path,
         bound_sales_per_second,
+        backend_path,
+        backend_bound_sales_per_second,
+        serial_bound_sales_per_second,
         serial,
         sustained,
         sustained_spread,
