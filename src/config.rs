@@ -133,6 +133,12 @@ pub struct Config {
     /// buyer ask the backend, to measure what the queue saves.
     #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set)]
     pub local_queue: bool,
+    /// Whether the locks whose backend cannot wake a waiter (`mysql`, `mysql-version`,
+    /// `redlock`) announce each release on the stock Redis, so that a waiter of another
+    /// instance tries at once instead of at its next poll (`src/lock/parts/release_notices.rs`).
+    /// `false` leaves them polling, to measure what the notices save.
+    #[arg(long, env = "SECKILL_RELEASE_NOTICES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub release_notices: bool,
     /// Whether the stock checks the lock's fencing token on every read and write.
     /// `off` exists for the lesson that shows two holders selling one unit.
     #[arg(long, env = "SECKILL_FENCING", value_enum, default_value_t = Fencing::On)]

@@ -213,14 +213,19 @@ mod tests {
     }
 
     #[test]
-    fn every_lock_path_stays_on_its_lock_backend() {
+    fn every_lock_path_stays_on_its_lock_backend_or_the_stock_redis() {
         for strategy in Strategy::value_variants() {
             let (Some(path), Some(backend)) = (strategy.critical_path(), strategy.lock_backend()) else {
                 assert!(strategy.lock_backend().is_none() && strategy.critical_path().is_none(), "{strategy}");
                 continue;
             };
             for step in path {
-                assert_eq!(step.backend, backend, "{strategy}: {}", step.name);
+                // The stock Redis carries the release notices of the locks whose backend cannot.
+                assert!(
+                    step.backend == backend || step.backend == Backend::StockRedis,
+                    "{strategy}: {}",
+                    step.name
+                );
             }
         }
     }

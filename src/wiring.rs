@@ -13,6 +13,7 @@ use crate::lock::etcd::{EtcdLock, EtcdLockOptions};
 use crate::lock::mysql::{MySqlLock, MySqlLockOptions};
 use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use crate::lock::parts::master_connection::MasterAddress;
+use crate::lock::parts::release_notices::ReleaseNotices;
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
 use crate::lock::redis_degrade::mode::SharedMode;
@@ -97,13 +98,17 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 node_timeout,
             };
-            Arc::new(Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
+            let lock = Redlock::connect(&config.redlock_urls, options).await.with_context(|| {
                 format!(
                     "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
                      or point --redlock-urls / SECKILL_REDLOCK_URLS at at least 3 running Redis masters",
                     config.redlock_urls.join(",")
                 )
-            })?)
+            })?;
+            Arc::new(match release_notices(config, redis).await? {
+                Some(notices) => lock.with_release_notices(notices),
+                None => lock,
+            })
         }
         Strategy::Etcd => {
             let options = EtcdLockOptions {
@@ -138,7 +143,11 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 permits: config.mysql_permits(),
             };
-            Arc::new(MySqlLock::new(pool, options))
+            let lock = MySqlLock::new(pool, options);
+            Arc::new(match release_notices(config, redis).await? {
+                Some(notices) => lock.with_release_notices(notices),
+                None => lock,
+            })
         }
         Strategy::MysqlVersion => {
             let pool = connect_mysql(config).await?;
@@ -147,11 +156,31 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 permits: config.mysql_permits(),
             };
-            Arc::new(MySqlVersionLock::new(pool, options))
+            let lock = MySqlVersionLock::new(pool, options);
+            Arc::new(match release_notices(config, redis).await? {
+                Some(notices) => lock.with_release_notices(notices),
+                None => lock,
+            })
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };
     Ok(Guarding::Lock(Reentrant::new(lock)))
+}
+
+/// Release notices on the stock Redis, for the locks whose backend cannot wake a waiter;
+/// `None` when `--release-notices false` leaves them polling.
+async fn release_notices(config: &Config, redis: &::redis::Client) -> anyhow::Result<Option<ReleaseNotices>> {
+    if !config.release_notices {
+        return Ok(None);
+    }
+    let notices = ReleaseNotices::announce_on(redis).await.with_context(|| {
+        format!(
+            "cannot reach the stock Redis ({}) to announce lock releases on it.\n  Start it with \
+             `make services`, or point --redis-url / SECKILL_REDIS_URL at a running server",
+            config.redis_url
+        )
+    })?;
+    Ok(Some(notices))
 }
 
 /// The pool of the MySQL strategies, after checking that the semaphore leaves

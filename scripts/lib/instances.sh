@@ -27,7 +27,8 @@ variant_flags() {
     "") ;;
     no-local-queue) flags+=(--local-queue false) ;;
     no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
-    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue and +no-semaphore" ;;
+    no-release-notices) flags+=(--release-notices false) ;;
+    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore and +no-release-notices" ;;
   esac
   echo "${flags[*]}"
 }

@@ -13,6 +13,8 @@
 //! is on the path: a release frees the lock when its request arrives, and a wake-up (a
 //! pub/sub message, a watch event) travels one way. A polling lock's wake-up counts as
 //! half a round trip too: its best case, a retry that arrives just after the release.
+//! A release notice sent on another Redis (`parts::release_notices`) goes out once the
+//! release is answered: the release's whole round trip, then the notice's.
 //!
 //! A lock's own path says what *it* does. [`Backend::minimal_path`] says what *any*
 //! correct lock on that backend must do: the fewest round trips from one grant to the

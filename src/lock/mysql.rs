@@ -19,7 +19,9 @@
 //!    background sweeper deletes rows that expired long ago, as the articles' scheduled
 //!    task does.
 //! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
-//!    timeout; `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
+//!    timeout, cut short by a release notice: MySQL cannot wake a waiter, so the wiring
+//!    announces each release on the stock Redis ([`crate::lock::parts::release_notices`]);
+//!    a hint, the row still decides. `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
 //!    instance talk to MySQL at once (a semaphore, as the articles put in front of MySQL,
 //!    see [`crate::lock::parts::permits`]), so a crowd of waiters cannot take every pooled
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
@@ -50,6 +52,7 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -64,15 +67,17 @@ use crate::mysql_store::micros;
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
+use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql";
 
-/// The critical path from one grant to the next: waiters poll, then INSERT the row,
-/// then take and stamp a fencing token. See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next: the release, answered, then its
+/// notice on the stock Redis wakes a waiter, which inserts the row, then takes and
+/// stamps a fencing token. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DELETE row)", Mysql, Write, 0.5),
-    step("wake-up (poll, at best)", Mysql, Read, 0.5),
+    step("release (DELETE row), answered", Mysql, Write, 1.0),
+    step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
     step("acquire (INSERT row)", Mysql, Write, 1.0),
     step("next fencing token", Mysql, Write, 1.0),
     step("stamp the token on the row", Mysql, Write, 1.0),
@@ -134,6 +139,8 @@ pub struct MySqlLock {
     held: HeldGrants<u64, (String, String)>,
     shut_down: ShutDownSwitch,
     sweeper: JoinHandle<()>,
+    /// Release notices on a Redis, when the wiring gives some: MySQL cannot notify.
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 fn backend_error(error: sqlx::Error) -> LockError {
@@ -160,7 +167,16 @@ impl MySqlLock {
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             sweeper,
+            notices: None,
         }
+    }
+
+    /// Announces this handle's releases and wakes its waiters through `notices`
+    /// ([`crate::lock::parts::release_notices`]): a waiter tries as soon as another
+    /// instance released, instead of at its next poll. The lock still decides.
+    pub fn with_release_notices(mut self, notices: ReleaseNotices) -> Self {
+        self.notices = Some(Arc::new(notices));
+        self
     }
 
     /// Steps 1 to 3 and 5: `None` if someone else holds `name`.
@@ -329,6 +345,7 @@ struct MySqlGrant {
     held: HeldGrants<u64, (String, String)>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 impl MySqlGrant {
@@ -371,6 +388,9 @@ impl Release for MySqlGrant {
             }
         };
         if ours {
+            if let Some(notices) = &grant.notices {
+                notices.announce(&grant.name);
+            }
             Ok(())
         } else {
             Err(LockError::Lost {
@@ -419,10 +439,16 @@ impl DistributedLock for MySqlLock {
             token,
             held: self.held.clone(),
             lease: keeper,
+            notices: self.notices.clone(),
         };
         Ok(LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, token))
             .with_lease(lease))
+    }
+
+    /// Polls; with release notices, each pause ends when a release of `key` is announced.
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, || self.try_acquire(key, owner)).await
     }
 
     /// The row keeps the owner's hold count itself (step 2).

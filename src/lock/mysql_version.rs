@@ -35,7 +35,10 @@
 //!   statements per sale grow with the number of waiters, which is the articles' "MySQL
 //!   cannot hold under high concurrency". The load test measures it (statements and
 //!   conflicts per sale, with and without the semaphore).
-//! - **No queue, no wake-up.** Waiters poll; a release is noticed at the next poll.
+//! - **No queue, no wake-up.** Waiters poll; MySQL cannot tell them of a release. The
+//!   wiring announces each release on the stock Redis instead
+//!   ([`crate::lock::parts::release_notices`]): a hint that wakes one waiter per instance
+//!   at once; the compare-and-set still decides.
 //! - **One database**, as for [`super::mysql`]: a failover that loses the last commit
 //!   can lose a grant; the version still orders the holders, and the stock refuses the
 //!   older one.
@@ -47,6 +50,7 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -60,15 +64,17 @@ use crate::mysql_store::micros;
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
+use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
-/// The critical path from one grant to the next: waiters poll, read the row and its
-/// version, then compare-and-set it. See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next: the release, answered, then its
+/// notice on the stock Redis wakes a waiter, which reads the row and its version,
+/// then compares and sets it. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (UPDATE owner = '')", Mysql, Write, 0.5),
-    step("wake-up (poll, at best)", Mysql, Read, 0.5),
+    step("release (UPDATE owner = ''), answered", Mysql, Write, 1.0),
+    step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
     step("read the row", Mysql, Read, 1.0),
     step("compare-and-set the version", Mysql, Write, 1.0),
 ];
@@ -109,6 +115,8 @@ pub struct MySqlVersionLock {
     /// Grants this handle holds, version to (name, owner), so `shutdown` can give them back.
     held: HeldGrants<(String, u64), String>,
     shut_down: ShutDownSwitch,
+    /// Release notices on a Redis, when the wiring gives some: MySQL cannot notify.
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 /// The row as step 2 reads it.
@@ -150,7 +158,16 @@ impl MySqlVersionLock {
             counters: AttemptCounters::default(),
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
+            notices: None,
         }
+    }
+
+    /// Announces this handle's releases and wakes its waiters through `notices`
+    /// ([`crate::lock::parts::release_notices`]): a waiter tries as soon as another
+    /// instance released, instead of at its next poll. The lock still decides.
+    pub fn with_release_notices(mut self, notices: ReleaseNotices) -> Self {
+        self.notices = Some(Arc::new(notices));
+        self
     }
 
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free.
@@ -237,6 +254,7 @@ struct VersionGrant {
     held: HeldGrants<(String, u64), String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 #[async_trait]
@@ -253,6 +271,9 @@ impl Release for VersionGrant {
             .await
             .map_err(backend_error)?;
         if given_back.rows_affected() == 1 {
+            if let Some(notices) = &grant.notices {
+                notices.announce(&grant.name);
+            }
             Ok(())
         } else {
             Err(LockError::Lost { key: grant.name })
@@ -287,6 +308,7 @@ impl DistributedLock for MySqlVersionLock {
             version,
             held: self.held.clone(),
             lease: keeper,
+            notices: self.notices.clone(),
         };
         Ok(LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, version))
@@ -294,6 +316,11 @@ impl DistributedLock for MySqlVersionLock {
     }
 
     /// Gives back every row this handle still holds, and refuses later acquires.
+    /// Polls; with release notices, each pause ends when a release of `key` is announced.
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, || self.try_acquire(key, owner)).await
+    }
+
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         self.permits.close();

@@ -68,20 +68,17 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use redis::Script;
-use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
 use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAddress, MasterConnection};
-use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices, RELEASE_CHANNEL};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
@@ -140,13 +137,6 @@ end
 return 0
 "#;
 
-/// Every release is announced on this channel, with the released key as the message.
-const RELEASE_CHANNEL: &str = "seckill:lock-released";
-
-/// How long the release listener waits before resubscribing after Redis went away.
-const RESUBSCRIBE_PAUSE: Duration = Duration::from_secs(1);
-/// How long opening the release subscription may take.
-const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Between two tries of a failed acquire's clean-up.
 const CLEANUP_RETRY: Duration = Duration::from_millis(100);
 /// A failed acquire's clean-up gives up after this many TTLs of Redis not answering.
@@ -216,9 +206,6 @@ struct Scripts {
     store_epoch: Script,
 }
 
-/// Who wakes whom: one signal per key that a local waiter is waiting on. Weak, so a
-/// key nobody waits for is forgotten.
-type Waiters = Arc<StdMutex<HashMap<String, Weak<Notify>>>>;
 /// Every grant this handle holds, token to key, so `shutdown` can give them back.
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
@@ -230,10 +217,10 @@ pub struct RedisLock {
     epochs: MasterConnection,
     options: RedisLockOptions,
     scripts: Arc<Scripts>,
-    waiters: Waiters,
+    /// The release script's announcements, heard on the lock's master (step 4).
+    notices: ReleaseNotices,
     held: HeldGrants<String, String>,
     shut_down: ShutDownSwitch,
-    listener: JoinHandle<()>,
     /// Per key, the master (counted in the connection's moves) where this handle last
     /// began an epoch: after a failover, once more on the new master (step 1).
     epochs_begun: StdMutex<HashMap<String, u64>>,
@@ -279,8 +266,8 @@ impl RedisLock {
         epochs: MasterConnection,
         options: RedisLockOptions,
     ) -> Self {
-        let waiters: Waiters = Arc::default();
-        let listener = tokio::spawn(listen_for_releases(connection.clone(), waiters.clone()));
+        let master = connection.clone();
+        let notices = ReleaseNotices::listen(move || master.client());
         RedisLock {
             connection,
             granting,
@@ -292,29 +279,16 @@ impl RedisLock {
                 release: Script::new(RELEASE_SCRIPT),
                 store_epoch: Script::new(STORE_EPOCH_SCRIPT),
             }),
-            waiters,
+            notices,
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
-            listener,
             epochs_begun: StdMutex::default(),
         }
     }
 
-    /// The signal a release of `key` fires, created if no local waiter has it yet.
-    fn release_signal(&self, key: &str) -> Arc<Notify> {
-        let mut waiters = unpoisoned(&self.waiters);
-        if let Some(signal) = waiters.get(key).and_then(Weak::upgrade) {
-            return signal;
-        }
-        waiters.retain(|_, signal| signal.strong_count() > 0);
-        let signal = Arc::new(Notify::new());
-        waiters.insert(key.to_owned(), Arc::downgrade(&signal));
-        signal
-    }
-
     /// How many keys the waiter map remembers (for the test that it does not grow forever).
     pub fn remembered_keys(&self) -> usize {
-        unpoisoned(&self.waiters).len()
+        self.notices.remembered_keys()
     }
 
     fn fencing_key(key: &str) -> String {
@@ -448,7 +422,7 @@ impl RedisLock {
 
 impl Drop for RedisLock {
     fn drop(&mut self) {
-        self.listener.abort();
+        self.notices.stop();
     }
 }
 
@@ -478,41 +452,6 @@ async fn wait_for_replicas(
         ));
     }
     Ok(())
-}
-
-/// Wakes one local waiter for every release announced on [`RELEASE_CHANNEL`].
-/// Runs for the life of the lock; resubscribes when Redis comes back, to the master
-/// of the moment when the Sentinels moved it.
-async fn listen_for_releases(master: MasterConnection, waiters: Waiters) {
-    loop {
-        let client = master.client();
-        match tokio::time::timeout(SUBSCRIBE_TIMEOUT, client.get_async_pubsub()).await {
-            Ok(Ok(mut pubsub)) => {
-                match tokio::time::timeout(SUBSCRIBE_TIMEOUT, pubsub.subscribe(RELEASE_CHANNEL)).await {
-                    Ok(Ok(())) => {
-                        let mut messages = pubsub.on_message();
-                        while let Some(message) = messages.next().await {
-                            let Ok(key) = message.get_payload::<String>() else {
-                                continue;
-                            };
-                            let signal = unpoisoned(&waiters).get(&key).and_then(Weak::upgrade);
-                            // `notify_one` stores a permit if nobody is waiting yet, so a
-                            // waiter that is just about to wait does not miss this release.
-                            if let Some(signal) = signal {
-                                signal.notify_one();
-                            }
-                        }
-                        tracing::warn!("release channel closed; waiters fall back to backoff until it is back");
-                    }
-                    Ok(Err(error)) => tracing::warn!(%error, "cannot subscribe to lock releases"),
-                    Err(_) => tracing::warn!(?SUBSCRIBE_TIMEOUT, "subscribing to lock releases timed out"),
-                }
-            }
-            Ok(Err(error)) => tracing::debug!(%error, "cannot open the release subscription"),
-            Err(_) => tracing::debug!(?SUBSCRIBE_TIMEOUT, "opening the release subscription timed out"),
-        }
-        tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
-    }
 }
 
 /// One grant: what its release needs.
@@ -615,28 +554,15 @@ impl DistributedLock for RedisLock {
             .with_lease(lease))
     }
 
-    /// Takes the release signal before the first attempt, so a release that lands
-    /// between a refused attempt and the wait still wakes this waiter.
+    /// Polls, each pause cut short by the release script's announcement (step 4).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        let released = self.release_signal(key);
-        poll_until_granted(
-            key,
-            timeout,
-            || self.try_acquire(key, owner),
-            |pause| {
-                let released = released.clone();
-                async move {
-                    let _ = tokio::time::timeout(pause, released.notified()).await;
-                }
-            },
-        )
-        .await
+        poll_until_granted_or_noticed(Some(&self.notices), key, timeout, || self.try_acquire(key, owner)).await
     }
 
     /// Releases every key still held through this handle, then stops listening.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
-        self.listener.abort();
+        self.notices.stop();
         let held = self.held.take_all();
         let mut connection = self.connection.clone();
         for (token, key) in held {

@@ -42,7 +42,10 @@
 //!   `appendfsync always`, so a restart keeps its keys (and their expiry, which Redis
 //!   stores as an absolute time). A master wiped by hand is not covered.
 //! - **Cost.** Every grant, renewal and release is N round trips (sent in parallel), and
-//!   waiters poll: there is no release notice across N masters.
+//!   waiters poll: no one of N independent masters can announce a release for the lock.
+//!   The service's wiring adds a notice on the stock Redis after each release
+//!   ([`crate::lock::parts::release_notices`]): a hint that wakes a waiter at once; the
+//!   masters still decide.
 //!
 //! ## References
 //! - Redis docs, "Distributed Locks with Redis" (the Redlock algorithm):
@@ -62,17 +65,18 @@ use redis::aio::MultiplexedConnection;
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{trusted_until, LeaseKeeper};
-use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::{DistributedLock, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
 
-/// The critical path from one grant to the next. Every master is asked at once, so
-/// each step costs the slowest master's round trip. See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next: the release on every master,
+/// answered, then its notice on the stock Redis wakes a waiter, which asks every master.
+/// Every master is asked at once, so each step costs the slowest master's round trip. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DEL on every master)", RedlockMasters, Write, 0.5),
-    step("wake-up (poll, at best)", RedlockMasters, Read, 0.5),
+    step("release (DEL on every master), answered", RedlockMasters, Write, 1.0),
+    step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
     step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
 ];
 
@@ -261,6 +265,9 @@ pub struct Redlock {
     /// Grants this handle holds, value to key, so `shutdown` can give them back.
     held: HeldGrants<String, String>,
     shut_down: ShutDownSwitch,
+    /// Release notices on a Redis, when the wiring gives some: the masters are
+    /// independent, and no one of them can speak for the lock.
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 /// Why the masters could not be used at all.
@@ -338,7 +345,16 @@ impl Redlock {
             options,
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
+            notices: None,
         })
+    }
+
+    /// Announces this handle's releases and wakes its waiters through `notices`
+    /// ([`crate::lock::parts::release_notices`]): a waiter tries as soon as another
+    /// instance released, instead of at its next poll. The masters still decide.
+    pub fn with_release_notices(mut self, notices: ReleaseNotices) -> Self {
+        self.notices = Some(Arc::new(notices));
+        self
     }
 
     /// The number of masters a grant needs.
@@ -385,6 +401,7 @@ struct RedlockGrant {
     held: HeldGrants<String, String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
+    notices: Option<Arc<ReleaseNotices>>,
 }
 
 #[async_trait]
@@ -399,6 +416,9 @@ impl Release for RedlockGrant {
         if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
             Err(LockError::Lost { key: grant.key })
         } else {
+            if let Some(notices) = &grant.notices {
+                notices.announce(&grant.key);
+            }
             Ok(())
         }
     }
@@ -423,6 +443,7 @@ impl DistributedLock for Redlock {
                 value,
                 held: self.held.clone(),
                 lease: keeper,
+                notices: self.notices.clone(),
             };
             // The lease starts at `valid_until` and moves on with each majority renewal.
             return Ok(LockGuard::new(key, grant).with_lease(lease));
@@ -470,7 +491,7 @@ impl DistributedLock for Redlock {
                 }
             }
         };
-        poll_until_granted(key, timeout, attempt, |pause| tokio::time::sleep(pause)).await
+        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, attempt).await
     }
 
     /// Deletes every key this handle still holds, on every master, and refuses later acquires.

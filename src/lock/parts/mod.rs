@@ -3,6 +3,7 @@
 //! | file | what it does | used by |
 //! | --- | --- | --- |
 //! | [`polling`] | the jittered-backoff loop behind the trait's default `acquire` | the locks that poll |
+//! | [`release_notices`] | a release wakes a waiter of every instance (Redis pub/sub), a hint the lock still checks | `redis`, `redlock`, `mysql`, `mysql-version` |
 //! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
 //! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
 //! | [`reentrant`] | lets an owner take a key it already holds | every lock, through the wiring |
@@ -17,6 +18,7 @@ pub mod keepalive;
 pub mod master_connection;
 pub mod permits;
 pub mod polling;
+pub mod release_notices;
 pub mod reentrant;
 pub mod shutdown;
 
