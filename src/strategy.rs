@@ -216,7 +216,10 @@ mod tests {
     fn every_lock_path_stays_on_its_lock_backend_or_the_stock_redis() {
         for strategy in Strategy::value_variants() {
             let (Some(path), Some(backend)) = (strategy.critical_path(), strategy.lock_backend()) else {
-                assert!(strategy.lock_backend().is_none() && strategy.critical_path().is_none(), "{strategy}");
+                assert!(
+                    strategy.lock_backend().is_none() && strategy.critical_path().is_none(),
+                    "{strategy}"
+                );
                 continue;
             };
             for step in path {

@@ -119,64 +119,62 @@ async fn instances_starting_at_the_same_time_apply_the_migrations_without_trippi
     }
 }
 
-/// The row is ours, then taking its fencing token fails: another session holds the
-/// name's counter locked, and this pool's sessions wait 1 s for a row lock before they
-/// give up (`innodb_lock_wait_timeout`). The half-made grant must not stay behind: a
-/// row of ours without a token would block every other owner until it expires (10 s
-/// here), and the same owner trying again must not re-enter it with token 0.
+/// A grant is one statement: the insert takes the row and its token, the row's
+/// AUTO_INCREMENT id, with no counter to raise and stamp (two statements more, once).
+/// A later grant of the name, after a release or after a take-over of an expired row,
+/// has a larger one, and every such token (epoch 1) outranks the counters' (epoch 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_whose_token_cannot_be_taken_leaves_no_row_behind() {
-    use sqlx::Executor;
-    let shared = common::mysql_pool().await;
-    let impatient = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(4)
-        .after_connect(|connection, _| {
-            Box::pin(async move {
-                connection.execute("SET SESSION innodb_lock_wait_timeout = 1").await?;
-                Ok(())
-            })
-        })
-        .connect(&common::mysql_url())
-        .await
-        .unwrap();
-    let lock = MySqlLock::new(impatient, options(10_000, true));
-    let name = common::unique_key("token-fails");
-    sqlx::query("INSERT INTO seckill_lock_fences (name, counter) VALUES (?, 100)")
-        .bind(&name)
-        .execute(&shared)
-        .await
-        .unwrap();
-    let mut blocker = shared.begin().await.unwrap();
-    sqlx::query("SELECT counter FROM seckill_lock_fences WHERE name = ? FOR UPDATE")
-        .bind(&name)
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+async fn the_insert_that_takes_the_lock_also_takes_its_token() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, false));
+    let name = common::unique_key("numbered");
+    let row_id = || async {
+        sqlx::query_scalar::<_, u64>("SELECT grant_id FROM seckill_locks WHERE name = ?")
+            .bind(&name)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
 
-    let first = common::owner();
-    let failed = lock.try_acquire(&name, &first).await;
-    assert!(failed.is_err(), "the token could not be taken, so no grant: {failed:?}");
-    blocker.rollback().await.unwrap();
-
+    let first = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let first_token = first.fencing_token().unwrap().clone();
     assert_eq!(
-        hold_count(&shared, &name).await,
-        None,
-        "the half-made grant's row is gone"
+        (first_token.epoch, first_token.counter),
+        (1, row_id().await),
+        "the token is the row's id"
     );
+    let counters: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seckill_lock_fences WHERE name = ?")
+        .bind(&name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(counters, 0, "no counter was raised for the grant");
+    first.release().await.unwrap();
+
     let second = lock
-        .try_acquire(&name, &common::owner())
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
         .await
-        .expect("another owner is granted at once, not after the row's 10 s");
-    let token = second.fencing_token().expect("a mysql grant has a token").counter;
-    assert!(token > 100, "a fresh token from the counter, got {token}");
-    second.release().await.unwrap();
-    let again = lock
-        .try_acquire(&name, &first)
-        .await
-        .expect("the first owner is granted too");
+        .unwrap();
+    let second_token = second.fencing_token().unwrap().clone();
     assert!(
-        again.fencing_token().unwrap().counter > token,
-        "a fresh token, not the row's 0"
+        second_token.order() > first_token.order(),
+        "{second_token} after {first_token}"
     );
-    again.release().await.unwrap();
+    drop(second); // its holder vanished: the row stays until it expires
+    expire(&pool, &name).await;
+
+    let third = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let third_token = third.fencing_token().unwrap().clone();
+    assert!(
+        third_token.order() > second_token.order(),
+        "a take-over numbers its grant anew: {third_token} after {second_token}"
+    );
+    assert_eq!(third_token.counter, row_id().await);
+    third.release().await.unwrap();
 }

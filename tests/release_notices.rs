@@ -46,7 +46,11 @@ async fn median_hand_over(holder: Arc<dyn DistributedLock>, waiter: Arc<dyn Dist
         held.release().await.unwrap();
         let released = Instant::now();
         let (granted_at, granted) = waiting.await.unwrap();
-        granted.expect("the waiter gets the key once it is released").release().await.unwrap();
+        granted
+            .expect("the waiter gets the key once it is released")
+            .release()
+            .await
+            .unwrap();
         gaps.push(granted_at.saturating_duration_since(released));
     }
     gaps.sort();

@@ -111,10 +111,20 @@ const LOCK_REDIS_MINIMAL: MinimalPath = MinimalPath {
     contended: &[
         step("release (one write)", Backend::LockRedis, Access::Write, 0.5),
         step("wake-up (pub/sub message)", Backend::LockRedis, Access::Read, 0.5),
-        step("grant (SET NX that also takes the token)", Backend::LockRedis, Access::Write, 1.0),
+        step(
+            "grant (SET NX that also takes the token)",
+            Backend::LockRedis,
+            Access::Write,
+            1.0,
+        ),
     ],
     alone: &[
-        step("acquire (SET NX that also takes the token)", Backend::LockRedis, Access::Write, 1.0),
+        step(
+            "acquire (SET NX that also takes the token)",
+            Backend::LockRedis,
+            Access::Write,
+            1.0,
+        ),
         step("release (one write)", Backend::LockRedis, Access::Write, 1.0),
     ],
     why: "A waiter on another instance learns of a release only from a message the release \
@@ -124,13 +134,38 @@ const LOCK_REDIS_MINIMAL: MinimalPath = MinimalPath {
 
 const REDLOCK_MINIMAL: MinimalPath = MinimalPath {
     contended: &[
-        step("release (one write on every master)", Backend::RedlockMasters, Access::Write, 0.5),
-        step("wake-up (a notice, or a poll at best)", Backend::RedlockMasters, Access::Read, 0.5),
-        step("grant (SET NX on every master)", Backend::RedlockMasters, Access::Write, 1.0),
+        step(
+            "release (one write on every master)",
+            Backend::RedlockMasters,
+            Access::Write,
+            0.5,
+        ),
+        step(
+            "wake-up (a notice, or a poll at best)",
+            Backend::RedlockMasters,
+            Access::Read,
+            0.5,
+        ),
+        step(
+            "grant (SET NX on every master)",
+            Backend::RedlockMasters,
+            Access::Write,
+            1.0,
+        ),
     ],
     alone: &[
-        step("acquire (SET NX on every master)", Backend::RedlockMasters, Access::Write, 1.0),
-        step("release (one write on every master)", Backend::RedlockMasters, Access::Write, 1.0),
+        step(
+            "acquire (SET NX on every master)",
+            Backend::RedlockMasters,
+            Access::Write,
+            1.0,
+        ),
+        step(
+            "release (one write on every master)",
+            Backend::RedlockMasters,
+            Access::Write,
+            1.0,
+        ),
     ],
     why: "As for one Redis, but a grant is a majority's decision: every request goes to \
           all five masters at once and waits for the majority, so each trip costs the \
@@ -144,7 +179,12 @@ const ETCD_MINIMAL: MinimalPath = MinimalPath {
         step("check that no older key is left", Backend::Etcd, Access::Read, 1.0),
     ],
     alone: &[
-        step("acquire (put own key and read the queue, one Txn)", Backend::Etcd, Access::Write, 1.0),
+        step(
+            "acquire (put own key and read the queue, one Txn)",
+            Backend::Etcd,
+            Access::Write,
+            1.0,
+        ),
         step("release (delete own key)", Backend::Etcd, Access::Write, 1.0),
     ],
     why: "A waiter queues its key while it waits, off the path; but the deletion of the key \
@@ -160,7 +200,12 @@ const ZOOKEEPER_MINIMAL: MinimalPath = MinimalPath {
         step("list the children once", Backend::Zookeeper, Access::Read, 1.0),
     ],
     alone: &[
-        step("acquire (create a sequential node)", Backend::Zookeeper, Access::Write, 1.0),
+        step(
+            "acquire (create a sequential node)",
+            Backend::Zookeeper,
+            Access::Write,
+            1.0,
+        ),
         step("list the children", Backend::Zookeeper, Access::Read, 1.0),
         step("release (delete own node)", Backend::Zookeeper, Access::Write, 1.0),
     ],
@@ -173,11 +218,26 @@ const ZOOKEEPER_MINIMAL: MinimalPath = MinimalPath {
 const MYSQL_MINIMAL: MinimalPath = MinimalPath {
     contended: &[
         step("release (one statement)", Backend::Mysql, Access::Write, 0.5),
-        step("wake-up (a notice, or a poll at best)", Backend::Mysql, Access::Read, 0.5),
-        step("grant (one statement that also takes the token)", Backend::Mysql, Access::Write, 1.0),
+        step(
+            "wake-up (a notice, or a poll at best)",
+            Backend::Mysql,
+            Access::Read,
+            0.5,
+        ),
+        step(
+            "grant (one statement that also takes the token)",
+            Backend::Mysql,
+            Access::Write,
+            1.0,
+        ),
     ],
     alone: &[
-        step("acquire (one statement that also takes the token)", Backend::Mysql, Access::Write, 1.0),
+        step(
+            "acquire (one statement that also takes the token)",
+            Backend::Mysql,
+            Access::Write,
+            1.0,
+        ),
         step("release (one statement)", Backend::Mysql, Access::Write, 1.0),
     ],
     why: "MySQL sends no notifications, so a waiter learns of a release at best by a poll \
@@ -229,7 +289,11 @@ mod tests {
             let path = backend.minimal_path().unwrap();
             let trips = |steps: &[Step]| steps.iter().map(|step| step.round_trips).sum::<f64>();
             assert_eq!(trips(path.contended), 2.0, "{}", backend.name());
-            assert!(trips(path.alone) >= 2.0, "{}: an acquire and a release, each answered", backend.name());
+            assert!(
+                trips(path.alone) >= 2.0,
+                "{}: an acquire and a release, each answered",
+                backend.name()
+            );
         }
     }
 }

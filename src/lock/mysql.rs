@@ -2,20 +2,23 @@
 //!
 //! The lock the original articles build on MySQL (the Chinese SpringBoot posts this
 //! project grew from), improved step by step as they do. The table is
-//! created by `migrations/0001_lock_table.sql`; every time is the database server's
-//! clock (`NOW(3)`), so instances with different clocks agree on expiry.
+//! created by `migrations/0001_lock_table.sql` (and `0004_numbered_grants.sql`); every
+//! time is the database server's clock (`NOW(3)`), so instances with different clocks
+//! agree on expiry.
 //!
 //! ## How it works
-//! 1. **Acquire inserts a row** `(name, owner, hold_count = 1, expires_at, fencing_token)`.
-//!    The primary key on `name` does the locking: a second insert for a held name fails
-//!    with a duplicate-key error, which means "held".
+//! 1. **Acquire inserts a row** `(name, owner, hold_count = 1, expires_at)`. The primary
+//!    key on `name` does the locking: a second insert for a held name fails with a
+//!    duplicate-key error, which means "held". The same insert numbers the grant: the
+//!    row's `grant_id` is AUTO_INCREMENT, and that id is the fencing token (step 5).
 //! 2. **Reentrant.** On a duplicate key, the same owner finds its own row and raises its
 //!    hold count (`UPDATE ... WHERE name = ? AND owner = ?`). Release lowers it, and
 //!    deletes the row when it reaches zero, only for its own owner and token.
 //! 3. **Expiry.** A holder that vanished does not block forever: a row past `expires_at`
-//!    is taken over by one conditional `UPDATE ... WHERE name = ? AND expires_at <= NOW(3)`;
-//!    InnoDB locks the row and re-checks the condition, so two takers can never both
-//!    win. A live holder renews its row every `ttl / 3` ([`crate::lock::parts::keepalive`]), and a
+//!    is deleted by one conditional `DELETE ... WHERE name = ? AND expires_at <= NOW(3)`,
+//!    and the taker inserts its own row (step 1) for a new id. InnoDB locks the row and
+//!    re-checks the condition, and the primary key admits one insert, so two takers can
+//!    never both win. A live holder renews its row every `ttl / 3` ([`crate::lock::parts::keepalive`]), and a
 //!    background sweeper deletes rows that expired long ago, as the articles' scheduled
 //!    task does.
 //! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
@@ -26,21 +29,21 @@
 //!    see [`crate::lock::parts::permits`]), so a crowd of waiters cannot take every pooled
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
 //!    bound away, to measure what it saves.
-//! 5. **Fencing token.** Once the row is ours, a counter in `seckill_lock_fences` is
-//!    raised and stamped on the row. Taken while we hold the row, it is newer than every
-//!    earlier holder's token and older than every later one; the counter is never
-//!    deleted, so tokens grow across rows deleted and inserted again. Until it is
-//!    stamped the row carries token 0: half made. If taking or stamping the token fails
-//!    (a lock wait timeout, a deadlock, a lost connection), the attempt deletes its
-//!    half-made row, or it would block every other owner until it expired; and an owner
-//!    never re-enters a half-made row, which would hand it token 0.
+//! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
+//!    AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a
+//!    name's next row is inserted only after its last one is gone, so a later grant
+//!    always has a larger id. An earlier version raised a counter in
+//!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
+//!    a half-made row to clean up when the second or third failed. Those tokens were
+//!    epoch 0; these are epoch 1, so they outrank every old one at the stock's fence.
 //!
 //! ## Limitations
 //! - **One database.** The lock is as available as the database; a failover that loses
 //!   the last commits can lose a grant, and then two holders exist (the fencing token
 //!   still orders them).
-//! - **Cost.** A grant is four statements (insert, counter, stamp, and the release), a
-//!   refused attempt up to three; every waiter polls. Each statement commits on its own,
+//! - **Cost.** A grant is two statements (the insert, and the release), a refused
+//!   attempt up to three (the insert, the re-entry check, the take-over check); every
+//!   waiter polls, woken early by a release notice. Each statement commits on its own,
 //!   so a waiter never holds the holder's row locked across statements (under InnoDB's
 //!   default isolation an `UPDATE` keeps the rows it scanned locked until its
 //!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
@@ -73,47 +76,35 @@ use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats
 const BACKEND: &str = "mysql";
 
 /// The critical path from one grant to the next: the release, answered, then its
-/// notice on the stock Redis wakes a waiter, which inserts the row, then takes and
-/// stamps a fencing token. See [`crate::lock::critical_path`].
+/// notice on the stock Redis wakes a waiter, which inserts the row and so takes its token. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (DELETE row), answered", Mysql, Write, 1.0),
     step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
-    step("acquire (INSERT row)", Mysql, Write, 1.0),
-    step("next fencing token", Mysql, Write, 1.0),
-    step("stamp the token on the row", Mysql, Write, 1.0),
+    step("acquire (INSERT row, its id the token)", Mysql, Write, 1.0),
 ];
 
-/// Step 1: the insert that is the lock. Binds: name, owner, ttl in microseconds.
-const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, expires_at, fencing_token) \
-     VALUES (?, ?, 1, NOW(3) + INTERVAL ? MICROSECOND, 0)";
-/// Step 2: the owner re-enters its own live row, once its token is stamped. Binds: name, owner.
+/// Step 1: the insert that is the lock, and numbers it (`grant_id`). Binds: name, owner, ttl in microseconds.
+const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, expires_at) \
+     VALUES (?, ?, 1, NOW(3) + INTERVAL ? MICROSECOND)";
+/// Step 2: the owner re-enters its own live row. Binds: name, owner.
 const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
-     WHERE name = ? AND owner = ? AND expires_at > NOW(3) AND fencing_token > 0";
-/// Step 3: take over an expired row; it is half made until step 5 stamps its token.
-/// Binds: owner, ttl in microseconds, name.
-const TAKE_OVER_EXPIRED: &str = "UPDATE seckill_locks \
-     SET owner = ?, hold_count = 1, expires_at = NOW(3) + INTERVAL ? MICROSECOND, fencing_token = 0 \
-     WHERE name = ? AND expires_at <= NOW(3)";
-/// Step 5: raise the name's counter; `LAST_INSERT_ID(expr)` hands the new value back. Binds: name.
-const NEXT_FENCING_TOKEN: &str = "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, LAST_INSERT_ID(1)) \
-     ON DUPLICATE KEY UPDATE counter = LAST_INSERT_ID(counter + 1)";
-/// Binds: token, name, owner.
-const STAMP_TOKEN: &str =
-    "UPDATE seckill_locks SET fencing_token = ? WHERE name = ? AND owner = ? AND fencing_token = 0";
-/// Step 5 failed: our row without a token goes. Binds: name, owner.
-const DELETE_HALF_MADE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND fencing_token = 0";
+     WHERE name = ? AND owner = ? AND expires_at > NOW(3)";
 /// Binds: name.
-const CURRENT_TOKEN: &str = "SELECT fencing_token FROM seckill_locks WHERE name = ?";
+const CURRENT_TOKEN: &str = "SELECT grant_id FROM seckill_locks WHERE name = ?";
+/// Step 3: clear an expired row, so that the taker can insert its own. Binds: name.
+const DELETE_EXPIRED: &str = "DELETE FROM seckill_locks WHERE name = ? AND expires_at <= NOW(3)";
 /// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
 const RENEW: &str = "UPDATE seckill_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
-     WHERE name = ? AND owner = ? AND fencing_token = ? AND expires_at > NOW(3)";
+     WHERE name = ? AND owner = ? AND grant_id = ? AND expires_at > NOW(3)";
 /// Release of a re-entered hold. Binds: name, owner, token.
 const RELEASE_ONE_HOLD: &str = "UPDATE seckill_locks SET hold_count = hold_count - 1 \
-     WHERE name = ? AND owner = ? AND fencing_token = ? AND hold_count > 1";
+     WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count > 1";
 /// Release of the last hold. Binds: name, owner, token.
-const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND fencing_token = ?";
+const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND grant_id = ?";
 /// The sweeper: rows expired for a whole TTL already. Binds: ttl in microseconds.
 const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
+/// The epoch of the tokens taken from `grant_id` (step 5); the counters' were 0.
+const TOKEN_EPOCH: u64 = 1;
 
 /// How a [`MySqlLock`] behaves.
 #[derive(Clone, Copy, Debug)]
@@ -179,7 +170,7 @@ impl MySqlLock {
         self
     }
 
-    /// Steps 1 to 3 and 5: `None` if someone else holds `name`.
+    /// Steps 1 to 3: `None` if someone else holds `name`.
     ///
     /// InnoDB may pick this transaction as a deadlock victim when several buyers insert
     /// the same name while its holder deletes it (a known pattern of duplicate-key
@@ -193,112 +184,47 @@ impl MySqlLock {
     }
 
     async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
-        let ttl = micros(self.options.ttl);
         // Each statement runs on its own (autocommit), so a waiter's attempt holds row
         // locks only for one statement, never across the next: waiters cannot queue up
         // behind each other on the holder's row.
-        let inserted = sqlx::query(INSERT_ROW)
-            .bind(name)
-            .bind(owner.as_str())
-            .bind(ttl)
-            .execute(&self.pool)
-            .await;
-        let granted = match inserted {
-            Ok(_) => Granted::Fresh,
-            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
-                let reentered = sqlx::query(REENTER)
-                    .bind(name)
-                    .bind(owner.as_str())
-                    .execute(&self.pool)
-                    .await?;
-                if reentered.rows_affected() == 1 {
-                    Granted::Reentered
-                } else {
-                    let taken = sqlx::query(TAKE_OVER_EXPIRED)
-                        .bind(owner.as_str())
-                        .bind(ttl)
-                        .bind(name)
-                        .execute(&self.pool)
-                        .await?;
-                    if taken.rows_affected() != 1 {
-                        return Ok(None);
-                    }
-                    Granted::Fresh
-                }
-            }
-            Err(error) => return Err(error),
-        };
-        let token = match granted {
-            Granted::Fresh => match self.stamp_a_new_token(name, owner).await {
-                Ok(Some(token)) => token,
-                Ok(None) => return Ok(None), // the row expired and was taken over meanwhile
-                Err(error) => {
-                    self.delete_half_made_row(name, owner).await;
-                    return Err(error);
-                }
-            },
-            Granted::Reentered => {
-                let (token,): (u64,) = sqlx::query_as(CURRENT_TOKEN).bind(name).fetch_one(&self.pool).await?;
-                token
-            }
-        };
-        Ok(Some((granted, token)))
-    }
-
-    /// Step 5. The row is ours from here on, so the token taken now is newer than every
-    /// token of an earlier holder, and older than every later one. `None`: the row was no
-    /// longer ours to stamp.
-    async fn stamp_a_new_token(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
-        let token = sqlx::query(NEXT_FENCING_TOKEN)
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .last_insert_id();
-        let stamped = sqlx::query(STAMP_TOKEN)
-            .bind(token)
+        if let Some(token) = self.insert_row(name, owner).await? {
+            return Ok(Some((Granted::Fresh, token)));
+        }
+        let reentered = sqlx::query(REENTER)
             .bind(name)
             .bind(owner.as_str())
             .execute(&self.pool)
             .await?;
-        Ok((stamped.rows_affected() == 1).then_some(token))
+        if reentered.rows_affected() == 1 {
+            let token: u64 = sqlx::query_scalar(CURRENT_TOKEN)
+                .bind(name)
+                .fetch_one(&self.pool)
+                .await?;
+            return Ok(Some((Granted::Reentered, token)));
+        }
+        let cleared = sqlx::query(DELETE_EXPIRED).bind(name).execute(&self.pool).await?;
+        if cleared.rows_affected() == 0 {
+            return Ok(None); // held, and alive
+        }
+        // Another taker may insert first; then its row is the grant, and ours is "held".
+        Ok(self.insert_row(name, owner).await?.map(|token| (Granted::Fresh, token)))
     }
 
-    /// Step 5 failed: delete our half-made row, now, or in the background until MySQL
-    /// answers (for at most a TTL: after that the row is expired, and a taker owns it).
-    async fn delete_half_made_row(&self, name: &str, owner: &Owner) {
-        let (pool, name, owner, ttl) = (
-            self.pool.clone(),
-            name.to_owned(),
-            owner.as_str().to_owned(),
-            self.options.ttl,
-        );
-        let delete = move || {
-            let (pool, name, owner) = (pool.clone(), name.clone(), owner.clone());
-            async move {
-                sqlx::query(DELETE_HALF_MADE_ROW)
-                    .bind(name)
-                    .bind(owner)
-                    .execute(&pool)
-                    .await
-            }
-        };
-        if delete().await.is_ok() {
-            return;
+    /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
+    async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
+        let inserted = sqlx::query(INSERT_ROW)
+            .bind(name)
+            .bind(owner.as_str())
+            .bind(micros(self.options.ttl))
+            .execute(&self.pool)
+            .await;
+        match inserted {
+            Ok(inserted) => Ok(Some(inserted.last_insert_id())),
+            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => Ok(None),
+            Err(error) => Err(error),
         }
-        let give_up = Instant::now() + ttl;
-        tokio::spawn(async move {
-            while Instant::now() < give_up {
-                tokio::time::sleep(HALF_MADE_ROW_RETRY).await;
-                if delete().await.is_ok() {
-                    return;
-                }
-            }
-        });
     }
 }
-
-/// Between two tries to delete a half-made row while MySQL does not answer.
-const HALF_MADE_ROW_RETRY: Duration = Duration::from_millis(100);
 
 /// MySQL error 1213: this transaction was chosen as a deadlock victim and rolled back.
 const ER_LOCK_DEADLOCK: u16 = 1213;
@@ -442,7 +368,7 @@ impl DistributedLock for MySqlLock {
             notices: self.notices.clone(),
         };
         Ok(LockGuard::new(key, grant)
-            .with_fencing_token(FencingToken::new(BACKEND, 0, token))
+            .with_fencing_token(FencingToken::new(BACKEND, TOKEN_EPOCH, token))
             .with_lease(lease))
     }
 

@@ -54,7 +54,13 @@ pub fn critical_path(strategy: Strategy) -> Option<Vec<Step>> {
 /// strategy's backend needs: the sale's steps, then the backend's minimal hand-over.
 pub fn backend_path(strategy: Strategy) -> Option<Vec<Step>> {
     let minimal = strategy.lock_backend()?.minimal_path()?;
-    Some(seckill::sale::CRITICAL_PATH.iter().chain(minimal.contended).cloned().collect())
+    Some(
+        seckill::sale::CRITICAL_PATH
+            .iter()
+            .chain(minimal.contended)
+            .cloned()
+            .collect(),
+    )
 }
 
 /// The fewest round trips of one sale with nobody else buying: acquire, the sale's
@@ -62,7 +68,14 @@ pub fn backend_path(strategy: Strategy) -> Option<Vec<Step>> {
 pub fn serial_path(strategy: Strategy) -> Option<Vec<Step>> {
     let minimal = strategy.lock_backend()?.minimal_path()?;
     let (acquire, release) = minimal.alone.split_at(minimal.alone.len() - 1);
-    Some(acquire.iter().chain(seckill::sale::CRITICAL_PATH).chain(release).cloned().collect())
+    Some(
+        acquire
+            .iter()
+            .chain(seckill::sale::CRITICAL_PATH)
+            .chain(release)
+            .cloned()
+            .collect(),
+    )
 }
 
 /// One backend's measured round-trip time, for one kind of request.
@@ -315,8 +328,14 @@ mod tests {
             let protocol = bound_sales_per_second(&critical_path(strategy).unwrap(), &rtts).unwrap();
             let backend_bound = bound_sales_per_second(&backend_path(strategy).unwrap(), &rtts).unwrap();
             let serial = bound_sales_per_second(&serial_path(strategy).unwrap(), &rtts).unwrap();
-            assert!(protocol <= backend_bound + 1e-9, "{strategy}: {protocol} > {backend_bound}");
-            assert!(serial <= backend_bound, "{strategy}: one client alone waits for every answer");
+            assert!(
+                protocol <= backend_bound + 1e-9,
+                "{strategy}: {protocol} > {backend_bound}"
+            );
+            assert!(
+                serial <= backend_bound,
+                "{strategy}: one client alone waits for every answer"
+            );
         }
     }
 
@@ -336,7 +355,10 @@ mod tests {
     fn baselines_have_no_bound_and_every_lock_has_one() {
         for strategy in [Strategy::None, Strategy::Local, Strategy::Atomic] {
             assert!(critical_path(strategy).is_none(), "{strategy}");
-            assert!(backend_path(strategy).is_none() && serial_path(strategy).is_none(), "{strategy}");
+            assert!(
+                backend_path(strategy).is_none() && serial_path(strategy).is_none(),
+                "{strategy}"
+            );
         }
         for strategy in [
             Strategy::Redis,

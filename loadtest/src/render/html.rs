@@ -105,7 +105,11 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         .collect();
     page.push_str(&bars(
         &rows,
-        &["serial / serial bound", "sustained / backend bound", "sustained / protocol bound"],
+        &[
+            "serial / serial bound",
+            "sustained / backend bound",
+            "sustained / protocol bound",
+        ],
         "",
         Scale::Linear,
         Some(TARGET_RATIO),
