@@ -13,7 +13,16 @@ async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
     let dir = common::temp_dir("lockbench");
     let json = dir.path().join("lockbench.json");
     let output = Command::new(env!("CARGO_BIN_EXE_lockbench"))
-        .args(["--strategies", "local,redis", "--contenders", "1,4", "--seconds", "0.3"])
+        .args([
+            "--strategies",
+            "local,redis",
+            "--peers",
+            "none",
+            "--contenders",
+            "1,4",
+            "--seconds",
+            "0.3",
+        ])
         .arg("--json")
         .arg(&json)
         .env("SECKILL_REDIS_URL", common::redis_url(57))
@@ -40,4 +49,27 @@ async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
         assert!(run["pairs"].as_u64().unwrap() > 0, "{run}");
         assert_eq!(run["errors"], 0, "{run}");
     }
+}
+
+#[test]
+fn an_unknown_peer_is_refused_with_the_list_of_peers() {
+    let output = Command::new(env!("CARGO_BIN_EXE_lockbench"))
+        .args([
+            "--strategies",
+            "local",
+            "--peers",
+            "jedis",
+            "--contenders",
+            "1",
+            "--seconds",
+            "0.1",
+        ])
+        .output()
+        .expect("lockbench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no peer `jedis`") && stderr.contains("curator") && stderr.contains("pottery-redlock"),
+        "{stderr}"
+    );
 }

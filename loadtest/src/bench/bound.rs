@@ -378,7 +378,7 @@ mod tests {
 
     #[test]
     fn a_write_costs_what_a_write_costs() {
-        let path = critical_path(Strategy::Mysql).unwrap();
+        let path = backend_path(Strategy::Mysql).unwrap();
         let rtt = |backend, access, median_us| RoundTrip {
             backend,
             access,
@@ -399,9 +399,9 @@ mod tests {
             bound_sales_per_second(&path, &fast_writes).unwrap(),
             bound_sales_per_second(&path, &slow_writes).unwrap(),
         );
-        // 3.5 write round trips and half a read on MySQL's side.
-        assert!((fast - 1e6 / 400.0).abs() < 1e-6, "{fast}");
-        assert!((slow - 1e6 / 3550.0).abs() < 1e-6, "{slow}");
+        // MySQL's minimal path: a half and a whole write round trip, and half a read.
+        assert!((fast - 1e6 / 200.0).abs() < 1e-6, "{fast}");
+        assert!((slow - 1e6 / 1550.0).abs() < 1e-6, "{slow}");
     }
 
     #[test]

@@ -5,7 +5,13 @@
 //! pairs per second and the median and 99th percentile pair, and writes them as JSON.
 //! Exit 1 if any acquire or release failed, 2 if a lock could not start.
 //!
-//!   lockbench [--strategies redis,etcd,...] [--contenders 1,16,64] [--seconds 2] [--json PATH]
+//!   lockbench [--strategies redis,etcd,...] [--peers curator,redis-py,...|none] [--contenders 1,16,64]
+//!             [--seconds 2] [--json PATH]
+//!
+//! After our locks, the peers: the canonical recipes on the same backends (Curator's
+//! InterProcessMutex, etcd's concurrency.Mutex, redis-py's Lock, python-redis-lock,
+//! pottery's Redlock), each installed by its own script on first use
+//! (`loadtest/peers/`), then one table of ours against each recipe.
 //!
 //! The servers are those of `make services` (or the `SECKILL_*` settings); the locks use
 //! keys under `bench:` and leave none behind.
@@ -16,8 +22,8 @@ use std::sync::Arc;
 use clap::Parser;
 
 use loadtest::bench::lockbench;
-use loadtest::render::document::markdown_row;
-use loadtest::render::tables::{lockbench_row, lockbench_table};
+use loadtest::render::document::{markdown, markdown_row, Block};
+use loadtest::render::tables::{against_recipes, lockbench_row, lockbench_table};
 use seckill::lock::DistributedLock;
 use seckill::sale::Guarding;
 use seckill::strategy::Strategy;
@@ -34,6 +40,13 @@ struct Cli {
         default_value = "local,redis,redis-degrade,redlock,etcd,zookeeper,mysql,mysql-version"
     )]
     strategies: Vec<Strategy>,
+    /// The canonical recipes to measure beside ours (`none` for none).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "curator,etcd-concurrency,redis-py,python-redis-lock,pottery-redlock"
+    )]
+    peers: Vec<String>,
     /// How many contenders at once, one run per number.
     #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
     contenders: Vec<usize>,
@@ -84,6 +97,33 @@ async fn main() -> ExitCode {
         }
         let _ = lock.shutdown().await;
     }
+    let mut peers_failed = Vec::new();
+    for name in cli.peers.iter().filter(|name| name.as_str() != "none") {
+        let Some(peer) = lockbench::PEERS.iter().find(|peer| peer.name == name) else {
+            let known: Vec<_> = lockbench::PEERS.iter().map(|peer| peer.name).collect();
+            eprintln!(
+                "lockbench: no peer `{name}`; the peers are {} (or none)",
+                known.join(", ")
+            );
+            return ExitCode::from(2);
+        };
+        match lockbench::run_peer(peer, &cli.contenders, cli.seconds).await {
+            Ok(peer_runs) => {
+                for run in peer_runs {
+                    print!("{}", markdown_row(&lockbench_row(&run)));
+                    runs.push(run);
+                }
+            }
+            Err(error) => {
+                eprintln!("lockbench: {error:#}");
+                peers_failed.push(peer.name);
+            }
+        }
+    }
+    if runs.iter().any(|run| run.recipe_of.is_some()) {
+        println!();
+        print!("{}", markdown(&[Block::Table(against_recipes(&runs))]));
+    }
     if let Some(path) = cli.json {
         let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty());
         let written = folder
@@ -94,7 +134,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if runs.iter().any(|run| run.errors > 0) {
+    if runs.iter().any(|run| run.errors > 0) || !peers_failed.is_empty() {
+        if !peers_failed.is_empty() {
+            eprintln!("lockbench: peers that could not run: {}", peers_failed.join(", "));
+        }
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS

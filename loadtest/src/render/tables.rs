@@ -257,6 +257,45 @@ pub fn lockbench(runs: &[Run]) -> Table {
     table
 }
 
+/// Each peer's runs on one key beside ours on the same backend, contenders alike:
+/// pairs per second and the median pair, and ours over the recipe's.
+pub fn against_recipes(runs: &[Run]) -> Table {
+    let mut table = Table::new(&[
+        ("recipe", Left),
+        ("ours", Left),
+        ("contenders", Right),
+        ("recipe pairs/s", Right),
+        ("ours pairs/s", Right),
+        ("ours / recipe", Right),
+        ("recipe median / p99 ms", Right),
+        ("ours median / p99 ms", Right),
+    ]);
+    for peer in runs.iter().filter(|run| run.keys == "one") {
+        let Some(ours_name) = &peer.recipe_of else { continue };
+        let ours = runs.iter().find(|run| {
+            run.recipe_of.is_none()
+                && &run.strategy == ours_name
+                && run.contenders == peer.contenders
+                && run.keys == peer.keys
+        });
+        let Some(ours) = ours else { continue };
+        table.push(vec![
+            peer.strategy.clone(),
+            ours.strategy.clone(),
+            peer.contenders.to_string(),
+            format!("{:.0}", peer.pairs_per_second),
+            format!("{:.0}", ours.pairs_per_second),
+            format!(
+                "{:.2}",
+                ours.pairs_per_second / peer.pairs_per_second.max(f64::MIN_POSITIVE)
+            ),
+            format!("{:.2} / {:.2}", peer.median_pair_ms, peer.p99_pair_ms),
+            format!("{:.2} / {:.2}", ours.median_pair_ms, ours.p99_pair_ms),
+        ]);
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,6 +330,7 @@ mod tests {
             median_pair_ms: 0.123,
             p99_pair_ms: 1.5,
             first_error: None,
+            recipe_of: None,
         };
         assert_eq!(
             markdown(&[Block::Table(lockbench(&[run]))]),
@@ -298,5 +338,33 @@ mod tests {
              | --- | ---: | --- | ---: | ---: | ---: | ---: |\n\
              | redis | 16 | one each | 4321 | 0.12 | 1.50 | 0 |\n"
         );
+    }
+
+    #[test]
+    fn each_recipe_is_set_beside_our_lock_at_the_same_contenders() {
+        let run = |strategy: &str, recipe_of: Option<&str>, contenders, pairs_per_second| Run {
+            strategy: strategy.into(),
+            contenders,
+            keys: "one".into(),
+            pairs: 10,
+            errors: 0,
+            pairs_per_second,
+            median_pair_ms: 1.0,
+            p99_pair_ms: 2.0,
+            first_error: None,
+            recipe_of: recipe_of.map(Into::into),
+        };
+        let runs = [
+            run("zookeeper", None, 1, 900.0),
+            run("zookeeper", None, 16, 1000.0),
+            run("curator InterProcessMutex", Some("zookeeper"), 16, 500.0),
+            run("redis-py Lock", Some("redis"), 16, 100.0), // no redis run: no row
+        ];
+        let table = markdown(&[Block::Table(against_recipes(&runs))]);
+        assert!(
+            table.contains("| curator InterProcessMutex | zookeeper | 16 | 500 | 1000 | 2.00 |"),
+            "{table}"
+        );
+        assert_eq!(table.lines().count(), 3, "one row, the 16-contender one:\n{table}");
     }
 }
