@@ -13,12 +13,15 @@
 //! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_outcome_unknown`, ...) |
 //! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
+//! | `seckill_sale_step_seconds{step}` | histogram | each step of a sale under a lock: `queued` (for this instance's local queue), `lock` (the lock's acquire, after the queue), `read` and `write` (the stock, fenced), `release` |
 //! | `seckill_fencing_refusals_total{step}` | counter | reads and writes the stock refused because a newer holder had been there |
 //! | `seckill_lock_mode{mode}` | gauge | `redis-degrade` only: 1 for the mode in use (`redis` or `mysql`), 0 for the other |
 //! | `seckill_lock_mode_switches_total` | counter | `redis-degrade` only: mode switches this instance has seen |
 //! | `seckill_info{strategy,fencing,instance}` | gauge | always 1: what this instance runs |
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use crate::lock::redis_degrade::mode::Mode;
 use crate::lock::redis_degrade::DegradeStats;
@@ -29,6 +32,47 @@ const LOCK_WAIT_BUCKETS: [f64; 15] = [
     0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0,
 ];
 
+/// Steps of a sale from 50 µs (one round trip on loopback) to about 16 s.
+const STEP_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 4.0, 16.0,
+];
+
+/// A step of one sale under a lock, timed by the sale itself (`seckill::sale`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaleStep {
+    /// Waiting for this instance's local queue, before asking the lock.
+    Queued,
+    /// The lock's acquire, from asking to the grant: waiting and its round trips.
+    Lock,
+    /// The fenced read of the stock.
+    Read,
+    /// The fenced write of the sale.
+    Write,
+    /// The release, until the lock answered.
+    Release,
+}
+
+impl SaleStep {
+    pub const ALL: [SaleStep; 5] = [
+        SaleStep::Queued,
+        SaleStep::Lock,
+        SaleStep::Read,
+        SaleStep::Write,
+        SaleStep::Release,
+    ];
+
+    /// The `step` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            SaleStep::Queued => "queued",
+            SaleStep::Lock => "lock",
+            SaleStep::Read => "read",
+            SaleStep::Write => "write",
+            SaleStep::Release => "release",
+        }
+    }
+}
+
 /// The metrics of one instance.
 pub struct Metrics {
     registry: Registry,
@@ -37,6 +81,7 @@ pub struct Metrics {
     failures: IntCounterVec,
     lock_wait: Histogram,
     lock_waiters: IntGauge,
+    sale_steps: HistogramVec,
     fencing_refusals: IntCounterVec,
     lock_mode: IntGaugeVec,
     mode_switches: IntCounter,
@@ -89,6 +134,15 @@ impl Metrics {
             "Buyers waiting for the lock right now.",
         ))
         .expect("a valid metric");
+        let sale_steps = HistogramVec::new(
+            HistogramOpts::new(
+                "seckill_sale_step_seconds",
+                "Each step of a sale under a lock: queued, lock, read, write, release.",
+            )
+            .buckets(STEP_BUCKETS.to_vec()),
+            &["step"],
+        )
+        .expect("a valid metric");
         let fencing_refusals = IntCounterVec::new(
             Opts::new(
                 "seckill_fencing_refusals_total",
@@ -115,6 +169,7 @@ impl Metrics {
             Box::new(failures.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(lock_wait.clone()),
             Box::new(lock_waiters.clone()),
+            Box::new(sale_steps.clone()),
             Box::new(fencing_refusals.clone()),
             Box::new(lock_mode.clone()),
             Box::new(info),
@@ -128,6 +183,7 @@ impl Metrics {
             failures,
             lock_wait,
             lock_waiters,
+            sale_steps,
             fencing_refusals,
             lock_mode,
             mode_switches,
@@ -147,6 +203,13 @@ impl Metrics {
     /// A grant, after waiting `seconds` for it.
     pub fn record_lock_wait(&self, seconds: f64) {
         self.lock_wait.observe(seconds);
+    }
+
+    /// One step of a sale took `took`.
+    pub fn record_step(&self, step: SaleStep, took: std::time::Duration) {
+        self.sale_steps
+            .with_label_values(&[step.name()])
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a buyer as waiting for the lock until the returned guard is dropped.

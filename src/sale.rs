@@ -51,7 +51,7 @@ use crate::grant_log::{self, unix_us, GrantRecord};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
-use crate::metrics::{FencedStep, Metrics};
+use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
@@ -203,7 +203,10 @@ impl Sale {
             granted_at_us,
             released_at_us: unix_us(),
         };
-        match guard.release().await {
+        let releasing = Instant::now();
+        let released = guard.release().await;
+        self.metrics.record_step(SaleStep::Release, releasing.elapsed());
+        match released {
             Ok(()) => {}
             // A fenced sale cannot have overlapped another holder's; an unfenced one may have.
             Err(LockError::Lost { key }) => {
@@ -241,9 +244,12 @@ impl Sale {
             ),
             None => None,
         };
+        let asked = Instant::now();
+        self.metrics.record_step(SaleStep::Queued, asked - waiting_since);
         let owner = Owner::new(&self.seller.instance);
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(asked);
         let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
+        self.metrics.record_step(SaleStep::Lock, asked.elapsed());
         Ok((turn, guard))
     }
 
@@ -261,7 +267,10 @@ impl Sale {
         };
 
         // 2. Read and check.
-        let stock = match self.store.read(token, &sale_id).await? {
+        let reading = Instant::now();
+        let read = self.store.read(token, &sale_id).await;
+        self.metrics.record_step(SaleStep::Read, reading.elapsed());
+        let stock = match read? {
             StockRead::Stock(stock) => stock,
             StockRead::Fenced { newest } => {
                 tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
@@ -297,7 +306,10 @@ impl Sale {
             lock_wait_ms,
             locked_at_ms,
         );
-        match self.store.write(&record, stock - 1, token).await {
+        let writing = Instant::now();
+        let written = self.store.write(&record, stock - 1, token).await;
+        self.metrics.record_step(SaleStep::Write, writing.elapsed());
+        match written {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
             Ok(WriteOutcome::Fenced) => {
                 tracing::warn!(token = ?token, "the stock refused a write: another holder read in between");

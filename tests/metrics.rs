@@ -68,6 +68,20 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
         Some(0.0),
         "nobody waits now: {after}"
     );
+    // Each step of the three granted sales; the write only for the two that sold; the
+    // refused buyer queued (and timed out in the lock, so its lock step is not counted).
+    for (step, count) in [
+        ("queued", 4.0),
+        ("lock", 3.0),
+        ("read", 3.0),
+        ("write", 2.0),
+        ("release", 3.0),
+    ] {
+        let counted = format!(r#"seckill_sale_step_seconds_count{{step="{step}"}}"#);
+        assert_eq!(sample(&after, &counted), Some(count), "{step}: {after}");
+        let took = sample(&after, &format!(r#"seckill_sale_step_seconds_sum{{step="{step}"}}"#)).unwrap();
+        assert!(took > 0.0 && took < 5.0, "{step} took {took} s in all: {after}");
+    }
     assert!(after.contains("# TYPE seckill_lock_wait_seconds histogram"), "{after}");
     assert!(after.contains("# TYPE seckill_units_sold_total counter"), "{after}");
     app.stop().await.unwrap();

@@ -21,6 +21,8 @@
 
 pub mod bound;
 
+pub mod breakdown;
+
 pub mod sustained;
 
 pub mod cpu;
@@ -35,6 +37,7 @@ use seckill::strategy::{FencingStatus, Strategy};
 use crate::latency::Latencies;
 use crate::verdict::{Options, Report, Verdict};
 use bound::{RoundTrip, Step};
+use breakdown::StepTime;
 use cpu::{CpuReport, Watched};
 use sustained::{Load, Throughput};
 
@@ -130,6 +133,10 @@ pub struct StrategyBench {
     pub sustained_windows: usize,
     /// Over every sustained window together.
     pub sustained_cpu: CpuReport,
+    /// Each step's mean over the sustained windows, from the instances' `/metrics`
+    /// (empty for a peer without them, or results written before they existed).
+    #[serde(default)]
+    pub sustained_steps: Vec<StepTime>,
 }
 
 impl StrategyBench {
@@ -247,6 +254,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         name: "load generator".into(),
         pid: std::process::id(),
     });
+    let steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
     let before = cpu::sample(&watched);
     let started = std::time::Instant::now();
     let mut windows = Vec::new();
@@ -261,6 +269,12 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         &cpu::sample(&watched),
         started.elapsed().as_secs_f64(),
     );
+    let sustained_steps = match (steps_before, breakdown::scrape(&options.crowd.hosts).await.ok()) {
+        (Some(before), Some(after)) => {
+            breakdown::step_times(&breakdown::step_sums(&before), &breakdown::step_sums(&after))
+        }
+        _ => Vec::new(),
+    };
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -281,6 +295,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         sustained_spread,
         sustained_windows: options.sustained_runs.max(1),
         sustained_cpu,
+        sustained_steps,
     })
 }
 

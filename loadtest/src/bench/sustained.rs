@@ -22,6 +22,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
+use super::breakdown::HandOver;
 use crate::latency::Latencies;
 use crate::verdict::checker::{self, Verdict};
 use crate::verdict::crowd::{self, answer_of, Answer, Tally};
@@ -53,6 +54,10 @@ pub struct Throughput {
     pub p99_ms: f64,
     /// The sale read back from Redis after the window: held, oversold or lost.
     pub verdict: Verdict,
+    /// The window's hand-overs, from the grant log; `None` without a lock, or from
+    /// results written before it existed.
+    #[serde(default)]
+    pub hand_over: Option<HandOver>,
 }
 
 /// The answers that fell inside the timed window.
@@ -98,6 +103,7 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
         p50_ms: window.latencies.percentile_ms(0.50),
         p99_ms: window.latencies.percentile_ms(0.99),
         verdict: judgement.verdict,
+        hand_over: HandOver::of(&sale.grants),
     })
 }
 

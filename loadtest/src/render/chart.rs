@@ -239,6 +239,66 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
     svg
 }
 
+/// Horizontal stacked bars: one bar per row, one segment per series, the total at the end.
+pub fn stacked_bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str) -> String {
+    const FONT: f64 = 11.0;
+    const ROW: f64 = 20.0;
+    const PLOT: f64 = 500.0;
+    const LEGEND_STEP: f64 = 150.0;
+    let total = |values: &[f64]| values.iter().copied().filter(|v| *v > 0.0).sum::<f64>();
+    let max = rows.iter().map(|(_, values)| total(values)).fold(1e-9, f64::max);
+    let label_width = rows
+        .iter()
+        .map(|(label, _)| text_width(label, FONT) + 12.0)
+        .fold(80.0, f64::max);
+    let legend_edge = series.len().saturating_sub(1) as f64 * LEGEND_STEP
+        + series.last().map_or(0.0, |name| 14.0 + text_width(name, FONT));
+    let width = label_width + (PLOT + 90.0).max(legend_edge) + 8.0;
+    let height = 30.0 + ROW * rows.len() as f64;
+    let mut svg = svg_open(width, height, FONT as u32);
+    for (i, name) in series.iter().enumerate() {
+        let left = label_width + i as f64 * LEGEND_STEP;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{left:.1}\" y=\"4\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\">{}</text>",
+            COLORS[i % COLORS.len()],
+            left + 14.0,
+            escape(name)
+        );
+    }
+    for (row, (label, values)) in rows.iter().enumerate() {
+        let y = 24.0 + row as f64 * ROW;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            label_width - 6.0,
+            y + ROW - 7.0,
+            escape(label)
+        );
+        let mut left = label_width;
+        for (i, value) in values.iter().enumerate().filter(|(_, value)| **value > 0.0) {
+            let bar = value / max * PLOT;
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{left:.1}\" y=\"{y}\" width=\"{bar:.1}\" height=\"{}\" fill=\"{}\"><title>{}: {value:.2} {unit}</title></rect>",
+                ROW - 4.0,
+                COLORS[i % COLORS.len()],
+                escape(series.get(i).copied().unwrap_or(""))
+            );
+            left += bar;
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\">{:.2} {unit}</text>",
+            left + 4.0,
+            y + ROW - 7.0,
+            total(values)
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
 /// One cumulative curve per strategy: waited at most x (log scale, 0.01 ms to the
 /// longest wait) for the fraction y of answers.
 pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {

@@ -11,7 +11,7 @@ use std::fmt::Write;
 use crate::bench::lockbench::Run;
 use crate::bench::{StrategyBench, TARGET_RATIO};
 
-use super::chart::{bars, comparison_svg, lock_wait_curves, Scale};
+use super::chart::{bars, comparison_svg, lock_wait_curves, stacked_bars, Scale};
 use super::document::{self, Table};
 use super::{escape, tables};
 
@@ -113,6 +113,33 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         "",
         Scale::Linear,
         Some(TARGET_RATIO),
+    ));
+
+    section(
+        &mut page,
+        "Where the time goes",
+        "Under sustained load, the mean of one sale on the critical path, in ms: the stock's read and write and the rest of the hold (the service's own work between grant and release), then the hand-over gap from the release to the next grant, on either instance (the lock's share: the release's way to the backend, the wake-up, the next acquire).",
+    );
+    let rows: Vec<(String, Vec<f64>)> = benches
+        .iter()
+        .filter(|b| b.critical_path.is_some())
+        .filter_map(|b| {
+            let hand_over = b.sustained.hand_over.as_ref()?;
+            let step = |name: &str| {
+                b.sustained_steps
+                    .iter()
+                    .find(|step| step.step == name)
+                    .map_or(0.0, |step| step.mean_ms)
+            };
+            let (read, write) = (step("read"), step("write"));
+            let rest = (hand_over.mean_hold_ms - read - write).max(0.0);
+            Some((b.label.clone(), vec![read, write, rest, hand_over.mean_gap_ms]))
+        })
+        .collect();
+    page.push_str(&stacked_bars(
+        &rows,
+        &["read", "write", "rest of the hold", "hand-over gap"],
+        "ms",
     ));
 
     section(

@@ -87,8 +87,73 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              {TARGET_RATIO} of the backend bound, serial at least {SERIAL_TARGET_RATIO} of the serial bound."
         )),
         Block::Table(rates(benches)),
+        Block::Text(
+            "Where the time goes under sustained load, means in ms (`loadtest/src/bench/breakdown.rs`): each step \
+             of a sale as the service timed it (`seckill_sale_step_seconds` in /metrics), then, from the grant log, \
+             the hold (grant to release sent) and the hand-over gap (release sent to the next grant, on whichever \
+             instance), split by whether the next holder was on the same instance or the other. Under contention \
+             hold + gap is one sale of the critical path, about 1000 / sales per second."
+                .to_owned(),
+        ),
+        Block::Table(time_spent(benches)),
         Block::Text(ordering(benches)),
     ]
+}
+
+/// Each strategy's steps and hand-over, for those that hold a lock.
+fn time_spent(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("queued", Right),
+        ("lock", Right),
+        ("read", Right),
+        ("write", Right),
+        ("release", Right),
+        ("hold", Right),
+        ("hand-over gap (median)", Right),
+        ("to the other instance: share, gap", Right),
+        ("same instance: gap", Right),
+        ("hold + gap / 1000 per sale", Right),
+    ]);
+    for bench in benches {
+        let Some(hand_over) = &bench.sustained.hand_over else {
+            continue;
+        };
+        if bench.critical_path.is_none() {
+            continue; // nothing serializes the baselines' sales
+        }
+        let step = |name: &str| {
+            bench
+                .sustained_steps
+                .iter()
+                .find(|step| step.step == name && step.count > 0.0)
+                .map_or_else(|| MISSING.to_owned(), |step| format!("{:.2}", step.mean_ms))
+        };
+        let handovers = hand_over.grants.saturating_sub(1).max(1);
+        let per_sale_ms = 1000.0 / bench.sustained.sales_per_second.max(f64::MIN_POSITIVE);
+        table.push(vec![
+            bench.label.clone(),
+            step("queued"),
+            step("lock"),
+            step("read"),
+            step("write"),
+            step("release"),
+            format!("{:.2}", hand_over.mean_hold_ms),
+            format!("{:.2} ({:.2})", hand_over.mean_gap_ms, hand_over.median_gap_ms),
+            format!(
+                "{:.0}%, {:.2}",
+                100.0 * hand_over.across_instances as f64 / handovers as f64,
+                hand_over.mean_gap_across_ms
+            ),
+            format!("{:.2}", hand_over.mean_gap_within_ms),
+            format!(
+                "{:.2} / {:.2}",
+                hand_over.mean_hold_ms + hand_over.mean_gap_ms,
+                per_sale_ms
+            ),
+        ]);
+    }
+    table
 }
 
 fn spread(s: &Spread, digits: usize) -> String {
