@@ -71,6 +71,11 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 permits: config.mysql_permits(),
             };
             let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
+            // While degraded the lock Redis is down: the MySQL lock's notices go on the stock Redis.
+            let mysql_lock = match release_notices(config, redis).await? {
+                Some(notices) => mysql_lock.with_release_notices(notices),
+                None => mysql_lock,
+            };
             let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
             let mode_name = degrade_mode_name(config, &lock_redis).await?;
             let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())

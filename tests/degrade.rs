@@ -210,3 +210,41 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
         instance.stop().await.unwrap();
     }
 }
+
+/// In Redis mode a waiter of another instance is woken by the release script's
+/// announcement, as the `redis` lock's waiters are, and does not wait for its next poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_redis_mode_a_release_wakes_a_waiter_of_another_instance_at_once() {
+    let lock_redis = PrivateRedis::start();
+    let mode_name = common::unique_key("wake-up");
+    let holder = std::sync::Arc::new(instance(&lock_redis, &mode_name, Duration::from_secs(5)).await);
+    let waiter = std::sync::Arc::new(instance(&lock_redis, &mode_name, Duration::from_secs(5)).await);
+    let mut gaps = Vec::new();
+    for round in 0..8 {
+        let key = common::unique_key(&format!("wake-{round}"));
+        let held = holder
+            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(mode_of(&holder), Some(Mode::Redis));
+        let waiting = tokio::spawn({
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move {
+                let granted = waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await;
+                (Instant::now(), granted)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await; // the waiter's backoff is at its longest
+        held.release().await.unwrap();
+        let released = Instant::now();
+        let (granted_at, granted) = waiting.await.unwrap();
+        granted.unwrap().release().await.unwrap();
+        gaps.push(granted_at.saturating_duration_since(released));
+    }
+    gaps.sort();
+    println!("redis-degrade, Redis mode: hand-overs {gaps:?}");
+    assert!(
+        gaps[4] < Duration::from_millis(10),
+        "the median hand-over waited for a poll: {gaps:?}"
+    );
+}

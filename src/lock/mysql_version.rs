@@ -170,6 +170,12 @@ impl MySqlVersionLock {
         self
     }
 
+    /// The signal an announced release of `key` fires, with notices; for a lock built
+    /// around this one.
+    pub fn release_signal(&self, key: &str) -> Option<Arc<tokio::sync::Notify>> {
+        self.notices.as_ref().map(|notices| notices.signal(key))
+    }
+
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free.
     async fn attempt(&self, name: &str, owner: &Owner) -> Result<Attempt, sqlx::Error> {
         let read = sqlx::query_as::<_, Row>(READ_ROW)

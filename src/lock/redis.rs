@@ -286,6 +286,11 @@ impl RedisLock {
         }
     }
 
+    /// The signal a release of `key` fires (step 4), for a lock built around this one.
+    pub fn release_signal(&self, key: &str) -> Arc<tokio::sync::Notify> {
+        self.notices.signal(key)
+    }
+
     /// How many keys the waiter map remembers (for the test that it does not grow forever).
     pub fn remembered_keys(&self) -> usize {
         self.notices.remembered_keys()

@@ -101,11 +101,12 @@ use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, L
 
 const BACKEND: &str = "redis-degrade";
 
-/// The critical path from one grant to the next: the `redis` lock's scripts through
-/// this wrapper, but waiters poll (no pub/sub wake-up). See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next, in Redis mode: the `redis` lock's
+/// scripts through this wrapper, its waiters woken by the release script's pub/sub
+/// announcement as the `redis` lock's are. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DEL)", LockRedis, Write, 0.5),
-    step("wake-up (poll, at best)", LockRedis, Read, 0.5),
+    step("release (DEL, PUBLISH)", LockRedis, Write, 0.5),
+    step("wake-up (pub/sub message)", LockRedis, Read, 0.5),
     step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
 ];
 /// How often the lock Redis is probed while degraded.
@@ -477,13 +478,32 @@ impl DistributedLock for DegradingLock {
                 _ => busy(),
             }
         };
-        let wait = |pause: Duration| async move {
-            let now = Instant::now();
-            let until_the_new_epoch = match self.current() {
-                Some(lease) if now < lease.grants_from => lease.grants_from - now,
-                _ => pause,
-            };
-            tokio::time::sleep(until_the_new_epoch.min(deadline.saturating_duration_since(now))).await;
+        // Taken before the first attempt, so a release between a refused attempt and the
+        // wait still wakes it: the Redis lock's own announcements, and the MySQL lock's
+        // notices on the stock Redis when the wiring gave it some.
+        let (redis_released, mysql_released) = (self.redis.release_signal(key), self.mysql.release_signal(key));
+        let wait = |pause: Duration| {
+            let (redis_released, mysql_released) = (redis_released.clone(), mysql_released.clone());
+            async move {
+                let now = Instant::now();
+                let left = deadline.saturating_duration_since(now);
+                if let Some(lease) = self.current().filter(|lease| now < lease.grants_from) {
+                    // Step 3: no grant before the new epoch starts; a notice cannot change that.
+                    tokio::time::sleep((lease.grants_from - now).min(left)).await;
+                    return;
+                }
+                let mysql_released = async {
+                    match &mysql_released {
+                        Some(signal) => signal.notified().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(pause.min(left)) => {}
+                    () = redis_released.notified() => {}
+                    () = mysql_released => {}
+                }
+            }
         };
         poll_until_granted(key, timeout, attempt, wait).await
     }
