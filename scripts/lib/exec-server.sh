@@ -33,7 +33,7 @@
 #       writes DIR/conf/zoo.cfg (data in DIR/data), then exec java -Xmx256m ... QuorumPeerMain.
 #       Without MYID, a standalone server. With it, the ensemble member MYID (written to
 #       DIR/data/myid) of the SERVER_LINEs, "server.1=127.0.0.1:2881:3881"-style.
-#       Answers the four-letter words ruok and srvr; the admin server is off; no cap on
+#       Answers the four-letter words ruok, srvr and mntr (make bench reads its packet count); the admin server is off; no cap on
 #       connections from one address (the default, 60, is shared by every test on 127.0.0.1).
 #
 #   exec-server.sh mariadb DIR PORT
@@ -105,7 +105,7 @@ dataDir=$dir/data
 clientPort=$client
 clientPortAddress=127.0.0.1
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr
+4lw.commands.whitelist=ruok,srvr,mntr
 maxClientCnxns=0
 CFG
   if (($# > 0)); then

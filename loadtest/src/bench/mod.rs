@@ -23,6 +23,8 @@ pub mod bound;
 
 pub mod breakdown;
 
+pub mod server_requests;
+
 pub mod sustained;
 
 pub mod cpu;
@@ -39,6 +41,7 @@ use crate::verdict::{Options, Report, Verdict};
 use bound::{RoundTrip, Step};
 use breakdown::StepTime;
 use cpu::{CpuReport, Watched};
+use server_requests::RequestRate;
 use sustained::{Load, Throughput};
 
 /// A safe lock should sell at least this fraction of its backend bound under sustained load.
@@ -137,6 +140,9 @@ pub struct StrategyBench {
     /// (empty for a peer without them, or results written before they existed).
     #[serde(default)]
     pub sustained_steps: Vec<StepTime>,
+    /// What the servers answered per unit sold over the sustained windows, busiest first.
+    #[serde(default)]
+    pub sustained_requests: Vec<RequestRate>,
 }
 
 impl StrategyBench {
@@ -255,12 +261,16 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         pid: std::process::id(),
     });
     let steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
+    let requests_before = server_requests::read(strategy, &options.config).await;
     let before = cpu::sample(&watched);
     let started = std::time::Instant::now();
     let mut windows = Vec::new();
     for _ in 0..options.sustained_runs.max(1) {
         windows.push(sustained::measure(&options.crowd, &options.sustained).await?);
     }
+    let requests_after = server_requests::read(strategy, &options.config).await;
+    let sold_in_windows = windows.iter().map(|window| window.sold).sum();
+    let sustained_requests = server_requests::per_sale(&requests_before, &requests_after, sold_in_windows);
     let sustained_spread = Spread::of(windows.iter().map(|window| window.sales_per_second));
     let sustained = median_window(windows);
     let sustained_cpu = cpu::between(
@@ -296,6 +306,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         sustained_windows: options.sustained_runs.max(1),
         sustained_cpu,
         sustained_steps,
+        sustained_requests,
     })
 }
 

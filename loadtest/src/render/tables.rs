@@ -96,8 +96,30 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
                 .to_owned(),
         ),
         Block::Table(time_spent(benches)),
+        Block::Text(
+            "What the servers answered per unit sold under sustained load, busiest first, waiters and \
+             renewals included, from each server's own counters (`loadtest/src/bench/server_requests.rs`): \
+             Redis `INFO commandstats`, etcd's gRPC messages, MySQL's `Com_*` statements, ZooKeeper's packets."
+                .to_owned(),
+        ),
+        Block::Table(server_requests(benches)),
         Block::Text(ordering(benches)),
     ]
+}
+
+/// The busiest requests per sale of each strategy's servers.
+fn server_requests(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[("strategy", Left), ("requests per unit sold", Left)]);
+    for bench in benches.iter().filter(|bench| !bench.sustained_requests.is_empty()) {
+        let busiest: Vec<String> = bench
+            .sustained_requests
+            .iter()
+            .take(8)
+            .map(|rate| format!("{} {} {:.2}", rate.server, rate.request, rate.per_sale))
+            .collect();
+        table.push(vec![bench.label.clone(), busiest.join(", ")]);
+    }
+    table
 }
 
 /// Each strategy's steps and hand-over, for those that hold a lock.
