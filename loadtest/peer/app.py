@@ -7,9 +7,10 @@ Python developer would write it with Starlette and redis-py's own lock.
 
 It speaks just enough of seckill's protocol (same Redis keys, same answers) for the
 load test and its checker to judge it like any strategy. It has no fencing token (a
-redis-py lock has none), and it waits for the lock the way redis-py does by default:
-it tries again every 100 ms. (Retrying every 1 ms instead was slower still when we
-measured it: 250 waiters per instance polling that often keep Python's one core busy.)
+redis-py lock has none), and it waits for the lock the way redis-py does: it tries
+again every `sleep` seconds, 0.1 by default. PEER_LOCK_SLEEP sets it; `make bench`
+runs the peer at the interval that sold most when measured on this machine (the
+README's bench section shows the sweep), said in the row's label.
 
 Run as two instances, as seckill is (scripts/bench.sh does this):
     PEER_PORT=8080 uvicorn app:app --port 8080 --no-access-log
@@ -26,6 +27,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 PORT = int(os.environ.get("PEER_PORT", "8080"))
+# redis-py's poll interval while the lock is busy, in seconds (its default is 0.1).
+LOCK_SLEEP = float(os.environ.get("PEER_LOCK_SLEEP", "0.1"))
 INSTANCE = f"python-peer-{PORT}"
 # A pool that makes a request wait for a free connection instead of failing with "Too
 # many connections" when 250 buyers arrive at once.
@@ -38,7 +41,7 @@ REDIS = redis.Redis(connection_pool=POOL)
 async def reduce(request):
     waiting_since = time.time()
     # One Lock object per request: redis-py keeps the owner's token in it.
-    lock = REDIS.lock("lock:stock", timeout=3, blocking_timeout=10)
+    lock = REDIS.lock("lock:stock", timeout=3, sleep=LOCK_SLEEP, blocking_timeout=10)
     if not await lock.acquire():
         return JSONResponse({"error": "lock_timeout", "message": "the lock stayed busy for 10 s"}, status_code=503)
     locked_at = time.time()
