@@ -175,6 +175,14 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             "Acquire+release pairs per second, without the sale.",
         );
         page.push_str(&tables::lockbench(runs).html());
+        if runs.iter().any(|run| run.recipe_of.is_some()) {
+            section(
+                &mut page,
+                "Ours against the recipes people use",
+                "Each canonical recipe (loadtest/peers/) beside our lock on the same backend, one key, the same contenders, measured in the same run.",
+            );
+            page.push_str(&tables::against_recipes(runs).html());
+        }
     }
     page.push_str("</body></html>\n");
     page
