@@ -24,7 +24,10 @@ bench:
 	scripts/bench.sh
 
 ## make lockbench: each lock alone, without the sale: acquire+release pairs per second at
-## 1, 16 and 64 contenders, on one key and on a key each; JSON in .run/results/lockbench.json.
+## 1, 16 and 64 contenders, on one key and on a key each; then the recipes people use on the
+## same servers (Curator, etcd's concurrency.Mutex, redis-py, python-redis-lock, pottery's
+## Redlock; each installed on first use, loadtest/peers/) and ours against each;
+## JSON in .run/results/lockbench.json.
 lockbench: services
 	cargo build --release -p loadtest --bin lockbench
 	target/release/lockbench --json .run/results/lockbench.json
