@@ -74,6 +74,8 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
         ..options.clone()
     };
     let target = crowd::prepare(&options).await?;
+    // Grants logged before this window (a peer that keeps no grant log resets none) are not its hand-overs.
+    let window_opened_us = seckill::grant_log::unix_us();
     let tally = Arc::new(Mutex::new(Tally::default()));
     let window = Arc::new(Mutex::new(Window::default()));
     let counted_from = Instant::now() + WARM_UP;
@@ -103,7 +105,14 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
         p50_ms: window.latencies.percentile_ms(0.50),
         p99_ms: window.latencies.percentile_ms(0.99),
         verdict: judgement.verdict,
-        hand_over: HandOver::of(&sale.grants),
+        hand_over: HandOver::of(
+            &sale
+                .grants
+                .iter()
+                .filter(|grant| grant.granted_at_us >= window_opened_us)
+                .cloned()
+                .collect::<Vec<_>>(),
+        ),
     })
 }
 
