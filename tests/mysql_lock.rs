@@ -178,3 +178,47 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     assert_eq!(third_token.counter, row_id().await);
     third.release().await.unwrap();
 }
+
+/// Statements of one kind (`Com_update`, `Com_delete`) that `pool`'s only connection has run so far.
+async fn statements_run(pool: &MySqlPool, kind: &str) -> u64 {
+    let (_, count): (String, String) = sqlx::query_as("SHOW SESSION STATUS WHERE Variable_name = ?")
+        .bind(kind)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    count.parse().unwrap()
+}
+
+/// The release is on every hand-over's path, so it is one statement: a grant that was
+/// not re-entered deletes its row at once, without first trying to lower a hold count.
+/// (Before 2026-11-24 it sent the decrement first: two writes per release.)
+#[tokio::test]
+async fn a_release_that_ends_the_last_hold_is_one_delete() {
+    let one_connection = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&common::mysql_url())
+        .await
+        .unwrap();
+    let lock = MySqlLock::new(one_connection.clone(), options(5000, false));
+    let name = common::unique_key("one-delete");
+    let held = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let (updates, deletes) = (
+        statements_run(&one_connection, "Com_update").await,
+        statements_run(&one_connection, "Com_delete").await,
+    );
+    held.release().await.unwrap();
+    assert_eq!(
+        statements_run(&one_connection, "Com_update").await - updates,
+        0,
+        "no decrement tried"
+    );
+    assert_eq!(
+        statements_run(&one_connection, "Com_delete").await - deletes,
+        1,
+        "one delete"
+    );
+    assert_eq!(hold_count(&one_connection, &name).await, None, "the row is gone");
+}

@@ -11,9 +11,9 @@
 //!    key on `name` does the locking: a second insert for a held name fails with a
 //!    duplicate-key error, which means "held". The same insert numbers the grant: the
 //!    row's `grant_id` is AUTO_INCREMENT, and that id is the fencing token (step 5).
-//! 2. **Reentrant.** On a duplicate key, the same owner finds its own row and raises its
-//!    hold count (`UPDATE ... WHERE name = ? AND owner = ?`). Release lowers it, and
-//!    deletes the row when it reaches zero, only for its own owner and token.
+//! 2. **Reentrant.** On a duplicate key, one read says who holds the row; the same owner
+//!    raises its hold count (`UPDATE ... WHERE name = ? AND owner = ?`). Release lowers
+//!    it, and deletes the row with the last hold, only for its own owner and token.
 //! 3. **Expiry.** A holder that vanished does not block forever: a row past `expires_at`
 //!    is deleted by one conditional `DELETE ... WHERE name = ? AND expires_at <= NOW(3)`,
 //!    and the taker inserts its own row (step 1) for a new id. InnoDB locks the row and
@@ -41,9 +41,10 @@
 //! - **One database.** The lock is as available as the database; a failover that loses
 //!   the last commits can lose a grant, and then two holders exist (the fencing token
 //!   still orders them).
-//! - **Cost.** A grant is two statements (the insert, and the release), a refused
-//!   attempt up to three (the insert, the re-entry check, the take-over check); every
-//!   waiter polls, woken early by a release notice. Each statement commits on its own,
+//! - **Cost.** A grant is two statements (the insert, and the release's delete), a
+//!   refused attempt two (the insert, and a read of who holds the row and until when);
+//!   only a re-entry or a take-over writes again. Every waiter polls, woken early by a
+//!   release notice. Each statement commits on its own,
 //!   so a waiter never holds the holder's row locked across statements (under InnoDB's
 //!   default isolation an `UPDATE` keeps the rows it scanned locked until its
 //!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
@@ -89,17 +90,21 @@ const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, ex
 /// Step 2: the owner re-enters its own live row. Binds: name, owner.
 const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
      WHERE name = ? AND owner = ? AND expires_at > NOW(3)";
-/// Binds: name.
-const CURRENT_TOKEN: &str = "SELECT grant_id FROM seckill_locks WHERE name = ?";
+/// After a refused insert: who holds the row, whether it expired, its token. Binds: name.
+const READ_HOLDER: &str =
+    "SELECT owner, CAST(expires_at <= NOW(3) AS SIGNED), grant_id FROM seckill_locks WHERE name = ?";
 /// Step 3: clear an expired row, so that the taker can insert its own. Binds: name.
 const DELETE_EXPIRED: &str = "DELETE FROM seckill_locks WHERE name = ? AND expires_at <= NOW(3)";
 /// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
 const RENEW: &str = "UPDATE seckill_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND owner = ? AND grant_id = ? AND expires_at > NOW(3)";
-/// Release of a re-entered hold. Binds: name, owner, token.
+/// Release of a hold that is not the last. Binds: name, owner, token.
 const RELEASE_ONE_HOLD: &str = "UPDATE seckill_locks SET hold_count = hold_count - 1 \
      WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count > 1";
 /// Release of the last hold. Binds: name, owner, token.
+const DELETE_LAST_HOLD: &str =
+    "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count = 1";
+/// Shutdown: the row, whatever its hold count. Binds: name, owner, token.
 const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND grant_id = ?";
 /// The sweeper: rows expired for a whole TTL already. Binds: ttl in microseconds.
 const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
@@ -190,24 +195,29 @@ impl MySqlLock {
         if let Some(token) = self.insert_row(name, owner).await? {
             return Ok(Some((Granted::Fresh, token)));
         }
-        let reentered = sqlx::query(REENTER)
+        // Held: one read says by whom and until when, so that a refused attempt costs a
+        // write and a read, and only the rare re-entry or take-over writes again.
+        let holder: Option<(String, i64, u64)> = sqlx::query_as(READ_HOLDER)
             .bind(name)
-            .bind(owner.as_str())
-            .execute(&self.pool)
+            .fetch_optional(&self.pool)
             .await?;
-        if reentered.rows_affected() == 1 {
-            let token: u64 = sqlx::query_scalar(CURRENT_TOKEN)
-                .bind(name)
-                .fetch_one(&self.pool)
-                .await?;
-            return Ok(Some((Granted::Reentered, token)));
+        match holder {
+            Some((holder, expired, token)) if holder == owner.as_str() && expired == 0 => {
+                let reentered = sqlx::query(REENTER)
+                    .bind(name)
+                    .bind(owner.as_str())
+                    .execute(&self.pool)
+                    .await?;
+                Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, token)))
+            }
+            Some((_, expired, _)) if expired != 0 => {
+                sqlx::query(DELETE_EXPIRED).bind(name).execute(&self.pool).await?;
+                // Another taker may insert first; then its row is the grant, and ours is "held".
+                Ok(self.insert_row(name, owner).await?.map(|token| (Granted::Fresh, token)))
+            }
+            Some(_) => Ok(None), // held, and alive
+            None => Ok(None),    // released since our insert: the next attempt finds it free
         }
-        let cleared = sqlx::query(DELETE_EXPIRED).bind(name).execute(&self.pool).await?;
-        if cleared.rows_affected() == 0 {
-            return Ok(None); // held, and alive
-        }
-        // Another taker may insert first; then its row is the grant, and ours is "held".
-        Ok(self.insert_row(name, owner).await?.map(|token| (Granted::Fresh, token)))
     }
 
     /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
@@ -268,6 +278,8 @@ struct MySqlGrant {
     name: String,
     owner: String,
     token: u64,
+    /// The owner took the row again while holding it: this hold is seldom the last.
+    reentered: bool,
     held: HeldGrants<u64, (String, String)>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
@@ -276,25 +288,30 @@ struct MySqlGrant {
 
 impl MySqlGrant {
     /// Step 2's release: one hold less, and the row gone with the last. `true` if it was ours.
+    /// A fresh grant is nearly always the last hold, a re-entered one nearly never: each
+    /// first tries the statement that usually ends it, so a release is one round trip.
     async fn give_back(&self) -> Result<bool, sqlx::Error> {
-        let (name, owner, token) = (self.name.as_str(), self.owner.as_str(), self.token);
-        let one_less = sqlx::query(RELEASE_ONE_HOLD)
-            .bind(name)
-            .bind(owner)
-            .bind(token)
-            .execute(&self.pool)
-            .await?;
-        if one_less.rows_affected() == 1 {
-            return Ok(true);
+        let order = if self.reentered {
+            [RELEASE_ONE_HOLD, DELETE_LAST_HOLD]
+        } else {
+            [DELETE_LAST_HOLD, RELEASE_ONE_HOLD]
+        };
+        for statement in order {
+            let changed = sqlx::query(statement)
+                .bind(&self.name)
+                .bind(&self.owner)
+                .bind(self.token)
+                .execute(&self.pool)
+                .await?;
+            if changed.rows_affected() == 1 {
+                if statement == DELETE_LAST_HOLD {
+                    self.held.remove(&self.token);
+                }
+                return Ok(true);
+            }
         }
-        let deleted = sqlx::query(DELETE_ROW)
-            .bind(name)
-            .bind(owner)
-            .bind(token)
-            .execute(&self.pool)
-            .await?;
-        self.held.remove(&token);
-        Ok(deleted.rows_affected() == 1)
+        self.held.remove(&self.token); // neither: the row was no longer ours
+        Ok(false)
     }
 }
 
@@ -363,6 +380,7 @@ impl DistributedLock for MySqlLock {
             name: key.to_owned(),
             owner: owner.as_str().to_owned(),
             token,
+            reentered: matches!(granted, Granted::Reentered),
             held: self.held.clone(),
             lease: keeper,
             notices: self.notices.clone(),
