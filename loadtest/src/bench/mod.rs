@@ -136,6 +136,9 @@ pub struct StrategyBench {
     pub sustained_windows: usize,
     /// Over every sustained window together.
     pub sustained_cpu: CpuReport,
+    /// Each step's mean over the serial windows, one client alone (see `sustained_steps`).
+    #[serde(default)]
+    pub serial_steps: Vec<StepTime>,
     /// Each step's mean over the sustained windows, from the instances' `/metrics`
     /// (empty for a peer without them, or results written before they existed).
     #[serde(default)]
@@ -235,11 +238,13 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         connections: 1,
         seconds: options.serial_seconds,
     };
+    let serial_steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
     let mut serial_windows = Vec::new();
     for _ in 0..options.sustained_runs.max(1) {
         serial_windows.push(sustained::measure(&one_client, &one_connection).await?);
     }
     let serial = median_window(serial_windows);
+    let serial_steps = steps_between(serial_steps_before, &options.crowd.hosts).await;
     bound::keep_quickest(
         &mut round_trips,
         bound::measure_round_trips(strategy, &options.config).await?,
@@ -279,12 +284,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         &cpu::sample(&watched),
         started.elapsed().as_secs_f64(),
     );
-    let sustained_steps = match (steps_before, breakdown::scrape(&options.crowd.hosts).await.ok()) {
-        (Some(before), Some(after)) => {
-            breakdown::step_times(&breakdown::step_sums(&before), &breakdown::step_sums(&after))
-        }
-        _ => Vec::new(),
-    };
+    let sustained_steps = steps_between(steps_before, &options.crowd.hosts).await;
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -305,9 +305,20 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         sustained_spread,
         sustained_windows: options.sustained_runs.max(1),
         sustained_cpu,
+        serial_steps,
         sustained_steps,
         sustained_requests,
     })
+}
+
+/// Each step's mean since the `/metrics` pages `before` (none: a peer without them).
+async fn steps_between(before: Option<Vec<String>>, hosts: &[String]) -> Vec<StepTime> {
+    match (before, breakdown::scrape(hosts).await.ok()) {
+        (Some(before), Some(after)) => {
+            breakdown::step_times(&breakdown::step_sums(&before), &breakdown::step_sums(&after))
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// The window with the median rate, carrying the verdict of the worst: every window

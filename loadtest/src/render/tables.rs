@@ -122,6 +122,27 @@ fn server_requests(benches: &[StrategyBench]) -> Table {
     table
 }
 
+/// One client alone: the time its sales spent in the lock's and the stock's round trips,
+/// against the whole of a sale as the client saw it; the rest is HTTP and the service.
+fn serial_round_trips(bench: &StrategyBench) -> String {
+    let mean = |name: &str| {
+        bench
+            .serial_steps
+            .iter()
+            .find(|step| step.step == name && step.count > 0.0)
+            .map(|step| step.mean_ms)
+    };
+    let steps: Option<Vec<f64>> = ["lock", "read", "write", "release"].into_iter().map(mean).collect();
+    match steps {
+        Some(steps) if bench.serial.sales_per_second > 0.0 => format!(
+            "{:.2} / {:.2}",
+            steps.iter().sum::<f64>(),
+            1000.0 / bench.serial.sales_per_second
+        ),
+        _ => MISSING.to_owned(),
+    }
+}
+
 /// Each strategy's steps and hand-over, for those that hold a lock.
 fn time_spent(benches: &[StrategyBench]) -> Table {
     let mut table = Table::new(&[
@@ -136,6 +157,7 @@ fn time_spent(benches: &[StrategyBench]) -> Table {
         ("to the other instance: share, gap", Right),
         ("same instance: gap", Right),
         ("hold + gap / 1000 per sale", Right),
+        ("serial: lock + read + write + release / 1000 per sale", Right),
     ]);
     for bench in benches {
         let Some(hand_over) = &bench.sustained.hand_over else {
@@ -173,6 +195,7 @@ fn time_spent(benches: &[StrategyBench]) -> Table {
                 hand_over.mean_hold_ms + hand_over.mean_gap_ms,
                 per_sale_ms
             ),
+            serial_round_trips(bench),
         ]);
     }
     table
