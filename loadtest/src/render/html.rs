@@ -115,11 +115,6 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         Some(TARGET_RATIO),
     ));
 
-    section(
-        &mut page,
-        "Where the time goes",
-        "Under sustained load, the mean of one sale on the critical path, in ms: the stock's read and write and the rest of the hold (the service's own work between grant and release), then the hand-over gap from the release to the next grant, on either instance (the lock's share: the release's way to the backend, the wake-up, the next acquire).",
-    );
     let rows: Vec<(String, Vec<f64>)> = benches
         .iter()
         .filter(|b| b.critical_path.is_some())
@@ -136,11 +131,19 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             Some((b.label.clone(), vec![read, write, rest, hand_over.mean_gap_ms]))
         })
         .collect();
-    page.push_str(&stacked_bars(
-        &rows,
-        &["read", "write", "rest of the hold", "hand-over gap"],
-        "ms",
-    ));
+    // Results written before the service timed its steps have nothing to show here.
+    if !rows.is_empty() {
+        section(
+            &mut page,
+            "Where the time goes",
+            "Under sustained load, the mean of one sale on the critical path, in ms: the stock's read and write and the rest of the hold (the service's own work between grant and release), then the hand-over gap from the release to the next grant, on either instance (the lock's share: the release's way to the backend, the wake-up, the next acquire).",
+        );
+        page.push_str(&stacked_bars(
+            &rows,
+            &["read", "write", "rest of the hold", "hand-over gap"],
+            "ms",
+        ));
+    }
 
     section(
         &mut page,
