@@ -70,12 +70,9 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 permits: config.mysql_permits(),
             };
-            let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options);
             // While degraded the lock Redis is down: the MySQL lock's notices go on the stock Redis.
-            let mysql_lock = match release_notices(config, redis).await? {
-                Some(notices) => mysql_lock.with_release_notices(notices),
-                None => mysql_lock,
-            };
+            let notices = release_notices(config, redis).await?;
+            let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options).with_release_notices(notices);
             let instance = format!("{}-{:016x}", config.instance_name(), rand::random::<u64>());
             let mode_name = degrade_mode_name(config, &lock_redis).await?;
             let shared = SharedMode::open(pool, &mode_name, &instance, config.lock_ttl())
@@ -110,10 +107,7 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                     config.redlock_urls.join(",")
                 )
             })?;
-            Arc::new(match release_notices(config, redis).await? {
-                Some(notices) => lock.with_release_notices(notices),
-                None => lock,
-            })
+            Arc::new(lock.with_release_notices(release_notices(config, redis).await?))
         }
         Strategy::Etcd => {
             let options = EtcdLockOptions {
@@ -148,11 +142,8 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 permits: config.mysql_permits(),
             };
-            let lock = MySqlLock::new(pool, options);
-            Arc::new(match release_notices(config, redis).await? {
-                Some(notices) => lock.with_release_notices(notices),
-                None => lock,
-            })
+            let notices = release_notices(config, redis).await?;
+            Arc::new(MySqlLock::new(pool, options).with_release_notices(notices))
         }
         Strategy::MysqlVersion => {
             let pool = connect_mysql(config).await?;
@@ -161,11 +152,8 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 renew: true,
                 permits: config.mysql_permits(),
             };
-            let lock = MySqlVersionLock::new(pool, options);
-            Arc::new(match release_notices(config, redis).await? {
-                Some(notices) => lock.with_release_notices(notices),
-                None => lock,
-            })
+            let notices = release_notices(config, redis).await?;
+            Arc::new(MySqlVersionLock::new(pool, options).with_release_notices(notices))
         }
         Strategy::Atomic => return Ok(Guarding::AtomicScript),
     };

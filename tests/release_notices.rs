@@ -86,10 +86,7 @@ async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll()
     };
     let lock = |notices: Option<ReleaseNotices>| async move {
         let lock = MySqlVersionLock::new(common::mysql_pool().await, options);
-        Arc::new(match notices {
-            Some(notices) => lock.with_release_notices(notices),
-            None => lock,
-        }) as Arc<dyn DistributedLock>
+        Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     };
     assert_notices_cut_the_hand_over(
         (lock(Some(notices().await)).await, lock(Some(notices().await)).await),
@@ -108,10 +105,7 @@ async fn a_notice_hands_the_mysql_lock_table_over_without_waiting_for_a_poll() {
     };
     let lock = |notices: Option<ReleaseNotices>| async move {
         let lock = MySqlLock::new(common::mysql_pool().await, options);
-        Arc::new(match notices {
-            Some(notices) => lock.with_release_notices(notices),
-            None => lock,
-        }) as Arc<dyn DistributedLock>
+        Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     };
     assert_notices_cut_the_hand_over(
         (lock(Some(notices().await)).await, lock(Some(notices().await)).await),
@@ -130,10 +124,7 @@ async fn a_notice_hands_redlock_over_without_waiting_for_a_poll() {
     };
     let lock = |notices: Option<ReleaseNotices>| async move {
         let lock = Redlock::connect(&common::redlock_urls(), options).await.unwrap();
-        Arc::new(match notices {
-            Some(notices) => lock.with_release_notices(notices),
-            None => lock,
-        }) as Arc<dyn DistributedLock>
+        Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     };
     assert_notices_cut_the_hand_over(
         (lock(Some(notices().await)).await, lock(Some(notices().await)).await),

@@ -352,8 +352,9 @@ impl Redlock {
     /// Announces this handle's releases and wakes its waiters through `notices`
     /// ([`crate::lock::parts::release_notices`]): a waiter tries as soon as another
     /// instance released, instead of at its next poll. The masters still decide.
-    pub fn with_release_notices(mut self, notices: ReleaseNotices) -> Self {
-        self.notices = Some(Arc::new(notices));
+    /// `None` leaves the waiters polling (`--release-notices false`).
+    pub fn with_release_notices(mut self, notices: Option<ReleaseNotices>) -> Self {
+        self.notices = notices.map(Arc::new);
         self
     }
 
