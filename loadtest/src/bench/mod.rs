@@ -150,15 +150,11 @@ pub struct StrategyBench {
 
 impl StrategyBench {
     pub fn critical_path_round_trips(&self) -> Option<f64> {
-        self.critical_path
-            .as_ref()
-            .map(|path| path.iter().map(|step| step.round_trips).sum())
+        round_trips_of(self.critical_path.as_deref())
     }
 
     pub fn backend_path_round_trips(&self) -> Option<f64> {
-        self.backend_path
-            .as_ref()
-            .map(|path| path.iter().map(|step| step.round_trips).sum())
+        round_trips_of(self.backend_path.as_deref())
     }
 
     /// Sustained sales/s over the lock's protocol bound: how close it runs to its design.
@@ -185,6 +181,10 @@ impl StrategyBench {
         self.crowd.runs_passed == self.crowd.runs
             && (self.expected_to_oversell || (held(self.sustained.verdict) && held(self.serial.verdict)))
     }
+}
+
+fn round_trips_of(path: Option<&[Step]>) -> Option<f64> {
+    path.map(|path| path.iter().map(|step| step.round_trips).sum())
 }
 
 /// Measures one strategy whose two instances are running (see the module notes).
