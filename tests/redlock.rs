@@ -72,6 +72,32 @@ async fn with_two_of_five_masters_gone_it_still_grants_and_a_frozen_master_costs
     );
 }
 
+/// A release is done once a majority has deleted the value: from then on no majority
+/// holds it, and its notice need not wait for the slowest master. With two masters
+/// frozen, the acquire waits out a node timeout for them; the release does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_done_when_a_majority_has_deleted_not_when_the_slowest_answers() {
+    let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
+    let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
+    masters[..2].iter().for_each(PrivateRedis::freeze);
+    let mut releases = Vec::new();
+    for _ in 0..10 {
+        let guard = lock
+            .try_acquire(&common::unique_key("release"), &common::owner())
+            .await
+            .expect("three masters grant");
+        let started = Instant::now();
+        guard.release().await.expect("three masters delete");
+        releases.push(started.elapsed());
+    }
+    releases.sort();
+    println!("release with two masters frozen, sorted: {releases:?}");
+    assert!(
+        releases[5] < NODE_TIMEOUT / 2,
+        "the median release waited for the frozen masters: {releases:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_three_of_five_masters_gone_acquire_fails_and_says_how_many_answered() {
     let mut masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();

@@ -19,7 +19,8 @@
 //! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
 //!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
 //!    drift`, counted from that renewal's start), a majority that no longer holds our
-//!    value ends it. **Release** runs the owner-checked delete everywhere.
+//!    value ends it. **Release** runs the owner-checked delete everywhere, and is done
+//!    when a majority has answered (the slower masters finish in the background).
 //!
 //! ## Limitations
 //! - **No fencing token.** A majority of independent counters is not a counter: two
@@ -75,7 +76,12 @@ const BACKEND: &str = "redlock";
 /// answered, then its notice on the stock Redis wakes a waiter, which asks every master.
 /// Every master is asked at once, so each step costs the slowest master's round trip. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DEL on every master), answered", RedlockMasters, Write, 1.0),
+    step(
+        "release (DEL on every master), answered by a majority",
+        RedlockMasters,
+        Write,
+        1.0,
+    ),
     step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
     step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
 ];
@@ -203,6 +209,16 @@ struct Tally {
     silent: usize,
 }
 
+impl Tally {
+    fn count(&mut self, vote: Vote) {
+        match vote {
+            Vote::Yes => self.yes += 1,
+            Vote::No => self.no += 1,
+            Vote::Silent => self.silent += 1,
+        }
+    }
+}
+
 /// The N masters, and the commands sent to all of them at once.
 struct Masters {
     masters: Vec<Master>,
@@ -218,13 +234,7 @@ impl Masters {
     async fn ask_all(&self, command: &redis::Cmd) -> Tally {
         let votes = join_all(self.masters.iter().map(|master| master.ask(self.node_timeout, command))).await;
         let mut tally = Tally::default();
-        for vote in votes {
-            match vote {
-                Vote::Yes => tally.yes += 1,
-                Vote::No => tally.no += 1,
-                Vote::Silent => tally.silent += 1,
-            }
-        }
+        votes.into_iter().for_each(|vote| tally.count(vote));
         tally
     }
 
@@ -244,10 +254,42 @@ impl Masters {
 
     /// Steps 4 and 5: the owner-checked delete, on every master.
     async fn delete_everywhere(&self, key: &str, value: &str) -> Tally {
-        let mut delete = eval(DELETE_SCRIPT, key);
-        delete.arg(value);
-        self.ask_all(&delete).await
+        self.ask_all(&delete_if_ours(key, value)).await
     }
+
+    /// Step 5's release: the owner-checked delete on every master, answered as soon as
+    /// a majority has deleted the value, or has said it was gone. From then on no
+    /// majority holds it, so a newcomer can be granted, and the release notice need not
+    /// wait for the slowest master's disk. The deletes still on their way go on in the
+    /// background, so no master keeps the value until its lease ends.
+    async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str) -> Tally {
+        let delete = delete_if_ours(key, value);
+        let (send_vote, mut votes) = tokio::sync::mpsc::unbounded_channel();
+        for index in 0..self.masters.len() {
+            let (masters, delete, send_vote) = (self.clone(), delete.clone(), send_vote.clone());
+            tokio::spawn(async move {
+                let vote = masters.masters[index].ask(masters.node_timeout, &delete).await;
+                let _ = send_vote.send(vote);
+            });
+        }
+        drop(send_vote);
+        let (quorum, total) = (self.quorum(), self.masters.len());
+        let mut tally = Tally::default();
+        while let Some(vote) = votes.recv().await {
+            tally.count(vote);
+            if tally.yes >= quorum || tally.no > total - quorum {
+                break;
+            }
+        }
+        tally
+    }
+}
+
+/// The owner-checked delete of `key`, for one master.
+fn delete_if_ours(key: &str, value: &str) -> redis::Cmd {
+    let mut delete = eval(DELETE_SCRIPT, key);
+    delete.arg(value);
+    delete
 }
 
 /// `EVAL <script> 1 <key>`, arguments to follow: one plain command that every master
@@ -411,7 +453,7 @@ impl Release for RedlockGrant {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before deleting
         grant.held.remove(&grant.value);
-        let tally = grant.masters.delete_everywhere(&grant.key, &grant.value).await;
+        let tally = grant.masters.release_everywhere(&grant.key, &grant.value).await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
         if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
