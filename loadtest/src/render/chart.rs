@@ -131,12 +131,41 @@ pub enum Scale {
     Log,
 }
 
+/// The distance between two entries of a chart's legend.
+const LEGEND_STEP: f64 = 150.0;
+
+/// How wide the column of row labels must be (at least 80 px).
+fn label_column(rows: &[(String, Vec<f64>)], font: f64) -> f64 {
+    rows.iter()
+        .map(|(label, _)| text_width(label, font) + 12.0)
+        .fold(80.0, f64::max)
+}
+
+/// How far the legend of `series` reaches, from the plot's left edge.
+fn legend_width(series: &[&str], font: f64) -> f64 {
+    series.len().saturating_sub(1) as f64 * LEGEND_STEP
+        + series.last().map_or(0.0, |name| 14.0 + text_width(name, font))
+}
+
+/// One colour swatch and name per series, in a line above the plot.
+fn legend(svg: &mut String, series: &[&str], left_edge: f64) {
+    for (i, name) in series.iter().enumerate() {
+        let left = left_edge + i as f64 * LEGEND_STEP;
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{left:.1}\" y=\"4\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\">{}</text>",
+            COLORS[i % COLORS.len()],
+            left + 14.0,
+            escape(name)
+        );
+    }
+}
+
 /// Horizontal grouped bars: one group per row, one bar per series, values written at the end.
 pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Scale, line_at: Option<f64>) -> String {
     const FONT: f64 = 11.0;
     const ROW: f64 = 18.0;
     const PLOT: f64 = 500.0;
-    const LEGEND_STEP: f64 = 150.0;
     let max = rows
         .iter()
         .flat_map(|(_, values)| values.iter().copied())
@@ -166,10 +195,7 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         };
         text.trim().to_owned()
     };
-    let label_width = rows
-        .iter()
-        .map(|(label, _)| text_width(label, FONT) + 12.0)
-        .fold(80.0, f64::max);
+    let label_width = label_column(rows, FONT);
     let right_edge = rows
         .iter()
         .flat_map(|(_, values)| {
@@ -178,24 +204,13 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
                 .map(|value| x(*value) + 4.0 + text_width(&shown(*value), FONT))
         })
         .fold(PLOT, f64::max);
-    let legend_edge = series.len().saturating_sub(1) as f64 * LEGEND_STEP
-        + series.last().map_or(0.0, |name| 14.0 + text_width(name, FONT))
-        + if scale == Scale::Log { 80.0 } else { 0.0 };
+    let legend_edge = legend_width(series, FONT) + if scale == Scale::Log { 80.0 } else { 0.0 };
     let width = label_width + right_edge.max(legend_edge) + 8.0;
     let group = ROW * series.len() as f64 + 8.0;
     let height = 30.0 + group * rows.len() as f64;
 
     let mut svg = svg_open(width, height, FONT as u32);
-    for (i, name) in series.iter().enumerate() {
-        let left = label_width + i as f64 * LEGEND_STEP;
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{left:.1}\" y=\"4\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\">{}</text>",
-            COLORS[i % COLORS.len()],
-            left + 14.0,
-            escape(name)
-        );
-    }
+    legend(&mut svg, series, label_width);
     if scale == Scale::Log {
         let _ = writeln!(
             svg,
@@ -244,28 +259,13 @@ pub fn stacked_bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str) ->
     const FONT: f64 = 11.0;
     const ROW: f64 = 20.0;
     const PLOT: f64 = 500.0;
-    const LEGEND_STEP: f64 = 150.0;
     let total = |values: &[f64]| values.iter().copied().filter(|v| *v > 0.0).sum::<f64>();
     let max = rows.iter().map(|(_, values)| total(values)).fold(1e-9, f64::max);
-    let label_width = rows
-        .iter()
-        .map(|(label, _)| text_width(label, FONT) + 12.0)
-        .fold(80.0, f64::max);
-    let legend_edge = series.len().saturating_sub(1) as f64 * LEGEND_STEP
-        + series.last().map_or(0.0, |name| 14.0 + text_width(name, FONT));
-    let width = label_width + (PLOT + 90.0).max(legend_edge) + 8.0;
+    let label_width = label_column(rows, FONT);
+    let width = label_width + (PLOT + 90.0).max(legend_width(series, FONT)) + 8.0;
     let height = 30.0 + ROW * rows.len() as f64;
     let mut svg = svg_open(width, height, FONT as u32);
-    for (i, name) in series.iter().enumerate() {
-        let left = label_width + i as f64 * LEGEND_STEP;
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{left:.1}\" y=\"4\" width=\"10\" height=\"10\" fill=\"{}\"/><text x=\"{:.1}\" y=\"13\">{}</text>",
-            COLORS[i % COLORS.len()],
-            left + 14.0,
-            escape(name)
-        );
-    }
+    legend(&mut svg, series, label_width);
     for (row, (label, values)) in rows.iter().enumerate() {
         let y = 24.0 + row as f64 * ROW;
         let _ = writeln!(
