@@ -133,6 +133,14 @@ pub fn step_times(before: &StepSums, after: &StepSums) -> Vec<StepTime> {
         .collect()
 }
 
+/// The mean of the step called `name`, or `None` if no sale took it.
+pub fn mean_ms(steps: &[StepTime], name: &str) -> Option<f64> {
+    steps
+        .iter()
+        .find(|step| step.step == name && step.count > 0.0)
+        .map(|step| step.mean_ms)
+}
+
 /// Every instance's `/metrics` page.
 pub async fn scrape(hosts: &[String]) -> anyhow::Result<Vec<String>> {
     let mut pages = Vec::new();

@@ -8,6 +8,7 @@
 
 use std::fmt::Write;
 
+use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
 use crate::bench::{StrategyBench, TARGET_RATIO};
 
@@ -120,12 +121,7 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         .filter(|b| b.critical_path.is_some())
         .filter_map(|b| {
             let hand_over = b.sustained.hand_over.as_ref()?;
-            let step = |name: &str| {
-                b.sustained_steps
-                    .iter()
-                    .find(|step| step.step == name)
-                    .map_or(0.0, |step| step.mean_ms)
-            };
+            let step = |name: &str| mean_ms(&b.sustained_steps, name).unwrap_or(0.0);
             let (read, write) = (step("read"), step("write"));
             let rest = (hand_over.mean_hold_ms - read - write).max(0.0);
             Some((b.label.clone(), vec![read, write, rest, hand_over.mean_gap_ms]))

@@ -3,6 +3,7 @@
 //! Each is built once as a [`Table`] and written as Markdown or HTML by the caller.
 
 use crate::bench::bound::Access;
+use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
 use crate::bench::{Spread, StrategyBench, SERIAL_TARGET_RATIO, TARGET_RATIO};
 use crate::verdict::{Report, Verdict};
@@ -125,14 +126,10 @@ fn server_requests(benches: &[StrategyBench]) -> Table {
 /// One client alone: the time its sales spent in the lock's and the stock's round trips,
 /// against the whole of a sale as the client saw it; the rest is HTTP and the service.
 fn serial_round_trips(bench: &StrategyBench) -> String {
-    let mean = |name: &str| {
-        bench
-            .serial_steps
-            .iter()
-            .find(|step| step.step == name && step.count > 0.0)
-            .map(|step| step.mean_ms)
-    };
-    let steps: Option<Vec<f64>> = ["lock", "read", "write", "release"].into_iter().map(mean).collect();
+    let steps: Option<Vec<f64>> = ["lock", "read", "write", "release"]
+        .into_iter()
+        .map(|name| mean_ms(&bench.serial_steps, name))
+        .collect();
     match steps {
         Some(steps) if bench.serial.sales_per_second > 0.0 => format!(
             "{:.2} / {:.2}",
@@ -167,11 +164,7 @@ fn time_spent(benches: &[StrategyBench]) -> Table {
             continue; // nothing serializes the baselines' sales
         }
         let step = |name: &str| {
-            bench
-                .sustained_steps
-                .iter()
-                .find(|step| step.step == name && step.count > 0.0)
-                .map_or_else(|| MISSING.to_owned(), |step| format!("{:.2}", step.mean_ms))
+            mean_ms(&bench.sustained_steps, name).map_or_else(|| MISSING.to_owned(), |mean| format!("{mean:.2}"))
         };
         let handovers = hand_over.grants.saturating_sub(1).max(1);
         let per_sale_ms = 1000.0 / bench.sustained.sales_per_second.max(f64::MIN_POSITIVE);
