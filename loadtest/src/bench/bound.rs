@@ -279,21 +279,33 @@ where
 mod tests {
     use super::*;
 
+    /// A measured round trip of `median_us`.
+    fn rtt(backend: Backend, access: Access, median_us: f64) -> RoundTrip {
+        RoundTrip {
+            backend,
+            access,
+            median_us,
+            p99_us: 0.0,
+        }
+    }
+
+    /// Every strategy that takes a lock: all but the baselines.
+    fn locks() -> impl Iterator<Item = Strategy> {
+        <Strategy as clap::ValueEnum>::value_variants()
+            .iter()
+            .copied()
+            .filter(|strategy| strategy.lock_backend().is_some())
+    }
+
     #[test]
     fn the_bound_is_one_sale_per_critical_path() {
         let path = critical_path(Strategy::Redis).unwrap();
         let trips: f64 = path.iter().map(|step| step.round_trips).sum();
         assert_eq!(trips, 4.0, "read, write, half a release, half a wake-up, an acquire");
-        let rtt = |backend, access| RoundTrip {
-            backend,
-            access,
-            median_us: 50.0,
-            p99_us: 0.0,
-        };
         let rtts = [
-            rtt(Backend::StockRedis, Access::Write),
-            rtt(Backend::LockRedis, Access::Read),
-            rtt(Backend::LockRedis, Access::Write),
+            rtt(Backend::StockRedis, Access::Write, 50.0),
+            rtt(Backend::LockRedis, Access::Read, 50.0),
+            rtt(Backend::LockRedis, Access::Write, 50.0),
         ];
         let bound = bound_sales_per_second(&path, &rtts).unwrap();
         assert!(
@@ -305,25 +317,12 @@ mod tests {
     #[test]
     fn the_backend_bound_never_exceeds_the_protocol_bound_by_design() {
         // No lock can beat its backend's minimum: each protocol path is at least as long.
-        let rtt = |backend, access| RoundTrip {
-            backend,
-            access,
-            median_us: if access == Access::Write { 300.0 } else { 100.0 },
-            p99_us: 0.0,
-        };
-        for strategy in [
-            Strategy::Redis,
-            Strategy::RedisDegrade,
-            Strategy::Redlock,
-            Strategy::Etcd,
-            Strategy::Zookeeper,
-            Strategy::Mysql,
-            Strategy::MysqlVersion,
-        ] {
+        assert_eq!(locks().count(), 7);
+        for strategy in locks() {
             let backend = strategy.lock_backend().unwrap();
             let rtts: Vec<RoundTrip> = [Backend::StockRedis, backend]
                 .into_iter()
-                .flat_map(|b| [rtt(b, Access::Read), rtt(b, Access::Write)])
+                .flat_map(|b| [rtt(b, Access::Read, 100.0), rtt(b, Access::Write, 300.0)])
                 .collect();
             let protocol = bound_sales_per_second(&critical_path(strategy).unwrap(), &rtts).unwrap();
             let backend_bound = bound_sales_per_second(&backend_path(strategy).unwrap(), &rtts).unwrap();
@@ -360,15 +359,8 @@ mod tests {
                 "{strategy}"
             );
         }
-        for strategy in [
-            Strategy::Redis,
-            Strategy::RedisDegrade,
-            Strategy::Redlock,
-            Strategy::Etcd,
-            Strategy::Zookeeper,
-            Strategy::Mysql,
-            Strategy::MysqlVersion,
-        ] {
+        assert_eq!(locks().count(), 7);
+        for strategy in locks() {
             assert!(
                 critical_path(strategy).is_some_and(|path| path.len() >= 4),
                 "{strategy}"
@@ -379,12 +371,6 @@ mod tests {
     #[test]
     fn a_write_costs_what_a_write_costs() {
         let path = backend_path(Strategy::Mysql).unwrap();
-        let rtt = |backend, access, median_us| RoundTrip {
-            backend,
-            access,
-            median_us,
-            p99_us: 0.0,
-        };
         let fast_writes = [
             rtt(Backend::StockRedis, Access::Write, 0.0),
             rtt(Backend::Mysql, Access::Read, 100.0),
@@ -406,31 +392,21 @@ mod tests {
 
     #[test]
     fn of_several_probes_the_quickest_median_is_kept() {
-        let rtt = |median_us| RoundTrip {
-            backend: Backend::Etcd,
-            access: Access::Write,
-            median_us,
-            p99_us: 0.0,
-        };
-        let mut kept = vec![rtt(900.0)];
-        keep_quickest(&mut kept, vec![rtt(5000.0)]);
+        let etcd_write = |median_us| rtt(Backend::Etcd, Access::Write, median_us);
+        let mut kept = vec![etcd_write(900.0)];
+        keep_quickest(&mut kept, vec![etcd_write(5000.0)]);
         assert_eq!(
             kept[0].median_us, 900.0,
             "a stalled probe does not replace a quicker one"
         );
-        keep_quickest(&mut kept, vec![rtt(700.0)]);
+        keep_quickest(&mut kept, vec![etcd_write(700.0)]);
         assert_eq!(kept[0].median_us, 700.0);
     }
 
     #[test]
     fn a_missing_round_trip_time_gives_no_bound() {
         let path = critical_path(Strategy::Etcd).unwrap();
-        let only_redis = [RoundTrip {
-            backend: Backend::StockRedis,
-            access: Access::Write,
-            median_us: 50.0,
-            p99_us: 0.0,
-        }];
+        let only_redis = [rtt(Backend::StockRedis, Access::Write, 50.0)];
         assert!(bound_sales_per_second(&path, &only_redis).is_none());
     }
 }
