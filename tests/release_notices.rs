@@ -58,14 +58,15 @@ async fn median_hand_over(holder: Arc<dyn DistributedLock>, waiter: Arc<dyn Dist
 }
 
 /// With notices the hand-over takes about one Redis message and one attempt; without,
-/// the waiter finds the release at its next poll, tens of milliseconds later.
-async fn assert_notices_cut_the_hand_over(
-    with: (Arc<dyn DistributedLock>, Arc<dyn DistributedLock>),
-    without: (Arc<dyn DistributedLock>, Arc<dyn DistributedLock>),
-    lock: &str,
-) {
-    let noticed = median_hand_over(with.0, with.1).await;
-    let polled = median_hand_over(without.0, without.1).await;
+/// the waiter finds the release at its next poll, tens of milliseconds later. `handle`
+/// builds one handle of the lock, as one instance holds it, with the notices given.
+async fn assert_notices_cut_the_hand_over<Build, Built>(lock: &str, handle: Build)
+where
+    Build: Fn(Option<ReleaseNotices>) -> Built,
+    Built: std::future::Future<Output = Arc<dyn DistributedLock>>,
+{
+    let noticed = median_hand_over(handle(Some(notices().await)).await, handle(Some(notices().await)).await).await;
+    let polled = median_hand_over(handle(None).await, handle(None).await).await;
     println!("{lock}: median hand-over {noticed:?} with notices, {polled:?} without");
     assert!(
         noticed < Duration::from_millis(10),
@@ -84,15 +85,10 @@ async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll()
         renew: true,
         permits: Some(3),
     };
-    let lock = |notices: Option<ReleaseNotices>| async move {
+    assert_notices_cut_the_hand_over("mysql-version", |notices| async move {
         let lock = MySqlVersionLock::new(common::mysql_pool().await, options);
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
-    };
-    assert_notices_cut_the_hand_over(
-        (lock(Some(notices().await)).await, lock(Some(notices().await)).await),
-        (lock(None).await, lock(None).await),
-        "mysql-version",
-    )
+    })
     .await;
 }
 
@@ -103,15 +99,10 @@ async fn a_notice_hands_the_mysql_lock_table_over_without_waiting_for_a_poll() {
         renew: true,
         permits: Some(3),
     };
-    let lock = |notices: Option<ReleaseNotices>| async move {
+    assert_notices_cut_the_hand_over("mysql", |notices| async move {
         let lock = MySqlLock::new(common::mysql_pool().await, options);
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
-    };
-    assert_notices_cut_the_hand_over(
-        (lock(Some(notices().await)).await, lock(Some(notices().await)).await),
-        (lock(None).await, lock(None).await),
-        "mysql",
-    )
+    })
     .await;
 }
 
@@ -122,14 +113,9 @@ async fn a_notice_hands_redlock_over_without_waiting_for_a_poll() {
         renew: true,
         node_timeout: Duration::from_millis(50),
     };
-    let lock = |notices: Option<ReleaseNotices>| async move {
+    assert_notices_cut_the_hand_over("redlock", |notices| async move {
         let lock = Redlock::connect(&common::redlock_urls(), options).await.unwrap();
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
-    };
-    assert_notices_cut_the_hand_over(
-        (lock(Some(notices().await)).await, lock(Some(notices().await)).await),
-        (lock(None).await, lock(None).await),
-        "redlock",
-    )
+    })
     .await;
 }
