@@ -135,12 +135,16 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
             .await
             .unwrap()
     };
+    let grant = || async {
+        let guard = lock
+            .acquire(&name, &common::owner(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let token = guard.fencing_token().unwrap().clone();
+        (guard, token)
+    };
 
-    let first = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
-        .await
-        .unwrap();
-    let first_token = first.fencing_token().unwrap().clone();
+    let (first, first_token) = grant().await;
     assert_eq!(
         (first_token.epoch, first_token.counter),
         (1, row_id().await),
@@ -154,11 +158,7 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     assert_eq!(counters, 0, "no counter was raised for the grant");
     first.release().await.unwrap();
 
-    let second = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
-        .await
-        .unwrap();
-    let second_token = second.fencing_token().unwrap().clone();
+    let (second, second_token) = grant().await;
     assert!(
         second_token.order() > first_token.order(),
         "{second_token} after {first_token}"
@@ -166,11 +166,7 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     drop(second); // its holder vanished: the row stays until it expires
     expire(&pool, &name).await;
 
-    let third = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
-        .await
-        .unwrap();
-    let third_token = third.fencing_token().unwrap().clone();
+    let (third, third_token) = grant().await;
     assert!(
         third_token.order() > second_token.order(),
         "a take-over numbers its grant anew: {third_token} after {second_token}"
