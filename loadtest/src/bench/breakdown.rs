@@ -46,8 +46,8 @@ pub struct HandOver {
 impl HandOver {
     /// The hand-overs between consecutive grants, by start. A gap below zero (two
     /// holders at once: a lock without mutual exclusion) counts as zero.
-    pub fn of(grants: &[GrantRecord]) -> Option<HandOver> {
-        let mut grants: Vec<&GrantRecord> = grants.iter().collect();
+    pub fn of<'a>(grants: impl IntoIterator<Item = &'a GrantRecord>) -> Option<HandOver> {
+        let mut grants: Vec<&GrantRecord> = grants.into_iter().collect();
         grants.sort_by_key(|grant| grant.granted_at_us);
         if grants.len() < 2 {
             return None;

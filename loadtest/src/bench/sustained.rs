@@ -106,12 +106,9 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
         p99_ms: window.latencies.percentile_ms(0.99),
         verdict: judgement.verdict,
         hand_over: HandOver::of(
-            &sale
-                .grants
+            sale.grants
                 .iter()
-                .filter(|grant| grant.granted_at_us >= window_opened_us)
-                .cloned()
-                .collect::<Vec<_>>(),
+                .filter(|grant| grant.granted_at_us >= window_opened_us),
         ),
     })
 }
