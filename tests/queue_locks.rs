@@ -1,5 +1,6 @@
 //! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
-//! waiter, grant in the order of requests, never let a waiter whose session died
+//! waiter, grant the only waiter on the release's event without another look, grant in
+//! the order of requests, never let a waiter whose session died
 //! believe it holds the lock, leave no key or node of a failed acquire in the queue,
 //! and stop trusting a lease the server may no longer keep. Against the etcd and
 //! ZooKeeper that `make test` starts; a proxy in front of them loses or holds answers.
@@ -110,6 +111,47 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
     }
     let woken = wakeups_after_one_release(holder, waiters, ZooKeeperLock::wakeups).await;
     assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
+}
+
+/// One holder and one waiter behind it: how many times the waiter read the queue from
+/// its acquire to its grant.
+async fn looks_of_the_only_waiter<L: DistributedLock + 'static>(
+    holder: Arc<L>,
+    waiter: Arc<L>,
+    looks: impl Fn(&L) -> u64,
+) -> u64 {
+    let key = common::unique_key("only-waiter");
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let granted = waiting.await.unwrap().expect("the waiter is granted after the release");
+    granted.release().await.unwrap();
+    looks(&waiter)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_whose_only_elder_is_the_holder_is_granted_by_the_release_event_alone() {
+    let looks = looks_of_the_only_waiter(etcd().await, etcd().await, EtcdLock::looks).await;
+    assert_eq!(
+        looks, 1,
+        "the waiter read the queue {looks} times: once while waiting is enough"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_waiter_whose_only_elder_is_the_holder_is_granted_by_the_release_event_alone() {
+    let looks = looks_of_the_only_waiter(zookeeper().await, zookeeper().await, ZooKeeperLock::looks).await;
+    assert_eq!(
+        looks, 1,
+        "the waiter listed the queue {looks} times: once while waiting is enough"
+    );
 }
 
 /// A holder keeps `key` while five waiters queue one after another; it then releases,

@@ -17,7 +17,10 @@
 //!    first come, first served.
 //! 3. **Watch only the one before you.** Otherwise set a watch on the immediate
 //!    predecessor (no thundering herd: one release wakes one waiter), and look again
-//!    when it goes.
+//!    when it goes. Unless it was the *only* node before ours: sequence numbers only
+//!    grow, so no older node can appear later, and its deletion alone means we are
+//!    first. With one waiter per instance (the local queue) and two instances, that
+//!    is every hand-over: the event is the grant, with no listing after it.
 //! 4. **Release** deletes the own node; so does an acquire that failed at any step
 //!    after sending its create (a timeout, an error, a lost answer: then the node is
 //!    found by its protected name first). The delete is *guaranteed*, as Curator's
@@ -59,7 +62,7 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::KeepAlive;
@@ -69,13 +72,13 @@ use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, L
 
 const BACKEND: &str = "zookeeper";
 
-/// The critical path from one grant to the next: the holder deletes its node, the
-/// waiter's watch on it fires, and the waiter lists the children to see it is first.
+/// The critical path from one grant to the next: the holder deletes its node and the
+/// waiter's watch on it fires. The waiter listed the children while it waited; when the
+/// deleted node was the only one before its own, the event is the grant (step 3).
 /// See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (delete own node)", Zookeeper, Write, 0.5),
     step("wake-up (watch event)", Zookeeper, Read, 0.5),
-    step("list the children", Zookeeper, Read, 1.0),
 ];
 /// Every lock is a parent node under this path.
 const LOCKS_ROOT: &str = "/seckill/locks";
@@ -105,6 +108,14 @@ struct Session {
     _heard_from: KeepAlive,
 }
 
+/// What one look at the queue found before our node.
+struct Before {
+    /// The node just before ours: the one to watch.
+    predecessor: String,
+    /// Whether it is the only one before ours.
+    alone: bool,
+}
+
 /// A lock whose queue is a parent node's ephemeral sequential children.
 pub struct ZooKeeperLock {
     options: ZooKeeperLockOptions,
@@ -116,6 +127,8 @@ pub struct ZooKeeperLock {
     shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: AtomicU64,
+    /// How many times a waiter read the queue to find the key or node before its own.
+    looks: AtomicU64,
 }
 
 fn backend_error(error: zookeeper_client::Error) -> LockError {
@@ -158,6 +171,7 @@ impl ZooKeeperLock {
             held: Arc::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: AtomicU64::new(0),
+            looks: AtomicU64::new(0),
         })
     }
 
@@ -169,6 +183,11 @@ impl ZooKeeperLock {
     /// How many times a waiter of this handle was woken by a predecessor's release.
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::SeqCst)
+    }
+
+    /// How many times a waiter of this handle read the queue (step 3's look).
+    pub fn looks(&self) -> u64 {
+        self.looks.load(Ordering::SeqCst)
     }
 
     /// The current session, or a new one if the last one ended, or its lease ran out, or
@@ -232,7 +251,7 @@ impl ZooKeeperLock {
     async fn wait_for_turn(&self, session: &Session, key: &str, parent: &str, own: &str) -> Result<(), LockError> {
         let client = &session.client;
         loop {
-            let Some(predecessor) = self.predecessor(client, parent, own).await? else {
+            let Some(Before { predecessor, alone }) = self.look(client, parent, own).await? else {
                 return Ok(());
             };
             let (stat, watcher) = client
@@ -242,15 +261,21 @@ impl ZooKeeperLock {
             if stat.is_none() {
                 continue; // gone between the listing and the watch: look again
             }
-            tokio::select! {
-                _ = watcher.changed() => { self.wakeups.fetch_add(1, Ordering::SeqCst); }
+            let event = tokio::select! {
+                event = watcher.changed() => event,
                 () = session.lease.lost() => return Err(LockError::Lost { key: key.to_owned() }),
+            };
+            self.wakeups.fetch_add(1, Ordering::SeqCst);
+            // The only node before ours is gone, and none older can appear: ours is first.
+            if alone && event.event_type == EventType::NodeDeleted && session.lease.is_held() {
+                return Ok(());
             }
         }
     }
 
-    /// Steps 2 and 3 for one look: `Ok(None)` if we hold it, or the predecessor to wait for.
-    async fn predecessor(&self, client: &Client, parent: &str, own: &str) -> Result<Option<String>, LockError> {
+    /// Steps 2 and 3 for one look: `Ok(None)` if we hold it, or the node to wait for.
+    async fn look(&self, client: &Client, parent: &str, own: &str) -> Result<Option<Before>, LockError> {
+        self.looks.fetch_add(1, Ordering::SeqCst);
         let mut children = client
             .list_children(parent)
             .await
@@ -258,7 +283,10 @@ impl ZooKeeperLock {
         children.sort_by_key(|child| sequence_of(child));
         match children.iter().position(|child| child == own) {
             Some(0) => Ok(None),
-            Some(mine) => Ok(Some(children[mine - 1].clone())),
+            Some(mine) => Ok(Some(Before {
+                predecessor: children[mine - 1].clone(),
+                alone: mine == 1,
+            })),
             // Our node is gone: the session that owned it expired.
             None => Err(LockError::Lost { key: parent.to_owned() }),
         }
@@ -444,7 +472,7 @@ impl DistributedLock for ZooKeeperLock {
                 return Err(error);
             }
         };
-        match self.predecessor(client, &parent, &own).await {
+        match self.look(client, &parent, &own).await {
             Ok(None) => Ok(self.grant(key, &session, format!("{parent}/{own}"), czxid)),
             Ok(Some(_)) => {
                 delete_in_background(client.clone(), parent, protected, Some(own));
