@@ -1,0 +1,291 @@
+//! The docs agree with the tree. The configuration page names exactly the options of
+//! `seckill serve`; every relative link and anchor in README.md and docs/ resolves; every
+//! `make` target and `scripts/` path they name exists. No server needed.
+//!
+//! The pages are read as Markdown (pulldown-cmark), so text inside code spans and code
+//! blocks is never taken for a link. `make` targets and `scripts/` paths are looked for
+//! only there, where commands are written.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+
+const CONFIGURATION_PAGE: &str = "docs/reference/configuration.md";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// README.md and every `.md` under docs/, as paths from the root.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![PathBuf::from("README.md")];
+    let mut folders = vec![PathBuf::from("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
+            let path = folder.join(entry.unwrap().file_name());
+            if root().join(&path).is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// What the checks need from one page.
+#[derive(Default)]
+struct Page {
+    /// Link and image targets, with the line each is on.
+    links: Vec<(String, usize)>,
+    /// The anchors GitHub gives the page's headings.
+    anchors: HashSet<String>,
+    /// The text of every code span and code block, with the line it starts on.
+    code: Vec<(String, usize)>,
+}
+
+fn parse(text: &str) -> Page {
+    let mut page = Page::default();
+    let mut heading: Option<String> = None;
+    let mut code_block: Option<(String, usize)> = None;
+    for (event, range) in Parser::new_ext(text, Options::ENABLE_TABLES).into_offset_iter() {
+        let line = text[..range.start].matches('\n').count() + 1;
+        match event {
+            Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                page.links.push((dest_url.into_string(), line));
+            }
+            Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+            Event::End(TagEnd::Heading(_)) => {
+                let anchor = unique(anchor(&heading.take().unwrap()), &page.anchors);
+                page.anchors.insert(anchor);
+            }
+            Event::Start(Tag::CodeBlock(_)) => code_block = Some((String::new(), line)),
+            Event::End(TagEnd::CodeBlock) => page.code.push(code_block.take().unwrap()),
+            Event::Text(text) => {
+                if let Some(heading) = &mut heading {
+                    heading.push_str(&text);
+                }
+                if let Some((code_block, _)) = &mut code_block {
+                    code_block.push_str(&text);
+                }
+            }
+            Event::Code(text) => {
+                if let Some(heading) = &mut heading {
+                    heading.push_str(&text);
+                }
+                page.code.push((text.into_string(), line));
+            }
+            _ => {}
+        }
+    }
+    page
+}
+
+/// GitHub's anchor for a heading: lowercase, punctuation dropped except `-` and `_`,
+/// each space a `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// A repeated heading gets `-1`, `-2`, ... after its anchor, as GitHub numbers them.
+fn unique(anchor: String, taken: &HashSet<String>) -> String {
+    std::iter::once(anchor.clone())
+        .chain((1..).map(|n| format!("{anchor}-{n}")))
+        .find(|candidate| !taken.contains(candidate))
+        .unwrap()
+}
+
+/// `%E5%AE%89` as `安`: a link may spell a path or an anchor either way.
+fn percent_decoded(text: &str) -> String {
+    let mut bytes = Vec::new();
+    let mut rest = text.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        let hex = tail.get(..2).and_then(|hex| std::str::from_utf8(hex).ok());
+        match hex.and_then(|hex| u8::from_str_radix(hex, 16).ok()) {
+            Some(decoded) if byte == b'%' => {
+                bytes.push(decoded);
+                rest = &tail[2..];
+            }
+            _ => {
+                bytes.push(byte);
+                rest = tail;
+            }
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// `docs/reference/../../src/http.rs` as `src/http.rs`.
+fn normalized(path: &Path) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir if normal.file_name().is_some() => {
+                normal.pop();
+            }
+            other => normal.push(other),
+        }
+    }
+    normal
+}
+
+/// The words of a text, split where a path or a flag cannot go on.
+fn words(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| !(c.is_alphanumeric() || "/._-".contains(c)))
+        .map(|word| word.trim_end_matches('.'))
+        .filter(|word| !word.is_empty())
+}
+
+/// The options `seckill serve --help` prints: its flags (`--port`) and variables
+/// (`SECKILL_PORT`). Run without the test's own `SECKILL_*` variables.
+fn serve_options() -> BTreeSet<String> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
+    command.args(["serve", "--help"]);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("SECKILL_") {
+            command.env_remove(key);
+        }
+    }
+    let output = command.output().expect("the seckill binary runs");
+    assert!(output.status.success(), "seckill serve --help failed: {output:?}");
+    let help = String::from_utf8(output.stdout).unwrap();
+    // An option's own line (`      --port <PORT>`, `  -h, --help`) is indented less than
+    // its description, whose wrapped lines may start with a flag too.
+    let flags = help
+        .lines()
+        .filter(|line| line.trim_start().starts_with('-') && line.len() - line.trim_start().len() <= 6)
+        .flat_map(words)
+        .filter(|word| word.starts_with("--"));
+    let variables = help
+        .split("[env: ")
+        .skip(1)
+        .filter_map(|after| after.split_once('=').map(|(name, _)| name));
+    let options: BTreeSet<String> = flags.chain(variables).map(str::to_owned).collect();
+    assert!(
+        options.contains("--port") && options.contains("SECKILL_PORT"),
+        "this test no longer reads the help's format:\n{help}"
+    );
+    options
+}
+
+/// The flags and `SECKILL_*` variables a page names anywhere.
+fn options_named_in(text: &str) -> BTreeSet<String> {
+    words(text)
+        .filter(|word| {
+            word.strip_prefix("--")
+                .is_some_and(|flag| flag.starts_with(|c: char| c.is_ascii_lowercase()))
+                || word.starts_with("SECKILL_")
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_configuration_page_names_every_flag_and_variable_of_seckill_serve_and_no_other() {
+    let served = serve_options();
+    let named = options_named_in(&read(Path::new(CONFIGURATION_PAGE)));
+    let missing: Vec<_> = served.difference(&named).cloned().collect();
+    let extra: Vec<_> = named.difference(&served).cloned().collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "update {CONFIGURATION_PAGE} from `seckill serve --help` (src/config.rs):\n  \
+         missing from the page: {}\n  named on the page, but not options of seckill serve: {}",
+        missing.join(" "),
+        extra.join(" ")
+    );
+}
+
+#[test]
+fn every_relative_link_and_anchor_in_readme_and_docs_resolves() {
+    // The anchors of each page a link points into, read once.
+    let mut anchors: HashMap<PathBuf, HashSet<String>> = HashMap::new();
+    let mut broken = Vec::new();
+    for page_path in pages() {
+        for (target, line) in parse(&read(&page_path)).links {
+            if ["http://", "https://", "mailto:"]
+                .iter()
+                .any(|scheme| target.starts_with(scheme))
+            {
+                continue;
+            }
+            let (path, fragment) = match target.split_once('#') {
+                Some((path, fragment)) => (percent_decoded(path), Some(percent_decoded(fragment))),
+                None => (percent_decoded(&target), None),
+            };
+            let file = match path.as_str() {
+                "" => page_path.clone(),
+                absolute if absolute.starts_with('/') => PathBuf::from(&absolute[1..]),
+                relative => normalized(&page_path.parent().unwrap().join(relative)),
+            };
+            let at = format!("{}:{line}: ({target})", page_path.display());
+            if !root().join(&file).exists() {
+                broken.push(format!("{at}: there is no {}", file.display()));
+                continue;
+            }
+            let Some(fragment) = fragment.filter(|fragment| !fragment.is_empty()) else {
+                continue;
+            };
+            if file.extension().is_none_or(|ext| ext != "md") {
+                continue; // an anchor into a source file (`#L10`) is GitHub's, not a heading
+            }
+            let headings = anchors
+                .entry(file.clone())
+                .or_insert_with(|| parse(&read(&file)).anchors);
+            if !headings.contains(&fragment) {
+                broken.push(format!(
+                    "{at}: no heading of {} has the anchor #{fragment}",
+                    file.display()
+                ));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+#[test]
+fn every_make_target_and_script_the_docs_name_exists() {
+    let makefile = read(Path::new("Makefile"));
+    let targets: HashSet<&str> = makefile
+        .lines()
+        .filter(|line| !line.starts_with(|c: char| c.is_whitespace() || c == '#' || c == '.'))
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(_, rest)| !rest.starts_with('='))
+        .flat_map(|(names, _)| names.split_whitespace())
+        .collect();
+    let mut unknown = Vec::new();
+    for page_path in pages() {
+        for (code, line) in parse(&read(&page_path)).code {
+            let at = format!("{}:{line}", page_path.display());
+            let words: Vec<&str> = words(&code).collect();
+            for pair in words.windows(2).filter(|pair| pair[0] == "make") {
+                if !pair[1].starts_with('-') && !targets.contains(pair[1]) {
+                    unknown.push(format!("{at}: `make {}`: no such target in the Makefile", pair[1]));
+                }
+            }
+            for word in &words {
+                let path = word.trim_start_matches("./");
+                if path.starts_with("scripts/") && !root().join(path).exists() {
+                    unknown.push(format!("{at}: `{path}`: no such file"));
+                }
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "the docs name what is not there:\n{}",
+        unknown.join("\n")
+    );
+}
