@@ -32,11 +32,13 @@
 //!    read on it). When the key before its own was the *only* older one, its deletion
 //!    alone means the waiter is first: revisions only grow, so no older key can appear
 //!    later. With one key per instance and two instances, that is every hand-over: the
-//!    event is the grant, with no look after it. The watch starts at the current revision, and a look at the
-//!    predecessor follows it: a watch from a past revision is caught up by a loop that
-//!    etcd runs every 100 ms, which would stall a hand-over that races the watch. The
-//!    predecessor is known by its name and its create revision: its instance may have
-//!    released and queued again under the same name, behind us.
+//!    event is the grant, with no look after it (the watch then covers the waiter's own
+//!    key too, so that a lost session is seen first, in revision order). The watch
+//!    starts at the current revision, and a look at the predecessor follows it: a watch
+//!    from a past revision is caught up by a loop that etcd runs every 100 ms, which
+//!    would stall a hand-over that races the watch. The predecessor is known by its name
+//!    and its create revision: its instance may have released and queued again under
+//!    the same name, behind us.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done
@@ -127,7 +129,7 @@ pub struct EtcdLock {
     shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: Arc<AtomicU64>,
-    /// How many times a waiter read the queue to find the key or node before its own.
+    /// How many times a waiter read the queue to find the key before its own.
     looks: AtomicU64,
 }
 

@@ -127,7 +127,7 @@ pub struct ZooKeeperLock {
     shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: AtomicU64,
-    /// How many times a waiter read the queue to find the key or node before its own.
+    /// How many times a waiter listed the queue to find the node before its own.
     looks: AtomicU64,
 }
 
