@@ -29,16 +29,11 @@
 //!    range read: if its own key is gone, the session was lost while it waited, and it
 //!    queues again (the check etcd added after Jepsen found that a waiter could believe
 //!    it held a lock its expired session had lost; etcd's Go client spends a second
-//!    read on it). When the key before its own was the *only* older one, its deletion
-//!    alone means the waiter is first: revisions only grow, so no older key can appear
-//!    later. With one key per instance and two instances, that is every hand-over: the
-//!    event is the grant, with no look after it (the watch then covers the waiter's own
-//!    key too, so that a lost session is seen first, in revision order). The watch
-//!    starts at the current revision, and a look at the predecessor follows it: a watch
-//!    from a past revision is caught up by a loop that etcd runs every 100 ms, which
-//!    would stall a hand-over that races the watch. The predecessor is known by its name
-//!    and its create revision: its instance may have released and queued again under
-//!    the same name, behind us.
+//!    read on it). The watch starts at the current revision, and a look at the
+//!    predecessor follows it: a watch from a past revision is caught up by a loop that
+//!    etcd runs every 100 ms, which would stall a hand-over that races the watch. The
+//!    predecessor is known by its name and its create revision: its instance may have
+//!    released and queued again under the same name, behind us.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done
@@ -78,7 +73,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use tokio::task::JoinHandle;
 
@@ -90,13 +85,13 @@ use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Ow
 
 const BACKEND: &str = "etcd";
 
-/// The critical path from one grant to the next: the holder deletes its key and the
-/// waiter's watch on it fires. The waiter read the queue while it waited; when the
-/// deleted key was the only one before its own, the event is the grant (step 4).
-/// See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next: the holder deletes its key, the
+/// waiter's watch on it fires, and the waiter reads its own key and the one before it
+/// in one range read (none before: granted). See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (DELETE own key)", Etcd, Write, 0.5),
     step("wake-up (watch event)", Etcd, Read, 0.5),
+    step("read own key and the one before it", Etcd, Read, 1.0),
 ];
 /// Every lock key lives under this prefix, then the lock's name.
 const KEY_PREFIX: &str = "seckill/locks/";
@@ -129,8 +124,6 @@ pub struct EtcdLock {
     shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: Arc<AtomicU64>,
-    /// How many times a waiter read the queue to find the key before its own.
-    looks: AtomicU64,
 }
 
 /// This instance's turn at one lock, held from the enqueue until its key is deleted.
@@ -179,7 +172,6 @@ impl EtcdLock {
             turns: StdMutex::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: Arc::default(),
-            looks: AtomicU64::new(0),
         })
     }
 
@@ -191,11 +183,6 @@ impl EtcdLock {
     /// How many times a waiter of this handle was woken by a predecessor's release.
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::SeqCst)
-    }
-
-    /// How many times a waiter of this handle read the queue (step 4's look).
-    pub fn looks(&self) -> u64 {
-        self.looks.load(Ordering::SeqCst)
     }
 }
 
@@ -485,7 +472,9 @@ impl EtcdLock {
         loop {
             match self.wait_for_predecessor(queued, session).await {
                 Ok(Wait::NoneLeft) => return Ok(true),
-                Ok(Wait::Woken) => {}
+                Ok(Wait::Woken) => {
+                    self.wakeups.fetch_add(1, Ordering::SeqCst);
+                }
                 Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
                 Err(error) if error.transient => {
                     tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
@@ -500,16 +489,14 @@ impl EtcdLock {
     /// was deleted, or our key or session was lost meanwhile.
     async fn wait_for_predecessor(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
         let mut client = self.client.clone();
-        // One range read, newest first, up to our own key: ours, the one before it, and
-        // whether there is another. Our key in the same read is the check Jepsen asked
-        // for (a key that vanished with its session must not be taken for a grant),
-        // without a read of its own.
+        // One range read, newest first, up to our own key: ours, then the one before it.
+        // Our key in the same read is the check Jepsen asked for (a key that vanished with
+        // its session must not be taken for a grant), without a read of its own.
         let ours_and_before = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(3)
+            .with_limit(2)
             .with_max_create_revision(queued.own_revision);
-        self.looks.fetch_add(1, Ordering::SeqCst);
         let response = client.get(queued.prefix.clone(), Some(ours_and_before)).await?;
         let mut keys = response.kvs().iter();
         match keys.next() {
@@ -521,25 +508,12 @@ impl EtcdLock {
         };
         // A key is known by its name and its create revision: a predecessor's instance
         // may delete its key and queue again under the same name, behind us.
-        let predecessor = (predecessor.key().to_vec(), predecessor.create_revision());
-        let own = (queued.own_key.as_bytes().to_vec(), queued.own_revision);
-        // When it is the only older key, its deletion makes ours the oldest (step 4), if
-        // ours is still there. So the watch and the look below then cover both keys: the
-        // watch sends events in revision order, so it reports our key's loss (its
-        // session revoked or expired) before any later deletion of the predecessor.
-        let alone = keys.next().is_none();
-        let on_its_deletion = if alone { Wait::NoneLeft } else { Wait::Woken };
-        let (first, range_end) = if alone {
-            span(&predecessor.0, &own.0)
-        } else {
-            (predecessor.0.clone(), None)
-        };
+        let (predecessor, predecessor_revision) = (predecessor.key().to_vec(), predecessor.create_revision());
         // Watch from now on, then look whether the predecessor is still there: a delete
         // before the watch existed is seen by that look, one after it by the watch. (A
         // watch that starts at a past revision would see both, but etcd catches such a
         // watcher up in a loop that runs every 100 ms: every hand-over would wait for it.)
-        let watch = range_end.clone().map(|end| WatchOptions::new().with_range(end));
-        let mut stream = client.watch(first.clone(), watch).await?;
+        let mut stream = client.watch(predecessor.clone(), None).await?;
         loop {
             match stream.message().await? {
                 Some(message) if message.canceled() => {
@@ -550,36 +524,21 @@ impl EtcdLock {
                 None => return Err(watch_ended()),
             }
         }
-        let look = range_end.map(|end| GetOptions::new().with_range(end));
-        let now = client.get(first, look).await?;
-        let there = |(key, revision): &(Vec<u8>, i64)| {
-            now.kvs()
-                .iter()
-                .any(|kv| kv.key() == key && kv.create_revision() == *revision)
-        };
-        if alone && !there(&own) {
-            return Ok(Wait::SessionLost);
-        }
-        if !there(&predecessor) {
-            return Ok(on_its_deletion);
+        let now = client.get(predecessor, None).await?;
+        if now.kvs().first().map(|kv| kv.create_revision()) != Some(predecessor_revision) {
+            return Ok(Wait::Woken);
         }
         let deleted = async {
             while let Some(message) = stream.message().await? {
                 if message.canceled() {
                     return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into());
                 }
-                let deletions = message
+                if message
                     .events()
                     .iter()
-                    .filter(|event| event.event_type() == EventType::Delete);
-                for key in deletions.filter_map(|event| event.kv()).map(|kv| kv.key()) {
-                    if key == own.0 {
-                        return Ok(Wait::SessionLost);
-                    }
-                    if key == predecessor.0 {
-                        self.wakeups.fetch_add(1, Ordering::SeqCst);
-                        return Ok(on_its_deletion);
-                    }
+                    .any(|event| event.event_type() == EventType::Delete)
+                {
+                    return Ok(Wait::Woken);
                 }
             }
             Err(watch_ended())
@@ -617,15 +576,6 @@ fn own_key_of(key: &str, session: &Session) -> String {
     format!("{}{:x}", prefix_of(key), session.lease_id)
 }
 
-/// The key range from the smaller of two keys to the larger, both included: its first
-/// key and the end etcd takes (exclusive). Other instances' keys may fall between.
-fn span(one: &[u8], other: &[u8]) -> (Vec<u8>, Option<Vec<u8>>) {
-    let (first, last) = if one <= other { (one, other) } else { (other, one) };
-    let mut end = last.to_vec();
-    end.push(0);
-    (first.to_vec(), Some(end))
-}
-
 /// A queue key, or none because the session's lease is gone on the server.
 enum Enqueued {
     Queued(Queued),
@@ -648,7 +598,7 @@ impl Queued {
 
 /// How one look at the predecessor ended.
 enum Wait {
-    /// No key older than ours is left: we hold the lock (if our session still does).
+    /// No key older than ours is left: we hold the lock.
     NoneLeft,
     /// The key just before ours was deleted: look again.
     Woken,
