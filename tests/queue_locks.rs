@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use common::AnswerLosingProxy;
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::zookeeper::ZooKeeperLock;
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::{DistributedLock, LockError, LockGuard};
+use tokio::task::JoinHandle;
 
 async fn etcd() -> Arc<EtcdLock> {
     Arc::new(
@@ -113,32 +114,35 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
     assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
 }
 
-/// One holder and one waiter behind it: how many times the waiter read the queue from
-/// its acquire to its grant.
-async fn looks_of_the_only_waiter<L: DistributedLock + 'static>(
-    holder: Arc<L>,
-    waiter: Arc<L>,
-    looks: impl Fn(&L) -> u64,
-) -> u64 {
-    let key = common::unique_key("only-waiter");
+/// `holder` takes `key`, then `waiter` queues behind it (given `patience` to be granted)
+/// and has 300 ms to get into the queue. Returns the holder's grant and the waiter's acquire.
+async fn queue_behind_a_holder<L: DistributedLock + 'static>(
+    holder: &L,
+    waiter: &Arc<L>,
+    key: &str,
+    patience: Duration,
+) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(key, &common::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let waiting = {
-        let (waiter, key) = (waiter.clone(), key.clone());
-        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
+        let (waiter, key) = (waiter.clone(), key.to_owned());
+        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), patience).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    held.release().await.unwrap();
-    let granted = waiting.await.unwrap().expect("the waiter is granted after the release");
-    granted.release().await.unwrap();
-    looks(&waiter)
+    (held, waiting)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_waiter_whose_only_elder_is_the_holder_is_granted_by_the_release_event_alone() {
-    let looks = looks_of_the_only_waiter(zookeeper().await, zookeeper().await, ZooKeeperLock::looks).await;
+    let key = common::unique_key("only-waiter");
+    let (holder, waiter) = (zookeeper().await, zookeeper().await);
+    let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(10)).await;
+    held.release().await.unwrap();
+    let granted = waiting.await.unwrap().expect("the waiter is granted after the release");
+    granted.release().await.unwrap();
+    let looks = waiter.looks();
     assert_eq!(
         looks, 1,
         "the waiter listed the queue {looks} times: once while waiting is enough"
@@ -184,15 +188,7 @@ async fn zookeeper_grants_in_the_order_of_requests() {
 async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believing_it_holds_its_dead_key() {
     let key = common::unique_key("revoked-waiter");
     let (holder, waiter) = (etcd().await, etcd().await);
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    let waiting = {
-        let (waiter, key) = (waiter.clone(), key.clone());
-        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(10)).await;
     let revoked = waiter.lease_id().await;
     common::revoke_etcd_lease(revoked).await;
     let revoked_at = common::etcd_revision().await;
@@ -219,16 +215,8 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
 async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believing_it_holds_its_dead_node() {
     let key = common::unique_key("expired-waiter");
     let (holder, waiter) = (zookeeper().await, zookeeper().await);
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    let waiting = {
-        let (waiter, key) = (waiter.clone(), key.clone());
-        // Long enough to outlast the expiry below, which can take many tries.
-        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(90)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Long enough to outlast the expiry below, which can take many tries.
+    let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(90)).await;
     // The waiter's node: the later of the two in the queue.
     let parent = format!("/seckill/locks/{key}");
     let observer = holder.client().await;
