@@ -1,6 +1,8 @@
 //! The docs agree with the tree. The configuration page names exactly the options of
 //! `seckill serve`; every relative link and anchor in README.md and docs/ resolves; every
-//! `make` target and `scripts/` path they name exists. No server needed.
+//! `make` target and `scripts/` path they name exists; every results block a script
+//! publishes is on its page, dated, and publishing rewrites that block and nothing else.
+//! No server needed.
 //!
 //! The pages are read as Markdown (pulldown-cmark), so text inside code spans and code
 //! blocks is never taken for a link. `make` targets and `scripts/` paths are looked for
@@ -288,4 +290,135 @@ fn every_make_target_and_script_the_docs_name_exists() {
         "the docs name what is not there:\n{}",
         unknown.join("\n")
     );
+}
+
+/// The blocks the scripts publish into docs/results/ (scripts/lib/publish.sh), as
+/// (where the call is, page, block name): each `publish_results "$ROOT/PAGE" NAME` in
+/// scripts/ and each `scripts/lib/publish.sh PAGE NAME` in the Makefile.
+fn published_blocks() -> Vec<(String, String, String)> {
+    let mut sources = vec![PathBuf::from("Makefile")];
+    for entry in std::fs::read_dir(root().join("scripts")).unwrap() {
+        let path = PathBuf::from("scripts").join(entry.unwrap().file_name());
+        if path.extension().is_some_and(|ext| ext == "sh") {
+            sources.push(path);
+        }
+    }
+    let mut blocks = Vec::new();
+    for source in sources {
+        for (number, line) in read(&source).lines().enumerate() {
+            let call = line
+                .split_once("publish_results \"$ROOT/")
+                .or_else(|| line.split_once("scripts/lib/publish.sh "));
+            let Some((_, rest)) = call else { continue };
+            let mut words = rest.split(|c: char| c.is_whitespace() || c == '"').filter(|word| !word.is_empty());
+            let (Some(page), Some(name)) = (words.next(), words.next()) else { continue };
+            blocks.push((format!("{}:{}", source.display(), number + 1), page.to_owned(), name.to_owned()));
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_command() {
+    let blocks = published_blocks();
+    let names: BTreeSet<&str> = blocks.iter().map(|(_, _, name)| name.as_str()).collect();
+    for expected in ["demo", "bench", "lockbench", "chaos", "clock-jump"] {
+        assert!(names.contains(expected), "no script publishes `{expected}` (found {names:?})");
+    }
+    let mut wrong = Vec::new();
+    for (call, page, name) in &blocks {
+        let Ok(text) = std::fs::read_to_string(root().join(page)) else {
+            wrong.push(format!("{call}: publishes into {page}, which does not exist"));
+            continue;
+        };
+        let begin = format!("<!-- latest {name}: begin");
+        let end = format!("<!-- latest {name}: end -->");
+        let begins: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.starts_with(&begin)).map(|(i, _)| i).collect();
+        let ends: Vec<usize> = text.lines().enumerate().filter(|(_, l)| *l == end).map(|(i, _)| i).collect();
+        let ([first], [last]) = (begins.as_slice(), ends.as_slice()) else {
+            wrong.push(format!(
+                "{page}: needs one `{begin} ... -->` line and one `{end}` line for {call} (has {} and {})",
+                begins.len(),
+                ends.len()
+            ));
+            continue;
+        };
+        let inside: Vec<&str> = text.lines().skip(first + 1).take(last.saturating_sub(first + 1)).collect();
+        let dated = inside.iter().any(|line| {
+            line.starts_with("Latest run: `")
+                && line.split(|c: char| !(c.is_ascii_digit() || c == '-')).any(|word| {
+                    word.len() == 10 && word.as_bytes()[4] == b'-' && word.as_bytes()[7] == b'-'
+                })
+        });
+        if first >= last || !dated {
+            wrong.push(format!("{page}: the `{name}` block must hold a \"Latest run: `command`, YYYY-MM-DD ...\" line"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// Runs scripts/lib/publish.sh on a page of a temporary folder.
+fn publish(folder: &Path, publish: bool, name: &str) -> std::process::Output {
+    let mut command = Command::new("bash");
+    command
+        .arg(root().join("scripts/lib/publish.sh"))
+        .args(["page.md", name, "scripts/demo.sh none", "table.md"])
+        .current_dir(folder)
+        .env_remove("PUBLISH");
+    if publish {
+        command.env("PUBLISH", "1");
+    }
+    command.output().expect("bash runs scripts/lib/publish.sh")
+}
+
+const PAGE_WITH_TWO_BLOCKS: &str = "# A results page\n\nNotes before.\n\n\
+<!-- latest demo: begin (old comment) -->\n\nLatest run: `make demo`, 2026-01-01.\n\n| old | table |\n\n\
+<!-- latest demo: end -->\n\nNotes after, on the run of 2026-01-01.\n\n\
+<!-- latest other: begin -->\n\n| other | table |\n\n<!-- latest other: end -->\n";
+
+#[test]
+fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_they_were() {
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(folder.path().join("page.md"), PAGE_WITH_TWO_BLOCKS).unwrap();
+    std::fs::write(folder.path().join("table.md"), "| new | table |\n").unwrap();
+
+    let output = publish(folder.path(), false, "demo");
+    assert!(output.status.success());
+    let page = std::fs::read_to_string(folder.path().join("page.md")).unwrap();
+    assert_eq!(page, PAGE_WITH_TWO_BLOCKS, "without PUBLISH=1 the page must stay as it was");
+
+    let output = publish(folder.path(), true, "demo");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let page = std::fs::read_to_string(folder.path().join("page.md")).unwrap();
+    let today = String::from_utf8(Command::new("date").args(["-u", "+%F"]).output().unwrap().stdout).unwrap();
+    let (before, rest) = page.split_once("<!-- latest demo: begin").unwrap();
+    let (block, after) = rest.split_once("<!-- latest demo: end -->\n").unwrap();
+    assert_eq!(before, "# A results page\n\nNotes before.\n\n");
+    assert!(block.contains("| new | table |"), "the new table is in the block:\n{block}");
+    assert!(!block.contains("old"), "nothing of the old block is left:\n{block}");
+    assert!(
+        block.contains(&format!("Latest run: `scripts/demo.sh none`, {}", today.trim())),
+        "the block says what ran and when:\n{block}"
+    );
+    assert_eq!(
+        after,
+        "\nNotes after, on the run of 2026-01-01.\n\n<!-- latest other: begin -->\n\n| other | table |\n\n<!-- latest other: end -->\n"
+    );
+}
+
+#[test]
+fn publishing_into_a_page_without_the_block_refuses_names_the_markers_and_changes_nothing() {
+    let folder = tempfile::tempdir().unwrap();
+    std::fs::write(folder.path().join("page.md"), PAGE_WITH_TWO_BLOCKS).unwrap();
+    std::fs::write(folder.path().join("table.md"), "| new | table |\n").unwrap();
+
+    let output = publish(folder.path(), true, "bench");
+    assert!(!output.status.success(), "a page without the `bench` block must be refused");
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains("<!-- latest bench: begin") && message.contains("<!-- latest bench: end -->"),
+        "the message names the markers to add: {message}"
+    );
+    let page = std::fs::read_to_string(folder.path().join("page.md")).unwrap();
+    assert_eq!(page, PAGE_WITH_TWO_BLOCKS);
 }
