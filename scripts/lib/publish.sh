@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Publishing a run into docs/results/. With PUBLISH=1, a script that made a table writes it
+# into the page that shows it, between that page's two markers, with the date, the command
+# and the machine. Everything outside the markers (the notes on earlier, dated runs) stays
+# as it is, so a new run never means hand-editing a page.
+#
+#   PUBLISH=1 scripts/lib/publish.sh PAGE NAME COMMAND TABLE    (or source it: publish_results)
+#
+# The markers, each on a line of its own:
+#   <!-- latest NAME: begin ... -->
+#   <!-- latest NAME: end -->
+# Without PUBLISH=1 this does nothing, so the scripts call it unconditionally.
+
+publish_results() {
+  [[ ${PUBLISH:-0} == 1 ]] || return 0
+  local page=$1 name=$2 command=$3 table=$4
+  local begin="<!-- latest $name: begin" end="<!-- latest $name: end -->"
+  if [[ ! -f $page ]]; then
+    echo "publish: there is no $page (run from the repository root)" >&2
+    return 1
+  fi
+  if [[ ! -s $table ]]; then
+    echo "publish: $table is empty: this run made no table, so $page is left as it was" >&2
+    return 1
+  fi
+  local begins ends
+  begins=$(awk -v b="$begin" 'index($0, b) == 1' "$page" | wc -l)
+  ends=$(grep -cxF -- "$end" "$page")
+  if ((begins != 1 || ends != 1)); then
+    echo "publish: $page needs one line starting '$begin' and one line '$end'" \
+      "around the block to replace (it has $begins and $ends); $page is left as it was" >&2
+    return 1
+  fi
+  local cpu block
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+  block=$(mktemp)
+  {
+    echo "$begin (\`PUBLISH=1 $command\` rewrites this block; edit outside it) -->"
+    echo
+    echo "Latest run: \`$command\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), release build."
+    echo
+    cat "$table"
+    echo
+    echo "$end"
+  } >"$block"
+  awk -v begin="$begin" -v end="$end" -v block="$block" '
+    index($0, begin) == 1 { while ((getline line < block) > 0) print line; skipping = 1; next }
+    skipping && $0 == end { skipping = 0; next }
+    !skipping { print }' "$page" >"$page.publishing" && mv "$page.publishing" "$page"
+  rm -f "$block"
+  echo "publish: the latest $name is now in $page"
+}
+
+# command_line VARIABLE... -- WORDS...: the command as a reader would type it again, with
+# those of the VARIABLEs that are set in front: `BENCH_RUNS=1 scripts/bench.sh redis`.
+command_line() {
+  local words=()
+  while (($# > 0)) && [[ $1 != -- ]]; do
+    [[ -n ${!1:-} ]] && words+=("$1=$(printf '%q' "${!1}")")
+    shift
+  done
+  shift
+  words+=("$@")
+  echo "${words[*]}"
+}
+
+# Run as a command (the Makefile's lockbench does), not sourced.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  (($# == 4)) || { echo "usage: PUBLISH=1 $0 PAGE NAME COMMAND TABLE" >&2; exit 2; }
+  publish_results "$@"
+fi
