@@ -414,15 +414,6 @@ fn ratio_against_goal(ratio: f64, goal: Option<f64>) -> String {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_ratio_that_misses_its_goal_never_reads_as_the_goal() {
-        assert_eq!(ratio_against_goal(0.695, Some(0.7)), "0.695 (below 0.7)");
-        assert_eq!(ratio_against_goal(0.57, Some(0.7)), "0.57 (below 0.7)");
-        assert_eq!(ratio_against_goal(0.84, Some(0.7)), "0.84");
-        assert_eq!(ratio_against_goal(0.7, Some(0.7)), "0.70");
-        assert_eq!(ratio_against_goal(0.42, None), "0.42");
-    }
     use super::*;
     use crate::render::document::markdown;
     use crate::verdict::report::tests::report;
@@ -491,5 +482,14 @@ mod tests {
             "{table}"
         );
         assert_eq!(table.lines().count(), 3, "one row, the 16-contender one:\n{table}");
+    }
+
+    #[test]
+    fn a_ratio_that_misses_its_goal_never_reads_as_the_goal() {
+        assert_eq!(ratio_against_goal(0.695, Some(0.7)), "0.695 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.57, Some(0.7)), "0.57 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.84, Some(0.7)), "0.84");
+        assert_eq!(ratio_against_goal(0.7, Some(0.7)), "0.70");
+        assert_eq!(ratio_against_goal(0.42, None), "0.42");
     }
 }
