@@ -12,11 +12,12 @@
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
 # the lock every 100 ms as redis-py does by default, `python-peer+poll-Nms` every N ms.
 # The default, 100 ms, is its best setting here: a sweep of 100, 20, 5 and 1 ms sold
-# 754, 587, 332 and 102 units/s sustained (2026-11-24, the README's bench section). Starts the backing
+# 754, 587, 332 and 102 units/s sustained (2026-11-24, docs/results/bench.md). Starts the backing
 # servers it needs (and stops the ones it started), builds in release mode, and leaves
 # one JSON per run, the tables (tables.md) and report.html in .run/results/bench/.
 # The report includes the chaos table and the lock benchmark when `make chaos` and
-# `make lockbench` have left theirs in .run/results/.
+# `make lockbench` have left theirs in .run/results/. With PUBLISH=1 the tables also go
+# into docs/results/bench.md (scripts/lib/publish.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,6 +34,8 @@ say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening
 source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
+source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+COMMAND=$(command_line BENCH_RUNS BENCH_SECONDS BENCH_CONNECTIONS -- scripts/bench.sh "$@")
 
 # python-peer[+poll-Nms] -> the poll interval in seconds, or nothing for another run.
 peer_poll_seconds() {
@@ -105,6 +108,7 @@ headline="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model na
 say "$headline"
 target/release/bench report "${results[@]}" --headline "$headline" --markdown "$RESULTS/tables.md" \
   --html "$RESULTS/report.html" --chaos "$RUN/results/chaos/table.md" --lockbench "$RUN/results/lockbench.json" || true
+publish_results "$ROOT/docs/results/bench.md" bench "$COMMAND" "$RESULTS/tables.md"
 if ((${#failed[@]} > 0)); then
   die "strategies that did not keep their promise (see their rows): ${failed[*]}"
 fi

@@ -5,7 +5,7 @@
 #   scripts/chaos.sh [RUNS] [STRATEGY...]        default: 3 runs of every fault, on every strategy it applies to
 #   CHAOS_FAULTS="etcd-leader-killed mysql-killed" scripts/chaos.sh 1     only those faults
 #
-# The faults (each row of the table; the README explains what each one shows):
+# The faults (each row of the table; docs/results/chaos.md explains what each one shows):
 #   holder-paused                   an instance holding the lock is stopped (SIGSTOP) past its lease,
 #                                   then let go; fencing on and off. For ZooKeeper it is a session expiry.
 #   holder-killed                   an instance holding the lock is killed (SIGKILL)
@@ -71,6 +71,8 @@ RUN="$ROOT/.run"
 RESULTS="$RUN/results/chaos"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
+source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+COMMAND=$(command_line CHAOS_FAULTS -- scripts/chaos.sh "$@")
 RUNS=${1:-3}
 shift || true
 ONLY=("$@")
@@ -426,6 +428,7 @@ if ((${#clock_rows[@]} > 0)); then
   { echo; cat "$RUN/results/clock-jump/table.md"; } >>"$RESULTS/table.md"
 fi
 say "the table is also in $RESULTS/table.md; each run's report is in $RESULTS/"
+publish_results "$ROOT/docs/results/chaos.md" chaos "$COMMAND" "$RESULTS/table.md"
 if ((${#unsafe[@]} > 0)); then
   die "unsafe: ${unsafe[*]}"
 fi

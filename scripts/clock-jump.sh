@@ -6,7 +6,7 @@
 #
 #   scripts/clock-jump.sh [ROW...]        (make clock-jump: every row)
 #
-# The rows of the table (the README explains what each one shows):
+# The rows of the table (docs/results/clock-jump.md explains what each one shows):
 #   redlock-clock-jump    five Redlock masters; the first instance cannot reach two of them (a
 #                         partition), so its grants are bare majorities, three of five. The wall
 #                         clock of one of the three jumps past the TTL while it holds; the second
@@ -49,6 +49,8 @@ JUMPS=3
 JUMP_AFTER_SOLD=(10 40 70)
 
 ONLY=("$@")
+source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+COMMAND=$(command_line -- scripts/clock-jump.sh "$@")
 ALL_ROWS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 
 say() { printf '[clock-jump] %s\n' "$*"; }
@@ -265,5 +267,6 @@ echo
 say "200 buyers, 100 units, two instances, $JUMPS jumps a row, $(date -u +%Y-%m-%d), $(nproc) cores:"
 printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
 say "the table is also in $RESULTS/table.md; each row's report is in $RESULTS/"
+publish_results "$ROOT/docs/results/clock-jump.md" clock-jump "$COMMAND" "$RESULTS/table.md"
 for note in "${notes[@]}"; do say "note: $note"; done
 ((${#unsafe[@]} == 0)) || die "unsafe: ${unsafe[*]}"

@@ -8,7 +8,9 @@
 # scripts/lib/instances.sh).
 #
 # Starts the backing servers it needs (and stops the ones it started), builds in
-# release mode, and leaves the reports in .run/results/.
+# release mode, and leaves the reports in .run/results/. With PUBLISH=1 it also writes
+# the table into docs/results/demo.md (scripts/lib/publish.sh), and, when it ran every
+# strategy, the chart into docs/comparison.svg, the README's picture.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +27,8 @@ say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening
 source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
+source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+COMMAND=$(command_line -- scripts/demo.sh "$@")
 
 for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
 
@@ -49,7 +53,11 @@ done
 
 echo
 say "500 buyers, 300 units, two instances (ports ${PORTS[*]}), release build, $(nproc) cores:"
-target/release/loadtest --compare "${reports[@]}" --chart "$RESULTS/comparison.svg"
+target/release/loadtest --compare "${reports[@]}" --chart "$RESULTS/comparison.svg" | tee "$RESULTS/table.md"
+publish_results "$ROOT/docs/results/demo.md" demo "$COMMAND" "$RESULTS/table.md"
+if [[ ${PUBLISH:-0} == 1 && $# == 0 ]]; then
+  cp "$RESULTS/comparison.svg" "$ROOT/docs/comparison.svg" && say "the chart is now docs/comparison.svg"
+fi
 if ((${#failed[@]} > 0)); then
   die "strategies whose verdict is not what they promise (see their reports above): ${failed[*]}"
 fi

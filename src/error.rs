@@ -172,7 +172,7 @@ pub async fn errors_as_json(response: Response) -> Response {
     let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&text);
     let message = match (status, text.trim()) {
-        (StatusCode::NOT_FOUND, _) => "no such route; see the README's Endpoints table".to_owned(),
+        (StatusCode::NOT_FOUND, _) => "no such route; every route is in docs/reference/endpoints.md".to_owned(),
         (StatusCode::METHOD_NOT_ALLOWED, _) => {
             let allowed = parts
                 .headers

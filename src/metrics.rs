@@ -109,10 +109,16 @@ impl Metrics {
             "seckill_sold_out_answers_total",
             "Buyers told that the stock is sold out.",
         );
-        let mode_switches = counter(
+        // Only redis-degrade has modes: for any other strategy this counter could never move,
+        // so it is not shown.
+        let mode_switches = IntCounter::with_opts(Opts::new(
             "seckill_lock_mode_switches_total",
             "redis-degrade: lock mode switches this instance has seen.",
-        );
+        ))
+        .expect("a valid metric name");
+        if strategy == "redis-degrade" {
+            registry.register(Box::new(mode_switches.clone())).expect("registered once");
+        }
         let failures = IntCounterVec::new(
             Opts::new(
                 "seckill_reduce_failures_total",

@@ -211,6 +211,21 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
     }
 }
 
+/// `/metrics` of a `redis-degrade` instance says which mode it runs in and counts its
+/// switches; tests/metrics.rs checks that a strategy without modes shows neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
+    use seckill::strategy::Strategy;
+    let lock_redis = PrivateRedis::start();
+    let url = lock_redis.url().to_owned();
+    let instance = common::instance_with(Strategy::RedisDegrade, 73, |config| config.lock_redis_url = Some(url)).await;
+    let metrics = reqwest::get(format!("{}/metrics", instance.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("seckill_lock_mode{mode=\"redis\"} 1"), "{metrics}");
+    assert!(metrics.contains("seckill_lock_mode{mode=\"mysql\"} 0"), "{metrics}");
+    assert!(metrics.contains("seckill_lock_mode_switches_total 0"), "{metrics}");
+    instance.stop().await.unwrap();
+}
+
 /// In Redis mode a waiter of another instance is woken by the release script's
 /// announcement, as the `redis` lock's waiters are, and does not wait for its next poll.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

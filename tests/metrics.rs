@@ -31,6 +31,10 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
         app.port
     );
     assert_eq!(sample(&before, &info), Some(1.0), "{before}");
+    assert!(
+        !before.contains("seckill_lock_mode"),
+        "`redis` has no lock modes, so no mode metrics: {before}"
+    );
 
     for _ in 0..3 {
         reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();

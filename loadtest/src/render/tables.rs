@@ -243,12 +243,7 @@ fn rates(benches: &[StrategyBench]) -> Table {
         ("what ran out under sustained load", Left),
     ]);
     let or_missing = |value: Option<String>| value.unwrap_or_else(|| MISSING.to_owned());
-    let ratio = |ratio: Option<f64>, target: Option<f64>| {
-        or_missing(ratio.map(|r| match target {
-            Some(target) if r < target => format!("{r:.2} (below {target})"),
-            _ => format!("{r:.2}"),
-        }))
-    };
+    let ratio = |ratio: Option<f64>, target: Option<f64>| or_missing(ratio.map(|r| ratio_against_goal(r, target)));
     let rate = |rate: Option<f64>| or_missing(rate.map(|rate| format!("{rate:.0}")));
     for bench in benches {
         let mut rtts: Vec<String> = Vec::new();
@@ -399,6 +394,24 @@ pub fn against_recipes(runs: &[Run]) -> Table {
     table
 }
 
+/// A ratio to its goal, as the bench table shows it: two decimals, and "below" when it
+/// misses. A miss that two decimals would round up to the goal (0.695 against 0.7) gets a
+/// third decimal, so the table never says "0.70 (below 0.7)".
+fn ratio_against_goal(ratio: f64, goal: Option<f64>) -> String {
+    match goal {
+        Some(goal) if ratio < goal => {
+            let shown = format!("{ratio:.2}");
+            let shown = if shown.parse::<f64>().is_ok_and(|rounded| rounded >= goal) {
+                format!("{ratio:.3}")
+            } else {
+                shown
+            };
+            format!("{shown} (below {goal})")
+        }
+        _ => format!("{ratio:.2}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,5 +482,14 @@ mod tests {
             "{table}"
         );
         assert_eq!(table.lines().count(), 3, "one row, the 16-contender one:\n{table}");
+    }
+
+    #[test]
+    fn a_ratio_that_misses_its_goal_never_reads_as_the_goal() {
+        assert_eq!(ratio_against_goal(0.695, Some(0.7)), "0.695 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.57, Some(0.7)), "0.57 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.84, Some(0.7)), "0.84");
+        assert_eq!(ratio_against_goal(0.7, Some(0.7)), "0.70");
+        assert_eq!(ratio_against_goal(0.42, None), "0.42");
     }
 }
