@@ -486,7 +486,8 @@ mod tests {
 
     #[test]
     fn a_ratio_that_misses_its_goal_never_reads_as_the_goal() {
-        assert_eq!(ratio_against_goal(0.695, Some(0.7)), "0.695 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.6951, Some(0.7)), "0.695 (below 0.7)");
+        assert_eq!(ratio_against_goal(0.699, Some(0.7)), "0.699 (below 0.7)");
         assert_eq!(ratio_against_goal(0.57, Some(0.7)), "0.57 (below 0.7)");
         assert_eq!(ratio_against_goal(0.84, Some(0.7)), "0.84");
         assert_eq!(ratio_against_goal(0.7, Some(0.7)), "0.70");
