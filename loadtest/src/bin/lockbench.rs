@@ -134,7 +134,10 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if runs.iter().any(|run| run.errors > 0) || !peers_failed.is_empty() {
+    // A recipe's errors are part of what it is measured for (pottery's Redlock times out at
+    // 64 contenders): they show in its rows. Only our locks' errors, or a peer that could
+    // not run at all, fail the run.
+    if runs.iter().any(|run| run.errors > 0 && run.recipe_of.is_none()) || !peers_failed.is_empty() {
         if !peers_failed.is_empty() {
             eprintln!("lockbench: peers that could not run: {}", peers_failed.join(", "));
         }
