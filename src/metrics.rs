@@ -25,6 +25,7 @@ use prometheus::{
 
 use crate::lock::redis_degrade::mode::Mode;
 use crate::lock::redis_degrade::DegradeStats;
+use crate::strategy::Strategy;
 
 /// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
 /// millisecond, a crowd behind a MySQL lock waits seconds.
@@ -116,7 +117,7 @@ impl Metrics {
             "redis-degrade: lock mode switches this instance has seen.",
         ))
         .expect("a valid metric name");
-        if strategy == "redis-degrade" {
+        if strategy == Strategy::RedisDegrade.name() {
             registry.register(Box::new(mode_switches.clone())).expect("registered once");
         }
         let failures = IntCounterVec::new(
