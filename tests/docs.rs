@@ -333,8 +333,9 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
         };
         let begin = format!("<!-- latest {name}: begin");
         let end = format!("<!-- latest {name}: end -->");
-        let begins: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.starts_with(&begin)).map(|(i, _)| i).collect();
-        let ends: Vec<usize> = text.lines().enumerate().filter(|(_, l)| *l == end).map(|(i, _)| i).collect();
+        let lines: Vec<&str> = text.lines().collect();
+        let at = |is: &dyn Fn(&str) -> bool| -> Vec<usize> { (0..lines.len()).filter(|&i| is(lines[i])).collect() };
+        let (begins, ends) = (at(&|line| line.starts_with(&begin)), at(&|line| line == end));
         let ([first], [last]) = (begins.as_slice(), ends.as_slice()) else {
             wrong.push(format!(
                 "{page}: needs one `{begin} ... -->` line and one `{end}` line for {call} (has {} and {})",
@@ -343,7 +344,7 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
             ));
             continue;
         };
-        let inside: Vec<&str> = text.lines().skip(first + 1).take(last.saturating_sub(first + 1)).collect();
+        let inside = lines.get(first + 1..*last).unwrap_or_default();
         let dated = inside.iter().any(|line| {
             line.starts_with("Latest run: `")
                 && line.split(|c: char| !(c.is_ascii_digit() || c == '-')).any(|word| {
@@ -376,11 +377,17 @@ const PAGE_WITH_TWO_BLOCKS: &str = "# A results page\n\nNotes before.\n\n\
 <!-- latest demo: end -->\n\nNotes after, on the run of 2026-01-01.\n\n\
 <!-- latest other: begin -->\n\n| other | table |\n\n<!-- latest other: end -->\n";
 
-#[test]
-fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_they_were() {
+/// A temporary folder with `page.md` (PAGE_WITH_TWO_BLOCKS) and the `table.md` of a new run.
+fn a_page_with_two_blocks_and_a_new_table() -> tempfile::TempDir {
     let folder = tempfile::tempdir().unwrap();
     std::fs::write(folder.path().join("page.md"), PAGE_WITH_TWO_BLOCKS).unwrap();
     std::fs::write(folder.path().join("table.md"), "| new | table |\n").unwrap();
+    folder
+}
+
+#[test]
+fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_they_were() {
+    let folder = a_page_with_two_blocks_and_a_new_table();
 
     let output = publish(folder.path(), false, "demo");
     assert!(output.status.success());
@@ -408,9 +415,7 @@ fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_
 
 #[test]
 fn publishing_into_a_page_without_the_block_refuses_names_the_markers_and_changes_nothing() {
-    let folder = tempfile::tempdir().unwrap();
-    std::fs::write(folder.path().join("page.md"), PAGE_WITH_TWO_BLOCKS).unwrap();
-    std::fs::write(folder.path().join("table.md"), "| new | table |\n").unwrap();
+    let folder = a_page_with_two_blocks_and_a_new_table();
 
     let output = publish(folder.path(), true, "bench");
     assert!(!output.status.success(), "a page without the `bench` block must be refused");
