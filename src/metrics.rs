@@ -118,7 +118,9 @@ impl Metrics {
         ))
         .expect("a valid metric name");
         if strategy == Strategy::RedisDegrade.name() {
-            registry.register(Box::new(mode_switches.clone())).expect("registered once");
+            registry
+                .register(Box::new(mode_switches.clone()))
+                .expect("registered once");
         }
         let failures = IntCounterVec::new(
             Opts::new(

@@ -219,7 +219,12 @@ async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
     let lock_redis = PrivateRedis::start();
     let url = lock_redis.url().to_owned();
     let instance = common::instance_with(Strategy::RedisDegrade, 73, |config| config.lock_redis_url = Some(url)).await;
-    let metrics = reqwest::get(format!("{}/metrics", instance.url)).await.unwrap().text().await.unwrap();
+    let metrics = reqwest::get(format!("{}/metrics", instance.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("seckill_lock_mode{mode=\"redis\"} 1"), "{metrics}");
     assert!(metrics.contains("seckill_lock_mode{mode=\"mysql\"} 0"), "{metrics}");
     assert!(metrics.contains("seckill_lock_mode_switches_total 0"), "{metrics}");

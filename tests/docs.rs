@@ -310,9 +310,17 @@ fn published_blocks() -> Vec<(String, String, String)> {
                 .split_once("publish_results \"$ROOT/")
                 .or_else(|| line.split_once("scripts/lib/publish.sh "));
             let Some((_, rest)) = call else { continue };
-            let mut words = rest.split(|c: char| c.is_whitespace() || c == '"').filter(|word| !word.is_empty());
-            let (Some(page), Some(name)) = (words.next(), words.next()) else { continue };
-            blocks.push((format!("{}:{}", source.display(), number + 1), page.to_owned(), name.to_owned()));
+            let mut words = rest
+                .split(|c: char| c.is_whitespace() || c == '"')
+                .filter(|word| !word.is_empty());
+            let (Some(page), Some(name)) = (words.next(), words.next()) else {
+                continue;
+            };
+            blocks.push((
+                format!("{}:{}", source.display(), number + 1),
+                page.to_owned(),
+                name.to_owned(),
+            ));
         }
     }
     blocks
@@ -323,7 +331,10 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
     let blocks = published_blocks();
     let names: BTreeSet<&str> = blocks.iter().map(|(_, _, name)| name.as_str()).collect();
     for expected in ["demo", "bench", "lockbench", "chaos", "clock-jump"] {
-        assert!(names.contains(expected), "no script publishes `{expected}` (found {names:?})");
+        assert!(
+            names.contains(expected),
+            "no script publishes `{expected}` (found {names:?})"
+        );
     }
     let mut wrong = Vec::new();
     for (call, page, name) in &blocks {
@@ -347,12 +358,14 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
         let inside = lines.get(first + 1..*last).unwrap_or_default();
         let dated = inside.iter().any(|line| {
             line.starts_with("Latest run: `")
-                && line.split(|c: char| !(c.is_ascii_digit() || c == '-')).any(|word| {
-                    word.len() == 10 && word.as_bytes()[4] == b'-' && word.as_bytes()[7] == b'-'
-                })
+                && line
+                    .split(|c: char| !(c.is_ascii_digit() || c == '-'))
+                    .any(|word| word.len() == 10 && word.as_bytes()[4] == b'-' && word.as_bytes()[7] == b'-')
         });
         if first >= last || !dated {
-            wrong.push(format!("{page}: the `{name}` block must hold a \"Latest run: `command`, YYYY-MM-DD ...\" line"));
+            wrong.push(format!(
+                "{page}: the `{name}` block must hold a \"Latest run: `command`, YYYY-MM-DD ...\" line"
+            ));
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
@@ -392,7 +405,10 @@ fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_
     let output = publish(folder.path(), false, "demo");
     assert!(output.status.success());
     let page = std::fs::read_to_string(folder.path().join("page.md")).unwrap();
-    assert_eq!(page, PAGE_WITH_TWO_BLOCKS, "without PUBLISH=1 the page must stay as it was");
+    assert_eq!(
+        page, PAGE_WITH_TWO_BLOCKS,
+        "without PUBLISH=1 the page must stay as it was"
+    );
 
     let output = publish(folder.path(), true, "demo");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -401,7 +417,10 @@ fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_
     let (before, rest) = page.split_once("<!-- latest demo: begin").unwrap();
     let (block, after) = rest.split_once("<!-- latest demo: end -->\n").unwrap();
     assert_eq!(before, "# A results page\n\nNotes before.\n\n");
-    assert!(block.contains("| new | table |"), "the new table is in the block:\n{block}");
+    assert!(
+        block.contains("| new | table |"),
+        "the new table is in the block:\n{block}"
+    );
     assert!(!block.contains("old"), "nothing of the old block is left:\n{block}");
     assert!(
         block.contains(&format!("Latest run: `scripts/demo.sh none`, {}", today.trim())),
@@ -418,7 +437,10 @@ fn publishing_into_a_page_without_the_block_refuses_names_the_markers_and_change
     let folder = a_page_with_two_blocks_and_a_new_table();
 
     let output = publish(folder.path(), true, "bench");
-    assert!(!output.status.success(), "a page without the `bench` block must be refused");
+    assert!(
+        !output.status.success(),
+        "a page without the `bench` block must be refused"
+    );
     let message = String::from_utf8_lossy(&output.stderr);
     assert!(
         message.contains("<!-- latest bench: begin") && message.contains("<!-- latest bench: end -->"),

@@ -10,7 +10,9 @@
 //!    attached to it, so if the instance dies, the lease runs out and all its keys
 //!    vanish together. etcd counts lease TTLs in whole seconds (and grants at least
 //!    its minimum, about 2 s by default), so `--lock-ttl-ms` is rounded up to seconds.
-//!    A session whose lease was lost is replaced by a new one at the next acquire.
+//!    A session whose lease was lost is replaced by a new one at the next acquire,
+//!    and its lease is revoked: the server may still keep it (a new leader extends
+//!    every lease), and its keys would block the queue until it ran out.
 //!    Each renewal takes the keep-alive stream out of its slot and puts it back only
 //!    with its answer: a renewal that timed out drops its stream, so its late answer
 //!    can never be read as the answer to a later renewal.
@@ -103,8 +105,19 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a step outside an acquire's own deadline (connect, release, a try-acquire)
 /// keeps trying after transient failures: longer than an election.
 const RETRY_BUDGET: Duration = Duration::from_secs(3);
-/// After a transient failure, how long to wait before trying again.
+/// After a second transient failure in a row, how long to wait before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// The first try again goes at once: the client spreads requests over the members, so
+/// it most likely reaches one that answers (a dead member's refusal takes no time).
+/// Later ones wait [`RETRY_PAUSE`], so a cluster that is down is not asked in a spin.
+fn pause_after(failures_in_a_row: u32) -> Duration {
+    if failures_in_a_row <= 1 {
+        Duration::ZERO
+    } else {
+        RETRY_PAUSE
+    }
+}
 
 /// How an [`EtcdLock`] connects.
 #[derive(Clone, Debug)]
@@ -396,7 +409,13 @@ impl EtcdLock {
                 lease = session.lease_id,
                 "the etcd session was lost; starting a new one"
             );
-            *session = Arc::new(Session::start(&self.client, self.ttl_seconds, deadline).await?);
+            let new_session = Arc::new(Session::start(&self.client, self.ttl_seconds, deadline).await?);
+            let lost = std::mem::replace(&mut *session, new_session);
+            revoke_in_background(
+                self.client.clone(),
+                lost.lease_id,
+                Duration::from_secs(2 * self.ttl_seconds as u64),
+            );
         }
         Ok(session.clone())
     }
@@ -469,16 +488,19 @@ impl EtcdLock {
     /// own key still there (no need to read it again), `Ok(false)` when the session was
     /// lost meanwhile.
     async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<bool, LockError> {
+        let mut failures_in_a_row = 0;
         loop {
             match self.wait_for_predecessor(queued, session).await {
                 Ok(Wait::NoneLeft) => return Ok(true),
                 Ok(Wait::Woken) => {
+                    failures_in_a_row = 0;
                     self.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
                 Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
                 Err(error) if error.transient => {
+                    failures_in_a_row += 1;
                     tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    tokio::time::sleep(pause_after(failures_in_a_row)).await;
                 }
                 Err(error) => return Err(backend_error(error.source)),
             }
@@ -653,6 +675,7 @@ fn delete_in_background(
 ) -> JoinHandle<bool> {
     tokio::spawn(async move {
         let _turn = turn;
+        let mut failures_in_a_row = 0;
         loop {
             match client.clone().delete(own_key.as_str(), None).await {
                 Ok(deleted) => return deleted.deleted() > 0,
@@ -660,12 +683,37 @@ fn delete_in_background(
                     if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
                         return false;
                     }
+                    failures_in_a_row += 1;
                     tracing::debug!(key = own_key, %error, "the delete of our etcd key failed; sending it again");
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                    tokio::time::sleep(pause_after(failures_in_a_row)).await;
                 }
             }
         }
     })
+}
+
+/// Revokes a lease we count as lost, in the background, so that its keys leave the
+/// queue now. A lease we could not renew may still live on the server: a new leader
+/// extends every lease, and our last renewal may have reached it after all. Until it
+/// ends there, its keys stay in the queue before the new session's and block every
+/// instance, ours included (the chaos test with a dead leader stalled 3.7 s on them).
+/// Nothing depends on the lease any more: its holders were told it is lost. Sent again
+/// after transient failures, for `for_at_most` (longer than the server can keep it).
+fn revoke_in_background(client: Client, lease_id: i64, for_at_most: Duration) {
+    tokio::spawn(async move {
+        let revoked = retry_transient(Instant::now() + for_at_most, || {
+            let mut client = client.clone();
+            async move { client.lease_revoke(lease_id).await }
+        })
+        .await;
+        match revoked {
+            Ok(_) => tracing::info!(lease = lease_id, "revoked the lost etcd lease: its keys are gone"),
+            Err(error) if is_lease_gone(&error) => {}
+            Err(error) => {
+                tracing::warn!(lease = lease_id, %error, "could not revoke the lost etcd lease; it expires on its own")
+            }
+        }
+    });
 }
 
 // Hardening: transient failures, lost leases, broken watches.
@@ -696,12 +744,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
+    let mut failures_in_a_row = 0;
     loop {
         match request().await {
             Ok(answer) => return Ok(answer),
             Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
+                failures_in_a_row += 1;
                 tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
-                tokio::time::sleep(RETRY_PAUSE).await;
+                tokio::time::sleep(pause_after(failures_in_a_row)).await;
             }
             Err(error) => return Err(error),
         }
