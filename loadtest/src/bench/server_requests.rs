@@ -46,7 +46,7 @@ pub async fn read(strategy: Strategy, config: &Config) -> Counters {
     let mut counters = Counters::new();
     for backend in servers_of(strategy) {
         let read = match backend {
-            Backend::StockRedis => redis_commands(&[config.redis_url.clone()]).await,
+            Backend::StockRedis => redis_commands(std::slice::from_ref(&config.redis_url)).await,
             Backend::LockRedis if config.lock_redis_url() == config.redis_url => continue, // one server, counted once
             Backend::LockRedis => redis_commands(&[config.lock_redis_url().to_owned()]).await,
             Backend::RedlockMasters => redis_commands(&config.redlock_urls).await,
