@@ -281,3 +281,50 @@ async fn connecting_to_a_redis_that_is_down_is_a_backend_error_not_a_hang() {
         started.elapsed()
     );
 }
+
+/// Step 1 under a crowd: when the lock Redis has lost a key's epoch (it restarted empty,
+/// or a degraded lock came back to it), the waiters of one instance begin one new epoch
+/// between them, not one each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each() {
+    let (client, lock) = lock(5000, false).await;
+    let key = common::unique_key("epoch-crowd");
+    let epochs_begun = format!("{key}:fence:epochs");
+    lock.try_acquire(&key, &common::owner())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(get(&client, &epochs_begun).await.as_deref(), Some("1"));
+
+    // The lock Redis forgets the epoch, as after a restart without its data.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{key}:fence:epoch"))
+        .query_async(&mut common::connection(&client).await)
+        .await
+        .unwrap();
+    let lock = std::sync::Arc::new(lock);
+    let mut crowd = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (lock, key) = (lock.clone(), key.clone());
+        crowd.spawn(async move {
+            match lock.try_acquire(&key, &common::owner()).await {
+                Ok(guard) => guard.release().await.map(|()| true),
+                Err(LockError::Busy { .. }) => Ok(false),
+                Err(error) => Err(error),
+            }
+        });
+    }
+    let mut granted = 0;
+    while let Some(answer) = crowd.join_next().await {
+        granted += usize::from(answer.unwrap().unwrap());
+    }
+
+    assert!(granted >= 1, "nobody in the crowd was granted the lock");
+    assert_eq!(
+        get(&client, &epochs_begun).await.as_deref(),
+        Some("2"),
+        "50 waiters who found the epoch missing should begin one new epoch"
+    );
+}

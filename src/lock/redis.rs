@@ -68,6 +68,7 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -221,9 +222,29 @@ pub struct RedisLock {
     notices: ReleaseNotices,
     held: HeldGrants<String, String>,
     shut_down: ShutDownSwitch,
-    /// Per key, the master (counted in the connection's moves) where this handle last
-    /// began an epoch: after a failover, once more on the new master (step 1).
-    epochs_begun: StdMutex<HashMap<String, u64>>,
+    /// Per key, the epochs this handle began (step 1).
+    epochs_begun: StdMutex<HashMap<String, Arc<EpochsBegun>>>,
+}
+
+/// The epochs one handle began for one key (step 1). A crowd of waiters who all find
+/// the epoch missing (the lock Redis restarted, or degrading came back to it) take
+/// turns to begin one, and the ones after the first see that it began and use it: one
+/// new epoch per instance, not one per waiter (133 in 40 ms, before).
+#[derive(Default)]
+struct EpochsBegun {
+    /// How many this handle began.
+    count: AtomicU64,
+    /// The master (counted in the connection's moves) where it began the last one:
+    /// after a failover, one more on the new master.
+    on_master: StdMutex<Option<u64>>,
+    /// One beginning at a time.
+    turn: tokio::sync::Mutex<()>,
+}
+
+impl EpochsBegun {
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
 }
 
 impl RedisLock {
@@ -321,7 +342,14 @@ impl RedisLock {
     /// restarted empty), or it is a promoted replica whose counter may lag. Take the
     /// next epoch from the stock's Redis and store it, unless another instance stored a
     /// newer one first.
-    async fn begin_epoch(&self, key: &str) -> redis::RedisResult<()> {
+    ///
+    /// `seen` is how many epochs this handle had begun when the caller found the epoch
+    /// missing: if another waiter began one since, the caller uses that one.
+    async fn begin_epoch(&self, key: &str, begun: &EpochsBegun, seen: u64) -> redis::RedisResult<()> {
+        let _turn = begun.turn.lock().await;
+        if begun.count() != seen && !self.on_a_new_master(begun) {
+            return Ok(());
+        }
         // Used once in a server's life, this connection may still hold a socket that broke
         // since (the very restart we are here for): one failure of that kind earns a retry.
         let mut epochs = self.epochs.clone();
@@ -348,8 +376,16 @@ impl RedisLock {
                 "a new fencing epoch begins (a new lock Redis, or a new master)"
             );
         }
-        unpoisoned(&self.epochs_begun).insert(key.to_owned(), master);
+        *unpoisoned(&begun.on_master) = Some(master);
+        begun.count.fetch_add(1, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn epochs_begun(&self, key: &str) -> Arc<EpochsBegun> {
+        unpoisoned(&self.epochs_begun)
+            .entry(key.to_owned())
+            .or_default()
+            .clone()
     }
 
     /// What a failed exchange with the lock Redis means for a waiter. A Redis that
@@ -370,9 +406,9 @@ impl RedisLock {
 
     /// Whether the connection moved to a new master since this handle last began
     /// `key`'s epoch: that master's counter may lag the old one's (step 1).
-    fn on_a_new_master(&self, key: &str) -> bool {
+    fn on_a_new_master(&self, begun: &EpochsBegun) -> bool {
         let master = self.granting.moves();
-        master > 0 && unpoisoned(&self.epochs_begun).get(key) != Some(&master)
+        master > 0 && *unpoisoned(&begun.on_master) != Some(master)
     }
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
@@ -517,13 +553,20 @@ impl DistributedLock for RedisLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let token = new_token(owner);
-        if self.on_a_new_master(key) {
-            self.begin_epoch(key).await.map_err(|error| self.failed(key, error))?;
+        let begun = self.epochs_begun(key);
+        let seen = begun.count();
+        if self.on_a_new_master(&begun) {
+            self.begin_epoch(key, &begun, seen)
+                .await
+                .map_err(|error| self.failed(key, error))?;
         }
+        let seen = begun.count();
         let mut sent = Instant::now();
         let mut answer = self.run_acquire_script(key, &token).await;
         if let Ok((-1, _)) = answer {
-            self.begin_epoch(key).await.map_err(|error| self.failed(key, error))?;
+            self.begin_epoch(key, &begun, seen)
+                .await
+                .map_err(|error| self.failed(key, error))?;
             sent = Instant::now();
             answer = self.run_acquire_script(key, &token).await;
         }
