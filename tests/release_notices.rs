@@ -92,6 +92,51 @@ async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll()
     .await;
 }
 
+/// Step 2 of `src/lock/mysql_version.rs`: a waiter that saw the row held and then hears
+/// the release announced compares and sets at the version it saw, without reading the
+/// row again. Over the rounds, the waiter's reads after each release are counted; a
+/// poll that falls between the count and the release may add one now and then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_it_again() {
+    let options = MySqlVersionLockOptions {
+        ttl: Duration::from_secs(5),
+        renew: true,
+        permits: Some(3),
+    };
+    let pool = common::mysql_pool().await;
+    let holder = MySqlVersionLock::new(pool.clone(), options).with_release_notices(Some(notices().await));
+    let waiter = Arc::new(MySqlVersionLock::new(pool, options).with_release_notices(Some(notices().await)));
+    let mut reads_after_releases = 0;
+    for round in 0..ROUNDS {
+        let key = common::unique_key(&format!("version-notice-{round}"));
+        let held = holder
+            .acquire(&key, &common::owner(), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let (waiter, key) = (waiter.clone(), key.clone());
+            async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(WAITER_HEAD_START).await;
+        let reads_while_held = waiter.rows_read();
+        assert!(reads_while_held > 0, "the waiter should have read the row while it was held");
+        held.release().await.unwrap();
+        waiting
+            .await
+            .unwrap()
+            .expect("the waiter gets the row once it is released")
+            .release()
+            .await
+            .unwrap();
+        reads_after_releases += waiter.rows_read() - reads_while_held;
+    }
+    println!("{reads_after_releases} reads after {ROUNDS} releases");
+    assert!(
+        reads_after_releases <= 2,
+        "{reads_after_releases} reads after {ROUNDS} releases: the waiter should take the row at the version it saw held"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_hands_the_mysql_lock_table_over_without_waiting_for_a_poll() {
     let options = MySqlLockOptions {

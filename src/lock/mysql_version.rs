@@ -16,6 +16,10 @@
 //!    affected rows is a **conflict**: someone else changed the row between our read
 //!    and our write; we count it, back off and read again, until the acquire timeout.
 //!    A row that the read already shows held is not tried at all: that is "busy".
+//!    A waiter that saw the row held at version `v` and then hears a release announced
+//!    compares and sets at `v` straight away, without reading first: a release leaves
+//!    the row free at the version it was held at. If the row moved on (another waiter
+//!    came first), the write changes nothing and the read follows, as above.
 //! 3. **Release is another compare-and-set**, on the version and the owner:
 //!    `UPDATE ... SET owner = '' WHERE name = ? AND version = ? AND owner = ?`. A holder
 //!    whose row was taken over (it expired) changes nothing, and learns it was lost.
@@ -50,7 +54,8 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -64,19 +69,20 @@ use crate::mysql_store::micros;
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
-use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
+use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::unpoisoned;
+use crate::lock::parts::release_notices::ReleaseNotices;
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
 /// The critical path from one grant to the next: the release, answered, then its
-/// notice on the stock Redis wakes a waiter, which reads the row and its version,
-/// then compares and sets it. See [`crate::lock::critical_path`].
+/// notice on the stock Redis wakes a waiter, which compares and sets at the version it
+/// saw the row held at (step 2). See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (UPDATE owner = ''), answered", Mysql, Write, 1.0),
     step("wake-up (notice on the stock Redis)", StockRedis, Read, 1.0),
-    step("read the row", Mysql, Read, 1.0),
-    step("compare-and-set the version", Mysql, Write, 1.0),
+    step("compare-and-set the version it saw held", Mysql, Write, 1.0),
 ];
 
 /// Step 2's read. `expired` is computed by the server, on the server's clock. Binds: name.
@@ -117,6 +123,8 @@ pub struct MySqlVersionLock {
     shut_down: ShutDownSwitch,
     /// Release notices on a Redis, when the wiring gives some: MySQL cannot notify.
     notices: Option<Arc<ReleaseNotices>>,
+    /// How many times this handle read a row (step 2).
+    rows_read: AtomicU64,
 }
 
 /// The row as step 2 reads it.
@@ -138,8 +146,10 @@ enum Attempt {
     Granted {
         version: u64,
     },
-    /// The read showed a live holder.
-    Held,
+    /// The read showed a live holder, at this version.
+    Held {
+        version: u64,
+    },
     /// The row was free when read, and someone else's write came first.
     Conflict,
 }
@@ -159,7 +169,14 @@ impl MySqlVersionLock {
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             notices: None,
+            rows_read: AtomicU64::new(0),
         }
+    }
+
+    /// How many times this handle read a row (step 2): a waiter woken by a release
+    /// notice compares and sets without one.
+    pub fn rows_read(&self) -> u64 {
+        self.rows_read.load(Ordering::Relaxed)
     }
 
     /// Announces this handle's releases and wakes its waiters through `notices`
@@ -177,8 +194,20 @@ impl MySqlVersionLock {
         self.notices.as_ref().map(|notices| notices.signal(key))
     }
 
-    /// Steps 1 and 2: one read, and one compare-and-set if the row was free.
-    async fn attempt(&self, name: &str, owner: &Owner) -> Result<Attempt, sqlx::Error> {
+    /// Steps 1 and 2: one read, and one compare-and-set if the row was free. With
+    /// `held_at_before_a_release`, the compare-and-set at that version goes first.
+    async fn attempt(
+        &self,
+        name: &str,
+        owner: &Owner,
+        held_at_before_a_release: Option<u64>,
+    ) -> Result<Attempt, sqlx::Error> {
+        if let Some(version) = held_at_before_a_release {
+            if self.take(name, owner, version).await? {
+                return Ok(Attempt::Granted { version: version + 1 });
+            }
+        }
+        self.rows_read.fetch_add(1, Ordering::Relaxed);
         let read = sqlx::query_as::<_, Row>(READ_ROW)
             .bind(name)
             .fetch_optional(&self.pool)
@@ -197,23 +226,28 @@ impl MySqlVersionLock {
             }
         };
         if !row.is_free() {
-            return Ok(Attempt::Held);
+            return Ok(Attempt::Held { version: row.version });
         }
-        let taken = sqlx::query(TAKE_IF_UNCHANGED)
-            .bind(owner.as_str())
-            .bind(micros(self.options.ttl))
-            .bind(name)
-            .bind(row.version)
-            .execute(&self.pool)
-            .await
-            .inspect_err(|_| self.give_back_in_background(name, row.version + 1, owner))?;
-        Ok(if taken.rows_affected() == 1 {
+        Ok(if self.take(name, owner, row.version).await? {
             Attempt::Granted {
                 version: row.version + 1,
             }
         } else {
             Attempt::Conflict
         })
+    }
+
+    /// Step 2's compare-and-set at `version`: whether it granted.
+    async fn take(&self, name: &str, owner: &Owner, version: u64) -> Result<bool, sqlx::Error> {
+        let taken = sqlx::query(TAKE_IF_UNCHANGED)
+            .bind(owner.as_str())
+            .bind(micros(self.options.ttl))
+            .bind(name)
+            .bind(version)
+            .execute(&self.pool)
+            .await
+            .inspect_err(|_| self.give_back_in_background(name, version + 1, owner))?;
+        Ok(taken.rows_affected() == 1)
     }
 
     /// The compare-and-set may have run even though its answer never came: give back
@@ -288,18 +322,33 @@ impl Release for VersionGrant {
     }
 }
 
-#[async_trait]
-impl DistributedLock for MySqlVersionLock {
-    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+/// What a waiter saw between its tries (step 2).
+#[derive(Default)]
+struct Seen {
+    /// The version its last read saw the row held at.
+    held_at: StdMutex<Option<u64>>,
+    /// Whether a release was announced since.
+    release_announced: AtomicBool,
+}
+
+impl MySqlVersionLock {
+    /// One try. After a read that showed the row held and an announced release, the
+    /// compare-and-set at that version goes first, without a read.
+    async fn try_once(&self, key: &str, owner: &Owner, seen: &Seen) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
         self.counters.attempt();
-        let attempt = self.attempt(key, owner).await;
+        let released_since = seen.release_announced.swap(false, Ordering::SeqCst);
+        let held_at = unpoisoned(&seen.held_at).take().filter(|_| released_since);
+        let attempt = self.attempt(key, owner, held_at).await;
         drop(pass);
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
-            Attempt::Held => return Err(LockError::Busy { key: key.to_owned() }),
+            Attempt::Held { version } => {
+                *unpoisoned(&seen.held_at) = Some(version);
+                return Err(LockError::Busy { key: key.to_owned() });
+            }
             Attempt::Conflict => {
                 self.counters.conflict();
                 return Err(LockError::Busy { key: key.to_owned() });
@@ -321,13 +370,36 @@ impl DistributedLock for MySqlVersionLock {
             .with_fencing_token(FencingToken::new(BACKEND, 0, version))
             .with_lease(lease))
     }
+}
 
-    /// Gives back every row this handle still holds, and refuses later acquires.
-    /// Polls; with release notices, each pause ends when a release of `key` is announced.
-    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, || self.try_acquire(key, owner)).await
+#[async_trait]
+impl DistributedLock for MySqlVersionLock {
+    async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        self.try_once(key, owner, &Seen::default()).await
     }
 
+    /// Polls; with release notices, each pause ends when a release of `key` is announced,
+    /// and the try after it compares and sets at the version last seen held (step 2).
+    async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let seen = &Seen::default();
+        let released = self.release_signal(key);
+        let wait = |pause: Duration| {
+            let released = released.clone();
+            async move {
+                match released {
+                    Some(released) => {
+                        if tokio::time::timeout(pause, released.notified()).await.is_ok() {
+                            seen.release_announced.store(true, Ordering::SeqCst);
+                        }
+                    }
+                    None => tokio::time::sleep(pause).await,
+                }
+            }
+        };
+        poll_until_granted(key, timeout, || self.try_once(key, owner, seen), wait).await
+    }
+
+    /// Gives back every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         self.permits.close();
