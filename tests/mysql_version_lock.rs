@@ -171,3 +171,30 @@ async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_onc
         "without the semaphore the crowd should exceed 3 at once"
     );
 }
+
+/// Step 2 of `src/lock/mysql_version.rs`: a release leaves the row free at its version,
+/// so the next acquire of the instance that gave it back compares and sets at once.
+#[tokio::test]
+async fn an_instance_that_gave_a_row_back_takes_it_again_without_reading_it() {
+    let lock = MySqlVersionLock::new(pool_of(2).await, options(Some(3)));
+    let key = common::unique_key("given-back");
+    let first = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let first_version = first.fencing_token().unwrap().counter;
+    first.release().await.unwrap();
+    let reads = lock.rows_read();
+
+    let again = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        lock.rows_read(),
+        reads,
+        "the second acquire read the row it had given back"
+    );
+    assert_eq!(again.fencing_token().unwrap().counter, first_version + 1);
+    again.release().await.unwrap();
+}

@@ -119,7 +119,10 @@ async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_
         });
         tokio::time::sleep(WAITER_HEAD_START).await;
         let reads_while_held = waiter.rows_read();
-        assert!(reads_while_held > 0, "the waiter should have read the row while it was held");
+        assert!(
+            reads_while_held > 0,
+            "the waiter should have read the row while it was held"
+        );
         held.release().await.unwrap();
         waiting
             .await

@@ -18,7 +18,8 @@
 //!    A row that the read already shows held is not tried at all: that is "busy".
 //!    A waiter that saw the row held at version `v` and then hears a release announced
 //!    compares and sets at `v` straight away, without reading first: a release leaves
-//!    the row free at the version it was held at. If the row moved on (another waiter
+//!    the row free at the version it was held at. So does the next acquire of the
+//!    instance that gave the row back at `v`. If the row moved on (another instance
 //!    came first), the write changes nothing and the read follows, as above.
 //! 3. **Release is another compare-and-set**, on the version and the owner:
 //!    `UPDATE ... SET owner = '' WHERE name = ? AND version = ? AND owner = ?`. A holder
@@ -54,6 +55,7 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -70,8 +72,8 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
 use crate::lock::parts::polling::poll_until_granted;
-use crate::lock::parts::unpoisoned;
 use crate::lock::parts::release_notices::ReleaseNotices;
+use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
@@ -125,7 +127,12 @@ pub struct MySqlVersionLock {
     notices: Option<Arc<ReleaseNotices>>,
     /// How many times this handle read a row (step 2).
     rows_read: AtomicU64,
+    /// Per row, the version this handle gave it back at (step 3): free at that version
+    /// unless another instance took it since. The next try compares and sets at it.
+    given_back: GivenBack,
 }
+
+type GivenBack = Arc<StdMutex<HashMap<String, u64>>>;
 
 /// The row as step 2 reads it.
 #[derive(sqlx::FromRow)]
@@ -170,6 +177,7 @@ impl MySqlVersionLock {
             shut_down: ShutDownSwitch::new(BACKEND),
             notices: None,
             rows_read: AtomicU64::new(0),
+            given_back: GivenBack::default(),
         }
     }
 
@@ -195,14 +203,9 @@ impl MySqlVersionLock {
     }
 
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free. With
-    /// `held_at_before_a_release`, the compare-and-set at that version goes first.
-    async fn attempt(
-        &self,
-        name: &str,
-        owner: &Owner,
-        held_at_before_a_release: Option<u64>,
-    ) -> Result<Attempt, sqlx::Error> {
-        if let Some(version) = held_at_before_a_release {
+    /// `likely_free_at`, the compare-and-set at that version goes first.
+    async fn attempt(&self, name: &str, owner: &Owner, likely_free_at: Option<u64>) -> Result<Attempt, sqlx::Error> {
+        if let Some(version) = likely_free_at {
             if self.take(name, owner, version).await? {
                 return Ok(Attempt::Granted { version: version + 1 });
             }
@@ -296,6 +299,7 @@ struct VersionGrant {
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
     notices: Option<Arc<ReleaseNotices>>,
+    given_back: GivenBack,
 }
 
 #[async_trait]
@@ -315,6 +319,7 @@ impl Release for VersionGrant {
             if let Some(notices) = &grant.notices {
                 notices.announce(&grant.name);
             }
+            unpoisoned(&grant.given_back).insert(grant.name, grant.version);
             Ok(())
         } else {
             Err(LockError::Lost { key: grant.name })
@@ -332,8 +337,9 @@ struct Seen {
 }
 
 impl MySqlVersionLock {
-    /// One try. After a read that showed the row held and an announced release, the
-    /// compare-and-set at that version goes first, without a read.
+    /// One try. The compare-and-set goes first, without a read, at the version this
+    /// handle gave the row back at (one try uses it), or after a read that showed the
+    /// row held and an announced release, at the version it was held at.
     async fn try_once(&self, key: &str, owner: &Owner, seen: &Seen) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
@@ -341,7 +347,8 @@ impl MySqlVersionLock {
         self.counters.attempt();
         let released_since = seen.release_announced.swap(false, Ordering::SeqCst);
         let held_at = unpoisoned(&seen.held_at).take().filter(|_| released_since);
-        let attempt = self.attempt(key, owner, held_at).await;
+        let free_at = unpoisoned(&self.given_back).remove(key).or(held_at);
+        let attempt = self.attempt(key, owner, free_at).await;
         drop(pass);
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
@@ -365,6 +372,7 @@ impl MySqlVersionLock {
             held: self.held.clone(),
             lease: keeper,
             notices: self.notices.clone(),
+            given_back: self.given_back.clone(),
         };
         Ok(LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, version))
