@@ -25,33 +25,46 @@ async fn notices() -> ReleaseNotices {
         .expect("the test Redis runs (`make services`)")
 }
 
+/// One round on a fresh key: `holder` takes it, `waiter` starts waiting for it, and once
+/// the waiter has had its head start, `before_release` runs and the holder releases.
+/// Answers the time from the release's answer to the waiter's grant.
+async fn hand_over_once(
+    holder: &dyn DistributedLock,
+    waiter: Arc<dyn DistributedLock>,
+    key: &str,
+    before_release: impl FnOnce(),
+) -> Duration {
+    let held = holder
+        .acquire(key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let key = key.to_owned();
+        async move {
+            let granted = waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await;
+            (Instant::now(), granted)
+        }
+    });
+    tokio::time::sleep(WAITER_HEAD_START).await;
+    before_release();
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (granted_at, granted) = waiting.await.unwrap();
+    granted
+        .expect("the waiter gets the key once it is released")
+        .release()
+        .await
+        .unwrap();
+    granted_at.saturating_duration_since(released)
+}
+
 /// One handle holds a key while the other waits for it; the median, over the rounds,
 /// of the time from the release's answer to the waiter's grant.
 async fn median_hand_over(holder: Arc<dyn DistributedLock>, waiter: Arc<dyn DistributedLock>) -> Duration {
     let mut gaps = Vec::new();
     for round in 0..ROUNDS {
         let key = common::unique_key(&format!("notice-{round}"));
-        let held = holder
-            .acquire(&key, &common::owner(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        let waiting = tokio::spawn({
-            let (waiter, key) = (waiter.clone(), key.clone());
-            async move {
-                let granted = waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await;
-                (Instant::now(), granted)
-            }
-        });
-        tokio::time::sleep(WAITER_HEAD_START).await;
-        held.release().await.unwrap();
-        let released = Instant::now();
-        let (granted_at, granted) = waiting.await.unwrap();
-        granted
-            .expect("the waiter gets the key once it is released")
-            .release()
-            .await
-            .unwrap();
-        gaps.push(granted_at.saturating_duration_since(released));
+        gaps.push(hand_over_once(holder.as_ref(), waiter.clone(), &key, || {}).await);
     }
     gaps.sort();
     gaps[ROUNDS / 2]
@@ -109,28 +122,15 @@ async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_
     let mut reads_after_releases = 0;
     for round in 0..ROUNDS {
         let key = common::unique_key(&format!("version-notice-{round}"));
-        let held = holder
-            .acquire(&key, &common::owner(), Duration::from_secs(1))
-            .await
-            .unwrap();
-        let waiting = tokio::spawn({
-            let (waiter, key) = (waiter.clone(), key.clone());
-            async move { waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await }
-        });
-        tokio::time::sleep(WAITER_HEAD_START).await;
-        let reads_while_held = waiter.rows_read();
-        assert!(
-            reads_while_held > 0,
-            "the waiter should have read the row while it was held"
-        );
-        held.release().await.unwrap();
-        waiting
-            .await
-            .unwrap()
-            .expect("the waiter gets the row once it is released")
-            .release()
-            .await
-            .unwrap();
+        let mut reads_while_held = 0;
+        hand_over_once(&holder, waiter.clone(), &key, || {
+            reads_while_held = waiter.rows_read();
+            assert!(
+                reads_while_held > 0,
+                "the waiter should have read the row while it was held"
+            );
+        })
+        .await;
         reads_after_releases += waiter.rows_read() - reads_while_held;
     }
     println!("{reads_after_releases} reads after {ROUNDS} releases");
