@@ -72,7 +72,7 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::permits::Permits;
 use crate::lock::parts::polling::poll_until_granted;
-use crate::lock::parts::release_notices::ReleaseNotices;
+use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
@@ -394,13 +394,8 @@ impl DistributedLock for MySqlVersionLock {
         let wait = |pause: Duration| {
             let released = released.clone();
             async move {
-                match released {
-                    Some(released) => {
-                        if tokio::time::timeout(pause, released.notified()).await.is_ok() {
-                            seen.release_announced.store(true, Ordering::SeqCst);
-                        }
-                    }
-                    None => tokio::time::sleep(pause).await,
+                if pause_unless_released(released.as_deref(), pause).await {
+                    seen.release_announced.store(true, Ordering::SeqCst);
                 }
             }
         };

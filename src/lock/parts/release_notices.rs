@@ -141,15 +141,23 @@ where
     poll_until_granted(key, timeout, attempt, |pause| {
         let released = released.clone();
         async move {
-            match released {
-                Some(released) => {
-                    let _ = tokio::time::timeout(pause, released.notified()).await;
-                }
-                None => tokio::time::sleep(pause).await,
-            }
+            pause_unless_released(released.as_deref(), pause).await;
         }
     })
     .await
+}
+
+/// One pause of a poll, cut short when `released` (a key's signal, see
+/// [`ReleaseNotices::signal`]) fires: whether a release was announced. Without
+/// notices, the whole pause.
+pub async fn pause_unless_released(released: Option<&tokio::sync::Notify>, pause: Duration) -> bool {
+    match released {
+        Some(released) => tokio::time::timeout(pause, released.notified()).await.is_ok(),
+        None => {
+            tokio::time::sleep(pause).await;
+            false
+        }
+    }
 }
 
 /// Wakes one local waiter for every release announced on [`RELEASE_CHANNEL`], for the
