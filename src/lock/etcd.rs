@@ -108,14 +108,27 @@ const RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// After a second transient failure in a row, how long to wait before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// The first try again goes at once: the client spreads requests over the members, so
-/// it most likely reaches one that answers (a dead member's refusal takes no time).
-/// Later ones wait [`RETRY_PAUSE`], so a cluster that is down is not asked in a spin.
-fn pause_after(failures_in_a_row: u32) -> Duration {
-    if failures_in_a_row <= 1 {
-        Duration::ZERO
-    } else {
-        RETRY_PAUSE
+/// The pause before each try again after transient failures. The first try again goes
+/// at once: the client spreads requests over the members, so it most likely reaches one
+/// that answers (a dead member's refusal takes no time). Later ones wait
+/// [`RETRY_PAUSE`], so a cluster that is down is not asked in a spin.
+#[derive(Default)]
+struct RetryPauses {
+    failures_in_a_row: u32,
+}
+
+impl RetryPauses {
+    /// After a failure: waits before the next try.
+    async fn after_a_failure(&mut self) {
+        self.failures_in_a_row += 1;
+        if self.failures_in_a_row > 1 {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// After a success: the next failure is a first one again.
+    fn reset(&mut self) {
+        self.failures_in_a_row = 0;
     }
 }
 
@@ -488,19 +501,18 @@ impl EtcdLock {
     /// own key still there (no need to read it again), `Ok(false)` when the session was
     /// lost meanwhile.
     async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<bool, LockError> {
-        let mut failures_in_a_row = 0;
+        let mut pauses = RetryPauses::default();
         loop {
             match self.wait_for_predecessor(queued, session).await {
                 Ok(Wait::NoneLeft) => return Ok(true),
                 Ok(Wait::Woken) => {
-                    failures_in_a_row = 0;
+                    pauses.reset();
                     self.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
                 Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
                 Err(error) if error.transient => {
-                    failures_in_a_row += 1;
                     tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
-                    tokio::time::sleep(pause_after(failures_in_a_row)).await;
+                    pauses.after_a_failure().await;
                 }
                 Err(error) => return Err(backend_error(error.source)),
             }
@@ -675,7 +687,7 @@ fn delete_in_background(
 ) -> JoinHandle<bool> {
     tokio::spawn(async move {
         let _turn = turn;
-        let mut failures_in_a_row = 0;
+        let mut pauses = RetryPauses::default();
         loop {
             match client.clone().delete(own_key.as_str(), None).await {
                 Ok(deleted) => return deleted.deleted() > 0,
@@ -683,9 +695,8 @@ fn delete_in_background(
                     if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
                         return false;
                     }
-                    failures_in_a_row += 1;
                     tracing::debug!(key = own_key, %error, "the delete of our etcd key failed; sending it again");
-                    tokio::time::sleep(pause_after(failures_in_a_row)).await;
+                    pauses.after_a_failure().await;
                 }
             }
         }
@@ -744,14 +755,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    let mut failures_in_a_row = 0;
+    let mut pauses = RetryPauses::default();
     loop {
         match request().await {
             Ok(answer) => return Ok(answer),
             Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
-                failures_in_a_row += 1;
                 tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
-                tokio::time::sleep(pause_after(failures_in_a_row)).await;
+                pauses.after_a_failure().await;
             }
             Err(error) => return Err(error),
         }
