@@ -41,19 +41,22 @@ async fn median_grant_and_release(lock: &Redlock) -> Duration {
     times[5]
 }
 
+/// A grant is made once a majority said yes: the other masters' answers are not waited
+/// for. So two killed masters (refused at once) and two frozen ones (silent until the
+/// node timeout) both leave the grant as quick as with all five up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_two_of_five_masters_gone_it_still_grants_and_a_frozen_master_costs_one_node_timeout() {
+async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them() {
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     let all_up = median_grant_and_release(&lock).await;
 
-    // Killed: the connection is refused at once, so a dead master costs little.
+    // Killed: the connection is refused at once.
     let mut masters = masters;
     let killed: Vec<PrivateRedis> = masters.drain(..2).collect();
     drop(killed);
     let two_killed = median_grant_and_release(&lock).await;
 
-    // Frozen (SIGSTOP): nothing answers, each request waits out the node timeout.
+    // Frozen (SIGSTOP): nothing answers, each request to them waits out the node timeout.
     let frozen = [PrivateRedis::start(), PrivateRedis::start()];
     let mut with_frozen: Vec<String> = urls(&masters);
     with_frozen.extend(urls(&frozen));
@@ -63,18 +66,14 @@ async fn with_two_of_five_masters_gone_it_still_grants_and_a_frozen_master_costs
 
     println!("grant + release, median of 10: all 5 up {all_up:?}, 2 killed {two_killed:?}, 2 frozen {two_frozen:?}");
     assert!(
-        two_frozen >= NODE_TIMEOUT,
-        "a frozen master should cost a node timeout per request: {two_frozen:?}"
-    );
-    assert!(
-        two_frozen < NODE_TIMEOUT * 2 + Duration::from_millis(60),
-        "the masters are asked at once, so two frozen ones cost one timeout per step, not two: {two_frozen:?}"
+        two_frozen < NODE_TIMEOUT / 2,
+        "the grant or the release waited for the frozen minority: {two_frozen:?} (all up: {all_up:?})"
     );
 }
 
 /// A release is done once a majority has deleted the value: from then on no majority
 /// holds it, and its notice need not wait for the slowest master. With two masters
-/// frozen, the acquire waits out a node timeout for them; the release does not.
+/// frozen, the release does not wait for them (nor does the acquire: see above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_is_done_when_a_majority_has_deleted_not_when_the_slowest_answers() {
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();

@@ -9,7 +9,9 @@
 //!    its own, far below the TTL, so a dead master costs one short timeout, not the wait.
 //! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all
 //!    N at once, and notes when it started.
-//! 3. **Granted** only if a majority (N/2 + 1) said yes *and* time is left:
+//! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left (the other
+//!    masters' answers are not waited for: their sets go on, and the release sends each
+//!    master its delete after that master's set):
 //!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, must be above
 //!    zero. The guard's lease ends at that deadline; the holder must not write after it
 //!    (the sale checks [`LockGuard::is_held`] before its write).
@@ -62,6 +64,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::held_grants::HeldGrants;
@@ -238,11 +241,35 @@ impl Masters {
         tally
     }
 
-    /// Step 2.
-    async fn set_everywhere(&self, key: &str, value: &str, ttl: Duration) -> Tally {
+    /// Step 2: `SET NX` on every master at once, answered as soon as a majority has said
+    /// yes (the grant need not wait for the slowest master's disk), or else once every
+    /// master has answered. The sets still on their way go on, and the grant's release
+    /// sends each master its delete only after that master's set (see
+    /// [`Masters::release_everywhere`]), so a late set cannot land after the delete and
+    /// keep the value there until its lease ends.
+    async fn set_everywhere(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) -> (Tally, SetsOnTheirWay) {
         let mut set = redis::cmd("SET");
         set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
-        self.ask_all(&set).await
+        let (send_vote, mut votes) = tokio::sync::mpsc::unbounded_channel();
+        let mut sets: Vec<Option<JoinHandle<()>>> = (0..self.masters.len())
+            .map(|index| {
+                let (masters, set, send_vote) = (self.clone(), set.clone(), send_vote.clone());
+                Some(tokio::spawn(async move {
+                    let vote = masters.masters[index].ask(masters.node_timeout, &set).await;
+                    let _ = send_vote.send((index, vote));
+                }))
+            })
+            .collect();
+        drop(send_vote);
+        let mut tally = Tally::default();
+        while let Some((index, vote)) = votes.recv().await {
+            sets[index] = None; // answered
+            tally.count(vote);
+            if tally.yes >= self.quorum() {
+                break;
+            }
+        }
+        (tally, SetsOnTheirWay(sets))
     }
 
     /// Step 5's renewal.
@@ -261,13 +288,17 @@ impl Masters {
     /// a majority has deleted the value, or has said it was gone. From then on no
     /// majority holds it, so a newcomer can be granted, and the release notice need not
     /// wait for the slowest master's disk. The deletes still on their way go on in the
-    /// background, so no master keeps the value until its lease ends.
-    async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str) -> Tally {
+    /// background, so no master keeps the value until its lease ends. A master whose set
+    /// is still on its way gets its delete after the set's answer.
+    async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str, sets: SetsOnTheirWay) -> Tally {
         let delete = delete_if_ours(key, value);
         let (send_vote, mut votes) = tokio::sync::mpsc::unbounded_channel();
-        for index in 0..self.masters.len() {
+        for (index, set) in sets.0.into_iter().enumerate() {
             let (masters, delete, send_vote) = (self.clone(), delete.clone(), send_vote.clone());
             tokio::spawn(async move {
+                if let Some(set) = set {
+                    let _ = set.await;
+                }
                 let vote = masters.masters[index].ask(masters.node_timeout, &delete).await;
                 let _ = send_vote.send(vote);
             });
@@ -282,6 +313,18 @@ impl Masters {
             }
         }
         tally
+    }
+}
+
+/// The sets of one acquire that had not answered when it was decided: one slot per
+/// master, `None` for a master that answered.
+#[derive(Default)]
+struct SetsOnTheirWay(Vec<Option<JoinHandle<()>>>);
+
+impl SetsOnTheirWay {
+    /// Waits until every set has answered (or timed out).
+    async fn answered(self) {
+        join_all(self.0.into_iter().flatten()).await;
     }
 }
 
@@ -445,6 +488,8 @@ struct RedlockGrant {
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
     notices: Option<Arc<ReleaseNotices>>,
+    /// The acquire's sets to the masters that had not answered when it was granted.
+    sets_on_their_way: SetsOnTheirWay,
 }
 
 #[async_trait]
@@ -453,7 +498,8 @@ impl Release for RedlockGrant {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before deleting
         grant.held.remove(&grant.value);
-        let tally = grant.masters.release_everywhere(&grant.key, &grant.value).await;
+        let sets = std::mem::take(&mut grant.sets_on_their_way);
+        let tally = grant.masters.release_everywhere(&grant.key, &grant.value, sets).await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
         if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
@@ -474,7 +520,7 @@ impl DistributedLock for Redlock {
         let ttl = self.options.ttl;
         let value = format!("{}:{:032x}", owner.as_str(), rand::random::<u128>());
         let started = Instant::now();
-        let tally = self.masters.set_everywhere(key, &value, ttl).await;
+        let (tally, sets_on_their_way) = self.masters.set_everywhere(key, &value, ttl).await;
         // Step 3: a majority, and time left after the round trip and the drift margin.
         let valid_until = trusted_until(started, ttl);
         if tally.yes >= self.quorum() && Instant::now() < valid_until {
@@ -487,11 +533,14 @@ impl DistributedLock for Redlock {
                 held: self.held.clone(),
                 lease: keeper,
                 notices: self.notices.clone(),
+                sets_on_their_way,
             };
             // The lease starts at `valid_until` and moves on with each majority renewal.
             return Ok(LockGuard::new(key, grant).with_lease(lease));
         }
-        // Step 4: give back whatever we may have got, everywhere, before anyone retries.
+        // Step 4: give back whatever we may have got, everywhere, before anyone retries
+        // (after every set has answered, so that no set lands after its delete).
+        sets_on_their_way.answered().await;
         self.masters.delete_everywhere(key, &value).await;
         let total = self.masters.masters.len();
         if tally.yes + tally.no < self.quorum() {
