@@ -35,7 +35,7 @@ pub enum Backend {
     StockRedis,
     /// The Redis that holds the lock (`--lock-redis-url`, by default the stock's).
     LockRedis,
-    /// All Redlock masters, asked at once: the answer of the slowest counts.
+    /// All Redlock masters, asked at once: a step is done when a majority has answered.
     RedlockMasters,
     Etcd,
     Zookeeper,

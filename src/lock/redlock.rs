@@ -9,15 +9,16 @@
 //!    its own, far below the TTL, so a dead master costs one short timeout, not the wait.
 //! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all
 //!    N at once, and notes when it started.
-//! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left (the other
-//!    masters' answers are not waited for: their sets go on, and the release sends each
-//!    master its delete after that master's set):
-//!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, must be above
+//! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left. The other
+//!    masters' answers are not waited for; their sets go on, and the release sends each
+//!    master its delete after that master's set. Time is left when
+//!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, is above
 //!    zero. The guard's lease ends at that deadline; the holder must not write after it
 //!    (the sale checks [`LockGuard::is_held`] before its write).
-//! 4. **On failure** it deletes its value on *every* master at once (also those that
-//!    did not answer yes: a yes may have been lost on the way back), then the waiter
-//!    retries after a random delay (the trait's jittered backoff).
+//! 4. **On failure** it waits for every master's answer, then deletes its value on
+//!    *every* master at once (also those that did not answer yes: a yes may have been
+//!    lost on the way back), then the waiter retries after a random delay (the trait's
+//!    jittered backoff).
 //! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
 //!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
 //!    drift`, counted from that renewal's start), a majority that no longer holds our
@@ -77,7 +78,8 @@ const BACKEND: &str = "redlock";
 
 /// The critical path from one grant to the next: the release on every master,
 /// answered, then its notice on the stock Redis wakes a waiter, which asks every master.
-/// Every master is asked at once, so each step costs the slowest master's round trip. See [`crate::lock::critical_path`].
+/// Every master is asked at once, and each step waits for a majority: it costs the round
+/// trip of the slowest master in that majority. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step(
         "release (DEL on every master), answered by a majority",
@@ -241,21 +243,28 @@ impl Masters {
         tally
     }
 
-    /// Step 2: `SET NX` on every master at once, answered as soon as a majority has said
-    /// yes (the grant need not wait for the slowest master's disk), or else once every
-    /// master has answered. The sets still on their way go on, and the grant's release
-    /// sends each master its delete only after that master's set (see
-    /// [`Masters::release_everywhere`]), so a late set cannot land after the delete and
-    /// keep the value there until its lease ends.
-    async fn set_everywhere(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) -> (Tally, SetsOnTheirWay) {
-        let mut set = redis::cmd("SET");
-        set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
+    /// Sends `command` to every master at once, each after that master's earlier command
+    /// in `after` (one still on its way), and counts the answers until `decided` says the
+    /// tally is enough, or every master answered. The commands not answered by then go on
+    /// in the background: they are returned, so a later command can follow them.
+    async fn ask_each_until(
+        self: &Arc<Self>,
+        command: &redis::Cmd,
+        after: Unanswered,
+        decided: impl Fn(&Tally) -> bool,
+    ) -> (Tally, Unanswered) {
         let (send_vote, mut votes) = tokio::sync::mpsc::unbounded_channel();
-        let mut sets: Vec<Option<JoinHandle<()>>> = (0..self.masters.len())
-            .map(|index| {
-                let (masters, set, send_vote) = (self.clone(), set.clone(), send_vote.clone());
+        let mut asked: Vec<Option<JoinHandle<()>>> = after
+            .0
+            .into_iter()
+            .enumerate()
+            .map(|(index, earlier)| {
+                let (masters, command, send_vote) = (self.clone(), command.clone(), send_vote.clone());
                 Some(tokio::spawn(async move {
-                    let vote = masters.masters[index].ask(masters.node_timeout, &set).await;
+                    if let Some(earlier) = earlier {
+                        let _ = earlier.await;
+                    }
+                    let vote = masters.masters[index].ask(masters.node_timeout, &command).await;
                     let _ = send_vote.send((index, vote));
                 }))
             })
@@ -263,13 +272,26 @@ impl Masters {
         drop(send_vote);
         let mut tally = Tally::default();
         while let Some((index, vote)) = votes.recv().await {
-            sets[index] = None; // answered
+            asked[index] = None;
             tally.count(vote);
-            if tally.yes >= self.quorum() {
+            if decided(&tally) {
                 break;
             }
         }
-        (tally, SetsOnTheirWay(sets))
+        (tally, Unanswered(asked))
+    }
+
+    /// Step 2: `SET NX` on every master at once, answered as soon as a majority has said
+    /// yes: the grant need not wait for the slowest masters' disks. A refusal waits for
+    /// every master. The sets still on their way when a majority granted are returned:
+    /// the release sends each master its delete after that master's set, so a late set
+    /// cannot land after the delete and keep the value there until its lease ends.
+    async fn set_everywhere(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) -> (Tally, Unanswered) {
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
+        let quorum = self.quorum();
+        self.ask_each_until(&set, self.nothing_on_its_way(), |tally| tally.yes >= quorum)
+            .await
     }
 
     /// Step 5's renewal.
@@ -284,46 +306,33 @@ impl Masters {
         self.ask_all(&delete_if_ours(key, value)).await
     }
 
-    /// Step 5's release: the owner-checked delete on every master, answered as soon as
-    /// a majority has deleted the value, or has said it was gone. From then on no
-    /// majority holds it, so a newcomer can be granted, and the release notice need not
-    /// wait for the slowest master's disk. The deletes still on their way go on in the
-    /// background, so no master keeps the value until its lease ends. A master whose set
-    /// is still on its way gets its delete after the set's answer.
-    async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str, sets: SetsOnTheirWay) -> Tally {
-        let delete = delete_if_ours(key, value);
-        let (send_vote, mut votes) = tokio::sync::mpsc::unbounded_channel();
-        for (index, set) in sets.0.into_iter().enumerate() {
-            let (masters, delete, send_vote) = (self.clone(), delete.clone(), send_vote.clone());
-            tokio::spawn(async move {
-                if let Some(set) = set {
-                    let _ = set.await;
-                }
-                let vote = masters.masters[index].ask(masters.node_timeout, &delete).await;
-                let _ = send_vote.send(vote);
-            });
-        }
-        drop(send_vote);
+    /// Step 5's release: the owner-checked delete on every master (after the grant's
+    /// sets still on their way), answered as soon as a majority has deleted the value,
+    /// or has said it was gone. From then on no majority holds it, so a newcomer can be
+    /// granted, and the release notice need not wait for the slowest master's disk. The
+    /// deletes still on their way go on in the background, so no master keeps the value
+    /// until its lease ends.
+    async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str, sets: Unanswered) -> Tally {
         let (quorum, total) = (self.quorum(), self.masters.len());
-        let mut tally = Tally::default();
-        while let Some(vote) = votes.recv().await {
-            tally.count(vote);
-            if tally.yes >= quorum || tally.no > total - quorum {
-                break;
-            }
-        }
+        let decided = |tally: &Tally| tally.yes >= quorum || tally.no > total - quorum;
+        let (tally, _deletes_on_their_way) = self.ask_each_until(&delete_if_ours(key, value), sets, decided).await;
         tally
+    }
+
+    /// No command on its way to any master.
+    fn nothing_on_its_way(&self) -> Unanswered {
+        Unanswered(self.masters.iter().map(|_| None).collect())
     }
 }
 
-/// The sets of one acquire that had not answered when it was decided: one slot per
-/// master, `None` for a master that answered.
-#[derive(Default)]
-struct SetsOnTheirWay(Vec<Option<JoinHandle<()>>>);
+/// The commands of one request to every master that had not answered when it was
+/// decided: one slot per master, `None` for a master that answered.
+struct Unanswered(Vec<Option<JoinHandle<()>>>);
 
-impl SetsOnTheirWay {
-    /// Waits until every set has answered (or timed out).
-    async fn answered(self) {
+impl Unanswered {
+    /// Waits until every command has answered (or timed out: each ends within a node
+    /// timeout, see [`Master::ask`]).
+    async fn wait_until_answered(self) {
         join_all(self.0.into_iter().flatten()).await;
     }
 }
@@ -489,7 +498,7 @@ struct RedlockGrant {
     lease: LeaseKeeper,
     notices: Option<Arc<ReleaseNotices>>,
     /// The acquire's sets to the masters that had not answered when it was granted.
-    sets_on_their_way: SetsOnTheirWay,
+    sets_on_their_way: Unanswered,
 }
 
 #[async_trait]
@@ -498,8 +507,10 @@ impl Release for RedlockGrant {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before deleting
         grant.held.remove(&grant.value);
-        let sets = std::mem::take(&mut grant.sets_on_their_way);
-        let tally = grant.masters.release_everywhere(&grant.key, &grant.value, sets).await;
+        let tally = grant
+            .masters
+            .release_everywhere(&grant.key, &grant.value, grant.sets_on_their_way)
+            .await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
         if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
@@ -538,10 +549,16 @@ impl DistributedLock for Redlock {
             // The lease starts at `valid_until` and moves on with each majority renewal.
             return Ok(LockGuard::new(key, grant).with_lease(lease));
         }
-        // Step 4: give back whatever we may have got, everywhere, before anyone retries
-        // (after every set has answered, so that no set lands after its delete).
-        sets_on_their_way.answered().await;
-        self.masters.delete_everywhere(key, &value).await;
+        // Step 4: give back whatever we may have got, everywhere, before anyone retries,
+        // once every set has answered, so that no set lands after its delete. In a task
+        // of its own: a caller that gives up meanwhile must not leave our yeses behind.
+        let masters = self.masters.clone();
+        let (key_owned, value_owned) = (key.to_owned(), value.clone());
+        let _ = tokio::spawn(async move {
+            sets_on_their_way.wait_until_answered().await;
+            masters.delete_everywhere(&key_owned, &value_owned).await;
+        })
+        .await;
         let total = self.masters.masters.len();
         if tally.yes + tally.no < self.quorum() {
             // Not "held": too few masters answered to know.
@@ -590,6 +607,11 @@ impl DistributedLock for Redlock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         let held = self.held.take_all();
+        if !held.is_empty() {
+            // A grant's sets to its slowest masters may still be on their way; each ends
+            // within a node timeout, and the deletes must come after them.
+            tokio::time::sleep(self.masters.node_timeout).await;
+        }
         for (value, key) in held {
             self.masters.delete_everywhere(&key, &value).await;
         }

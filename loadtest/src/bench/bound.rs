@@ -226,8 +226,9 @@ async fn time_round_trips(backend: Backend, access: Access, config: &Config) -> 
     }
 }
 
-/// `command` on every one of `urls` at once; a sample lasts until the slowest answers.
-/// One URL is asked directly, without a task per request to skew the figure.
+/// `command` on every one of `urls` at once; a sample lasts until a majority has
+/// answered, as a Redlock grant and release wait for no more (the others' answers are
+/// left to come). One URL is asked directly, without a task per request to skew the figure.
 async fn redis_round_trips(urls: &[String], command: redis::Cmd) -> anyhow::Result<Vec<Duration>> {
     let mut connections = Vec::new();
     for url in urls {
@@ -249,8 +250,14 @@ async fn redis_round_trips(urls: &[String], command: redis::Cmd) -> anyhow::Resu
                 let command = command.clone();
                 asks.spawn(async move { command.query_async::<redis::Value>(&mut connection).await });
             }
+            let (mut answered, majority) = (0, asks.len() / 2 + 1);
             while let Some(answer) = asks.join_next().await {
                 answer.expect("a probe task does not panic")?;
+                answered += 1;
+                if answered == majority {
+                    asks.detach_all();
+                    break;
+                }
             }
             Ok::<(), redis::RedisError>(())
         }
