@@ -15,10 +15,10 @@
 //!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, is above
 //!    zero. The guard's lease ends at that deadline; the holder must not write after it
 //!    (the sale checks [`LockGuard::is_held`] before its write).
-//! 4. **On failure** it waits for every master's answer, then deletes its value on
-//!    *every* master at once (also those that did not answer yes: a yes may have been
-//!    lost on the way back), then the waiter retries after a random delay (the trait's
-//!    jittered backoff).
+//! 4. **On failure** it deletes its value on *every* master at once (also those that
+//!    did not answer yes: a yes may have been lost on the way back), each after that
+//!    master's set has answered, then the waiter retries after a random delay (the
+//!    trait's jittered backoff).
 //! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
 //!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
 //!    drift`, counted from that renewal's start), a majority that no longer holds our
@@ -235,11 +235,9 @@ impl Masters {
         self.masters.len() / 2 + 1
     }
 
-    /// Sends `command` to every master at once and counts the answers.
-    async fn ask_all(&self, command: &redis::Cmd) -> Tally {
-        let votes = join_all(self.masters.iter().map(|master| master.ask(self.node_timeout, command))).await;
-        let mut tally = Tally::default();
-        votes.into_iter().for_each(|vote| tally.count(vote));
+    /// Sends `command` to every master at once and counts every answer.
+    async fn ask_all(self: &Arc<Self>, command: &redis::Cmd) -> Tally {
+        let (tally, _) = self.ask_each_until(command, self.nothing_on_its_way(), |_| false).await;
         tally
     }
 
@@ -295,15 +293,18 @@ impl Masters {
     }
 
     /// Step 5's renewal.
-    async fn extend_everywhere(&self, key: &str, value: &str, ttl: Duration) -> Tally {
+    async fn extend_everywhere(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) -> Tally {
         let mut extend = eval(EXTEND_SCRIPT, key);
         extend.arg(value).arg(ttl.as_millis() as u64);
         self.ask_all(&extend).await
     }
 
-    /// Steps 4 and 5: the owner-checked delete, on every master.
-    async fn delete_everywhere(&self, key: &str, value: &str) -> Tally {
-        self.ask_all(&delete_if_ours(key, value)).await
+    /// Step 4, and the shutdown: the owner-checked delete, on every master, each after
+    /// that master's command in `after`, waiting for every answer. The deletes are sent
+    /// from tasks of their own: a caller that gives up meanwhile leaves no value behind.
+    async fn delete_everywhere(self: &Arc<Self>, key: &str, value: &str, after: Unanswered) -> Tally {
+        let (tally, _) = self.ask_each_until(&delete_if_ours(key, value), after, |_| false).await;
+        tally
     }
 
     /// Step 5's release: the owner-checked delete on every master (after the grant's
@@ -328,14 +329,6 @@ impl Masters {
 /// The commands of one request to every master that had not answered when it was
 /// decided: one slot per master, `None` for a master that answered.
 struct Unanswered(Vec<Option<JoinHandle<()>>>);
-
-impl Unanswered {
-    /// Waits until every command has answered (or timed out: each ends within a node
-    /// timeout, see [`Master::ask`]).
-    async fn wait_until_answered(self) {
-        join_all(self.0.into_iter().flatten()).await;
-    }
-}
 
 /// The owner-checked delete of `key`, for one master.
 fn delete_if_ours(key: &str, value: &str) -> redis::Cmd {
@@ -549,16 +542,9 @@ impl DistributedLock for Redlock {
             // The lease starts at `valid_until` and moves on with each majority renewal.
             return Ok(LockGuard::new(key, grant).with_lease(lease));
         }
-        // Step 4: give back whatever we may have got, everywhere, before anyone retries,
-        // once every set has answered, so that no set lands after its delete. In a task
-        // of its own: a caller that gives up meanwhile must not leave our yeses behind.
-        let masters = self.masters.clone();
-        let (key_owned, value_owned) = (key.to_owned(), value.clone());
-        let _ = tokio::spawn(async move {
-            sets_on_their_way.wait_until_answered().await;
-            masters.delete_everywhere(&key_owned, &value_owned).await;
-        })
-        .await;
+        // Step 4: give back whatever we may have got, everywhere, before anyone retries;
+        // each master's delete after its set, so that no set lands after its delete.
+        self.masters.delete_everywhere(key, &value, sets_on_their_way).await;
         let total = self.masters.masters.len();
         if tally.yes + tally.no < self.quorum() {
             // Not "held": too few masters answered to know.
@@ -613,7 +599,9 @@ impl DistributedLock for Redlock {
             tokio::time::sleep(self.masters.node_timeout).await;
         }
         for (value, key) in held {
-            self.masters.delete_everywhere(&key, &value).await;
+            self.masters
+                .delete_everywhere(&key, &value, self.masters.nothing_on_its_way())
+                .await;
         }
         Ok(())
     }
