@@ -101,6 +101,26 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         serial_bound > backend_bound / 1.5 && serial_bound < backend_bound * 1.5,
         "one client alone: {serial_bound} sales/s, under contention {backend_bound}"
     );
+    // The same round trips timed under the sustained load, and the backend bound at them.
+    let under_load = result["round_trips_under_load"].as_array().unwrap();
+    for backend in ["stock-redis", "lock-redis"] {
+        for access in ["read", "write"] {
+            assert!(
+                under_load.iter().any(|rtt| rtt["backend"] == backend
+                    && rtt["access"] == access
+                    && rtt["median_us"].as_f64().unwrap() > 0.0),
+                "{backend} {access} under load: {under_load:?}"
+            );
+        }
+    }
+    let bound_under_load = result["backend_bound_under_load_sales_per_second"]
+        .as_f64()
+        .expect("a backend bound under load");
+    assert!(
+        bound_under_load > 0.0 && sustained < bound_under_load * 1.5,
+        "{bound_under_load}"
+    );
+    assert!(stdout.contains("| sustained / backend bound under load |"), "{stdout}");
     // Where the time goes: the service's own step timings, and the grant log's hand-overs.
     let steps = result["sustained_steps"].as_array().unwrap();
     for name in ["lock", "read", "write", "release"] {

@@ -100,24 +100,77 @@ pub fn bound_sales_per_second(path: &[Step], round_trips: &[RoundTrip]) -> Optio
 }
 
 /// Times the round trips to every backend on the strategy's path (and the stock Redis),
-/// reading and writing, as the service is configured (`SECKILL_*` settings or their defaults).
+/// reading and writing, as the service is configured (`SECKILL_*` settings or their
+/// defaults), one request at a time on a quiet machine.
 pub async fn measure_round_trips(strategy: Strategy, config: &Config) -> anyhow::Result<Vec<RoundTrip>> {
+    let mut measured = Vec::new();
+    for backend in backends_of(strategy) {
+        let mut probe = Probe::connect(backend, config).await?;
+        for access in [Access::Read, Access::Write] {
+            let mut samples = Vec::with_capacity(PROBES);
+            for sent in 0..WARM_UP_PROBES + PROBES {
+                let took = probe.once(access).await?;
+                if sent >= WARM_UP_PROBES {
+                    samples.push(took);
+                }
+            }
+            measured.push(summarize(backend, access, samples));
+        }
+    }
+    Ok(measured)
+}
+
+/// Between two rounds of probes under load: few enough requests not to add to the load
+/// (about 50 of each kind per second), enough samples in a few seconds.
+const PAUSE_UNDER_LOAD: Duration = Duration::from_millis(10);
+
+/// The same round trips as [`measure_round_trips`], timed while the sustained load runs,
+/// until `stop` is sent (or dropped): a round of one request of each kind, then a
+/// pause. A write waits behind the lock's own writes (one log, one fsync at a time) and
+/// every process shares the machine's cores, so a server under load answers slower
+/// than the quiet probe says. The backend bound at these round trips says how much of a
+/// lock's gap to its bound is its own steps and how much is the servers' slowdown.
+pub async fn measure_round_trips_under_load(
+    strategy: Strategy,
+    config: Config,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> anyhow::Result<Vec<RoundTrip>> {
+    let mut probes = Vec::new();
+    for backend in backends_of(strategy) {
+        let mut probe = Probe::connect(backend, &config).await?;
+        for access in [Access::Read, Access::Write] {
+            probe.once(access).await?; // the connection is warm before the load starts
+        }
+        probes.push((probe, [Vec::new(), Vec::new()]));
+    }
+    while matches!(stop.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)) {
+        for (probe, samples) in &mut probes {
+            for (access, samples) in [Access::Read, Access::Write].into_iter().zip(samples.iter_mut()) {
+                samples.push(probe.once(access).await?);
+            }
+        }
+        tokio::time::sleep(PAUSE_UNDER_LOAD).await;
+    }
+    Ok(probes
+        .into_iter()
+        .flat_map(|(probe, [reads, writes])| {
+            [
+                summarize(probe.backend, Access::Read, reads),
+                summarize(probe.backend, Access::Write, writes),
+            ]
+        })
+        .collect())
+}
+
+/// The stock Redis, then every other backend on the strategy's path.
+fn backends_of(strategy: Strategy) -> Vec<Backend> {
     let mut backends = vec![Backend::StockRedis];
     for step in critical_path(strategy).unwrap_or_default() {
         if !backends.contains(&step.backend) {
             backends.push(step.backend);
         }
     }
-    let mut measured = Vec::new();
-    for backend in backends {
-        for access in [Access::Read, Access::Write] {
-            let samples = time_round_trips(backend, access, config)
-                .await
-                .with_context(|| format!("timing {} round trips to the {}", access.name(), backend.name()))?;
-            measured.push(summarize(backend, access, samples));
-        }
-    }
-    Ok(measured)
+    backends
 }
 
 /// Keeps, for each backend and kind of request, the quicker median of `earlier` and `later`.
@@ -144,142 +197,145 @@ fn summarize(backend: Backend, access: Access, samples: Vec<Duration>) -> RoundT
 
 /// Where the write probes write: keys and rows of their own, never the sale's or a lock's.
 const PROBE_KEY: &str = "seckill:bench:round-trip";
+/// The ZooKeeper node the write probe sets.
+const PROBE_NODE: &str = "/seckill-bench-round-trip";
 
-/// The cheapest request of each kind a backend answers, one at a time.
-async fn time_round_trips(backend: Backend, access: Access, config: &Config) -> anyhow::Result<Vec<Duration>> {
-    let redis_urls = match backend {
-        Backend::StockRedis => Some(vec![config.redis_url.clone()]),
-        Backend::LockRedis => Some(vec![config.lock_redis_url().to_owned()]),
-        Backend::RedlockMasters => Some(config.redlock_urls.clone()),
-        _ => None,
-    };
-    if let Some(urls) = redis_urls {
-        let command = match access {
-            Access::Read => redis::cmd("PING"),
-            Access::Write => redis::cmd("SET")
-                .arg(PROBE_KEY)
-                .arg("1")
-                .arg("PX")
-                .arg(60_000)
-                .to_owned(),
+/// A connection to one backend that times its cheapest request of each kind.
+struct Probe {
+    backend: Backend,
+    server: ProbedServer,
+}
+
+enum ProbedServer {
+    /// One Redis, or every Redlock master at once.
+    Redis(Vec<redis::aio::MultiplexedConnection>),
+    Etcd(Box<etcd_client::Client>),
+    Zookeeper(zookeeper_client::Client),
+    Mysql(sqlx::MySqlConnection),
+}
+
+impl Probe {
+    async fn connect(backend: Backend, config: &Config) -> anyhow::Result<Probe> {
+        Self::open(backend, config)
+            .await
+            .with_context(|| format!("connecting to the {} to time its round trips", backend.name()))
+    }
+
+    async fn open(backend: Backend, config: &Config) -> anyhow::Result<Probe> {
+        let redis_urls = match backend {
+            Backend::StockRedis => Some(vec![config.redis_url.clone()]),
+            Backend::LockRedis => Some(vec![config.lock_redis_url().to_owned()]),
+            Backend::RedlockMasters => Some(config.redlock_urls.clone()),
+            _ => None,
         };
-        return redis_round_trips(&urls, command).await;
-    }
-    match backend {
-        Backend::Etcd => {
-            let client = etcd_client::Client::connect(&config.etcd_endpoints, None).await?;
-            timed(|| {
-                let mut client = client.clone();
-                async move {
-                    match access {
-                        Access::Read => client.get(PROBE_KEY, None).await.map(drop),
-                        Access::Write => client.put(PROBE_KEY, "1", None).await.map(drop),
-                    }
+        let server = match (backend, redis_urls) {
+            (_, Some(urls)) => {
+                let mut connections = Vec::new();
+                for url in urls {
+                    let client = redis::Client::open(url.as_str())?;
+                    connections.push(client.get_multiplexed_async_connection().await?);
                 }
-            })
-            .await
-        }
-        Backend::Zookeeper => {
-            use zookeeper_client::{Acls, CreateMode, Error};
-            let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
-            let path = "/seckill-bench-round-trip";
-            match client
-                .create(path, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
-                .await
-            {
-                Ok(_) | Err(Error::NodeExists) => {}
-                Err(error) => return Err(error.into()),
+                ProbedServer::Redis(connections)
             }
-            timed(|| async {
-                match access {
-                    Access::Read => client.check_stat(path).await.map(drop),
-                    Access::Write => client.set_data(path, b"1", None).await.map(drop),
+            (Backend::Etcd, None) => ProbedServer::Etcd(Box::new(
+                etcd_client::Client::connect(&config.etcd_endpoints, None).await?,
+            )),
+            (Backend::Zookeeper, None) => {
+                use zookeeper_client::{Acls, CreateMode, Error};
+                let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
+                match client
+                    .create(PROBE_NODE, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
+                    .await
+                {
+                    Ok(_) | Err(Error::NodeExists) => {}
+                    Err(error) => return Err(error.into()),
                 }
-            })
-            .await
-        }
-        _ => {
-            use sqlx::Connection;
-            let mut connection = sqlx::MySqlConnection::connect(&config.mysql_url).await?;
-            let mut samples = Vec::with_capacity(PROBES);
-            for probe in 0..WARM_UP_PROBES + PROBES {
-                let sent = Instant::now();
-                match access {
-                    Access::Read => sqlx::query("SELECT 1").execute(&mut connection).await?,
-                    // One autocommitted write on a row of its own, as each lock statement is.
-                    Access::Write => {
-                        sqlx::query(
-                            "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, 1) \
-                         ON DUPLICATE KEY UPDATE counter = counter + 1",
-                        )
-                        .bind(PROBE_KEY)
-                        .execute(&mut connection)
-                        .await?
-                    }
-                };
-                if probe >= WARM_UP_PROBES {
-                    samples.push(sent.elapsed());
-                }
+                ProbedServer::Zookeeper(client)
             }
-            Ok(samples)
-        }
+            _ => {
+                use sqlx::Connection;
+                ProbedServer::Mysql(sqlx::MySqlConnection::connect(&config.mysql_url).await?)
+            }
+        };
+        Ok(Probe { backend, server })
     }
-}
 
-/// `command` on every one of `urls` at once; a sample lasts until a majority has
-/// answered, as a Redlock grant and release wait for no more (the others' answers are
-/// left to come). One URL is asked directly, without a task per request to skew the figure.
-async fn redis_round_trips(urls: &[String], command: redis::Cmd) -> anyhow::Result<Vec<Duration>> {
-    let mut connections = Vec::new();
-    for url in urls {
-        let client = redis::Client::open(url.as_str())?;
-        connections.push(client.get_multiplexed_async_connection().await?);
+    /// One request of the kind, answered: how long it took.
+    async fn once(&mut self, access: Access) -> anyhow::Result<Duration> {
+        let backend = self.backend;
+        self.ask(access)
+            .await
+            .with_context(|| format!("timing {} round trips to the {}", access.name(), backend.name()))
     }
-    if let [connection] = connections.as_slice() {
-        return timed(|| {
-            let (mut connection, command) = (connection.clone(), command.clone());
-            async move { command.query_async::<redis::Value>(&mut connection).await.map(drop) }
-        })
-        .await;
-    }
-    timed(|| {
-        let (connections, command) = (connections.clone(), command.clone());
-        async move {
-            let mut asks = tokio::task::JoinSet::new();
-            for mut connection in connections {
-                let command = command.clone();
-                asks.spawn(async move { command.query_async::<redis::Value>(&mut connection).await });
-            }
-            let (mut answered, majority) = (0, asks.len() / 2 + 1);
-            while let Some(answer) = asks.join_next().await {
-                answer.expect("a probe task does not panic")?;
-                answered += 1;
-                if answered == majority {
-                    asks.detach_all();
-                    break;
-                }
-            }
-            Ok::<(), redis::RedisError>(())
-        }
-    })
-    .await
-}
 
-async fn timed<F, Fut, E>(mut request: F) -> anyhow::Result<Vec<Duration>>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<(), E>>,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    let mut samples = Vec::with_capacity(PROBES);
-    for probe in 0..WARM_UP_PROBES + PROBES {
+    async fn ask(&mut self, access: Access) -> anyhow::Result<Duration> {
         let sent = Instant::now();
-        request().await?;
-        if probe >= WARM_UP_PROBES {
-            samples.push(sent.elapsed());
+        match &mut self.server {
+            ProbedServer::Redis(connections) => {
+                let command = match access {
+                    Access::Read => redis::cmd("PING"),
+                    Access::Write => redis::cmd("SET")
+                        .arg(PROBE_KEY)
+                        .arg("1")
+                        .arg("PX")
+                        .arg(60_000)
+                        .to_owned(),
+                };
+                until_a_majority_answered(connections, command).await?;
+            }
+            ProbedServer::Etcd(client) => match access {
+                Access::Read => client.get(PROBE_KEY, None).await.map(drop)?,
+                Access::Write => client.put(PROBE_KEY, "1", None).await.map(drop)?,
+            },
+            ProbedServer::Zookeeper(client) => match access {
+                Access::Read => client.check_stat(PROBE_NODE).await.map(drop)?,
+                Access::Write => client.set_data(PROBE_NODE, b"1", None).await.map(drop)?,
+            },
+            ProbedServer::Mysql(connection) => match access {
+                Access::Read => sqlx::query("SELECT 1").execute(&mut *connection).await.map(drop)?,
+                // One autocommitted write on a row of its own, as each lock statement is.
+                Access::Write => sqlx::query(
+                    "INSERT INTO seckill_lock_fences (name, counter) VALUES (?, 1) \
+                     ON DUPLICATE KEY UPDATE counter = counter + 1",
+                )
+                .bind(PROBE_KEY)
+                .execute(&mut *connection)
+                .await
+                .map(drop)?,
+            },
+        }
+        Ok(sent.elapsed())
+    }
+}
+
+/// `command` on every connection at once, until a majority has answered, as a Redlock
+/// grant and release wait for no more (the others' answers are left to come). One
+/// connection is asked directly, without a task per request to skew the figure.
+async fn until_a_majority_answered(
+    connections: &[redis::aio::MultiplexedConnection],
+    command: redis::Cmd,
+) -> redis::RedisResult<()> {
+    if let [connection] = connections {
+        return command
+            .query_async::<redis::Value>(&mut connection.clone())
+            .await
+            .map(drop);
+    }
+    let mut asks = tokio::task::JoinSet::new();
+    for connection in connections {
+        let (mut connection, command) = (connection.clone(), command.clone());
+        asks.spawn(async move { command.query_async::<redis::Value>(&mut connection).await });
+    }
+    let (mut answered, majority) = (0, asks.len() / 2 + 1);
+    while let Some(answer) = asks.join_next().await {
+        answer.expect("a probe task does not panic")?;
+        answered += 1;
+        if answered == majority {
+            asks.detach_all();
+            break;
         }
     }
-    Ok(samples)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ pub mod cpu;
 
 pub mod lockbench;
 
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
@@ -128,6 +129,14 @@ pub struct StrategyBench {
     /// One client alone at the backend's minimum (see [`bound::serial_path`]).
     #[serde(default)]
     pub serial_bound_sales_per_second: Option<f64>,
+    /// The same round trips, timed while the sustained load ran
+    /// ([`bound::measure_round_trips_under_load`]); empty in results written before it existed.
+    #[serde(default)]
+    pub round_trips_under_load: Vec<RoundTrip>,
+    /// The backend bound at the round trips under load: what the servers allowed, as
+    /// slow as the load made them.
+    #[serde(default)]
+    pub backend_bound_under_load_sales_per_second: Option<f64>,
     pub serial: Throughput,
     /// The window with the median rate.
     pub sustained: Throughput,
@@ -166,6 +175,13 @@ impl StrategyBench {
     /// Sustained sales/s over the backend bound: the goal is [`TARGET_RATIO`].
     pub fn sustained_backend_ratio(&self) -> Option<f64> {
         self.backend_bound_sales_per_second
+            .map(|bound| self.sustained.sales_per_second / bound)
+    }
+
+    /// Sustained sales/s over the backend bound at the round trips under load: near 1, the
+    /// lock takes no step its backend does not need, and what is left is the servers' slowdown.
+    pub fn sustained_backend_ratio_under_load(&self) -> Option<f64> {
+        self.backend_bound_under_load_sales_per_second
             .map(|bound| self.sustained.sales_per_second / bound)
     }
 
@@ -267,12 +283,24 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     });
     let steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
     let requests_before = server_requests::read(strategy, &options.config).await;
+    let (stop_probing, probing_stopped) = tokio::sync::oneshot::channel();
+    let probing = tokio::spawn(bound::measure_round_trips_under_load(
+        strategy,
+        options.config.clone(),
+        probing_stopped,
+    ));
     let before = cpu::sample(&watched);
     let started = std::time::Instant::now();
     let mut windows = Vec::new();
     for _ in 0..options.sustained_runs.max(1) {
         windows.push(sustained::measure(&options.crowd, &options.sustained).await?);
     }
+    // Dropped by an early return above, the sender stops the probes too.
+    let _ = stop_probing.send(());
+    let round_trips_under_load = probing.await.context("the probes under load")??;
+    let backend_bound_under_load_sales_per_second = backend_path
+        .as_ref()
+        .and_then(|path| bound::bound_sales_per_second(path, &round_trips_under_load));
     let requests_after = server_requests::read(strategy, &options.config).await;
     let sold_in_windows = windows.iter().map(|window| window.sold).sum();
     let sustained_requests = server_requests::per_sale(&requests_before, &requests_after, sold_in_windows);
@@ -300,6 +328,8 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         backend_path,
         backend_bound_sales_per_second,
         serial_bound_sales_per_second,
+        round_trips_under_load,
+        backend_bound_under_load_sales_per_second,
         serial,
         sustained,
         sustained_spread,

@@ -2,7 +2,7 @@
 //! of a benchmark (`bench report`, the README), and the locks alone (`lockbench`).
 //! Each is built once as a [`Table`] and written as Markdown or HTML by the caller.
 
-use crate::bench::bound::Access;
+use crate::bench::bound::{Access, RoundTrip};
 use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
 use crate::bench::{Spread, StrategyBench, SERIAL_TARGET_RATIO, TARGET_RATIO};
@@ -88,6 +88,16 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              {TARGET_RATIO} of the backend bound, serial at least {SERIAL_TARGET_RATIO} of the serial bound."
         )),
         Block::Table(rates(benches)),
+        Block::Text(
+            "The same round trips under sustained load: the probe above, one request of each kind every 10 ms \
+             while the sustained windows ran (`measure_round_trips_under_load` in `loadtest/src/bench/bound.rs`). \
+             Under load a server answers slower (a write waits behind the lock's own writes for the log, and \
+             every process shares the machine's cores). The backend bound at these round trips is what the \
+             servers allowed under that load: a lock near 1 against it takes no step its backend does not \
+             need, and the rest of its gap to the backend bound is the servers' slowdown."
+                .to_owned(),
+        ),
+        Block::Table(under_load(benches)),
         Block::Text(
             "Where the time goes under sustained load, means in ms (`loadtest/src/bench/breakdown.rs`): each step \
              of a sale as the service timed it (`seckill_sale_step_seconds` in /metrics), then, from the grant log, \
@@ -281,6 +291,62 @@ fn rates(benches: &[StrategyBench]) -> Table {
             ratio(bench.sustained_ratio(), None),
             ratio(bench.serial_ratio(), Some(SERIAL_TARGET_RATIO)),
             bench.sustained_cpu.saturated.clone(),
+        ]);
+    }
+    table
+}
+
+/// Each lock's round trips quiet and under load, and its rate against the backend bound at the latter.
+fn under_load(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("RTT µs, quiet → under load (read / write)", Left),
+        ("backend bound", Right),
+        ("backend bound under load", Right),
+        ("sustained sales/s", Right),
+        ("sustained / backend bound under load", Right),
+    ]);
+    for bench in benches {
+        let Some(bound_under_load) = bench.backend_bound_under_load_sales_per_second else {
+            continue; // a baseline, or results from before the probes under load
+        };
+        let median_of = |round_trips: &[RoundTrip], backend, access| {
+            round_trips
+                .iter()
+                .find(|rtt| rtt.backend == backend && rtt.access == access)
+                .map_or(0.0, |rtt| rtt.median_us)
+        };
+        let rtts: Vec<String> = bench
+            .round_trips_under_load
+            .iter()
+            .filter(|rtt| rtt.access == Access::Read)
+            .map(|loaded| {
+                let both = |round_trips: &[RoundTrip]| {
+                    format!(
+                        "{:.0} / {:.0}",
+                        median_of(round_trips, loaded.backend, Access::Read),
+                        median_of(round_trips, loaded.backend, Access::Write)
+                    )
+                };
+                format!(
+                    "{} {} → {}",
+                    loaded.backend.name(),
+                    both(&bench.round_trips),
+                    both(&bench.round_trips_under_load)
+                )
+            })
+            .collect();
+        table.push(vec![
+            bench.label.clone(),
+            rtts.join(", "),
+            bench
+                .backend_bound_sales_per_second
+                .map_or_else(|| MISSING.to_owned(), |bound| format!("{bound:.0}")),
+            format!("{bound_under_load:.0}"),
+            format!("{:.0}", bench.sustained.sales_per_second),
+            bench
+                .sustained_backend_ratio_under_load()
+                .map_or_else(|| MISSING.to_owned(), |ratio| format!("{ratio:.2}")),
         ]);
     }
     table
