@@ -13,6 +13,11 @@
 //! is on the path: a release frees the lock when its request arrives, and a wake-up (a
 //! pub/sub message, a watch event) travels one way. A polling lock's wake-up counts as
 //! half a round trip too: its best case, a retry that arrives just after the release.
+//! A server that makes a release durable frees the lock only at its commit, and sends
+//! the watch event then, as it sends the answer: the release and its event together
+//! cost a whole write round trip (the request's way and the commit, then the event's
+//! way, as long as the answer's). `tests/watch_events.rs` times both on etcd and
+//! ZooKeeper: the event arrives with the answer.
 //! A release notice sent on another Redis (`parts::release_notices`) goes out once the
 //! release is answered: the release's whole round trip, then the notice's.
 //!
@@ -61,7 +66,7 @@ impl Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Access {
-    /// Reads, or a message the server passes on (a watch event, a pub/sub message).
+    /// Reads, or a message the server passes on at once (a pub/sub message).
     Read,
     /// Changes data: the server makes it durable (if it persists at all) before answering.
     Write,
@@ -175,8 +180,18 @@ const REDLOCK_MINIMAL: MinimalPath = MinimalPath {
 
 const ETCD_MINIMAL: MinimalPath = MinimalPath {
     contended: &[
-        step("release (delete own key)", Backend::Etcd, Access::Write, 0.5),
-        step("wake-up (watch event)", Backend::Etcd, Access::Read, 0.5),
+        step(
+            "release (delete own key), to its commit",
+            Backend::Etcd,
+            Access::Write,
+            0.5,
+        ),
+        step(
+            "wake-up (watch event, sent at the commit as the answer is)",
+            Backend::Etcd,
+            Access::Write,
+            0.5,
+        ),
     ],
     alone: &[
         step(
@@ -188,15 +203,26 @@ const ETCD_MINIMAL: MinimalPath = MinimalPath {
         step("release (delete own key)", Backend::Etcd, Access::Write, 1.0),
     ],
     why: "A waiter queues its key and reads the queue while it waits, off the path, and \
-          learns of a release only from the watch event (half a trip each way). Once the \
+          learns of a release only from the watch event, sent once the delete is \
+          committed (a write's round trip from the delete sent to the event). Once the \
           keys older than its own are gone it is first, as revisions only grow, so the \
           event that reports the last of them is the grant: no trip after it.",
 };
 
 const ZOOKEEPER_MINIMAL: MinimalPath = MinimalPath {
     contended: &[
-        step("release (delete own node)", Backend::Zookeeper, Access::Write, 0.5),
-        step("wake-up (watch event)", Backend::Zookeeper, Access::Read, 0.5),
+        step(
+            "release (delete own node), to its commit",
+            Backend::Zookeeper,
+            Access::Write,
+            0.5,
+        ),
+        step(
+            "wake-up (watch event, sent at the commit as the answer is)",
+            Backend::Zookeeper,
+            Access::Write,
+            0.5,
+        ),
     ],
     alone: &[
         step(
@@ -280,6 +306,21 @@ mod tests {
             }
         }
         assert!(Backend::StockRedis.minimal_path().is_none());
+    }
+
+    #[test]
+    fn a_queue_locks_release_reaches_its_waiter_a_whole_write_round_trip_after_it_is_sent() {
+        // etcd and ZooKeeper send the watch event at the delete's commit, with its answer
+        // (tests/watch_events.rs): half a write's way there, half a write's way back.
+        for backend in [Backend::Etcd, Backend::Zookeeper] {
+            let path = backend.minimal_path().unwrap();
+            assert!(
+                path.contended.iter().all(|step| step.access == Access::Write),
+                "{}: {:?}",
+                backend.name(),
+                path.contended
+            );
+        }
     }
 
     #[test]

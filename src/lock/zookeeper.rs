@@ -77,8 +77,8 @@ const BACKEND: &str = "zookeeper";
 /// deleted node was the only one before its own, the event is the grant (step 3).
 /// See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (delete own node)", Zookeeper, Write, 0.5),
-    step("wake-up (watch event)", Zookeeper, Read, 0.5),
+    step("release (delete own node), to its commit", Zookeeper, Write, 0.5),
+    step("wake-up (watch event, sent at the commit)", Zookeeper, Write, 0.5),
 ];
 /// Every lock is a parent node under this path.
 const LOCKS_ROOT: &str = "/seckill/locks";
