@@ -90,7 +90,8 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
         Block::Table(rates(benches)),
         Block::Text(
             "The same round trips under sustained load: the probe above, one request of each kind every 10 ms \
-             while the sustained windows ran (`measure_round_trips_under_load` in `loadtest/src/bench/bound.rs`). \
+             through one more sustained window, counted in no other figure (`measure_round_trips_under_load` in \
+             `loadtest/src/bench/bound.rs`). \
              Under load a server answers slower (a write waits behind the lock's own writes for the log, and \
              every process shares the machine's cores). The backend bound at these round trips is what the \
              servers allowed under that load: a lock near 1 against it takes no step its backend does not \
