@@ -2,7 +2,7 @@
 //! of a benchmark (`bench report`, the README), and the locks alone (`lockbench`).
 //! Each is built once as a [`Table`] and written as Markdown or HTML by the caller.
 
-use crate::bench::bound::{Access, RoundTrip};
+use crate::bench::bound::{Access, Backend, RoundTrip};
 use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
 use crate::bench::{Spread, StrategyBench, SERIAL_TARGET_RATIO, TARGET_RATIO};
@@ -257,19 +257,9 @@ fn rates(benches: &[StrategyBench]) -> Table {
     let ratio = |ratio: Option<f64>, target: Option<f64>| or_missing(ratio.map(|r| ratio_against_goal(r, target)));
     let rate = |rate: Option<f64>| or_missing(rate.map(|rate| format!("{rate:.0}")));
     for bench in benches {
-        let mut rtts: Vec<String> = Vec::new();
-        for read in bench.round_trips.iter().filter(|rtt| rtt.access == Access::Read) {
-            let write = bench
-                .round_trips
-                .iter()
-                .find(|rtt| rtt.backend == read.backend && rtt.access == Access::Write);
-            rtts.push(format!(
-                "{} {:.0} / {:.0}",
-                read.backend.name(),
-                read.median_us,
-                write.map_or(0.0, |w| w.median_us)
-            ));
-        }
+        let rtts: Vec<String> = backends_timed(&bench.round_trips)
+            .map(|backend| format!("{} {}", backend.name(), read_and_write_us(&bench.round_trips, backend)))
+            .collect();
         let oversold = if bench.sustained.verdict == Verdict::Oversold {
             " (oversold)"
         } else {
@@ -297,6 +287,25 @@ fn rates(benches: &[StrategyBench]) -> Table {
     table
 }
 
+/// The backends timed, in the order they were.
+fn backends_timed(round_trips: &[RoundTrip]) -> impl Iterator<Item = Backend> + '_ {
+    round_trips
+        .iter()
+        .filter(|rtt| rtt.access == Access::Read)
+        .map(|rtt| rtt.backend)
+}
+
+/// A backend's median read and write round trips in µs, "read / write".
+fn read_and_write_us(round_trips: &[RoundTrip], backend: Backend) -> String {
+    let median = |access| {
+        round_trips
+            .iter()
+            .find(|rtt| rtt.backend == backend && rtt.access == access)
+            .map_or(0.0, |rtt| rtt.median_us)
+    };
+    format!("{:.0} / {:.0}", median(Access::Read), median(Access::Write))
+}
+
 /// Each lock's round trips quiet and under load, and its rate against the backend bound at the latter.
 fn under_load(benches: &[StrategyBench]) -> Table {
     let mut table = Table::new(&[
@@ -311,29 +320,13 @@ fn under_load(benches: &[StrategyBench]) -> Table {
         let Some(bound_under_load) = bench.backend_bound_under_load_sales_per_second else {
             continue; // a baseline, or results from before the probes under load
         };
-        let median_of = |round_trips: &[RoundTrip], backend, access| {
-            round_trips
-                .iter()
-                .find(|rtt| rtt.backend == backend && rtt.access == access)
-                .map_or(0.0, |rtt| rtt.median_us)
-        };
-        let rtts: Vec<String> = bench
-            .round_trips_under_load
-            .iter()
-            .filter(|rtt| rtt.access == Access::Read)
-            .map(|loaded| {
-                let both = |round_trips: &[RoundTrip]| {
-                    format!(
-                        "{:.0} / {:.0}",
-                        median_of(round_trips, loaded.backend, Access::Read),
-                        median_of(round_trips, loaded.backend, Access::Write)
-                    )
-                };
+        let rtts: Vec<String> = backends_timed(&bench.round_trips_under_load)
+            .map(|backend| {
                 format!(
                     "{} {} → {}",
-                    loaded.backend.name(),
-                    both(&bench.round_trips),
-                    both(&bench.round_trips_under_load)
+                    backend.name(),
+                    read_and_write_us(&bench.round_trips, backend),
+                    read_and_write_us(&bench.round_trips_under_load, backend)
                 )
             })
             .collect();
