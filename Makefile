@@ -4,7 +4,7 @@ SHELL := /bin/bash
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
-	scripts/demo.sh
+	COMMAND_AS="make demo" scripts/demo.sh
 
 ## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.
@@ -21,7 +21,7 @@ demo-failover:
 ## client, 64 keep-alive connections, each against the bound of its lock's critical path;
 ## one table, the ordering, and .run/results/bench/report.html. `scripts/bench.sh RUN...` for fewer.
 bench:
-	scripts/bench.sh
+	COMMAND_AS="make bench" scripts/bench.sh
 
 ## make lockbench: each lock alone, without the sale: acquire+release pairs per second at
 ## 1, 16 and 64 contenders, on one key and on a key each; then the recipes people use on the

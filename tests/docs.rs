@@ -432,6 +432,42 @@ fn publishing_a_run_rewrites_its_block_and_leaves_the_notes_and_other_blocks_as_
     );
 }
 
+/// `command_line` of scripts/lib/publish.sh, as a script run with `env` would say its own command.
+fn command_line(env: &[(&str, &str)]) -> String {
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {}; command_line BENCH_RUNS -- scripts/bench.sh redis",
+            root().join("scripts/lib/publish.sh").display()
+        ))
+        .env_remove("BENCH_RUNS")
+        .env_remove("COMMAND_AS")
+        .envs(env.iter().copied())
+        .output()
+        .expect("bash runs scripts/lib/publish.sh");
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_published_block_names_the_command_the_reader_typed_make_target_or_script() {
+    assert_eq!(
+        command_line(&[("BENCH_RUNS", "1")]),
+        "BENCH_RUNS=1 scripts/bench.sh redis"
+    );
+    assert_eq!(
+        command_line(&[("BENCH_RUNS", "1"), ("COMMAND_AS", "make bench")]),
+        "BENCH_RUNS=1 make bench",
+        "the Makefile's bench target says so in COMMAND_AS"
+    );
+    let makefile = read(Path::new("Makefile"));
+    for target in ["demo", "bench"] {
+        assert!(
+            makefile.contains(&format!("COMMAND_AS=\"make {target}\" scripts/{target}.sh")),
+            "`make {target}` publishes under its own name"
+        );
+    }
+}
+
 #[test]
 fn publishing_into_a_page_without_the_block_refuses_names_the_markers_and_changes_nothing() {
     let folder = a_page_with_two_blocks_and_a_new_table();

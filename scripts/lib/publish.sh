@@ -53,6 +53,8 @@ publish_results() {
 
 # command_line VARIABLE... -- WORDS...: the command as a reader would type it again, with
 # those of the VARIABLEs that are set in front: `BENCH_RUNS=1 scripts/bench.sh redis`.
+# A Makefile target that runs the script says what the reader typed in COMMAND_AS
+# (`make bench`), which then stands for WORDS.
 command_line() {
   local words=()
   while (($# > 0)) && [[ $1 != -- ]]; do
@@ -60,7 +62,7 @@ command_line() {
     shift
   done
   shift
-  words+=("$@")
+  if [[ -n ${COMMAND_AS:-} ]]; then words+=("$COMMAND_AS"); else words+=("$@"); fi
   echo "${words[*]}"
 }
 
