@@ -40,12 +40,12 @@ lockbench: services
 ## load; 3 runs of each, one table.
 ## `scripts/chaos.sh RUNS STRATEGY...` or CHAOS_FAULTS="..." for fewer.
 chaos:
-	scripts/chaos.sh
+	COMMAND_AS="make chaos" scripts/chaos.sh
 
 ## make clock-jump: wall clocks that jump, under load: a Redlock master's and the redis lock's
 ## Redis past the TTL (two holders; the fence refuses the late write), the instances' by an hour.
 clock-jump:
-	scripts/clock-jump.sh
+	COMMAND_AS="make clock-jump" scripts/clock-jump.sh
 
 ## make cluster: the chaos suite's servers (3 etcd, 3 ZooKeeper, 5 Redlock masters, AOF Redis,
 ## a lock Redis, a second one with a replica and 3 Sentinels that fail it over, MariaDB) on

@@ -91,8 +91,13 @@ const BACKEND: &str = "etcd";
 /// waiter's watch on it fires, and the waiter reads its own key and the one before it
 /// in one range read (none before: granted). See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DELETE own key), to its commit", Etcd, Write, 0.5),
-    step("wake-up (watch event, sent at the commit)", Etcd, Write, 0.5),
+    step("release (delete own key), to its commit", Etcd, Write, 0.5),
+    step(
+        "wake-up (watch event, sent at the commit as the answer is)",
+        Etcd,
+        Write,
+        0.5,
+    ),
     step("read own key and the one before it", Etcd, Read, 1.0),
 ];
 /// Every lock key lives under this prefix, then the lock's name.

@@ -78,7 +78,12 @@ const BACKEND: &str = "zookeeper";
 /// See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (delete own node), to its commit", Zookeeper, Write, 0.5),
-    step("wake-up (watch event, sent at the commit)", Zookeeper, Write, 0.5),
+    step(
+        "wake-up (watch event, sent at the commit as the answer is)",
+        Zookeeper,
+        Write,
+        0.5,
+    ),
 ];
 /// Every lock is a parent node under this path.
 const LOCKS_ROOT: &str = "/seckill/locks";

@@ -120,46 +120,87 @@ pub async fn measure_round_trips(strategy: Strategy, config: &Config) -> anyhow:
     Ok(measured)
 }
 
-/// Between two rounds of probes under load: few enough requests not to add to the load
-/// (about 50 of each kind per second), enough samples in a few seconds.
-const PAUSE_UNDER_LOAD: Duration = Duration::from_millis(10);
+/// The pause after each round of probes under load (one request of each kind to each
+/// backend): a few hundred requests a second in all, beside the load's thousands.
+pub const PAUSE_UNDER_LOAD: Duration = Duration::from_millis(10);
 
-/// The same round trips as [`measure_round_trips`], timed while the sustained load runs,
-/// until `stop` is sent (or dropped): a round of one request of each kind, then a
-/// pause. A write waits behind the lock's own writes (one log, one fsync at a time) and
-/// every process shares the machine's cores, so a server under load answers slower
-/// than the quiet probe says. The backend bound at these round trips says how much of a
-/// lock's gap to its bound is its own steps and how much is the servers' slowdown.
-pub async fn measure_round_trips_under_load(
+/// One probe's round trip, and when it was sent.
+pub struct ProbeSample {
+    backend: Backend,
+    access: Access,
+    sent: Instant,
+    took: Duration,
+}
+
+/// The same round trips as [`measure_round_trips`], timed while a sustained window
+/// runs, until `stop` is sent (or dropped): a round of one request of each kind to each
+/// backend, then [`PAUSE_UNDER_LOAD`]. A write waits behind the lock's own writes (one
+/// log, one fsync at a time) and every process shares the machine's cores, so a server
+/// under load answers slower than the quiet probe says. Run it on a thread of its own
+/// (see `bench::probed_window`), so that its figures hold no wait for the load
+/// generator's own tasks, and keep the samples sent while the window counted
+/// ([`summarize_between`]).
+pub async fn probe_under_load(
     strategy: Strategy,
     config: Config,
     mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> anyhow::Result<Vec<RoundTrip>> {
+) -> anyhow::Result<Vec<ProbeSample>> {
     let mut probes = Vec::new();
     for backend in backends_of(strategy) {
         let mut probe = Probe::connect(backend, &config).await?;
         for access in [Access::Read, Access::Write] {
             probe.once(access).await?; // the connection is warm before the load starts
         }
-        probes.push((probe, [Vec::new(), Vec::new()]));
+        probes.push(probe);
     }
-    while matches!(stop.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)) {
-        for (probe, samples) in &mut probes {
-            for (access, samples) in [Access::Read, Access::Write].into_iter().zip(samples.iter_mut()) {
-                samples.push(probe.once(access).await?);
+    let mut samples = Vec::new();
+    loop {
+        let round = async {
+            for probe in &mut probes {
+                for access in [Access::Read, Access::Write] {
+                    let sent = Instant::now();
+                    let took = probe.once(access).await?;
+                    samples.push(ProbeSample {
+                        backend: probe.backend,
+                        access,
+                        sent,
+                        took,
+                    });
+                }
             }
+            tokio::time::sleep(PAUSE_UNDER_LOAD).await;
+            anyhow::Ok(())
+        };
+        tokio::select! {
+            _ = &mut stop => break,
+            round = round => round?,
         }
-        tokio::time::sleep(PAUSE_UNDER_LOAD).await;
     }
-    Ok(probes
-        .into_iter()
-        .flat_map(|(probe, [reads, writes])| {
-            [
-                summarize(probe.backend, Access::Read, reads),
-                summarize(probe.backend, Access::Write, writes),
-            ]
-        })
-        .collect())
+    Ok(samples)
+}
+
+/// The median and p99 of each backend and kind, over the samples sent within `counted`
+/// (a window's timed part: not while the sale was reset before it or judged after it).
+pub fn summarize_between(samples: &[ProbeSample], counted: std::ops::Range<Instant>) -> Vec<RoundTrip> {
+    let mut summaries = Vec::new();
+    let mut kinds: Vec<(Backend, Access)> = Vec::new();
+    for sample in samples {
+        if !kinds.contains(&(sample.backend, sample.access)) {
+            kinds.push((sample.backend, sample.access));
+        }
+    }
+    for (backend, access) in kinds {
+        let within: Vec<Duration> = samples
+            .iter()
+            .filter(|sample| sample.backend == backend && sample.access == access)
+            .filter(|sample| counted.contains(&sample.sent))
+            .map(|sample| sample.took)
+            .collect();
+        if !within.is_empty() {
+            summaries.push(summarize(backend, access, within));
+        }
+    }
+    summaries
 }
 
 /// The stock Redis, then every other backend on the strategy's path.
@@ -195,6 +236,9 @@ fn summarize(backend: Backend, access: Access, samples: Vec<Duration>) -> RoundT
     }
 }
 
+/// A probe that waits longer than this stops the benchmark with an error instead of hanging.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Where the write probes write: keys and rows of their own, never the sale's or a lock's.
 const PROBE_KEY: &str = "seckill:bench:round-trip";
 /// The ZooKeeper node the write probe sets.
@@ -222,25 +266,22 @@ impl Probe {
     }
 
     async fn open(backend: Backend, config: &Config) -> anyhow::Result<Probe> {
-        let redis_urls = match backend {
-            Backend::StockRedis => Some(vec![config.redis_url.clone()]),
-            Backend::LockRedis => Some(vec![config.lock_redis_url().to_owned()]),
-            Backend::RedlockMasters => Some(config.redlock_urls.clone()),
-            _ => None,
-        };
-        let server = match (backend, redis_urls) {
-            (_, Some(urls)) => {
-                let mut connections = Vec::new();
-                for url in urls {
-                    let client = redis::Client::open(url.as_str())?;
-                    connections.push(client.get_multiplexed_async_connection().await?);
-                }
-                ProbedServer::Redis(connections)
+        let redis = |urls: Vec<String>| async move {
+            let mut connections = Vec::new();
+            for url in urls {
+                let client = redis::Client::open(url.as_str())?;
+                connections.push(client.get_multiplexed_async_connection().await?);
             }
-            (Backend::Etcd, None) => ProbedServer::Etcd(Box::new(
+            anyhow::Ok(ProbedServer::Redis(connections))
+        };
+        let server = match backend {
+            Backend::StockRedis => redis(vec![config.redis_url.clone()]).await?,
+            Backend::LockRedis => redis(vec![config.lock_redis_url().to_owned()]).await?,
+            Backend::RedlockMasters => redis(config.redlock_urls.clone()).await?,
+            Backend::Etcd => ProbedServer::Etcd(Box::new(
                 etcd_client::Client::connect(&config.etcd_endpoints, None).await?,
             )),
-            (Backend::Zookeeper, None) => {
+            Backend::Zookeeper => {
                 use zookeeper_client::{Acls, CreateMode, Error};
                 let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
                 match client
@@ -252,7 +293,7 @@ impl Probe {
                 }
                 ProbedServer::Zookeeper(client)
             }
-            _ => {
+            Backend::Mysql => {
                 use sqlx::Connection;
                 ProbedServer::Mysql(sqlx::MySqlConnection::connect(&config.mysql_url).await?)
             }
@@ -263,9 +304,12 @@ impl Probe {
     /// One request of the kind, answered: how long it took.
     async fn once(&mut self, access: Access) -> anyhow::Result<Duration> {
         let backend = self.backend;
-        self.ask(access)
+        let context = || format!("timing {} round trips to the {}", access.name(), backend.name());
+        tokio::time::timeout(PROBE_TIMEOUT, self.ask(access))
             .await
-            .with_context(|| format!("timing {} round trips to the {}", access.name(), backend.name()))
+            .map_err(|_| anyhow::anyhow!("no answer within {PROBE_TIMEOUT:?}: is the server running?"))
+            .with_context(context)?
+            .with_context(context)
     }
 
     async fn ask(&mut self, access: Access) -> anyhow::Result<Duration> {

@@ -129,14 +129,17 @@ pub struct StrategyBench {
     /// One client alone at the backend's minimum (see [`bound::serial_path`]).
     #[serde(default)]
     pub serial_bound_sales_per_second: Option<f64>,
-    /// The same round trips, timed while the sustained load ran
-    /// ([`bound::measure_round_trips_under_load`]); empty in results written before it existed.
+    /// The same round trips, timed through one more sustained window ([`probed_window`]);
+    /// empty in results written before it existed.
     #[serde(default)]
     pub round_trips_under_load: Vec<RoundTrip>,
     /// The backend bound at the round trips under load: what the servers allowed, as
     /// slow as the load made them.
     #[serde(default)]
     pub backend_bound_under_load_sales_per_second: Option<f64>,
+    /// The window the round trips under load were timed in; counted in no other figure.
+    #[serde(default)]
+    pub probed_window: Option<Throughput>,
     pub serial: Throughput,
     /// The window with the median rate.
     pub sustained: Throughput,
@@ -178,11 +181,12 @@ impl StrategyBench {
             .map(|bound| self.sustained.sales_per_second / bound)
     }
 
-    /// Sustained sales/s over the backend bound at the round trips under load: near 1, the
-    /// lock takes no step its backend does not need, and what is left is the servers' slowdown.
+    /// The probed window's sales/s over the backend bound at its round trips: near 1,
+    /// the lock sells as fast as the servers answered under that load.
     pub fn sustained_backend_ratio_under_load(&self) -> Option<f64> {
+        let window = self.probed_window.as_ref()?;
         self.backend_bound_under_load_sales_per_second
-            .map(|bound| self.sustained.sales_per_second / bound)
+            .map(|bound| window.sales_per_second / bound)
     }
 
     /// One client's sales/s over the serial bound: the goal is [`SERIAL_TARGET_RATIO`].
@@ -191,7 +195,8 @@ impl StrategyBench {
             .map(|bound| self.serial.sales_per_second / bound)
     }
 
-    /// Every crowd run and both load windows ended as the strategy promises.
+    /// Every crowd run and every load window (the probed one too: it is judged with
+    /// the sustained windows) ended as the strategy promises.
     pub fn kept_its_promise(&self) -> bool {
         let held = |verdict| verdict == Verdict::Held;
         self.crowd.runs_passed == self.crowd.runs
@@ -259,7 +264,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     for _ in 0..options.sustained_runs.max(1) {
         serial_windows.push(sustained::measure(&one_client, &one_connection).await?);
     }
-    let serial = median_window(serial_windows);
+    let serial = median_window(serial_windows, None);
     let serial_steps = steps_between(serial_steps_before, &options.crowd.hosts).await;
     bound::keep_quickest(
         &mut round_trips,
@@ -293,7 +298,6 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let sold_in_windows = windows.iter().map(|window| window.sold).sum();
     let sustained_requests = server_requests::per_sale(&requests_before, &requests_after, sold_in_windows);
     let sustained_spread = Spread::of(windows.iter().map(|window| window.sales_per_second));
-    let mut sustained = median_window(windows);
     let sustained_cpu = cpu::between(
         &watched,
         &before,
@@ -302,25 +306,11 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     );
     let sustained_steps = steps_between(steps_before, &options.crowd.hosts).await;
 
-    // One more window, with the probes running, counted in none of the figures above
-    // (the probes' requests would add to the servers' counts): the round trips under load.
-    let (stop_probing, probing_stopped) = tokio::sync::oneshot::channel();
-    let probing = tokio::spawn(bound::measure_round_trips_under_load(
-        strategy,
-        options.config.clone(),
-        probing_stopped,
-    ));
-    let probed_window = sustained::measure(&options.crowd, &options.sustained).await;
-    // Dropped by an early return, the sender stops the probes too.
-    let _ = stop_probing.send(());
-    let probed_window = probed_window?;
-    let round_trips_under_load = probing.await.context("the probes under load")??;
+    let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
     let backend_bound_under_load_sales_per_second = backend_path
         .as_ref()
         .and_then(|path| bound::bound_sales_per_second(path, &round_trips_under_load));
-    if probed_window.verdict != Verdict::Held && sustained.verdict == Verdict::Held {
-        sustained.verdict = probed_window.verdict; // every window must hold
-    }
+    let sustained = median_window(windows, Some(&probed));
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -338,6 +328,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         serial_bound_sales_per_second,
         round_trips_under_load,
         backend_bound_under_load_sales_per_second,
+        probed_window: Some(probed),
         serial,
         sustained,
         sustained_spread,
@@ -359,11 +350,38 @@ async fn steps_between(before: Option<Vec<String>>, hosts: &[String]) -> Vec<Ste
     }
 }
 
-/// The window with the median rate, carrying the verdict of the worst: every window
-/// must have held, not only the median one.
-fn median_window(mut windows: Vec<Throughput>) -> Throughput {
+/// One more sustained window, with the round trips timed through it on a thread of
+/// their own ([`bound::probe_under_load`]). It counts in no other figure: the probes'
+/// requests would add to the servers' counts per unit sold.
+async fn probed_window(strategy: Strategy, options: &BenchOptions) -> anyhow::Result<(Throughput, Vec<RoundTrip>)> {
+    let (stop_probing, probing_stopped) = tokio::sync::oneshot::channel();
+    let config = options.config.clone();
+    let probing = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(bound::probe_under_load(strategy, config, probing_stopped))
+    });
+    let window = sustained::measure(&options.crowd, &options.sustained).await;
+    let _ = stop_probing.send(()); // also when the window failed: the thread ends either way
+    let samples = tokio::task::spawn_blocking(move || probing.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the probes' thread panicked"))?;
+    let window = window?;
+    let counted = window
+        .counted
+        .clone()
+        .context("a window just measured knows when it counted")?;
+    let round_trips = bound::summarize_between(&samples?, counted);
+    Ok((window, round_trips))
+}
+
+/// The window with the median rate, carrying the verdict of the first window that did
+/// not hold, `also_judged` included: every window must have held, not only the median one.
+fn median_window(mut windows: Vec<Throughput>, also_judged: Option<&Throughput>) -> Throughput {
     let broken = windows
         .iter()
+        .chain(also_judged)
         .map(|window| window.verdict)
         .find(|verdict| *verdict != Verdict::Held);
     windows.sort_by(|a, b| a.sales_per_second.total_cmp(&b.sales_per_second));

@@ -58,6 +58,9 @@ pub struct Throughput {
     /// results written before it existed.
     #[serde(default)]
     pub hand_over: Option<HandOver>,
+    /// When the window's timed part began and ended (not kept in the JSON).
+    #[serde(skip)]
+    pub counted: Option<std::ops::Range<Instant>>,
 }
 
 /// The answers that fell inside the timed window.
@@ -110,6 +113,7 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
                 .iter()
                 .filter(|grant| grant.granted_at_us >= window_opened_us),
         ),
+        counted: Some(counted_from..deadline),
     })
 }
 

@@ -2,6 +2,7 @@
 //! of a benchmark (`bench report`, the README), and the locks alone (`lockbench`).
 //! Each is built once as a [`Table`] and written as Markdown or HTML by the caller.
 
+use crate::bench::bound::PAUSE_UNDER_LOAD;
 use crate::bench::bound::{Access, Backend, RoundTrip};
 use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
@@ -88,16 +89,16 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              {TARGET_RATIO} of the backend bound, serial at least {SERIAL_TARGET_RATIO} of the serial bound."
         )),
         Block::Table(rates(benches)),
-        Block::Text(
-            "The same round trips under sustained load: the probe above, one request of each kind every 10 ms \
-             through one more sustained window, counted in no other figure (`measure_round_trips_under_load` in \
-             `loadtest/src/bench/bound.rs`). \
-             Under load a server answers slower (a write waits behind the lock's own writes for the log, and \
-             every process shares the machine's cores). The backend bound at these round trips is what the \
-             servers allowed under that load: a lock near 1 against it takes no step its backend does not \
-             need, and the rest of its gap to the backend bound is the servers' slowdown."
-                .to_owned(),
-        ),
+        Block::Text(format!(
+            "The same round trips under sustained load: the probe above, on a thread of its own, a round of one \
+             request of each kind to each backend and then a pause of {} ms, through one more sustained window \
+             that counts in no other figure; only the requests sent while that window was timed are kept \
+             (`probe_under_load` in `loadtest/src/bench/bound.rs`). Under load a server answers slower (a write \
+             waits behind the lock's own writes for the log, and every process shares the machine's cores). \
+             The backend bound at these round trips is what the servers allowed under that load, against the \
+             sales per second of that window.",
+            PAUSE_UNDER_LOAD.as_millis()
+        )),
         Block::Table(under_load(benches)),
         Block::Text(
             "Where the time goes under sustained load, means in ms (`loadtest/src/bench/breakdown.rs`): each step \
@@ -253,9 +254,6 @@ fn rates(benches: &[StrategyBench]) -> Table {
         ("serial / serial bound", Right),
         ("what ran out under sustained load", Left),
     ]);
-    let or_missing = |value: Option<String>| value.unwrap_or_else(|| MISSING.to_owned());
-    let ratio = |ratio: Option<f64>, target: Option<f64>| or_missing(ratio.map(|r| ratio_against_goal(r, target)));
-    let rate = |rate: Option<f64>| or_missing(rate.map(|rate| format!("{rate:.0}")));
     for bench in benches {
         let rtts: Vec<String> = backends_timed(&bench.round_trips)
             .map(|backend| format!("{} {}", backend.name(), read_and_write_us(&bench.round_trips, backend)))
@@ -274,7 +272,7 @@ fn rates(benches: &[StrategyBench]) -> Table {
             format!("{:.0}", bench.serial.sales_per_second),
             format!("{}{oversold}", spread(&bench.sustained_spread, 0)),
             rtts.join(", "),
-            or_missing(trips),
+            trips.unwrap_or_else(|| MISSING.to_owned()),
             rate(bench.bound_sales_per_second),
             rate(bench.backend_bound_sales_per_second),
             rate(bench.serial_bound_sales_per_second),
@@ -313,11 +311,13 @@ fn under_load(benches: &[StrategyBench]) -> Table {
         ("RTT µs, quiet → under load (read / write)", Left),
         ("backend bound", Right),
         ("backend bound under load", Right),
-        ("sustained sales/s", Right),
-        ("sustained / backend bound under load", Right),
+        ("sales/s in that window", Right),
+        ("that window / backend bound under load", Right),
     ]);
     for bench in benches {
-        let Some(bound_under_load) = bench.backend_bound_under_load_sales_per_second else {
+        let (Some(bound_under_load), Some(window)) =
+            (bench.backend_bound_under_load_sales_per_second, &bench.probed_window)
+        else {
             continue; // a baseline, or results from before the probes under load
         };
         let rtts: Vec<String> = backends_timed(&bench.round_trips_under_load)
@@ -333,17 +333,23 @@ fn under_load(benches: &[StrategyBench]) -> Table {
         table.push(vec![
             bench.label.clone(),
             rtts.join(", "),
-            bench
-                .backend_bound_sales_per_second
-                .map_or_else(|| MISSING.to_owned(), |bound| format!("{bound:.0}")),
-            format!("{bound_under_load:.0}"),
-            format!("{:.0}", bench.sustained.sales_per_second),
-            bench
-                .sustained_backend_ratio_under_load()
-                .map_or_else(|| MISSING.to_owned(), |ratio| format!("{ratio:.2}")),
+            rate(bench.backend_bound_sales_per_second),
+            rate(Some(bound_under_load)),
+            rate(Some(window.sales_per_second)),
+            ratio(bench.sustained_backend_ratio_under_load(), None),
         ]);
     }
     table
+}
+
+/// A rate in whole sales per second, or [`MISSING`].
+fn rate(rate: Option<f64>) -> String {
+    rate.map_or_else(|| MISSING.to_owned(), |rate| format!("{rate:.0}"))
+}
+
+/// A ratio, said against its goal when it has one, or [`MISSING`].
+fn ratio(ratio: Option<f64>, goal: Option<f64>) -> String {
+    ratio.map_or_else(|| MISSING.to_owned(), |ratio| ratio_against_goal(ratio, goal))
 }
 
 /// The safe strategies fastest first, and whether the original articles' claim holds.
