@@ -235,9 +235,10 @@ impl Masters {
         self.masters.len() / 2 + 1
     }
 
-    /// Sends `command` to every master at once and counts every answer.
-    async fn ask_all(self: &Arc<Self>, command: &redis::Cmd) -> Tally {
-        let (tally, _) = self.ask_each_until(command, self.nothing_on_its_way(), |_| false).await;
+    /// Sends `command` to every master at once, each after that master's command in
+    /// `after`, and counts every answer.
+    async fn ask_all(self: &Arc<Self>, command: &redis::Cmd, after: Unanswered) -> Tally {
+        let (tally, _) = self.ask_each_until(command, after, |_| false).await;
         tally
     }
 
@@ -296,15 +297,14 @@ impl Masters {
     async fn extend_everywhere(self: &Arc<Self>, key: &str, value: &str, ttl: Duration) -> Tally {
         let mut extend = eval(EXTEND_SCRIPT, key);
         extend.arg(value).arg(ttl.as_millis() as u64);
-        self.ask_all(&extend).await
+        self.ask_all(&extend, self.nothing_on_its_way()).await
     }
 
     /// Step 4, and the shutdown: the owner-checked delete, on every master, each after
     /// that master's command in `after`, waiting for every answer. The deletes are sent
     /// from tasks of their own: a caller that gives up meanwhile leaves no value behind.
     async fn delete_everywhere(self: &Arc<Self>, key: &str, value: &str, after: Unanswered) -> Tally {
-        let (tally, _) = self.ask_each_until(&delete_if_ours(key, value), after, |_| false).await;
-        tally
+        self.ask_all(&delete_if_ours(key, value), after).await
     }
 
     /// Step 5's release: the owner-checked delete on every master (after the grant's

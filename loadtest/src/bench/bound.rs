@@ -182,25 +182,18 @@ pub async fn probe_under_load(
 /// The median and p99 of each backend and kind, over the samples sent within `counted`
 /// (a window's timed part: not while the sale was reset before it or judged after it).
 pub fn summarize_between(samples: &[ProbeSample], counted: std::ops::Range<Instant>) -> Vec<RoundTrip> {
-    let mut summaries = Vec::new();
-    let mut kinds: Vec<(Backend, Access)> = Vec::new();
-    for sample in samples {
-        if !kinds.contains(&(sample.backend, sample.access)) {
-            kinds.push((sample.backend, sample.access));
+    let mut kinds: Vec<((Backend, Access), Vec<Duration>)> = Vec::new();
+    for sample in samples.iter().filter(|sample| counted.contains(&sample.sent)) {
+        let kind = (sample.backend, sample.access);
+        match kinds.iter_mut().find(|(seen, _)| *seen == kind) {
+            Some((_, took)) => took.push(sample.took),
+            None => kinds.push((kind, vec![sample.took])),
         }
     }
-    for (backend, access) in kinds {
-        let within: Vec<Duration> = samples
-            .iter()
-            .filter(|sample| sample.backend == backend && sample.access == access)
-            .filter(|sample| counted.contains(&sample.sent))
-            .map(|sample| sample.took)
-            .collect();
-        if !within.is_empty() {
-            summaries.push(summarize(backend, access, within));
-        }
-    }
-    summaries
+    kinds
+        .into_iter()
+        .map(|((backend, access), took)| summarize(backend, access, took))
+        .collect()
 }
 
 /// The stock Redis, then every other backend on the strategy's path.
