@@ -128,6 +128,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_INITIAL_STOCK", default_value_t = 300,
           value_parser = clap::value_parser!(i64).range(0..=MAX_STOCK))]
     pub initial_stock: i64,
+    /// Into how many segments a reset splits the stock, each behind a lock key of its
+    /// own (`src/segments.rs`); every instance of one sale must say the same. Not for
+    /// `--lock atomic`, which takes no lock.
+    #[arg(long, env = "SECKILL_STOCK_SEGMENTS", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub stock_segments: u32,
     /// Whether the buyers of this instance queue in process first, so that only the head
     /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.

@@ -47,6 +47,11 @@ pub enum AppError {
     /// Redis, which holds the stock, failed before anything was written.
     #[error("{0}")]
     Stock(StockError),
+    /// This instance splits the stock into another number of segments than the last
+    /// reset did. Nothing was sold.
+    #[error("this instance sells from {this_instance} stock segment(s), but the sale in Redis was reset into {reset_with}; \
+             nothing was sold. Start every instance with the same --stock-segments, then `POST /stock/reset` through one of them")]
+    SegmentsDisagree { this_instance: u32, reset_with: String },
     /// The write's answer was lost, and Redis confirmed it never committed.
     #[error("the stock's Redis did not confirm the write, and the sale was cancelled; nothing was sold")]
     SaleNotWritten,
@@ -88,6 +93,7 @@ impl AppError {
             AppError::Stock(StockError::Redis(_)) | AppError::SaleNotWritten => {
                 (StatusCode::SERVICE_UNAVAILABLE, "stock_backend_unavailable")
             }
+            AppError::SegmentsDisagree { .. } => (StatusCode::SERVICE_UNAVAILABLE, "segments_disagree"),
             AppError::SaleOutcomeUnknown { .. } => (StatusCode::GATEWAY_TIMEOUT, "sale_outcome_unknown"),
             AppError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             AppError::RequestTimeout => (StatusCode::GATEWAY_TIMEOUT, "request_timeout"),

@@ -33,6 +33,9 @@ pub const GRANTS_KEY: &str = "stock:grants";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantRecord {
     pub instance: String,
+    /// The segment whose lock it was, when the stock is split ([`crate::segments`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
     /// Unix time in microseconds: when the lock handed the sale its guard...
@@ -52,14 +55,15 @@ pub async fn append(store: &StockStore, grant: &GrantRecord) -> Result<(), Stock
     Ok(())
 }
 
-/// How many holders saw another grant begin while they still held theirs.
+/// How many holders saw another grant of the same lock (the same segment) begin while
+/// they still held theirs.
 pub fn overlapping_holders(grants: &[GrantRecord]) -> usize {
     let mut by_start: Vec<&GrantRecord> = grants.iter().collect();
-    by_start.sort_by_key(|grant| grant.granted_at_us);
+    by_start.sort_by_key(|grant| (grant.segment, grant.granted_at_us));
     // The grant that began soonest after this one is the first that could overlap it.
     by_start
         .windows(2)
-        .filter(|pair| pair[1].granted_at_us < pair[0].released_at_us)
+        .filter(|pair| pair[1].segment == pair[0].segment && pair[1].granted_at_us < pair[0].released_at_us)
         .count()
 }
 
@@ -78,6 +82,7 @@ mod tests {
     fn grant(granted_at_us: u64, released_at_us: u64) -> GrantRecord {
         GrantRecord {
             instance: "test".into(),
+            segment: None,
             fencing_token: None,
             granted_at_us,
             released_at_us,
@@ -96,5 +101,18 @@ mod tests {
         assert_eq!(overlapping_holders(&[grant(0, 10), grant(5, 20)]), 1);
         // Three at once: the first two each saw a later grant begin.
         assert_eq!(overlapping_holders(&[grant(0, 10), grant(1, 10), grant(2, 10)]), 2);
+    }
+
+    #[test]
+    fn grants_of_two_segments_may_overlap_each_other() {
+        let in_segment = |segment, granted_at_us, released_at_us| GrantRecord {
+            segment: Some(segment),
+            ..grant(granted_at_us, released_at_us)
+        };
+        assert_eq!(overlapping_holders(&[in_segment(0, 0, 10), in_segment(1, 5, 15)]), 0);
+        assert_eq!(
+            overlapping_holders(&[in_segment(0, 0, 10), in_segment(1, 5, 15), in_segment(0, 8, 20)]),
+            1
+        );
     }
 }

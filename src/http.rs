@@ -271,6 +271,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "strategy": shared.strategy,
         "fencing": shared.fencing,
         "local_queue": shared.sale.local_queue.is_some(),
+        "stock_segments": shared.sale.store.segments().count(),
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,

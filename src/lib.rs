@@ -19,7 +19,8 @@
 //!    reentrancy, the semaphore in front of MySQL) stand apart in [`lock::parts`].
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables.
-//! 5. [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
+//! 5. [`segments`]: the stock split into segments, each behind a lock of its own;
+//!    [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock; [`grant_log`]: each
 //!    grant a sale held, from grant to release, to count holders that overlapped.
 //! 6. [`metrics`]: what `GET /metrics` counts; [`error`]: how failures become HTTP answers.
@@ -38,6 +39,7 @@ pub mod mysql_store;
 pub mod lock;
 pub mod strategy;
 pub mod config;
+pub mod segments;
 pub mod stock;
 pub mod grant_log;
 pub mod metrics;

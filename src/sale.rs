@@ -15,6 +15,10 @@
 //! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
 //!    and log the grant's interval ([`crate::grant_log`]).
 //!
+//! With the stock split into segments ([`crate::segments`], `--stock-segments`), steps 0
+//! to 4 run in one segment, under its own local queue and lock key, and again in the
+//! next while the segment read is empty. "Sold out" means every segment was read empty.
+//!
 //! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
 //! read the same `stock`. That gap is the race the lock must close, and the `none`
 //! strategy shows what happens when nothing does. Step 3 is one script only so that a
@@ -50,8 +54,9 @@ use crate::error::AppError;
 use crate::grant_log::{self, unix_us, GrantRecord};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
-use crate::lock::{FencingToken, LockError, LockGuard, Owner, STOCK_LOCK_KEY};
+use crate::lock::{FencingToken, LockError, LockGuard, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
+use crate::segments::Segment;
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
@@ -103,7 +108,8 @@ pub const CRITICAL_PATH: &[Step] = &[
 #[derive(Clone, Debug, Serialize)]
 pub struct SaleOutcome {
     pub sold: bool,
-    /// The stock after this request: what it wrote, or 0 when sold out.
+    /// The stock after this request: what it wrote (in its segment, when the stock is
+    /// split), or 0 when sold out.
     pub stock_after: i64,
     pub lock_wait_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,9 +131,10 @@ pub struct Sale {
     pub chaos_pause_before_write: Option<Duration>,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
-    /// Step 0: the in-process line in front of a distributed lock; `None` for the
-    /// baselines (whose lesson is the race) and with `--local-queue false`.
-    pub local_queue: Option<tokio::sync::Mutex<()>>,
+    /// Step 0: the in-process line in front of a distributed lock, one per segment of
+    /// the stock; `None` for the baselines (whose lesson is the race) and with
+    /// `--local-queue false`.
+    pub local_queue: Option<Vec<tokio::sync::Mutex<()>>>,
     /// Every sale task still running.
     pub in_flight: SalesInFlight,
 }
@@ -170,35 +177,64 @@ impl Sale {
         self.guarding.shutdown().await;
     }
 
-    /// Steps 0 to 4. The answer goes out as soon as the buyer's outcome is known, the
-    /// release after it.
+    /// Steps 0 to 4, in one segment after another (see [`crate::segments`]) until one
+    /// has a unit or every one was read empty. The answer goes out as soon as the
+    /// buyer's outcome is known, each release after it.
     async fn sell_under_lock(&self, lock: &Reentrant, answer: oneshot::Sender<Result<SaleOutcome, AppError>>) {
         let waiting_since = Instant::now();
+        let mut answer = Some(answer);
+        let mut segments = self.store.segments().random_visiting_order().peekable();
+        while let Some(segment) = segments.next() {
+            let last = segments.peek().is_none();
+            let turn = self.sell_from(lock, segment, waiting_since, last, &mut answer).await;
+            if turn == Turn::Answered {
+                return;
+            }
+        }
+    }
+
+    /// Steps 0 to 4 in one segment. The buyer is answered here unless the segment was
+    /// empty and another is left to try.
+    async fn sell_from(
+        &self,
+        lock: &Reentrant,
+        segment: Segment,
+        waiting_since: Instant,
+        last: bool,
+        answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+    ) -> Turn {
+        let mut tell = |outcome| {
+            if let Some(answer) = answer.take() {
+                let _ = answer.send(outcome);
+            }
+            Turn::Answered
+        };
+        let asked = Instant::now();
         let waiting = self.metrics.waiting_for_the_lock();
         let granted = tokio::select! {
-            granted = self.wait_for_the_lock(lock, waiting_since) => granted,
+            granted = self.wait_for_the_lock(lock, segment, asked, waiting_since + self.acquire_timeout) => granted,
             // Not granted yet: nothing to finish, so a stopping instance turns it away.
             () = self.in_flight.stopping.cancelled() => Err(AppError::ShuttingDown),
         };
         let granted_at_us = unix_us();
         let (turn, guard) = match granted {
             Ok(granted) => granted,
-            Err(error) => {
-                let _ = answer.send(Err(error));
-                return;
-            }
+            Err(error) => return tell(Err(error)),
         };
         drop(waiting);
-        let lock_wait = waiting_since.elapsed().as_secs_f64();
-        self.metrics.record_lock_wait(lock_wait);
-        let lock_wait_ms = lock_wait * 1000.0;
+        self.metrics.record_lock_wait(asked.elapsed().as_secs_f64());
+        // What the buyer waited for locks: in every segment it tried so far.
+        let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
 
-        // 2 and 3. Read, check, write; and tell the buyer.
-        let _ = answer.send(self.decrement(&guard, lock_wait_ms).await);
+        // 2 and 3. Read, check, write; and tell the buyer, unless another segment may have a unit.
+        let outcome = self.decrement(&guard, segment, lock_wait_ms).await;
+        let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
+        let next = if empty && !last { Turn::Empty } else { tell(outcome) };
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
         let grant = GrantRecord {
             instance: self.seller.instance.clone(),
+            segment: segment.label(),
             fencing_token: guard.fencing_token().cloned(),
             granted_at_us,
             released_at_us: unix_us(),
@@ -223,37 +259,41 @@ impl Sale {
         if let Err(error) = grant_log::append(&self.store, &grant).await {
             tracing::debug!(%error, "the grant log missed a grant");
         }
+        next
     }
 
-    /// Steps 0 and 1, within the acquire timeout: our turn in this instance's local
-    /// queue (kept until after the release), then the lock. Each sale is an owner of its own.
+    /// Steps 0 and 1 in `segment`, by `deadline`: our turn in this instance's local
+    /// queue of that segment (kept until after the release), then its lock. Each sale
+    /// is an owner of its own.
     async fn wait_for_the_lock(
         &self,
         lock: &Reentrant,
-        waiting_since: Instant,
+        segment: Segment,
+        asked: Instant,
+        deadline: Instant,
     ) -> Result<(Option<MutexGuard<'_, ()>>, LockGuard), AppError> {
-        let deadline = waiting_since + self.acquire_timeout;
+        let lock_key = segment.lock_key();
         let turn = match &self.local_queue {
-            Some(queue) => Some(
-                tokio::time::timeout_at(deadline.into(), queue.lock())
+            Some(queues) => Some(
+                tokio::time::timeout_at(deadline.into(), queues[segment.index as usize].lock())
                     .await
                     .map_err(|_| LockError::Timeout {
-                        key: STOCK_LOCK_KEY.to_owned(),
-                        waited: waiting_since.elapsed(),
+                        key: lock_key.clone(),
+                        waited: asked.elapsed(),
                     })?,
             ),
             None => None,
         };
-        let asked = Instant::now();
-        self.metrics.record_step(SaleStep::Queued, asked - waiting_since);
+        let queued = Instant::now();
+        self.metrics.record_step(SaleStep::Queued, queued - asked);
         let owner = Owner::new(&self.seller.instance);
-        let left = deadline.saturating_duration_since(asked);
-        let guard = lock.acquire(STOCK_LOCK_KEY, &owner, left).await?;
-        self.metrics.record_step(SaleStep::Lock, asked.elapsed());
+        let left = deadline.saturating_duration_since(queued);
+        let guard = lock.acquire(&lock_key, &owner, left).await?;
+        self.metrics.record_step(SaleStep::Lock, queued.elapsed());
         Ok((turn, guard))
     }
 
-    async fn decrement(&self, guard: &LockGuard, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
+    async fn decrement(&self, guard: &LockGuard, segment: Segment, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fenced);
         // The fence remembers which sale read with a token, so this sale's write must
@@ -268,7 +308,7 @@ impl Sale {
 
         // 2. Read and check.
         let reading = Instant::now();
-        let read = self.store.read(token, &sale_id).await;
+        let read = self.store.read(segment, token, &sale_id).await;
         self.metrics.record_step(SaleStep::Read, reading.elapsed());
         let stock = match read? {
             StockRead::Stock(stock) => stock,
@@ -276,6 +316,12 @@ impl Sale {
                 tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
                 self.metrics.record_fencing_refusal(FencedStep::Read);
                 return Err(AppError::LockLost);
+            }
+            StockRead::OtherSegments { reset_with } => {
+                return Err(AppError::SegmentsDisagree {
+                    this_instance: segment.of,
+                    reset_with,
+                })
             }
         };
         if stock <= 0 {
@@ -301,13 +347,14 @@ impl Sale {
         let record = SaleRecord::new(
             &self.seller,
             &sale_id,
+            segment,
             stock,
             guard.fencing_token().cloned(),
             lock_wait_ms,
             locked_at_ms,
         );
         let writing = Instant::now();
-        let written = self.store.write(&record, stock - 1, token).await;
+        let written = self.store.write(segment, &record, stock - 1, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
         match written {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
@@ -343,7 +390,7 @@ impl Sale {
     }
 
     async fn sell_atomically(&self) -> Result<SaleOutcome, AppError> {
-        let record = SaleRecord::new(&self.seller, &new_sale_id(), 0, None, 0.0, unix_ms());
+        let record = SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms());
         let answer = |sold, stock_after| SaleOutcome {
             sold,
             stock_after,
@@ -361,6 +408,15 @@ impl Sale {
             },
         }
     }
+}
+
+/// How one segment's turn ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// The buyer was told the outcome.
+    Answered,
+    /// The segment was empty, and another is left to try.
+    Empty,
 }
 
 /// 96 random bits: no two sale attempts share an id.

@@ -19,7 +19,9 @@ use crate::wiring;
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
+    let segments = wiring::segments(config)?;
     let store = StockStore::new(connection)
+        .with_segments(segments)
         .also_reset(crate::dashboard::REFUSALS_KEY)
         .also_reset(crate::grant_log::GRANTS_KEY);
     store
@@ -44,7 +46,8 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         widen_race: config.lock.expected_to_oversell(),
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
         metrics: std::sync::Arc::new(metrics),
-        local_queue: (config.local_queue && config.lock.takes_a_local_queue()).then(Default::default),
+        local_queue: (config.local_queue && config.lock.takes_a_local_queue())
+            .then(|| segments.all().map(|_| Default::default()).collect()),
         in_flight: Default::default(),
     };
     let limits = Limits {

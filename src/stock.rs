@@ -42,6 +42,7 @@ use redis::Script;
 use serde::{Deserialize, Serialize};
 
 use crate::lock::FencingToken;
+use crate::segments::{Segment, Segments, SEGMENTS_KEY};
 
 /// Units left.
 pub const STOCK_KEY: &str = "stock";
@@ -60,32 +61,39 @@ pub const FENCE_KEY: &str = "stock:fence";
 /// How many reads and writes the fence refused: a hash `{read, write}`.
 pub const FENCE_REFUSALS_KEY: &str = "stock:fence:refusals";
 
-/// Fenced read. `KEYS[1]` = stock, `KEYS[2]` = high-water mark, `KEYS[3]` = refusals.
-/// `ARGV[1]`, `ARGV[2]` = the holder's token (epoch, counter), `ARGV[3]` = the sale id;
-/// no ARGV for an unfenced read. The mark remembers the newest token and the one sale
+/// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
+/// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset.
+/// `ARGV[1]` = the segment count the seller sells from; `ARGV[2]`, `ARGV[3]` = the
+/// holder's token (epoch, counter), `ARGV[4]` = the sale id; no more ARGV for an
+/// unfenced read. The mark remembers the newest token and the one sale
 /// that read with it: a second sale with the same token is refused, because two grants
 /// that carry one token (a counter that started over, a failover) cannot both be the
-/// newest holder. Returns `{'ok', stock}` or `{'fenced', newest token seen}`.
+/// newest holder. Returns `{'ok', stock}`, `{'fenced', newest token seen}`, or
+/// `{'segments', the count of the last reset}` when the seller splits the stock otherwise.
 pub const READ_SCRIPT: &str = r#"
-if ARGV[1] then
+local segments = redis.call('GET', KEYS[4]) or '1'
+if segments ~= ARGV[1] then return {'segments', segments} end
+if ARGV[2] then
   local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter', 'sale')
-  local epoch, counter = tonumber(ARGV[1]), tonumber(ARGV[2])
+  local epoch, counter = tonumber(ARGV[2]), tonumber(ARGV[3])
   local seen_epoch, seen_counter = tonumber(seen[1]) or -1, tonumber(seen[2]) or -1
   local older = epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter)
-  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[3]
+  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[4]
   if older or tie then
     redis.call('HINCRBY', KEYS[3], 'read', 1)
     return {'fenced', seen[1] .. '.' .. seen[2]}
   end
-  redis.call('HSET', KEYS[2], 'epoch', ARGV[1], 'counter', ARGV[2], 'sale', ARGV[3])
+  redis.call('HSET', KEYS[2], 'epoch', ARGV[2], 'counter', ARGV[3], 'sale', ARGV[4])
 end
 return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
-/// Fenced write. KEYS = stock, lucky, sales, outcomes, high-water mark, refusals.
-/// `ARGV[1]` = sale id, `ARGV[2]` = the new stock, `ARGV[3]` = the sale record as JSON,
+/// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
+/// high-water mark, refusals, and `stock` (the units left in every segment).
+/// `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale record as JSON,
 /// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced). The mark must still
-/// be this token and this sale's read.
+/// be this token and this sale's read. A segment of a split stock takes its unit from
+/// `stock` too, in the same script, so `stock + lucky` stays the initial stock.
 /// Returns `sold`, `fenced` (another holder read since) or `aborted` (the seller gave up on this id).
 pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
@@ -98,6 +106,7 @@ if ARGV[4] then
 end
 redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
 redis.call('SET', KEYS[1], ARGV[2])
+if KEYS[7] ~= KEYS[1] then redis.call('DECR', KEYS[7]) end
 redis.call('INCR', KEYS[2])
 redis.call('RPUSH', KEYS[3], ARGV[3])
 return 'sold'
@@ -140,9 +149,13 @@ pub struct SaleRecord {
     pub instance: String,
     pub port: u16,
     pub strategy: String,
-    /// The stock this sale read. Two records with the same value sold the same unit.
+    /// The stock this sale read. Two records with the same value (and segment) sold
+    /// the same unit.
     #[serde(default)]
     pub stock_before: i64,
+    /// The segment it was sold from, when the stock is split ([`crate::segments`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<u32>,
     /// The lock grant's fencing token, when the strategy gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
@@ -162,10 +175,11 @@ pub struct Seller {
 }
 
 impl SaleRecord {
-    /// A record of a sale by `seller` of the unit it read as `stock_before`.
+    /// A record of a sale by `seller` of the unit it read as `stock_before` in `segment`.
     pub fn new(
         seller: &Seller,
         sale_id: &str,
+        segment: Segment,
         stock_before: i64,
         fencing_token: Option<FencingToken>,
         lock_wait_ms: f64,
@@ -177,6 +191,7 @@ impl SaleRecord {
             port: seller.port,
             strategy: seller.strategy.to_owned(),
             stock_before,
+            segment: segment.label(),
             fencing_token,
             lock_wait_ms,
             locked_at_ms,
@@ -224,6 +239,8 @@ pub enum StockRead {
     Stock(i64),
     /// A newer token was seen already: this holder's lock is gone. Holds the newest seen.
     Fenced { newest: String },
+    /// The sale was last reset into another number of segments than this seller's.
+    OtherSegments { reset_with: String },
 }
 
 /// What a fenced write did.
@@ -273,6 +290,8 @@ pub struct StockStore {
     write: Script,
     settle: Script,
     atomic_sale: Script,
+    /// How many segments a reset splits the stock into.
+    segments: Segments,
     /// Keys that other parts of the service keep per sale (the dashboard's refusals,
     /// the grant log):
     /// a reset deletes them in the same transaction.
@@ -287,8 +306,19 @@ impl StockStore {
             write: Script::new(WRITE_SCRIPT),
             settle: Script::new(SETTLE_SCRIPT),
             atomic_sale: Script::new(ATOMIC_SALE_SCRIPT),
+            segments: Segments::ONE,
             also_reset: Vec::new(),
         }
+    }
+
+    /// A reset splits the stock into `segments` ([`crate::segments`]).
+    pub fn with_segments(mut self, segments: Segments) -> Self {
+        self.segments = segments;
+        self
+    }
+
+    pub fn segments(&self) -> Segments {
+        self.segments
     }
 
     /// A reset also deletes `key`, a key another part of the service keeps per sale.
@@ -297,19 +327,26 @@ impl StockStore {
         self
     }
 
-    /// Puts `stock` units on sale and forgets every earlier sale, its outcomes and the
-    /// fencing high-water mark: a new sale begins.
+    /// Puts `stock` units on sale, split into this store's segments, and forgets every
+    /// earlier sale, its outcomes and the fencing high-water marks: a new sale begins.
     pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
         let mut pipe = redis::pipe();
         pipe.atomic()
+            .del(Segments::every_possible_key())
             .set(STOCK_KEY, stock)
             .set(LUCKY_KEY, 0)
             .set(INITIAL_STOCK_KEY, stock)
+            .set(SEGMENTS_KEY, self.segments.count())
             .del(SALES_KEY)
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
             .del(FENCE_REFUSALS_KEY)
             .incr(GENERATION_KEY, 1);
+        if self.segments != Segments::ONE {
+            for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
+                pipe.set(segment.stock_key(), units);
+            }
+        }
         for key in &self.also_reset {
             pipe.del(*key);
         }
@@ -350,35 +387,47 @@ impl StockStore {
         Ok(())
     }
 
-    /// Step 1 of a fenced sale: read the stock under `token` (unfenced when `None`).
-    pub async fn read(&self, token: Option<&FencingToken>, sale_id: &str) -> Result<StockRead, StockError> {
-        let mut invocation = self.read.key(STOCK_KEY);
-        invocation.key(FENCE_KEY).key(FENCE_REFUSALS_KEY);
+    /// Step 1 of a fenced sale: read `segment`'s stock under `token` (unfenced when `None`).
+    pub async fn read(
+        &self,
+        segment: Segment,
+        token: Option<&FencingToken>,
+        sale_id: &str,
+    ) -> Result<StockRead, StockError> {
+        let mut invocation = self.read.key(segment.stock_key());
+        invocation
+            .key(segment.fence_key())
+            .key(FENCE_REFUSALS_KEY)
+            .key(SEGMENTS_KEY)
+            .arg(segment.of);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
         }
         let (status, value): (String, String) = invocation.invoke_async(&mut self.connection.clone()).await?;
-        if status == "fenced" {
-            return Ok(StockRead::Fenced { newest: value });
+        match status.as_str() {
+            "fenced" => Ok(StockRead::Fenced { newest: value }),
+            "segments" => Ok(StockRead::OtherSegments { reset_with: value }),
+            _ => Ok(StockRead::Stock(number(STOCK_KEY, Some(&value))?.unwrap_or(0))),
         }
-        Ok(StockRead::Stock(number(STOCK_KEY, Some(&value))?.unwrap_or(0)))
     }
 
-    /// Step 2 of a fenced sale: write `new_stock` and `record` under `token`.
+    /// Step 2 of a fenced sale: write `segment`'s `new_stock` and `record` under `token`.
     pub async fn write(
         &self,
+        segment: Segment,
         record: &SaleRecord,
         new_stock: i64,
         token: Option<&FencingToken>,
     ) -> Result<WriteOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let mut invocation = self.write.key(STOCK_KEY);
+        let mut invocation = self.write.key(segment.stock_key());
         invocation
             .key(LUCKY_KEY)
             .key(SALES_KEY)
             .key(OUTCOMES_KEY)
-            .key(FENCE_KEY)
-            .key(FENCE_REFUSALS_KEY);
+            .key(segment.fence_key())
+            .key(FENCE_REFUSALS_KEY)
+            .key(STOCK_KEY);
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);

@@ -22,6 +22,7 @@ use crate::lock::redlock::{Redlock, RedlockOptions};
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
 use crate::sale::Guarding;
+use crate::segments::Segments;
 use crate::strategy::Strategy;
 
 /// The options of the `redis` lock, as `config` sets them.
@@ -38,6 +39,19 @@ pub fn redis_lock_options(config: &Config) -> anyhow::Result<RedisLockOptions> {
         renew: true,
         wait_for_replicas,
     })
+}
+
+/// The segments of the stock (`--stock-segments`), or why this strategy cannot split it.
+pub fn segments(config: &Config) -> anyhow::Result<Segments> {
+    let segments = Segments::new(config.stock_segments).map_err(anyhow::Error::msg)?;
+    if segments != Segments::ONE && config.lock == Strategy::Atomic {
+        anyhow::bail!(
+            "--stock-segments {} splits the stock between locks, and `--lock atomic` takes none: \
+             its one script already sells without a lock. Leave --stock-segments at 1, or pick a lock strategy",
+            config.stock_segments
+        );
+    }
+    Ok(segments)
 }
 
 /// Builds what `config.lock` names. The one place that knows every strategy.

@@ -24,6 +24,7 @@ use common::{PrivateRedis, ServeProcess, WallClock};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, FencingToken};
+use seckill::segments::Segment;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// Long enough that no renewal (every `TTL / 3`) runs during a test: the holder keeps
@@ -61,7 +62,11 @@ impl<'a> Holder<'a> {
 
     /// Step 1: read the stock, under the token if there is one.
     async fn read(&mut self) -> StockRead {
-        let read = self.store.read(self.token.as_ref(), self.name).await.unwrap();
+        let read = self
+            .store
+            .read(Segment::WHOLE, self.token.as_ref(), self.name)
+            .await
+            .unwrap();
         if let StockRead::Stock(stock) = read {
             self.read = Some(stock);
         }
@@ -76,8 +81,11 @@ impl<'a> Holder<'a> {
             port: 0,
             strategy: "test",
         };
-        let record = SaleRecord::new(&seller, self.name, stock, self.token.clone(), 0.0, 0);
-        self.store.write(&record, stock - 1, self.token.as_ref()).await.unwrap()
+        let record = SaleRecord::new(&seller, self.name, Segment::WHOLE, stock, self.token.clone(), 0.0, 0);
+        self.store
+            .write(Segment::WHOLE, &record, stock - 1, self.token.as_ref())
+            .await
+            .unwrap()
     }
 }
 

@@ -5,6 +5,7 @@
 mod common;
 
 use seckill::lock::FencingToken;
+use seckill::segments::Segment;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 // One test Redis database per test, because the stock keys have fixed names (`DATABASES` in tests/common/test_redis.rs).
@@ -49,7 +50,11 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
         match *step {
             Step::Read(holder) => {
                 let sale_id = format!("{order:?}-{holder}");
-                if let StockRead::Stock(stock) = store.read(tokens[holder].as_ref(), &sale_id).await.unwrap() {
+                if let StockRead::Stock(stock) = store
+                    .read(Segment::WHOLE, tokens[holder].as_ref(), &sale_id)
+                    .await
+                    .unwrap()
+                {
                     read[holder] = Some(stock);
                 }
             }
@@ -58,12 +63,18 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
                 let record = SaleRecord::new(
                     &seller,
                     &format!("{order:?}-{holder}"),
+                    Segment::WHOLE,
                     stock,
                     tokens[holder].clone(),
                     0.0,
                     0,
                 );
-                outcomes.push(store.write(&record, stock - 1, tokens[holder].as_ref()).await.unwrap());
+                outcomes.push(
+                    store
+                        .write(Segment::WHOLE, &record, stock - 1, tokens[holder].as_ref())
+                        .await
+                        .unwrap(),
+                );
             }
         }
     }
@@ -113,11 +124,11 @@ async fn an_older_token_is_refused_once_a_newer_one_has_read() {
     let store = store(31).await;
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
-        store.read(token(34).as_ref(), "a-sale").await.unwrap(),
+        store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap(),
         StockRead::Stock(INITIAL)
     );
     assert!(matches!(
-        store.read(token(33).as_ref(), "a-sale").await.unwrap(),
+        store.read(Segment::WHOLE, token(33).as_ref(), "a-sale").await.unwrap(),
         StockRead::Fenced { .. }
     ));
 }
@@ -128,12 +139,12 @@ async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
     store.reset(INITIAL).await.unwrap();
     let switched = Some(FencingToken::new("mysql", 1, 2));
     assert_eq!(
-        store.read(switched.as_ref(), "a-sale").await.unwrap(),
+        store.read(Segment::WHOLE, switched.as_ref(), "a-sale").await.unwrap(),
         StockRead::Stock(INITIAL)
     );
     let old_source = Some(FencingToken::new("redis", 0, 1_000));
     assert!(matches!(
-        store.read(old_source.as_ref(), "a-sale").await.unwrap(),
+        store.read(Segment::WHOLE, old_source.as_ref(), "a-sale").await.unwrap(),
         StockRead::Fenced { .. }
     ));
 }
@@ -142,10 +153,10 @@ async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
 async fn a_reset_clears_the_high_water_mark_for_a_new_sale() {
     let store = store(33).await;
     store.reset(INITIAL).await.unwrap();
-    store.read(token(34).as_ref(), "a-sale").await.unwrap();
+    store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap();
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
-        store.read(token(1).as_ref(), "a-sale").await.unwrap(),
+        store.read(Segment::WHOLE, token(1).as_ref(), "a-sale").await.unwrap(),
         StockRead::Stock(INITIAL)
     );
 }
@@ -176,13 +187,13 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
         port: 0,
         strategy: "test",
     };
-    let record = SaleRecord::new(&seller, "late-write", INITIAL, None, 0.0, 0);
+    let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     assert_eq!(
         store.settle("late-write").await.unwrap(),
         seckill::stock::Settled::NotSold
     );
     assert_eq!(
-        store.write(&record, INITIAL - 1, None).await.unwrap(),
+        store.write(Segment::WHOLE, &record, INITIAL - 1, None).await.unwrap(),
         WriteOutcome::Aborted
     );
     assert_eq!(store.snapshot().await.unwrap().lucky, 0);
@@ -197,9 +208,9 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
         port: 0,
         strategy: "test",
     };
-    let record = SaleRecord::new(&seller, "early-write", INITIAL, None, 0.0, 0);
+    let record = SaleRecord::new(&seller, "early-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     assert_eq!(
-        store.write(&record, INITIAL - 1, None).await.unwrap(),
+        store.write(Segment::WHOLE, &record, INITIAL - 1, None).await.unwrap(),
         WriteOutcome::Sold
     );
     assert_eq!(

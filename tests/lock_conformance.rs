@@ -32,6 +32,7 @@ use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError, LockGuard};
+use seckill::segments::Segment;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// What a strategy offers, so the suite knows which promises to check.
@@ -259,7 +260,10 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
         .unwrap();
     let old_token = old.fencing_token().cloned();
     assert_eq!(
-        store.read(old_token.as_ref(), "stale-write").await.unwrap(),
+        store
+            .read(Segment::WHOLE, old_token.as_ref(), "stale-write")
+            .await
+            .unwrap(),
         StockRead::Stock(10)
     );
     assert!(old.is_held());
@@ -271,7 +275,10 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
         .expect("taken over");
     let new_token = new.fencing_token().cloned();
     assert_eq!(
-        store.read(new_token.as_ref(), "new-holder").await.unwrap(),
+        store
+            .read(Segment::WHOLE, new_token.as_ref(), "new-holder")
+            .await
+            .unwrap(),
         StockRead::Stock(10)
     );
 
@@ -284,8 +291,11 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
         port: 0,
         strategy: "test",
     };
-    let record = SaleRecord::new(&seller, "stale-write", 10, old_token.clone(), 0.0, 0);
-    let refused = store.write(&record, 9, old_token.as_ref()).await.unwrap();
+    let record = SaleRecord::new(&seller, "stale-write", Segment::WHOLE, 10, old_token.clone(), 0.0, 0);
+    let refused = store
+        .write(Segment::WHOLE, &record, 9, old_token.as_ref())
+        .await
+        .unwrap();
     if subject.traits.fencing_tokens {
         assert_eq!(
             refused,

@@ -17,6 +17,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    only the head of its instance's local queue (what the queue saves)
 #   +no-semaphore    for mysql and mysql-version: no local queue and no semaphore in front of
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
+#   +segments-N      `--stock-segments N`: the stock split into N segments, each behind a
+#                    lock key of its own (src/segments.rs)
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
   local strategy=${1%%+*} variant=
@@ -28,7 +30,8 @@ variant_flags() {
     no-local-queue) flags+=(--local-queue false) ;;
     no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
     no-release-notices) flags+=(--release-notices false) ;;
-    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore and +no-release-notices" ;;
+    segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
+    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices and +segments-N (N from 1 to 64)" ;;
   esac
   echo "${flags[*]}"
 }

@@ -44,6 +44,8 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/degrade", 73..=73),
     ("seckill/clock_jumps", 74..=76),
     ("seckill/failover", 79..=79),
+    ("loadtest/e2e", 80..=82),
+    ("seckill/segments", 83..=86),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

@@ -163,6 +163,7 @@ mod tests {
     fn grant(instance: &str, granted_at_us: u64, released_at_us: u64) -> GrantRecord {
         GrantRecord {
             instance: instance.into(),
+            segment: None,
             fencing_token: None,
             granted_at_us,
             released_at_us,

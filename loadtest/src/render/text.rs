@@ -32,7 +32,14 @@ impl Report {
             format!("{} (one request each, all at once)", self.users),
         );
         line(&mut out, "fencing", fencing_label(self.fencing).to_owned());
-        line(&mut out, "initial stock", self.initial_stock.to_string());
+        let initial = match self.stock_segments {
+            1 => self.initial_stock.to_string(),
+            segments => format!(
+                "{} in {segments} segments, each behind a lock of its own",
+                self.initial_stock
+            ),
+        };
+        line(&mut out, "initial stock", initial);
         line(&mut out, "sold (lucky)", self.lucky.to_string());
         line(&mut out, "stock left", self.stock_left.to_string());
         line(

@@ -3,9 +3,9 @@
 //!
 //! ## What is checked
 //! - **oversold**: `lucky > initial`, `stock + lucky != initial`, `sales != lucky`,
-//!   a negative stock, two sale records that read the same `stock_before` (one unit
-//!   sold twice), or fencing tokens of one source that go backwards along the sales
-//!   list (two holders overlapped);
+//!   a negative stock, two sale records that read the same `stock_before` of the same
+//!   segment (one unit sold twice), or fencing tokens of one source and one segment
+//!   that go backwards along the sales list (two holders of one lock overlapped);
 //! - **lost**: `lucky` is not what the buyers were told: fewer than the buyers told
 //!   "sold", or more than those plus the buyers whose outcome is unknown (504).
 //!
@@ -225,33 +225,41 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     }
 }
 
-/// How many units were sold more than once: each sale records the stock it read,
-/// and under a working lock every value from `initial` down to 1 is read once.
+/// How many units were sold more than once: each sale records the stock it read (in
+/// its segment), and under a working lock every value from a segment's initial stock
+/// down to 1 is read once.
 pub fn units_sold_twice(records: &[SaleRecord]) -> usize {
     let mut seen = HashSet::new();
     let mut twice = HashSet::new();
     for record in records {
-        if !seen.insert(record.stock_before) {
-            twice.insert(record.stock_before);
+        let unit = (record.segment, record.stock_before);
+        if !seen.insert(unit) {
+            twice.insert(unit);
         }
     }
     twice.len()
 }
 
 /// How often a fencing token fails to grow from one sale record to the next of the
-/// same token source. Records are appended while the lock is held, so under a working
-/// lock a later record carries a later grant. Each source (a strategy that switches
-/// backends has two) is checked on its own; `None` when no record has a token.
+/// same token source and the same lock. Records are appended while the lock is held, so
+/// under a working lock a later record carries a later grant. Each source (a strategy
+/// that switches backends has two) and each segment's lock is checked on its own: the
+/// holders of two segments sell at once. `None` when no record has a token.
 pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
-    let mut by_source: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
-    for token in records.iter().filter_map(|r| r.fencing_token.as_ref()) {
-        by_source.entry(token.source.as_ref()).or_default().push(token.order());
+    // A lock is a token source and a segment; its tokens in the order they were written.
+    type Lock<'a> = (&'a str, Option<u32>);
+    let mut by_lock: BTreeMap<Lock, Vec<(u64, u64)>> = BTreeMap::new();
+    for record in records {
+        if let Some(token) = &record.fencing_token {
+            let lock = (token.source.as_ref(), record.segment);
+            by_lock.entry(lock).or_default().push(token.order());
+        }
     }
-    if by_source.is_empty() {
+    if by_lock.is_empty() {
         return None;
     }
     Some(
-        by_source
+        by_lock
             .values()
             .map(|tokens| tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count())
             .sum(),
@@ -271,6 +279,7 @@ mod tests {
             port: 8080,
             strategy: "redis".into(),
             stock_before,
+            segment: None,
             fencing_token: token.map(|(source, counter)| FencingToken::new(source, 0, counter)),
             lock_wait_ms: 0.0,
             locked_at_ms: 0,
@@ -297,6 +306,7 @@ mod tests {
             strategy: "redis".into(),
             fencing: FencingStatus::On,
             local_queue: true,
+            stock_segments: 1,
         };
         judge(3, &target, &sale, &tally)
     }
@@ -323,6 +333,27 @@ mod tests {
         ];
         assert_eq!(fencing_regressions(&records), Some(1));
         assert_eq!(fencing_regressions(&records[..2]), Some(0));
+    }
+
+    #[test]
+    fn each_segment_sells_its_own_units_under_its_own_tokens() {
+        let in_segment = |segment, stock_before, counter| SaleRecord {
+            segment: Some(segment),
+            ..record(stock_before, Some(("redis", counter)))
+        };
+        // Two segments of 2 units, sold at once: their stock values and tokens interleave.
+        let records = [
+            in_segment(0, 2, 10),
+            in_segment(1, 2, 3),
+            in_segment(1, 1, 4),
+            in_segment(0, 1, 11),
+        ];
+        assert_eq!(units_sold_twice(&records), 0);
+        assert_eq!(fencing_regressions(&records), Some(0));
+        // The same unit of one segment, twice; a token of segment 0 that went back.
+        let twice = [in_segment(0, 2, 10), in_segment(1, 2, 3), in_segment(0, 2, 9)];
+        assert_eq!(units_sold_twice(&twice), 1);
+        assert_eq!(fencing_regressions(&twice), Some(1));
     }
 
     #[test]

@@ -46,6 +46,13 @@ pub struct Target {
     /// Whether the buyers of an instance queue in process before the lock (`--local-queue`).
     #[serde(default)]
     pub local_queue: bool,
+    /// Into how many segments the stock is split (`--stock-segments`).
+    #[serde(default = "one_segment")]
+    pub stock_segments: u32,
+}
+
+pub(crate) fn one_segment() -> u32 {
+    1
 }
 
 /// What the buyers were told, gathered from every goose user.
@@ -147,22 +154,24 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
         targets.push(target);
     }
     let first = targets[0].clone();
-    if targets
-        .iter()
-        .any(|t| t.strategy != first.strategy || t.fencing != first.fencing || t.local_queue != first.local_queue)
-    {
+    if targets.iter().any(|t| {
+        t.strategy != first.strategy
+            || t.fencing != first.fencing
+            || t.local_queue != first.local_queue
+            || t.stock_segments != first.stock_segments
+    }) {
         let pairs: Vec<String> = hosts
             .iter()
             .zip(&targets)
             .map(|(h, t)| {
                 format!(
-                    "{h} runs `{}` with fencing {:?}, local queue {}",
-                    t.strategy, t.fencing, t.local_queue
+                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s)",
+                    t.strategy, t.fencing, t.local_queue, t.stock_segments
                 )
             })
             .collect();
         bail!(
-            "the instances run different strategies ({}); start them with the same --lock, --fencing and --local-queue",
+            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue and --stock-segments",
             pairs.join(", ")
         );
     }

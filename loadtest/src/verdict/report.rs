@@ -21,6 +21,9 @@ pub struct Report {
     /// Whether the instances queued their buyers in process before the lock.
     #[serde(default)]
     pub local_queue: bool,
+    /// Into how many segments the stock was split, each behind a lock of its own.
+    #[serde(default = "super::crowd::one_segment")]
+    pub stock_segments: u32,
     pub hosts: Vec<String>,
     pub users: usize,
     pub initial_stock: i64,
@@ -83,6 +86,7 @@ impl Report {
             strategy: target.strategy,
             fencing: target.fencing,
             local_queue: target.local_queue,
+            stock_segments: target.stock_segments,
             hosts: options.hosts.clone(),
             users: options.users,
             initial_stock: options.initial_stock,
@@ -119,18 +123,21 @@ impl Report {
 
     /// The strategy, and how it ran when that matters for the comparison.
     pub fn label(&self) -> String {
-        let mut without = Vec::new();
+        let mut how = Vec::new();
+        if self.stock_segments > 1 {
+            how.push(format!("{} stock segments", self.stock_segments));
+        }
         let takes_a_local_queue = <Strategy as clap::ValueEnum>::from_str(&self.strategy, true)
             .is_ok_and(|strategy| strategy.takes_a_local_queue() && strategy != Strategy::Atomic);
         if !self.local_queue && takes_a_local_queue {
-            without.push("no local queue");
+            how.push("no local queue".to_owned());
         }
         if self.database.as_ref().is_some_and(|cost| cost.permits.is_none()) {
-            without.push("no semaphore");
+            how.push("no semaphore".to_owned());
         }
-        match without.is_empty() {
+        match how.is_empty() {
             true => self.strategy.clone(),
-            false => format!("{} ({})", self.strategy, without.join(", ")),
+            false => format!("{} ({})", self.strategy, how.join(", ")),
         }
     }
 
@@ -160,6 +167,7 @@ pub(crate) mod tests {
             strategy: strategy.into(),
             fencing: FencingStatus::NoTokens,
             local_queue: true,
+            stock_segments: 1,
             hosts: vec!["h".into()],
             users: 5,
             initial_stock: 3,

@@ -1,0 +1,100 @@
+//! The stock split into segments (`--stock-segments`, `src/segments.rs`), against the
+//! project's test Redis: how a reset shares the units out, that a buyer is told "sold
+//! out" only after every segment was read empty, and that an instance that splits the
+//! stock otherwise is refused instead of selling from keys nobody else guards.
+//! The 500-buyer runs over segments are in loadtest/tests/e2e.rs.
+
+mod common;
+
+use redis::AsyncCommands;
+use seckill::segments::Segments;
+use seckill::server::Instance;
+use seckill::strategy::Strategy;
+
+async fn instance(strategy: Strategy, db: u8, segments: u32) -> Instance {
+    common::instance_with(strategy, db, |config| config.stock_segments = segments).await
+}
+
+/// Each segment's units, `stock`, `lucky` and the count a reset wrote.
+async fn stored(db: u8, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
+    let mut redis = common::connection(&common::redis_client(db).await).await;
+    let mut units = Vec::new();
+    for segment in Segments::new(segments).unwrap().all() {
+        units.push(
+            redis
+                .get::<_, Option<i64>>(segment.stock_key())
+                .await
+                .unwrap()
+                .unwrap_or(-1),
+        );
+    }
+    let stock: i64 = redis.get("stock").await.unwrap();
+    let lucky: i64 = redis.get("lucky").await.unwrap();
+    let count: Option<u32> = redis.get("stock:segments").await.unwrap();
+    (units, stock, lucky, count)
+}
+
+#[tokio::test]
+async fn a_reset_shares_the_units_out_between_the_segments_and_stock_counts_them_all() {
+    let app = instance(Strategy::Redis, 83, 4).await;
+    common::reset_stock(&app.url, 7).await;
+    assert_eq!(stored(83, 4).await, (vec![2, 2, 2, 1], 7, 0, Some(4)));
+    assert_eq!(common::healthz(&app.url).await["stock_segments"], 4);
+    app.stop().await.unwrap();
+}
+
+/// One unit in four segments: three are empty. A buyer who starts at an empty one must
+/// go on to the others, or it would be told "sold out" while a unit is left. Where it
+/// starts is random, so the sale runs eight times: a buyer that did not go on would
+/// pass all eight only once in 65,536 runs.
+#[tokio::test]
+async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
+    let app = instance(Strategy::Redis, 84, 4).await;
+    let http = reqwest::Client::new();
+    for run in 0..8 {
+        common::reset_stock(&app.url, 1).await;
+        assert_eq!(
+            common::buy(&http, &app.url).await,
+            "sold",
+            "run {run}: one unit was left, in one of four segments"
+        );
+        assert_eq!(common::buy(&http, &app.url).await, "sold out", "run {run}");
+        let (units, stock, lucky, _) = stored(84, 4).await;
+        assert_eq!((units, stock, lucky), (vec![0, 0, 0, 0], 0, 1), "run {run}");
+    }
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_with_the_fix() {
+    let whole = instance(Strategy::Redis, 85, 1).await;
+    common::reset_stock(&whole.url, 10).await;
+    let split = instance(Strategy::Redis, 85, 4).await;
+    let answer = reqwest::get(format!("{}/stock/reduce", split.url)).await.unwrap();
+    assert_eq!(answer.status().as_u16(), 503);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"], "segments_disagree", "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("4 stock segment") && message.contains("reset into 1") && message.contains("--stock-segments"),
+        "the message names both counts and the flag: {message}"
+    );
+    let (_, stock, lucky, count) = stored(85, 1).await;
+    assert_eq!((stock, lucky, count), (10, 0, Some(1)), "nothing was sold");
+    whole.stop().await.unwrap();
+    split.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_atomic_script_refuses_segments_at_start_and_says_why() {
+    let mut config = common::config(Strategy::Atomic, 86);
+    config.stock_segments = 2;
+    let error = match Instance::start(config).await {
+        Ok(_) => panic!("the atomic script started with 2 stock segments"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.contains("--stock-segments 2") && error.contains("`--lock atomic` takes none"),
+        "{error}"
+    );
+}
