@@ -7,6 +7,8 @@
 #   scripts/bench.sh [RUN...]          default: every strategy
 #   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
 #
+# By default the last runs split the stock into 2, 4, 8 and 16 segments (`+segments-N`) for
+# redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound.
 # A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
@@ -28,7 +30,10 @@ PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
   STRATEGIES=(none local atomic redis redis+no-local-queue redis-degrade redlock redlock+no-local-queue etcd zookeeper
-              mysql mysql-version python-peer)
+              mysql mysql-version python-peer
+              redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
+              etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
+              mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16)
 
 say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }

@@ -62,3 +62,39 @@ fn a_report_is_built_from_the_results_alone_and_loads_nothing() {
         assert!(!page.contains(outside), "the report must not load anything ({outside})");
     }
 }
+
+/// A lock run over several stock segments gets a table and a chart of its own: its rate
+/// against N times one lock's bound, and its speed-up over the stock in one piece.
+#[test]
+fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let mut split: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(canned("bench-redis.json")).unwrap()).unwrap();
+    split["label"] = "redis+segments-4".into();
+    split["stock_segments"] = 4.into();
+    split["sustained"]["sales_per_second"] = 6480.into();
+    split["sustained_spread"] = serde_json::json!({"median": 6480, "min": 6000, "max": 7000});
+    split["backend_bound_sales_per_second"] = 16000.into();
+    let split_file = dir.path().join("bench-redis-segments-4.json");
+    std::fs::write(&split_file, split.to_string()).unwrap();
+    let html = dir.path().join("report.html");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("report")
+        .args([canned("bench-redis.json"), split_file])
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .expect("bench report runs");
+    let tables = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(tables.contains("Past one lock"), "{tables}");
+    assert!(
+        tables.contains("| redis+segments-4 | 4 | 6480 (6000–7000) | 2.00x | 16000 | 0.41 |"),
+        "{tables}"
+    );
+    assert!(tables.contains("| redis | 1 | 3240 (2916–3564) | 1.00x |"), "{tables}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("Past one lock: stock segments"), "the chart's section");
+    assert!(page.contains("redis, 4 segment(s)"), "the chart's row");
+}

@@ -11,7 +11,9 @@
 //!   its release to the next grant's start, whichever instance got it.
 //!
 //! Under contention the lock serializes the sales, so hold + gap is one sale of the
-//! critical path: their means add up to about 1 / sales per second. The gap is the
+//! critical path: their means add up to about 1 / sales per second. With the stock in
+//! N segments ([`seckill::segments`]) each segment's lock serializes its own sales: the
+//! hand-overs are taken within each segment, and hold + gap is about N / sales per second. The gap is the
 //! lock's share (the release's way to the backend, the wake-up, the next acquire), the
 //! hold the sale's (read, write, and the service's own work between them).
 
@@ -44,11 +46,11 @@ pub struct HandOver {
 }
 
 impl HandOver {
-    /// The hand-overs between consecutive grants, by start. A gap below zero (two
-    /// holders at once: a lock without mutual exclusion) counts as zero.
+    /// The hand-overs between consecutive grants of one lock (one segment), by start.
+    /// A gap below zero (two holders at once: a lock without mutual exclusion) counts as zero.
     pub fn of<'a>(grants: impl IntoIterator<Item = &'a GrantRecord>) -> Option<HandOver> {
         let mut grants: Vec<&GrantRecord> = grants.into_iter().collect();
-        grants.sort_by_key(|grant| grant.granted_at_us);
+        grants.sort_by_key(|grant| (grant.segment, grant.granted_at_us));
         if grants.len() < 2 {
             return None;
         }
@@ -58,7 +60,7 @@ impl HandOver {
             .map(|grant| ms(grant.released_at_us.saturating_sub(grant.granted_at_us)))
             .collect();
         let (mut gaps, mut across, mut within) = (Vec::new(), Vec::new(), Vec::new());
-        for pair in grants.windows(2) {
+        for pair in grants.windows(2).filter(|pair| pair[0].segment == pair[1].segment) {
             let gap = ms(pair[1].granted_at_us.saturating_sub(pair[0].released_at_us));
             gaps.push(gap);
             if pair[0].instance == pair[1].instance {
@@ -74,6 +76,9 @@ impl HandOver {
                 values.iter().sum::<f64>() / values.len() as f64
             }
         };
+        if gaps.is_empty() {
+            return None;
+        }
         let mut sorted = gaps.clone();
         sorted.sort_by(f64::total_cmp);
         Some(HandOver {
@@ -184,6 +189,25 @@ mod tests {
         assert!((hand_over.mean_gap_within_ms - 0.2).abs() < 1e-9, "{hand_over:?}");
         assert!((hand_over.mean_gap_across_ms - 1.0).abs() < 1e-9, "{hand_over:?}");
         assert!((hand_over.mean_gap_ms - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn with_segments_a_gap_runs_to_the_next_grant_of_the_same_segment() {
+        let in_segment = |segment, granted_at_us, released_at_us| GrantRecord {
+            segment: Some(segment),
+            ..grant("a", granted_at_us, released_at_us)
+        };
+        // Two segments sell at once; each hands over 0.5 ms after its release.
+        let grants = [
+            in_segment(0, 0, 1_000),
+            in_segment(1, 100, 1_100),
+            in_segment(0, 1_500, 2_500),
+            in_segment(1, 1_600, 2_600),
+        ];
+        let hand_over = HandOver::of(&grants).unwrap();
+        assert_eq!(hand_over.grants, 4);
+        assert!((hand_over.mean_gap_ms - 0.5).abs() < 1e-9, "{hand_over:?}");
+        assert!((hand_over.mean_hold_ms - 1.0).abs() < 1e-9, "{hand_over:?}");
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //!    and one window can be unlucky);
 //! 4. divides the sustained rate by the backend bound and by the lock's own (protocol)
 //!    bound, and the serial rate by the serial bound ([`bound`] says what each is).
+//!    With the stock in N segments (`--stock-segments`), N locks sell at once, so the
+//!    sustained bounds are N times one lock's: the most segments can give.
 //!
 //! [`lockbench`] measures the locks alone, without the sale around them.
 //!
@@ -110,6 +112,9 @@ pub struct StrategyBench {
     pub label: String,
     pub strategy: String,
     pub fencing: FencingStatus,
+    /// Into how many segments the stock was split, each behind a lock of its own.
+    #[serde(default = "crate::verdict::crowd::one_segment")]
+    pub stock_segments: u32,
     pub expected_to_oversell: bool,
     pub crowd: CrowdSummary,
     pub crowd_runs: Vec<Report>,
@@ -118,7 +123,8 @@ pub struct StrategyBench {
     pub round_trips: Vec<RoundTrip>,
     /// `None` for the baselines, which have no lock to wait on.
     pub critical_path: Option<Vec<Step>>,
-    /// One sale per critical path: the lock's own protocol (a diagnostic).
+    /// One sale per critical path: the lock's own protocol (a diagnostic); times the
+    /// segments, as every sustained bound is.
     pub bound_sales_per_second: Option<f64>,
     /// The backend's minimal path (see [`bound::backend_path`]); `None` for the baselines
     /// and for results written before it existed.
@@ -204,6 +210,23 @@ impl StrategyBench {
     }
 }
 
+/// The runs of each lock that was also run over several stock segments: its plain run
+/// (one segment, no variant) and its segmented ones, by strategy, then by segments.
+pub fn runs_over_segments(benches: &[StrategyBench]) -> Vec<&StrategyBench> {
+    let split = |strategy: &str| {
+        benches
+            .iter()
+            .any(|bench| bench.strategy == strategy && bench.stock_segments > 1)
+    };
+    let mut runs: Vec<&StrategyBench> = benches
+        .iter()
+        .filter(|bench| bench.critical_path.is_some() && split(&bench.strategy))
+        .filter(|bench| bench.stock_segments > 1 || bench.label == bench.strategy)
+        .collect();
+    runs.sort_by_key(|bench| (bench.strategy.clone(), bench.stock_segments));
+    runs
+}
+
 fn round_trips_of(path: Option<&[Step]>) -> Option<f64> {
     path.map(|path| path.iter().map(|step| step.round_trips).sum())
 }
@@ -270,14 +293,17 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         &mut round_trips,
         bound::measure_round_trips(strategy, &options.config).await?,
     );
+    // N segments are N locks, each with its own critical path: at most N times one.
+    let segments = f64::from(target.stock_segments);
+    let sustained_bound = |path: &Option<Vec<Step>>, round_trips: &[RoundTrip]| {
+        path.as_ref()
+            .and_then(|path| bound::bound_sales_per_second(path, round_trips))
+            .map(|bound| bound * segments)
+    };
     let critical_path = bound::critical_path(strategy);
-    let bound_sales_per_second = critical_path
-        .as_ref()
-        .and_then(|path| bound::bound_sales_per_second(path, &round_trips));
+    let bound_sales_per_second = sustained_bound(&critical_path, &round_trips);
     let backend_path = bound::backend_path(strategy);
-    let backend_bound_sales_per_second = backend_path
-        .as_ref()
-        .and_then(|path| bound::bound_sales_per_second(path, &round_trips));
+    let backend_bound_sales_per_second = sustained_bound(&backend_path, &round_trips);
     let serial_bound_sales_per_second =
         bound::serial_path(strategy).and_then(|path| bound::bound_sales_per_second(&path, &round_trips));
 
@@ -307,15 +333,14 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let sustained_steps = steps_between(steps_before, &options.crowd.hosts).await;
 
     let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
-    let backend_bound_under_load_sales_per_second = backend_path
-        .as_ref()
-        .and_then(|path| bound::bound_sales_per_second(path, &round_trips_under_load));
+    let backend_bound_under_load_sales_per_second = sustained_bound(&backend_path, &round_trips_under_load);
     let sustained = median_window(windows, Some(&probed));
 
     Ok(StrategyBench {
         label: options.label.clone(),
         strategy: target.strategy,
         fencing: target.fencing,
+        stock_segments: target.stock_segments,
         expected_to_oversell: strategy.expected_to_oversell(),
         crowd,
         crowd_runs,

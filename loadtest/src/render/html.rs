@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
-use crate::bench::{StrategyBench, TARGET_RATIO};
+use crate::bench::{runs_over_segments, StrategyBench, TARGET_RATIO};
 
 use super::chart::{bars, comparison_svg, lock_wait_curves, stacked_bars, Scale};
 use super::document::{self, Table};
@@ -141,6 +141,22 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         ));
     }
 
+    let rows = segment_rows(benches);
+    if !rows.is_empty() {
+        section(
+            &mut page,
+            "Past one lock: stock segments",
+            "The stock split into N segments, each behind a lock of its own: sustained sales per second against N times one lock's backend bound. The bars climb with N as long as nothing else (a server, the cores) runs out first.",
+        );
+        page.push_str(&bars(
+            &rows,
+            &["sustained", "N x one lock's backend bound"],
+            "sales/s",
+            Scale::Log,
+            None,
+        ));
+    }
+
     section(
         &mut page,
         "The crowd's latency",
@@ -185,6 +201,22 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
     }
     page.push_str("</body></html>\n");
     page
+}
+
+/// One row per run of a strategy that was also run over several segments, by segments.
+fn segment_rows(benches: &[StrategyBench]) -> Vec<(String, Vec<f64>)> {
+    runs_over_segments(benches)
+        .into_iter()
+        .map(|b| {
+            (
+                format!("{}, {} segment(s)", b.strategy, b.stock_segments),
+                vec![
+                    b.sustained.sales_per_second,
+                    b.backend_bound_sales_per_second.unwrap_or(0.0),
+                ],
+            )
+        })
+        .collect()
 }
 
 fn section(page: &mut String, title: &str, note: &str) {
