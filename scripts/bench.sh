@@ -8,7 +8,8 @@
 #   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
 #
 # By default the last runs split the stock into 2, 4, 8 and 16 segments (`+segments-N`) for
-# redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound.
+# redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound;
+# and 16 segments again with the sold-out flag, for the table "After the sell-out".
 # A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
@@ -33,7 +34,8 @@ STRATEGIES=("$@")
               mysql mysql-version python-peer
               redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
-              mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16)
+              mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
+              redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag)
 
 say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }

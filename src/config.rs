@@ -134,6 +134,11 @@ pub struct Config {
     #[arg(long, env = "SECKILL_STOCK_SEGMENTS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
     pub stock_segments: u32,
+    /// Whether an instance that has seen every segment of the stock empty answers "sold
+    /// out" without a lock, after one read of the sale's generation (`src/sold_out.rs`).
+    /// Off by default: a stock changed by hand in Redis, without a reset, is not seen.
+    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set)]
+    pub sold_out_flag: bool,
     /// Whether the buyers of this instance queue in process first, so that only the head
     /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.

@@ -272,6 +272,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "fencing": shared.fencing,
         "local_queue": shared.sale.local_queue.is_some(),
         "stock_segments": shared.sale.store.segments().count(),
+        "sold_out_flag": shared.sale.sold_out.is_some(),
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,

@@ -22,7 +22,9 @@
 //! 5. [`segments`]: the stock split into segments, each behind a lock of its own;
 //!    [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock; [`grant_log`]: each
-//!    grant a sale held, from grant to release, to count holders that overlapped.
+//!    grant a sale held, from grant to release, to count holders that overlapped;
+//!    [`sold_out`]: the flag that answers "sold out" without a lock once every segment
+//!    is known empty.
 //! 6. [`metrics`]: what `GET /metrics` counts; [`error`]: how failures become HTTP answers.
 //! 7. [`sale`]: one sale, start to end: the local queue, acquire, read, check, write,
 //!    release, and what the buyer is told.
@@ -41,6 +43,7 @@ pub mod strategy;
 pub mod config;
 pub mod segments;
 pub mod stock;
+pub mod sold_out;
 pub mod grant_log;
 pub mod metrics;
 pub mod error;

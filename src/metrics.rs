@@ -10,6 +10,7 @@
 //! | --- | --- | --- |
 //! | `seckill_units_sold_total` | counter | units this instance sold |
 //! | `seckill_sold_out_answers_total` | counter | buyers told "sold out" |
+//! | `seckill_sold_out_from_memory_total` | counter | of those, told by the sold-out flag without asking a lock (`--sold-out-flag`) |
 //! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_outcome_unknown`, ...) |
 //! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
@@ -79,6 +80,7 @@ pub struct Metrics {
     registry: Registry,
     units_sold: IntCounter,
     sold_out_answers: IntCounter,
+    sold_out_from_memory: IntCounter,
     failures: IntCounterVec,
     lock_wait: Histogram,
     lock_waiters: IntGauge,
@@ -109,6 +111,10 @@ impl Metrics {
         let sold_out_answers = counter(
             "seckill_sold_out_answers_total",
             "Buyers told that the stock is sold out.",
+        );
+        let sold_out_from_memory = counter(
+            "seckill_sold_out_from_memory_total",
+            "Buyers told sold out by the sold-out flag, without asking a lock.",
         );
         // Only redis-degrade has modes: for any other strategy this counter could never move,
         // so it is not shown.
@@ -189,6 +195,7 @@ impl Metrics {
             registry,
             units_sold,
             sold_out_answers,
+            sold_out_from_memory,
             failures,
             lock_wait,
             lock_waiters,
@@ -207,6 +214,11 @@ impl Metrics {
             Ok(false) => self.sold_out_answers.inc(),
             Err(code) => self.failures.with_label_values(&[code]).inc(),
         }
+    }
+
+    /// A buyer told "sold out" by the sold-out flag (counted as an answer too).
+    pub fn record_sold_out_from_memory(&self) {
+        self.sold_out_from_memory.inc();
     }
 
     /// A grant, after waiting `seconds` for it.

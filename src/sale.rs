@@ -57,6 +57,7 @@ use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::segments::Segment;
+use crate::sold_out::SoldOutMemory;
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
@@ -131,6 +132,8 @@ pub struct Sale {
     pub chaos_pause_before_write: Option<Duration>,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
+    /// The sold-out flag (`--sold-out-flag`): the segments this instance saw empty.
+    pub sold_out: Option<SoldOutMemory>,
     /// Step 0: the in-process line in front of a distributed lock, one per segment of
     /// the stock; `None` for the baselines (whose lesson is the race) and with
     /// `--local-queue false`.
@@ -182,13 +185,51 @@ impl Sale {
     /// buyer's outcome is known, each release after it.
     async fn sell_under_lock(&self, lock: &Reentrant, answer: oneshot::Sender<Result<SaleOutcome, AppError>>) {
         let waiting_since = Instant::now();
+        let known = self.known_empty().await;
+        let mut segments = self
+            .store
+            .segments()
+            .random_visiting_order()
+            .filter(|segment| !known.is_empty(*segment))
+            .peekable();
+        if segments.peek().is_none() {
+            // Every segment is known empty in the sale of this generation: no lock to ask.
+            self.metrics.record_sold_out_from_memory();
+            let _ = answer.send(Ok(SaleOutcome {
+                sold: false,
+                stock_after: 0,
+                lock_wait_ms: 0.0,
+                fencing_token: None,
+            }));
+            return;
+        }
         let mut answer = Some(answer);
-        let mut segments = self.store.segments().random_visiting_order().peekable();
         while let Some(segment) = segments.next() {
             let last = segments.peek().is_none();
-            let turn = self.sell_from(lock, segment, waiting_since, last, &mut answer).await;
+            let turn = self
+                .sell_from(lock, segment, waiting_since, last, &mut answer, known.generation)
+                .await;
             if turn == Turn::Answered {
                 return;
+            }
+        }
+    }
+
+    /// With the sold-out flag, the sale's generation and the segments known empty in it,
+    /// read before any segment is (see [`crate::sold_out`]). Nothing without the flag, or
+    /// when Redis does not answer (the sale itself then says what failed).
+    async fn known_empty(&self) -> KnownEmpty {
+        let Some(memory) = &self.sold_out else {
+            return KnownEmpty::default();
+        };
+        match self.store.generation().await {
+            Ok(generation) => KnownEmpty {
+                generation: Some(generation),
+                empty: memory.empty_in(generation),
+            },
+            Err(error) => {
+                tracing::debug!(%error, "cannot read the sale's generation; the sold-out flag sits this sale out");
+                KnownEmpty::default()
             }
         }
     }
@@ -202,6 +243,7 @@ impl Sale {
         waiting_since: Instant,
         last: bool,
         answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+        generation: Option<i64>,
     ) -> Turn {
         let mut tell = |outcome| {
             if let Some(answer) = answer.take() {
@@ -229,6 +271,12 @@ impl Sale {
         // 2 and 3. Read, check, write; and tell the buyer, unless another segment may have a unit.
         let outcome = self.decrement(&guard, segment, lock_wait_ms).await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
+        // Read empty, or emptied by this sale: the flag learns it (see `crate::sold_out`).
+        if let (Some(memory), Some(generation), Ok(SaleOutcome { stock_after: 0, .. })) =
+            (&self.sold_out, generation, &outcome)
+        {
+            memory.learn_empty(generation, segment);
+        }
         let next = if empty && !last { Turn::Empty } else { tell(outcome) };
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
@@ -407,6 +455,20 @@ impl Sale {
                 Settled::NotSold => Err(AppError::SaleNotWritten),
             },
         }
+    }
+}
+
+/// What the sold-out flag knows before a sale: the generation it read, and which
+/// segments are empty in it.
+#[derive(Default)]
+struct KnownEmpty {
+    generation: Option<i64>,
+    empty: Vec<bool>,
+}
+
+impl KnownEmpty {
+    fn is_empty(&self, segment: Segment) -> bool {
+        self.empty.get(segment.index as usize).copied().unwrap_or(false)
     }
 }
 

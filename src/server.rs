@@ -20,6 +20,7 @@ use crate::wiring;
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
     let segments = wiring::segments(config)?;
+    let sold_out = wiring::sold_out_memory(config, segments)?;
     let store = StockStore::new(connection)
         .with_segments(segments)
         .also_reset(crate::dashboard::REFUSALS_KEY)
@@ -46,6 +47,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         widen_race: config.lock.expected_to_oversell(),
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
         metrics: std::sync::Arc::new(metrics),
+        sold_out,
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
             .then(|| segments.all().map(|_| Default::default()).collect()),
         in_flight: Default::default(),

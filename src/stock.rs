@@ -380,6 +380,15 @@ impl StockStore {
         self.connection.clone()
     }
 
+    /// The sale's reset generation: it grows with every reset.
+    pub async fn generation(&self) -> Result<i64, StockError> {
+        let generation: Option<i64> = redis::cmd("GET")
+            .arg(GENERATION_KEY)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(generation.unwrap_or(0))
+    }
+
     pub async fn ping(&self) -> Result<(), StockError> {
         redis::cmd("PING")
             .query_async::<String>(&mut self.connection.clone())

@@ -23,6 +23,7 @@ use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
 use crate::sale::Guarding;
 use crate::segments::Segments;
+use crate::sold_out::SoldOutMemory;
 use crate::strategy::Strategy;
 
 /// The options of the `redis` lock, as `config` sets them.
@@ -52,6 +53,21 @@ pub fn segments(config: &Config) -> anyhow::Result<Segments> {
         );
     }
     Ok(segments)
+}
+
+/// The sold-out flag (`--sold-out-flag`), or why this strategy has no use for it.
+pub fn sold_out_memory(config: &Config, segments: Segments) -> anyhow::Result<Option<SoldOutMemory>> {
+    if !config.sold_out_flag {
+        return Ok(None);
+    }
+    if config.lock == Strategy::Atomic {
+        anyhow::bail!(
+            "--sold-out-flag saves a sold-out buyer the lock grants of its walk through the segments; \
+             `--lock atomic` takes no lock, and its one script answers \"sold out\" as fast as the flag would. \
+             Leave --sold-out-flag off, or pick a lock strategy"
+        );
+    }
+    Ok(Some(SoldOutMemory::new(segments)))
 }
 
 /// Builds what `config.lock` names. The one place that knows every strategy.

@@ -64,7 +64,8 @@ fn a_report_is_built_from_the_results_alone_and_loads_nothing() {
 }
 
 /// A lock run over several stock segments gets a table and a chart of its own: its rate
-/// against N times one lock's bound, and its speed-up over the stock in one piece.
+/// against N times one lock's bound, and its speed-up over the stock in one piece; and a
+/// run measured after the sell-out, a row in that table.
 #[test]
 fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece() {
     let dir = tempfile::tempdir().expect("a temporary folder");
@@ -75,6 +76,9 @@ fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece()
     split["sustained"]["sales_per_second"] = 6480.into();
     split["sustained_spread"] = serde_json::json!({"median": 6480, "min": 6000, "max": 7000});
     split["backend_bound_sales_per_second"] = 16000.into();
+    let mut tail = split["sustained"].clone();
+    tail["answers_per_second"] = 9876.into();
+    split["sold_out_window"] = tail;
     let split_file = dir.path().join("bench-redis-segments-4.json");
     std::fs::write(&split_file, split.to_string()).unwrap();
     let html = dir.path().join("report.html");
@@ -94,6 +98,8 @@ fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece()
         "{tables}"
     );
     assert!(tables.contains("| redis | 1 | 3240 (2916–3564) | 1.00x |"), "{tables}");
+    assert!(tables.contains("After the sell-out"), "{tables}");
+    assert!(tables.contains("| redis+segments-4 | 9876 |"), "{tables}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Past one lock: stock segments"), "the chart's section");
     assert!(page.contains("redis, 4 segment(s)"), "the chart's row");

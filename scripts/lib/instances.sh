@@ -19,20 +19,25 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
 #   +segments-N      `--stock-segments N`: the stock split into N segments, each behind a
 #                    lock key of its own (src/segments.rs)
+#   +sold-out-flag   `--sold-out-flag true`: once every segment is known empty, "sold out"
+#                    without a lock (src/sold_out.rs)
+# Variants add up: `redis+segments-16+sold-out-flag`.
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
-  local strategy=${1%%+*} variant=
-  [[ $1 == *+* ]] && variant=${1#*+}
+  local strategy=${1%%+*} variants=() variant
+  [[ $1 == *+* ]] && IFS=+ read -r -a variants <<<"${1#*+}"
   local flags=()
   [[ $strategy == redis-degrade ]] && flags+=(--lock-redis-url "$LOCK_REDIS_URL")
-  case $variant in
-    "") ;;
-    no-local-queue) flags+=(--local-queue false) ;;
-    no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
-    no-release-notices) flags+=(--release-notices false) ;;
-    segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
-    *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices and +segments-N (N from 1 to 64)" ;;
-  esac
+  for variant in "${variants[@]}"; do
+    case $variant in
+      no-local-queue) flags+=(--local-queue false) ;;
+      no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
+      no-release-notices) flags+=(--release-notices false) ;;
+      segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
+      sold-out-flag) flags+=(--sold-out-flag true) ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64) and +sold-out-flag, one after another (redis+segments-16+sold-out-flag)" ;;
+    esac
+  done
   echo "${flags[*]}"
 }
 

@@ -46,6 +46,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/failover", 79..=79),
     ("loadtest/e2e", 80..=82),
     ("seckill/segments", 83..=86),
+    ("seckill/sold_out", 87..=90),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

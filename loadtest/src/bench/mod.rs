@@ -146,6 +146,10 @@ pub struct StrategyBench {
     /// The window the round trips under load were timed in; counted in no other figure.
     #[serde(default)]
     pub probed_window: Option<Throughput>,
+    /// One more window against a sale with nothing left: how fast the buyers after the
+    /// sell-out are answered (see `--sold-out-flag`); `None` for the baselines.
+    #[serde(default)]
+    pub sold_out_window: Option<Throughput>,
     pub serial: Throughput,
     /// The window with the median rate.
     pub sustained: Throughput,
@@ -202,11 +206,12 @@ impl StrategyBench {
     }
 
     /// Every crowd run and every load window (the probed one too: it is judged with
-    /// the sustained windows) ended as the strategy promises.
+    /// the sustained windows; and the one after the sell-out) ended as the strategy promises.
     pub fn kept_its_promise(&self) -> bool {
         let held = |verdict| verdict == Verdict::Held;
+        let tail_held = self.sold_out_window.as_ref().is_none_or(|window| held(window.verdict));
         self.crowd.runs_passed == self.crowd.runs
-            && (self.expected_to_oversell || (held(self.sustained.verdict) && held(self.serial.verdict)))
+            && (self.expected_to_oversell || (held(self.sustained.verdict) && held(self.serial.verdict) && tail_held))
     }
 }
 
@@ -335,6 +340,11 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
     let backend_bound_under_load_sales_per_second = sustained_bound(&backend_path, &round_trips_under_load);
     let sustained = median_window(windows, Some(&probed));
+    // The tail of a sale: only a lock has anything to save there.
+    let sold_out_window = match strategy.expected_to_oversell() || strategy == Strategy::Atomic {
+        true => None,
+        false => Some(sustained::measure_sold_out(&options.crowd, &options.sustained).await?),
+    };
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -354,6 +364,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         round_trips_under_load,
         backend_bound_under_load_sales_per_second,
         probed_window: Some(probed),
+        sold_out_window,
         serial,
         sustained,
         sustained_spread,

@@ -11,6 +11,8 @@
 //! - **Sustained**: `connections` connections, split between the instances.
 //! - **Serial**: one connection to one instance; no contention, so one sale's whole
 //!   path (HTTP, acquire, read, write, release) end to end.
+//! - **After the sell-out** ([`measure_sold_out`]): the same connections against a sale
+//!   with nothing left, the tail of a flash sale, where every answer is "sold out".
 //!
 //! Each window ends with the same check as the crowd's: the sale is read back from Redis
 //! and judged, so a strategy that oversells under sustained load is caught too.
@@ -72,8 +74,18 @@ struct Window {
 
 /// Resets the sale to [`ENDLESS_STOCK`], then keeps `load.connections` connections busy.
 pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughput> {
+    measure_from(ENDLESS_STOCK, options, load).await
+}
+
+/// Resets the sale to nothing, then keeps `load.connections` connections busy: how fast
+/// the buyers who come after the last unit are told so.
+pub async fn measure_sold_out(options: &Options, load: &Load) -> anyhow::Result<Throughput> {
+    measure_from(0, options, load).await
+}
+
+async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> anyhow::Result<Throughput> {
     let options = Options {
-        initial_stock: ENDLESS_STOCK,
+        initial_stock,
         ..options.clone()
     };
     let target = crowd::prepare(&options).await?;
@@ -96,7 +108,7 @@ pub async fn measure(options: &Options, load: &Load) -> anyhow::Result<Throughpu
     let tally = std::mem::take(&mut *tally.lock().await);
     let window = std::mem::take(&mut *window.lock().await);
     let sale = checker::read_sale(&options.redis_url).await?;
-    let judgement = checker::judge(ENDLESS_STOCK, &target, &sale, &tally);
+    let judgement = checker::judge(initial_stock, &target, &sale, &tally);
     let seconds = load.seconds;
     Ok(Throughput {
         connections: load.connections,

@@ -129,7 +129,41 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
         ));
         blocks.push(Block::Table(segments(benches)));
     }
+    if benches.iter().any(|bench| bench.sold_out_window.is_some()) {
+        blocks.push(Block::Text(format!(
+            "After the sell-out: the same {connections} connections against a sale with nothing left, the tail \
+             of a flash sale, where every answer is \"sold out\" (`measure_sold_out` in \
+             `loadtest/src/bench/sustained.rs`). Without the sold-out flag each of those buyers reads the stock \
+             under a lock, every segment of it; a run ending in `+sold-out-flag` answers from memory once every \
+             segment is known empty, after one read of the sale's generation (`src/sold_out.rs`)."
+        )));
+        blocks.push(Block::Table(after_the_sell_out(benches)));
+    }
     blocks
+}
+
+/// How fast each lock's instances answer the buyers who come after the last unit.
+fn after_the_sell_out(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("answers/s after the sell-out", Right),
+        ("p50 ms", Right),
+        ("p99 ms", Right),
+        ("sustained sales/s, for scale", Right),
+    ]);
+    for bench in benches {
+        let Some(window) = &bench.sold_out_window else {
+            continue;
+        };
+        table.push(vec![
+            bench.label.clone(),
+            format!("{:.0}", window.answers_per_second),
+            format!("{:.2}", window.p50_ms),
+            format!("{:.2}", window.p99_ms),
+            format!("{:.0}", bench.sustained.sales_per_second),
+        ]);
+    }
+    table
 }
 
 /// Each strategy run over several stock segments: its rate against N locks' bound.

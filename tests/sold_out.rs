@@ -1,0 +1,109 @@
+//! The sold-out flag (`--sold-out-flag`, `src/sold_out.rs`), against the project's test
+//! Redis: a buyer after the sell-out asks no lock with it and walks every segment
+//! without it; a reset through another instance ends the flag for the very next buyer;
+//! `atomic` refuses it at start.
+
+mod common;
+
+use seckill::server::Instance;
+use seckill::strategy::Strategy;
+
+const SEGMENTS: u32 = 4;
+
+async fn instance(db: u8, sold_out_flag: bool) -> Instance {
+    common::instance_with(Strategy::Redis, db, |config| {
+        config.stock_segments = SEGMENTS;
+        config.sold_out_flag = sold_out_flag;
+    })
+    .await
+}
+
+/// A counter or a histogram's count from the instance's `/metrics`.
+async fn metric(base_url: &str, name: &str) -> f64 {
+    let page = reqwest::get(format!("{base_url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{page}"))
+}
+
+const LOCK_GRANTS: &str = "seckill_sale_step_seconds_count{step=\"lock\"}";
+const FROM_MEMORY: &str = "seckill_sold_out_from_memory_total";
+
+/// Sells one unit in each of four segments, then sends twenty buyers after the sell-out:
+/// the lock grants those twenty took, and how many the flag answered.
+async fn grants_after_the_sell_out(app: &Instance) -> (f64, f64) {
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, i64::from(SEGMENTS)).await;
+    for _ in 0..SEGMENTS {
+        assert_eq!(common::buy(&http, &app.url).await, "sold");
+    }
+    let grants_before = metric(&app.url, LOCK_GRANTS).await;
+    for _ in 0..20 {
+        assert_eq!(common::buy(&http, &app.url).await, "sold out");
+    }
+    (
+        metric(&app.url, LOCK_GRANTS).await - grants_before,
+        metric(&app.url, FROM_MEMORY).await,
+    )
+}
+
+#[tokio::test]
+async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_walks_every_segment() {
+    let (flagged, plain) = (instance(87, true).await, instance(88, false).await);
+    // Each sale that took a segment's last unit taught the flag that segment.
+    assert_eq!(grants_after_the_sell_out(&flagged).await, (0.0, 20.0));
+    assert_eq!(
+        grants_after_the_sell_out(&plain).await,
+        (80.0, 0.0),
+        "without the flag each of the 20 reads all four segments under their locks"
+    );
+    assert_eq!(common::healthz(&flagged.url).await["sold_out_flag"], true);
+    flagged.stop().await.unwrap();
+    plain.stop().await.unwrap();
+}
+
+/// The flagged instance hears of the reset from no one: the generation it reads before
+/// trusting its memory is what tells it.
+#[tokio::test]
+async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer() {
+    let (flagged, other) = (instance(89, true).await, instance(89, true).await);
+    let http = reqwest::Client::new();
+    common::reset_stock(&flagged.url, 1).await;
+    assert_eq!(common::buy(&http, &flagged.url).await, "sold");
+    // The first buyer after the sell-out reads the segments the flag does not know yet.
+    assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
+    assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
+    assert_eq!(
+        metric(&flagged.url, FROM_MEMORY).await,
+        1.0,
+        "the flag answered the second"
+    );
+
+    common::reset_stock(&other.url, 1).await;
+    assert_eq!(
+        common::buy(&http, &flagged.url).await,
+        "sold",
+        "the sale was reset with a unit: \"sold out\" would be a lie"
+    );
+    flagged.stop().await.unwrap();
+    other.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_atomic_script_refuses_the_flag_at_start_and_says_why() {
+    let mut config = common::config(Strategy::Atomic, 90);
+    config.sold_out_flag = true;
+    let error = match Instance::start(config).await {
+        Ok(_) => panic!("the atomic script started with the sold-out flag"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.contains("--sold-out-flag") && error.contains("`--lock atomic` takes no lock"),
+        "{error}"
+    );
+}
