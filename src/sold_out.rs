@@ -44,6 +44,16 @@ struct Known {
     empty: Vec<bool>,
 }
 
+impl Known {
+    /// No segment known empty yet in `generation`.
+    fn nothing_yet(generation: i64, segments: Segments) -> Self {
+        Known {
+            generation: Some(generation),
+            empty: vec![false; segments.count() as usize],
+        }
+    }
+}
+
 impl SoldOutMemory {
     pub fn new(segments: Segments) -> Self {
         SoldOutMemory {
@@ -57,10 +67,7 @@ impl SoldOutMemory {
     pub fn empty_in(&self, generation: i64) -> Vec<bool> {
         let mut known = unpoisoned(&self.known);
         if known.generation != Some(generation) {
-            *known = Known {
-                generation: Some(generation),
-                empty: vec![false; self.segments.count() as usize],
-            };
+            *known = Known::nothing_yet(generation, self.segments);
         }
         known.empty.clone()
     }
@@ -74,10 +81,7 @@ impl SoldOutMemory {
             if known.generation.is_some_and(|newest| newest > generation) {
                 return;
             }
-            *known = Known {
-                generation: Some(generation),
-                empty: vec![false; self.segments.count() as usize],
-            };
+            *known = Known::nothing_yet(generation, self.segments);
         }
         known.empty[segment.index as usize] = true;
     }
