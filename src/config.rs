@@ -9,6 +9,8 @@ use crate::strategy::{Fencing, Strategy};
 
 /// The largest stock a sale may start with (`--initial-stock`, `POST /stock/reset`).
 pub const MAX_STOCK: i64 = 1_000_000_000;
+/// The most segments a stock may be split into (`--stock-segments`).
+pub const MAX_SEGMENTS: u32 = 64;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -132,7 +134,7 @@ pub struct Config {
     /// own (`src/segments.rs`); every instance of one sale must say the same. Not for
     /// `--lock atomic`, which takes no lock.
     #[arg(long, env = "SECKILL_STOCK_SEGMENTS", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=64))]
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SEGMENTS as i64))]
     pub stock_segments: u32,
     /// Whether an instance that has seen every segment of the stock empty answers "sold
     /// out" without a lock, after one read of the sale's generation (`src/sold_out.rs`).

@@ -57,7 +57,7 @@ use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::segments::Segment;
-use crate::sold_out::SoldOutMemory;
+use crate::sold_out::{KnownEmpty, SoldOutMemory};
 use crate::stock::{
     unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
@@ -68,7 +68,8 @@ pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
 const SETTLE_RETRY: Duration = Duration::from_millis(200);
 /// Upper bound on everything after the lock is granted: a read and a write (each
 /// bounded by the Redis response timeout), settling, release, and slack. The HTTP
-/// request timeout is the acquire timeout plus this, so it never cuts a sale short.
+/// request timeout is the acquire timeout plus this for each stock segment a buyer may
+/// try, so it never cuts a sale short.
 pub const STEPS_AFTER_ACQUIRE_BUDGET: Duration = Duration::from_secs(20);
 
 /// What guards the stock: a lock around a read-modify-write, or one atomic script.
@@ -115,6 +116,18 @@ pub struct SaleOutcome {
     pub lock_wait_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
+}
+
+impl SaleOutcome {
+    /// "Sold out", after waiting `lock_wait_ms` for locks.
+    fn sold_out(lock_wait_ms: f64, fencing_token: Option<FencingToken>) -> Self {
+        SaleOutcome {
+            sold: false,
+            stock_after: 0,
+            lock_wait_ms,
+            fencing_token,
+        }
+    }
 }
 
 /// Everything a sale needs; shared by every request of one instance.
@@ -193,21 +206,16 @@ impl Sale {
             .filter(|segment| !known.is_empty(*segment))
             .peekable();
         if segments.peek().is_none() {
-            // Every segment is known empty in the sale of this generation: no lock to ask.
+            // Every segment is known empty in the sale of this name: no lock to ask.
             self.metrics.record_sold_out_from_memory();
-            let _ = answer.send(Ok(SaleOutcome {
-                sold: false,
-                stock_after: 0,
-                lock_wait_ms: 0.0,
-                fencing_token: None,
-            }));
+            let _ = answer.send(Ok(SaleOutcome::sold_out(0.0, None)));
             return;
         }
         let mut answer = Some(answer);
         while let Some(segment) = segments.next() {
             let last = segments.peek().is_none();
             let turn = self
-                .sell_from(lock, segment, waiting_since, last, &mut answer, known.generation)
+                .sell_from(lock, segment, waiting_since, last, &mut answer, known.sale.as_deref())
                 .await;
             if turn == Turn::Answered {
                 return;
@@ -215,20 +223,18 @@ impl Sale {
         }
     }
 
-    /// With the sold-out flag, the sale's generation and the segments known empty in it,
-    /// read before any segment is (see [`crate::sold_out`]). Nothing without the flag, or
-    /// when Redis does not answer (the sale itself then says what failed).
+    /// With the sold-out flag, the sale's name and the segments known empty in it, read
+    /// before any segment is (see [`crate::sold_out`]). Nothing without the flag, for a
+    /// sale no reset named, or when Redis does not answer (the sale then says what failed).
     async fn known_empty(&self) -> KnownEmpty {
         let Some(memory) = &self.sold_out else {
             return KnownEmpty::default();
         };
-        match self.store.generation().await {
-            Ok(generation) => KnownEmpty {
-                generation: Some(generation),
-                empty: memory.empty_in(generation),
-            },
+        match self.store.sale_name().await {
+            Ok(Some(sale)) => memory.known_in(&sale),
+            Ok(None) => KnownEmpty::default(),
             Err(error) => {
-                tracing::debug!(%error, "cannot read the sale's generation; the sold-out flag sits this sale out");
+                tracing::debug!(%error, "cannot read the sale's name; the sold-out flag sits this sale out");
                 KnownEmpty::default()
             }
         }
@@ -243,7 +249,7 @@ impl Sale {
         waiting_since: Instant,
         last: bool,
         answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
-        generation: Option<i64>,
+        sale: Option<&str>,
     ) -> Turn {
         let mut tell = |outcome| {
             if let Some(answer) = answer.take() {
@@ -272,10 +278,8 @@ impl Sale {
         let outcome = self.decrement(&guard, segment, lock_wait_ms).await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
         // Read empty, or emptied by this sale: the flag learns it (see `crate::sold_out`).
-        if let (Some(memory), Some(generation), Ok(SaleOutcome { stock_after: 0, .. })) =
-            (&self.sold_out, generation, &outcome)
-        {
-            memory.learn_empty(generation, segment);
+        if let (Some(memory), Some(sale), Ok(SaleOutcome { stock_after: 0, .. })) = (&self.sold_out, sale, &outcome) {
+            memory.learn_empty(sale, segment);
         }
         let next = if empty && !last { Turn::Empty } else { tell(outcome) };
 
@@ -325,9 +329,10 @@ impl Sale {
             Some(queues) => Some(
                 tokio::time::timeout_at(deadline.into(), queues[segment.index as usize].lock())
                     .await
+                    // The deadline is the buyer's, over every segment it tried.
                     .map_err(|_| LockError::Timeout {
                         key: lock_key.clone(),
-                        waited: asked.elapsed(),
+                        waited: self.acquire_timeout,
                     })?,
             ),
             None => None,
@@ -447,28 +452,18 @@ impl Sale {
         };
         match self.store.sell_atomically(&record).await {
             Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
-            Ok(AtomicOutcome::SoldOut) => Ok(answer(false, 0)),
+            Ok(AtomicOutcome::SoldOut) => Ok(SaleOutcome::sold_out(0.0, None)),
             Ok(AtomicOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
+            Ok(AtomicOutcome::OtherSegments { reset_with }) => Err(AppError::SegmentsDisagree {
+                this_instance: 1,
+                reset_with,
+            }),
             Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
             Err(error) => match self.settle(&record.sale_id, error).await? {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
             },
         }
-    }
-}
-
-/// What the sold-out flag knows before a sale: the generation it read, and which
-/// segments are empty in it.
-#[derive(Default)]
-struct KnownEmpty {
-    generation: Option<i64>,
-    empty: Vec<bool>,
-}
-
-impl KnownEmpty {
-    fn is_empty(&self, segment: Segment) -> bool {
-        self.empty.get(segment.index as usize).copied().unwrap_or(false)
     }
 }
 

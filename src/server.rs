@@ -71,9 +71,10 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
 }
 
 /// How long one request may take before the service answers 504 itself: the
-/// lock wait, plus the sale's own bounded steps (see [`crate::sale`]), plus slack.
+/// lock wait, plus the sale's own bounded steps (see [`crate::sale`]) in every segment a
+/// buyer may walk through, plus slack.
 fn request_timeout(config: &Config) -> Duration {
-    config.acquire_timeout() + STEPS_AFTER_ACQUIRE_BUDGET
+    config.acquire_timeout() + STEPS_AFTER_ACQUIRE_BUDGET * config.stock_segments.max(1)
 }
 
 /// Serves until the process is asked to stop, then finishes the requests in flight.

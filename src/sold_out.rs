@@ -4,27 +4,34 @@
 //! The tail of a flash sale is most of its traffic: thousands of buyers arrive after the
 //! last unit went. Without the flag each of them queues for a lock and reads the stock,
 //! one segment after another ([`crate::segments`]): N grants to learn what the instance
-//! knew already. With it, a buyer costs one read of `stock:generation`.
+//! knew already. With it, a buyer costs one read of the sale's name.
 //!
 //! ## What the instance remembers
-//! The segments it saw empty, and the generation of the sale they were empty in: a
-//! segment read at 0 under its lock, or written to 0 by the sale that took its last unit.
-//! Within one generation units never come back (only a reset puts them there, and a reset
-//! moves the generation), so a segment once empty stays empty until the next reset.
+//! The segments it saw empty, and the name of the sale they were empty in: a segment
+//! read at 0 under its lock, or written to 0 by the sale that took its last unit. Every
+//! reset draws the sale a new random name (`stock:sale`). Within one sale units never
+//! come back (only a reset puts them there), so a segment once empty stays empty until
+//! the next reset. A name, not the generation counter: a Redis that lost its data counts
+//! generations from 1 again, and an old memory of generation 1 would then pass for the
+//! new sale's.
 //!
-//! ## Why it still reads the generation
+//! ## Why it still reads the sale's name
 //! A reset through another instance must end the flag at once, or a buyer would hear
 //! "sold out" while the new sale has units: a lie. A notice on a Redis channel is not
 //! enough: it can arrive after a buyer's request does, and it is lost while the
-//! subscription is down. So every buyer the memory could answer first reads
-//! `stock:generation` (one `GET`, no lock): the memory counts only while it matches.
-//! The knowledge itself is learned under the generation read *before* the segment was:
-//! a reset in between makes the memory older than the sale, never newer.
+//! subscription is down. So every buyer first reads `stock:sale` (one `GET`, no lock):
+//! the memory counts only while the name matches. What a buyer learns is filed under the
+//! name it read *before* the segment: a reset in between files it under the old sale,
+//! which no later buyer matches.
 //!
 //! ## Limits
-//! A stock changed by hand in Redis (`redis-cli set stock:segment:0 5`) does not move the
-//! generation, so the flag does not see it; `POST /stock/reset` does. So the flag is off by
-//! default, and the lessons that edit the stock by hand leave it off.
+//! - A stock changed by hand in Redis (`redis-cli set stock:segment:0 5`) does not rename
+//!   the sale, so the flag does not see it; `POST /stock/reset` does. So the flag is off by
+//!   default, and the lessons that edit the stock by hand leave it off.
+//! - Under a lock that lets two holders write (`none`, `local`), a late write can put a
+//!   unit back into a segment the flag counts empty: the flag is refused there. With
+//!   `--fencing off`, a holder whose lease ran out can do the same; the flag then trusts
+//!   the lock's lease, as the sale itself does.
 
 use std::sync::Mutex;
 
@@ -34,23 +41,28 @@ use crate::segments::{Segment, Segments};
 /// What one instance knows about the empty segments of the current sale.
 pub struct SoldOutMemory {
     segments: Segments,
-    known: Mutex<Known>,
+    known: Mutex<KnownEmpty>,
 }
 
-/// The segments seen empty in one generation of the sale.
-#[derive(Default)]
-struct Known {
-    generation: Option<i64>,
+/// The segments known empty in one sale, named as its reset named it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KnownEmpty {
+    /// `None`: nothing is known.
+    pub sale: Option<String>,
     empty: Vec<bool>,
 }
 
-impl Known {
-    /// No segment known empty yet in `generation`.
-    fn nothing_yet(generation: i64, segments: Segments) -> Self {
-        Known {
-            generation: Some(generation),
+impl KnownEmpty {
+    /// No segment known empty yet in `sale`.
+    fn nothing_yet(sale: &str, segments: Segments) -> Self {
+        KnownEmpty {
+            sale: Some(sale.to_owned()),
             empty: vec![false; segments.count() as usize],
         }
+    }
+
+    pub fn is_empty(&self, segment: Segment) -> bool {
+        self.empty.get(segment.index as usize).copied().unwrap_or(false)
     }
 }
 
@@ -62,26 +74,23 @@ impl SoldOutMemory {
         }
     }
 
-    /// Which segments are known empty in `generation`, the one just read; what was
-    /// learned in another generation is forgotten.
-    pub fn empty_in(&self, generation: i64) -> Vec<bool> {
+    /// What is known about `sale`, the name just read; what was learned about another
+    /// sale is forgotten.
+    pub fn known_in(&self, sale: &str) -> KnownEmpty {
         let mut known = unpoisoned(&self.known);
-        if known.generation != Some(generation) {
-            *known = Known::nothing_yet(generation, self.segments);
+        if known.sale.as_deref() != Some(sale) {
+            *known = KnownEmpty::nothing_yet(sale, self.segments);
         }
-        known.empty.clone()
+        known.clone()
     }
 
-    /// `segment` was read (or written) empty, in a sale whose generation was read as
-    /// `generation` before that read.
-    pub fn learn_empty(&self, generation: i64, segment: Segment) {
+    /// `segment` was read (or written) empty, by a buyer who read the sale's name as
+    /// `sale` before that read. A buyer of an older sale files it under that sale, which
+    /// the next buyer's name does not match.
+    pub fn learn_empty(&self, sale: &str, segment: Segment) {
         let mut known = unpoisoned(&self.known);
-        if known.generation != Some(generation) {
-            // A newer generation is known already: this read came from an older sale.
-            if known.generation.is_some_and(|newest| newest > generation) {
-                return;
-            }
-            *known = Known::nothing_yet(generation, self.segments);
+        if known.sale.as_deref() != Some(sale) {
+            *known = KnownEmpty::nothing_yet(sale, self.segments);
         }
         known.empty[segment.index as usize] = true;
     }
@@ -97,30 +106,46 @@ mod tests {
         (SoldOutMemory::new(segments), all.next().unwrap(), all.next().unwrap())
     }
 
-    #[test]
-    fn a_segment_seen_empty_stays_empty_for_the_rest_of_its_generation() {
-        let (memory, first, second) = two();
-        assert_eq!(memory.empty_in(7), [false, false], "nothing known yet");
-        memory.learn_empty(7, first);
-        assert_eq!(memory.empty_in(7), [true, false]);
-        memory.learn_empty(7, second);
-        assert_eq!(memory.empty_in(7), [true, true]);
+    fn empty(known: &KnownEmpty, segments: [Segment; 2]) -> [bool; 2] {
+        segments.map(|segment| known.is_empty(segment))
     }
 
     #[test]
-    fn a_new_generation_forgets_what_was_known() {
+    fn a_segment_seen_empty_stays_empty_for_the_rest_of_its_sale() {
         let (memory, first, second) = two();
-        memory.learn_empty(7, first);
-        memory.learn_empty(7, second);
-        assert_eq!(memory.empty_in(8), [false, false], "a reset put units back");
-        assert_eq!(memory.empty_in(7), [false, false], "and the old sale is forgotten");
+        assert_eq!(
+            empty(&memory.known_in("a"), [first, second]),
+            [false, false],
+            "nothing known yet"
+        );
+        memory.learn_empty("a", first);
+        assert_eq!(empty(&memory.known_in("a"), [first, second]), [true, false]);
+        memory.learn_empty("a", second);
+        assert_eq!(empty(&memory.known_in("a"), [first, second]), [true, true]);
     }
 
     #[test]
-    fn an_empty_read_of_an_older_sale_is_not_learned() {
+    fn a_sale_of_another_name_forgets_what_was_known() {
         let (memory, first, second) = two();
-        memory.learn_empty(8, first);
-        memory.learn_empty(7, second); // read before the reset, learned after it
-        assert_eq!(memory.empty_in(8), [true, false]);
+        memory.learn_empty("a", first);
+        memory.learn_empty("a", second);
+        assert_eq!(
+            empty(&memory.known_in("b"), [first, second]),
+            [false, false],
+            "a reset put units back"
+        );
+        assert_eq!(
+            empty(&memory.known_in("a"), [first, second]),
+            [false, false],
+            "the old sale is forgotten"
+        );
+    }
+
+    #[test]
+    fn an_empty_read_of_an_older_sale_never_counts_for_the_newer_one() {
+        let (memory, first, second) = two();
+        memory.learn_empty("new", first);
+        memory.learn_empty("old", second); // read before the reset, learned after it
+        assert_eq!(empty(&memory.known_in("new"), [first, second]), [false, false]);
     }
 }

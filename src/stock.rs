@@ -54,6 +54,9 @@ pub const SALES_KEY: &str = "sales";
 pub const INITIAL_STOCK_KEY: &str = "stock:initial";
 /// Grows by one with every reset, so a checker can tell that a sale was reset under it.
 pub const GENERATION_KEY: &str = "stock:generation";
+/// A random name every reset gives the sale. Unlike the generation it cannot come back:
+/// a Redis that lost its data counts generations from 1 again, but draws a new name.
+pub const SALE_NAME_KEY: &str = "stock:sale";
 /// One outcome (`sold` or `aborted`) per sale id that reached the write.
 pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
@@ -120,11 +123,15 @@ redis.call('HSETNX', KEYS[1], ARGV[1], 'aborted')
 return redis.call('HGET', KEYS[1], ARGV[1])
 "#;
 
-/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes; `ARGV[1]` = the
-/// sale record as JSON, which the script completes with `stock_before`; `ARGV[2]` = sale id.
-/// Returns the stock it found, -1 when sold out, -2 when the id was settled as aborted;
-/// a `NOTANUMBER` error when the stock is not a number.
+/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes, the segment count
+/// of the last reset; `ARGV[1]` = the sale record as JSON, which the script completes with
+/// `stock_before`; `ARGV[2]` = sale id. Returns the stock it found, -1 when sold out, -2
+/// when the id was settled as aborted; a `NOTANUMBER` error when the stock is not a
+/// number, a `SEGMENTS` error when the sale was split into segments (whose units `stock`
+/// only counts: the locks that guard them would sell them again).
 pub const ATOMIC_SALE_SCRIPT: &str = r#"
+local segments = redis.call('GET', KEYS[5]) or '1'
+if segments ~= '1' then return redis.error_reply('SEGMENTS ' .. segments) end
 if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return -2 end
 local raw = redis.call('GET', KEYS[1]) or '0'
 local stock = tonumber(raw)
@@ -269,6 +276,10 @@ pub enum AtomicOutcome {
     SoldOut,
     /// The seller had already settled this sale id as aborted: nothing was written.
     Aborted,
+    /// The sale was last reset into segments, which the script does not sell from.
+    OtherSegments {
+        reset_with: String,
+    },
 }
 
 /// Why a stock operation failed.
@@ -341,7 +352,8 @@ impl StockStore {
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
             .del(FENCE_REFUSALS_KEY)
-            .incr(GENERATION_KEY, 1);
+            .incr(GENERATION_KEY, 1)
+            .set(SALE_NAME_KEY, format!("{:032x}", rand::random::<u128>()));
         if self.segments != Segments::ONE {
             for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
                 pipe.set(segment.stock_key(), units);
@@ -380,13 +392,13 @@ impl StockStore {
         self.connection.clone()
     }
 
-    /// The sale's reset generation: it grows with every reset.
-    pub async fn generation(&self) -> Result<i64, StockError> {
-        let generation: Option<i64> = redis::cmd("GET")
-            .arg(GENERATION_KEY)
+    /// The name the last reset gave the sale, or `None` if none did (a Redis that lost
+    /// its data, or a stock put there by hand).
+    pub async fn sale_name(&self) -> Result<Option<String>, StockError> {
+        Ok(redis::cmd("GET")
+            .arg(SALE_NAME_KEY)
             .query_async(&mut self.connection.clone())
-            .await?;
-        Ok(generation.unwrap_or(0))
+            .await?)
     }
 
     pub async fn ping(&self) -> Result<(), StockError> {
@@ -475,6 +487,7 @@ impl StockStore {
             .key(LUCKY_KEY)
             .key(SALES_KEY)
             .key(OUTCOMES_KEY)
+            .key(SEGMENTS_KEY)
             .arg(json)
             .arg(&record.sale_id)
             .invoke_async(&mut self.connection.clone())
@@ -483,6 +496,9 @@ impl StockStore {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),
             Ok(_) => Ok(AtomicOutcome::SoldOut),
+            Err(error) if error.code() == Some("SEGMENTS") => Ok(AtomicOutcome::OtherSegments {
+                reset_with: error.detail().unwrap_or_default().to_owned(),
+            }),
             Err(error) if error.code() == Some("NOTANUMBER") => Err(StockError::NotANumber {
                 key: STOCK_KEY,
                 value: error.detail().unwrap_or_default().to_owned(),

@@ -60,6 +60,13 @@ pub fn sold_out_memory(config: &Config, segments: Segments) -> anyhow::Result<Op
     if !config.sold_out_flag {
         return Ok(None);
     }
+    if config.lock.expected_to_oversell() {
+        anyhow::bail!(
+            "--sold-out-flag trusts that a segment read empty stays empty, and under `--lock {}` a late write \
+             can put a unit back. Leave --sold-out-flag off with the baselines",
+            config.lock
+        );
+    }
     if config.lock == Strategy::Atomic {
         anyhow::bail!(
             "--sold-out-flag saves a sold-out buyer the lock grants of its walk through the segments; \

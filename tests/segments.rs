@@ -85,9 +85,29 @@ async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_w
     split.stop().await.unwrap();
 }
 
+/// The atomic script takes its unit from `stock`, which a split sale only counts: the
+/// segments' locks would sell the same units again.
+#[tokio::test]
+async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
+    let split = instance(Strategy::Redis, 86, 4).await;
+    common::reset_stock(&split.url, 8).await;
+    let atomic = instance(Strategy::Atomic, 86, 1).await;
+    let answer = reqwest::get(format!("{}/stock/reduce", atomic.url)).await.unwrap();
+    assert_eq!(answer.status().as_u16(), 503);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"], "segments_disagree", "{body}");
+    assert_eq!(
+        stored(86, 4).await,
+        (vec![2, 2, 2, 2], 8, 0, Some(4)),
+        "nothing was sold"
+    );
+    split.stop().await.unwrap();
+    atomic.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn the_atomic_script_refuses_segments_at_start_and_says_why() {
-    let mut config = common::config(Strategy::Atomic, 86);
+    let mut config = common::config(Strategy::Atomic, 85);
     config.stock_segments = 2;
     let error = match Instance::start(config).await {
         Ok(_) => panic!("the atomic script started with 2 stock segments"),

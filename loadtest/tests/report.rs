@@ -81,11 +81,17 @@ fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece()
     split["sold_out_window"] = tail;
     let split_file = dir.path().join("bench-redis-segments-4.json");
     std::fs::write(&split_file, split.to_string()).unwrap();
+    let mut flagged = split.clone();
+    flagged["label"] = "redis+segments-4+sold-out-flag".into();
+    flagged["sold_out_flag"] = true.into();
+    flagged["sold_out_window"]["answers_per_second"] = 54321.into();
+    let flagged_file = dir.path().join("bench-redis-segments-4-flag.json");
+    std::fs::write(&flagged_file, flagged.to_string()).unwrap();
     let html = dir.path().join("report.html");
 
     let output = Command::new(env!("CARGO_BIN_EXE_bench"))
         .arg("report")
-        .args([canned("bench-redis.json"), split_file])
+        .args([canned("bench-redis.json"), split_file, flagged_file])
         .arg("--html")
         .arg(&html)
         .output()
@@ -100,7 +106,15 @@ fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece()
     assert!(tables.contains("| redis | 1 | 3240 (2916–3564) | 1.00x |"), "{tables}");
     assert!(tables.contains("After the sell-out"), "{tables}");
     assert!(tables.contains("| redis+segments-4 | 9876 |"), "{tables}");
+    assert!(
+        tables.contains("| redis+segments-4+sold-out-flag | 54321 |"),
+        "{tables}"
+    );
+    assert!(
+        !tables.contains("| redis+segments-4+sold-out-flag | 4 |"),
+        "the flag changes only the tail: no second row in \"Past one lock\": {tables}"
+    );
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("Past one lock: stock segments"), "the chart's section");
-    assert!(page.contains("redis, 4 segment(s)"), "the chart's row");
+    assert!(page.contains("redis+segments-4"), "the chart's row");
 }

@@ -34,6 +34,9 @@ pub struct StepTime {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct HandOver {
     pub grants: usize,
+    /// From one grant to the next of the same lock: the grants less one per segment.
+    #[serde(default)]
+    pub hand_overs: usize,
     /// From a grant to its release being sent.
     pub mean_hold_ms: f64,
     /// From a release being sent to the next grant.
@@ -83,6 +86,7 @@ impl HandOver {
         sorted.sort_by(f64::total_cmp);
         Some(HandOver {
             grants: grants.len(),
+            hand_overs: gaps.len(),
             mean_hold_ms: mean(&holds),
             mean_gap_ms: mean(&gaps),
             median_gap_ms: sorted[sorted.len() / 2],
@@ -205,7 +209,7 @@ mod tests {
             in_segment(1, 1_600, 2_600),
         ];
         let hand_over = HandOver::of(&grants).unwrap();
-        assert_eq!(hand_over.grants, 4);
+        assert_eq!((hand_over.grants, hand_over.hand_overs), (4, 2));
         assert!((hand_over.mean_gap_ms - 0.5).abs() < 1e-9, "{hand_over:?}");
         assert!((hand_over.mean_hold_ms - 1.0).abs() < 1e-9, "{hand_over:?}");
     }

@@ -115,6 +115,9 @@ pub struct StrategyBench {
     /// Into how many segments the stock was split, each behind a lock of its own.
     #[serde(default = "crate::verdict::crowd::one_segment")]
     pub stock_segments: u32,
+    /// Whether the instances ran with `--sold-out-flag`.
+    #[serde(default)]
+    pub sold_out_flag: bool,
     pub expected_to_oversell: bool,
     pub crowd: CrowdSummary,
     pub crowd_runs: Vec<Report>,
@@ -216,7 +219,8 @@ impl StrategyBench {
 }
 
 /// The runs of each lock that was also run over several stock segments: its plain run
-/// (one segment, no variant) and its segmented ones, by strategy, then by segments.
+/// (one segment, no variant) and its segmented ones without the sold-out flag (which
+/// changes only the tail), by strategy, then by segments.
 pub fn runs_over_segments(benches: &[StrategyBench]) -> Vec<&StrategyBench> {
     let split = |strategy: &str| {
         benches
@@ -226,7 +230,7 @@ pub fn runs_over_segments(benches: &[StrategyBench]) -> Vec<&StrategyBench> {
     let mut runs: Vec<&StrategyBench> = benches
         .iter()
         .filter(|bench| bench.critical_path.is_some() && split(&bench.strategy))
-        .filter(|bench| bench.stock_segments > 1 || bench.label == bench.strategy)
+        .filter(|bench| (bench.stock_segments > 1 && !bench.sold_out_flag) || bench.label == bench.strategy)
         .collect();
     runs.sort_by_key(|bench| (bench.strategy.clone(), bench.stock_segments));
     runs
@@ -351,6 +355,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         strategy: target.strategy,
         fencing: target.fencing,
         stock_segments: target.stock_segments,
+        sold_out_flag: target.sold_out_flag,
         expected_to_oversell: strategy.expected_to_oversell(),
         crowd,
         crowd_runs,

@@ -209,7 +209,7 @@ fn segment_rows(benches: &[StrategyBench]) -> Vec<(String, Vec<f64>)> {
         .into_iter()
         .map(|b| {
             (
-                format!("{}, {} segment(s)", b.strategy, b.stock_segments),
+                b.label.clone(),
                 vec![
                     b.sustained.sales_per_second,
                     b.backend_bound_sales_per_second.unwrap_or(0.0),

@@ -257,7 +257,7 @@ fn time_spent(benches: &[StrategyBench]) -> Table {
         };
         // Each segment's lock hands over its own grants: one sale of its path is N of all.
         let segments = bench.stock_segments.max(1);
-        let handovers = hand_over.grants.saturating_sub(segments as usize).max(1);
+        let handovers = hand_over.hand_overs.max(1);
         let per_sale_ms = 1000.0 * f64::from(segments) / bench.sustained.sales_per_second.max(f64::MIN_POSITIVE);
         table.push(vec![
             bench.label.clone(),

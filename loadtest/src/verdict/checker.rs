@@ -23,6 +23,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use seckill::grant_log::{overlapping_holders, GrantRecord, GRANTS_KEY};
+use seckill::segments::{Segments, SEGMENTS_KEY};
 use seckill::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
 use seckill::strategy::FencingStatus;
 
@@ -48,6 +49,8 @@ pub struct SaleState {
     pub generation: i64,
     pub records: Vec<SaleRecord>,
     pub unreadable_records: usize,
+    /// Each segment's units left, when the stock is split (empty when it is not).
+    pub segment_stocks: Vec<i64>,
     /// Every grant a sale held and released, from the grant log.
     pub grants: Vec<GrantRecord>,
     /// The reads and the writes the fence refused.
@@ -109,6 +112,7 @@ pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
         .query_async(&mut connect(redis_url).await?)
         .await
         .context("reading the sale back from Redis")?;
+    let segment_stocks = read_segment_stocks(redis_url).await?;
     let mut records = Vec::with_capacity(raw.len());
     let mut unreadable_records = 0;
     for line in &raw {
@@ -128,12 +132,26 @@ pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
         generation: generation.unwrap_or(0),
         records,
         unreadable_records,
+        segment_stocks,
         grants,
         fence_refusals: FenceRefusals {
             reads: refused("read"),
             writes: refused("write"),
         },
     })
+}
+
+/// Each segment's units left, when the last reset split the stock (none otherwise).
+async fn read_segment_stocks(redis_url: &str) -> anyhow::Result<Vec<i64>> {
+    let mut redis = connect(redis_url).await?;
+    let count: Option<u32> = redis::cmd("GET").arg(SEGMENTS_KEY).query_async(&mut redis).await?;
+    let segments = match count.map(Segments::new) {
+        Some(Ok(segments)) if segments != Segments::ONE => segments,
+        _ => return Ok(Vec::new()),
+    };
+    let keys: Vec<String> = segments.all().map(|segment| segment.stock_key()).collect();
+    let stocks: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query_async(&mut redis).await?;
+    Ok(stocks.into_iter().map(|stock| stock.unwrap_or(0)).collect())
 }
 
 /// Compares what Redis holds with what the buyers were told.
@@ -149,6 +167,17 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
     }
     if sale.stock + sale.lucky != initial {
         oversold.push(format!("stock + lucky = {} + {} != {initial}", sale.stock, sale.lucky));
+    }
+    // With segments, `stock` is kept by the same writes: the segments must add up to it.
+    let in_segments: i64 = sale.segment_stocks.iter().sum();
+    if !sale.segment_stocks.is_empty() && in_segments != sale.stock {
+        oversold.push(format!(
+            "the segments hold {in_segments} units ({:?}) but stock counts {}",
+            sale.segment_stocks, sale.stock
+        ));
+    }
+    if sale.segment_stocks.iter().any(|&units| units < 0) {
+        oversold.push(format!("a segment went negative ({:?})", sale.segment_stocks));
     }
     let sale_records = sale.records.len() + sale.unreadable_records;
     if sale_records as i64 != sale.lucky {
@@ -288,12 +317,24 @@ mod tests {
     }
 
     fn judged(stock: i64, lucky: i64, records: Vec<SaleRecord>, told_sold: usize, unknown: usize) -> Judgement {
+        judged_in_segments(stock, lucky, records, told_sold, unknown, Vec::new())
+    }
+
+    fn judged_in_segments(
+        stock: i64,
+        lucky: i64,
+        records: Vec<SaleRecord>,
+        told_sold: usize,
+        unknown: usize,
+        segment_stocks: Vec<i64>,
+    ) -> Judgement {
         let sale = SaleState {
             stock,
             lucky,
             generation: 1,
             records,
             unreadable_records: 0,
+            segment_stocks,
             grants: Vec::new(),
             fence_refusals: FenceRefusals::default(),
         };
@@ -307,8 +348,29 @@ mod tests {
             fencing: FencingStatus::On,
             local_queue: true,
             stock_segments: 1,
+            sold_out_flag: false,
         };
         judge(3, &target, &sale, &tally)
+    }
+
+    #[test]
+    fn segments_that_do_not_add_up_to_the_stock_are_an_oversell() {
+        let sold = |n: i64| {
+            (1..=n)
+                .map(|stock_before| record(stock_before, None))
+                .collect::<Vec<_>>()
+        };
+        // 3 units in two segments, one sold: the segments hold 2, and stock says 2.
+        let held = judged_in_segments(2, 1, sold(1), 1, 0, vec![1, 1]);
+        assert_eq!(held.verdict, Verdict::Held, "{:?}", held.findings);
+        // A write that took the unit from stock but left it in its segment (or the reverse).
+        let apart = judged_in_segments(2, 1, sold(1), 1, 0, vec![2, 1]);
+        assert_eq!(apart.verdict, Verdict::Oversold);
+        assert!(
+            apart.findings[0].contains("the segments hold 3 units"),
+            "{:?}",
+            apart.findings
+        );
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct Target {
     /// Into how many segments the stock is split (`--stock-segments`).
     #[serde(default = "one_segment")]
     pub stock_segments: u32,
+    /// Whether the instances answer "sold out" from memory (`--sold-out-flag`).
+    #[serde(default)]
+    pub sold_out_flag: bool,
 }
 
 pub(crate) fn one_segment() -> u32 {
