@@ -15,6 +15,15 @@ async fn instance(strategy: Strategy, db: u8, segments: u32) -> Instance {
     common::instance_with(strategy, db, |config| config.stock_segments = segments).await
 }
 
+/// One buy at `base_url`, which must be refused with `503 segments_disagree`: its message.
+async fn refused_as_segments_disagree(base_url: &str) -> String {
+    let answer = reqwest::get(format!("{base_url}/stock/reduce")).await.unwrap();
+    assert_eq!(answer.status().as_u16(), 503);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"], "segments_disagree", "{body}");
+    body["message"].as_str().unwrap().to_owned()
+}
+
 /// Each segment's units, `stock`, `lucky` and the count a reset wrote.
 async fn stored(db: u8, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
     let mut redis = common::connection(&common::redis_client(db).await).await;
@@ -70,11 +79,7 @@ async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_w
     let whole = instance(Strategy::Redis, 85, 1).await;
     common::reset_stock(&whole.url, 10).await;
     let split = instance(Strategy::Redis, 85, 4).await;
-    let answer = reqwest::get(format!("{}/stock/reduce", split.url)).await.unwrap();
-    assert_eq!(answer.status().as_u16(), 503);
-    let body: serde_json::Value = answer.json().await.unwrap();
-    assert_eq!(body["error"], "segments_disagree", "{body}");
-    let message = body["message"].as_str().unwrap();
+    let message = refused_as_segments_disagree(&split.url).await;
     assert!(
         message.contains("4 stock segment") && message.contains("reset into 1") && message.contains("--stock-segments"),
         "the message names both counts and the flag: {message}"
@@ -92,10 +97,7 @@ async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
     let split = instance(Strategy::Redis, 86, 4).await;
     common::reset_stock(&split.url, 8).await;
     let atomic = instance(Strategy::Atomic, 86, 1).await;
-    let answer = reqwest::get(format!("{}/stock/reduce", atomic.url)).await.unwrap();
-    assert_eq!(answer.status().as_u16(), 503);
-    let body: serde_json::Value = answer.json().await.unwrap();
-    assert_eq!(body["error"], "segments_disagree", "{body}");
+    refused_as_segments_disagree(&atomic.url).await;
     assert_eq!(
         stored(86, 4).await,
         (vec![2, 2, 2, 2], 8, 0, Some(4)),
@@ -107,12 +109,7 @@ async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
 
 #[tokio::test]
 async fn the_atomic_script_refuses_segments_at_start_and_says_why() {
-    let mut config = common::config(Strategy::Atomic, 85);
-    config.stock_segments = 2;
-    let error = match Instance::start(config).await {
-        Ok(_) => panic!("the atomic script started with 2 stock segments"),
-        Err(error) => format!("{error:#}"),
-    };
+    let error = common::start_refused(Strategy::Atomic, 85, |config| config.stock_segments = 2).await;
     assert!(
         error.contains("--stock-segments 2") && error.contains("`--lock atomic` takes none"),
         "{error}"

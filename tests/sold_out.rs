@@ -130,23 +130,13 @@ async fn a_sale_reset_after_redis_lost_its_data_is_not_taken_for_the_old_one() {
 
 #[tokio::test]
 async fn the_flag_is_refused_where_a_late_write_could_put_a_unit_back() {
-    let mut config = common::config(Strategy::None, 90);
-    config.sold_out_flag = true;
-    let error = match Instance::start(config).await {
-        Ok(_) => panic!("`none` started with the sold-out flag"),
-        Err(error) => format!("{error:#}"),
-    };
+    let error = common::start_refused(Strategy::None, 90, |config| config.sold_out_flag = true).await;
     assert!(error.contains("--lock none") && error.contains("late write"), "{error}");
 }
 
 #[tokio::test]
 async fn the_atomic_script_refuses_the_flag_at_start_and_says_why() {
-    let mut config = common::config(Strategy::Atomic, 88);
-    config.sold_out_flag = true;
-    let error = match Instance::start(config).await {
-        Ok(_) => panic!("the atomic script started with the sold-out flag"),
-        Err(error) => format!("{error:#}"),
-    };
+    let error = common::start_refused(Strategy::Atomic, 88, |config| config.sold_out_flag = true).await;
     assert!(
         error.contains("--sold-out-flag") && error.contains("`--lock atomic` takes no lock"),
         "{error}"

@@ -31,6 +31,21 @@ pub async fn instance_with(
     seckill::server::Instance::start(config).await.expect("instance starts")
 }
 
+/// Why an instance of `strategy`, with the settings `adjust` changes, refuses to start
+/// (the error with its causes); panics if it starts.
+pub async fn start_refused(
+    strategy: seckill::strategy::Strategy,
+    db: u8,
+    adjust: impl FnOnce(&mut seckill::config::Config),
+) -> String {
+    let mut config = config(strategy, db);
+    adjust(&mut config);
+    match seckill::server::Instance::start(config).await {
+        Ok(_) => panic!("`{strategy}` started with settings it should refuse"),
+        Err(error) => format!("{error:#}"),
+    }
+}
+
 /// `POST /stock/reset` to `stock` on a running instance, which must answer 200.
 pub async fn reset_stock(base_url: &str, stock: i64) {
     let answer = reqwest::Client::new()
