@@ -141,6 +141,11 @@ pub struct Config {
     /// Off by default: a stock changed by hand in Redis, without a reset, is not seen.
     #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set)]
     pub sold_out_flag: bool,
+    /// Whether the sale refuses a second unit to a buyer (`?buyer=` on
+    /// `/stock/reduce`, which it then requires), in the script that takes the unit
+    /// (`src/buyers.rs`). Every instance of one sale must say the same.
+    #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set)]
+    pub one_per_buyer: bool,
     /// Whether the buyers of this instance queue in process first, so that only the head
     /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.

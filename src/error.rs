@@ -6,7 +6,8 @@
 //! answers say what kind of failure it was and hide the details, which are logged once, here.
 //!
 //! What a buyer's error means for the sale:
-//! - every **503** means nothing was sold by that request;
+//! - every **503** means nothing was sold by that request, and so do **400**
+//!   `buyer_required` and **409** `already_bought` (`--one-per-buyer`);
 //! - **504** `sale_outcome_unknown` and `request_timeout` mean the outcome is not known;
 //! - **500** `stock_corrupt` means the stored stock is not a number: nothing was sold.
 
@@ -32,6 +33,14 @@ pub enum AppError {
     /// The request's body is not JSON.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// `--one-per-buyer`, and the request named no buyer. Nothing was sold.
+    #[error(
+        "this sale sells one unit per buyer (--one-per-buyer): name the buyer, as in GET /stock/reduce?buyer=alice"
+    )]
+    BuyerRequired,
+    /// `--one-per-buyer`, and this buyer already got a unit of this sale. Nothing was sold.
+    #[error("this buyer already got a unit of this sale, and the sale sells one per buyer (--one-per-buyer); nothing was sold")]
+    AlreadyBought,
     /// The lock stayed taken for the whole acquire timeout. Nothing was sold.
     #[error("{0}")]
     LockTimeout(LockError),
@@ -85,6 +94,8 @@ impl AppError {
             AppError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             AppError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            AppError::BuyerRequired => (StatusCode::BAD_REQUEST, "buyer_required"),
+            AppError::AlreadyBought => (StatusCode::CONFLICT, "already_bought"),
             AppError::LockTimeout(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_timeout"),
             AppError::LockLost => (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
             AppError::LockBackend(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_backend_unavailable"),

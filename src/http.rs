@@ -2,7 +2,7 @@
 //!
 //! | route | what it does |
 //! | --- | --- |
-//! | `GET` or `POST /stock/reduce` | try to buy one unit |
+//! | `GET` or `POST /stock/reduce` | try to buy one unit; `?buyer=<id>` names the buyer (required with `--one-per-buyer`) |
 //! | `GET /stock` | `{stock, lucky, sales, initial}` |
 //! | `POST /stock/reset` | `Content-Type: application/json`, body `{"stock": 300}` (optional): a new sale |
 //! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced and queued locally, and what a database lock counted |
@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::error_handling::HandleErrorLayer;
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -36,6 +36,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::admin::{Denied, ResetAccess};
+use crate::buyers::BuyerId;
 use crate::config::MAX_STOCK;
 use crate::dashboard::{self, Banner};
 use crate::error::{errors_as_json, json_error, AppError};
@@ -152,9 +153,24 @@ pub struct ReduceResponse {
     pub message: String,
 }
 
-async fn reduce(State(state): State<AppState>) -> Result<Json<ReduceResponse>, AppError> {
+/// The query of `/stock/reduce`.
+#[derive(Deserialize)]
+struct ReduceQuery {
+    buyer: Option<String>,
+}
+
+async fn reduce(
+    State(state): State<AppState>,
+    Query(query): Query<ReduceQuery>,
+) -> Result<Json<ReduceResponse>, AppError> {
     let shared = &state.0;
-    let sold_or_refused = shared.sale.sell_one().await;
+    let buyer = query
+        .buyer
+        .as_deref()
+        .map(BuyerId::parse)
+        .transpose()
+        .map_err(AppError::BadRequest)?;
+    let sold_or_refused = shared.sale.sell_one(buyer).await;
     shared.sale.metrics.record_answer(
         sold_or_refused
             .as_ref()
@@ -273,6 +289,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "local_queue": shared.sale.local_queue.is_some(),
         "stock_segments": shared.sale.store.segments().count(),
         "sold_out_flag": shared.sale.sold_out.is_some(),
+        "one_per_buyer": shared.sale.store.one_per_buyer(),
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,

@@ -50,6 +50,7 @@ use tokio::sync::{oneshot, MutexGuard};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::buyers::BuyerId;
 use crate::error::AppError;
 use crate::grant_log::{self, unix_us, GrantRecord};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
@@ -156,16 +157,21 @@ pub struct Sale {
 }
 
 impl Sale {
-    /// Sells one unit if any is left, in a task of its own (see the module notes), and
-    /// answers as soon as the outcome is known; the task may still be releasing the lock.
-    pub async fn sell_one(self: &Arc<Self>) -> Result<SaleOutcome, AppError> {
+    /// Sells one unit to `buyer` if any is left, in a task of its own (see the module
+    /// notes), and answers as soon as the outcome is known; the task may still be
+    /// releasing the lock. With `--one-per-buyer` a buyer must be named, and one who
+    /// already got a unit gets none (see [`crate::buyers`]).
+    pub async fn sell_one(self: &Arc<Self>, buyer: Option<BuyerId>) -> Result<SaleOutcome, AppError> {
+        if self.store.one_per_buyer() && buyer.is_none() {
+            return Err(AppError::BuyerRequired);
+        }
         let (answer, answered) = oneshot::channel();
         let sale = self.clone();
         self.in_flight.tasks.spawn(async move {
             match &sale.guarding {
-                Guarding::Lock(lock) => sale.sell_under_lock(lock, answer).await,
+                Guarding::Lock(lock) => sale.sell_under_lock(lock, buyer, answer).await,
                 Guarding::AtomicScript => {
-                    let _ = answer.send(sale.sell_atomically().await);
+                    let _ = answer.send(sale.sell_atomically(buyer.as_ref()).await);
                 }
             }
         });
@@ -196,7 +202,12 @@ impl Sale {
     /// Steps 0 to 4, in one segment after another (see [`crate::segments`]) until one
     /// has a unit or every one was read empty. The answer goes out as soon as the
     /// buyer's outcome is known, each release after it.
-    async fn sell_under_lock(&self, lock: &Reentrant, answer: oneshot::Sender<Result<SaleOutcome, AppError>>) {
+    async fn sell_under_lock(
+        &self,
+        lock: &Reentrant,
+        buyer: Option<BuyerId>,
+        answer: oneshot::Sender<Result<SaleOutcome, AppError>>,
+    ) {
         let waiting_since = Instant::now();
         let known = self.known_empty().await;
         let mut segments = self
@@ -211,12 +222,15 @@ impl Sale {
             let _ = answer.send(Ok(SaleOutcome::sold_out(0.0, None)));
             return;
         }
+        let purchase = Purchase {
+            buyer,
+            waiting_since,
+            sale_name: known.sale.clone(),
+        };
         let mut answer = Some(answer);
         while let Some(segment) = segments.next() {
             let last = segments.peek().is_none();
-            let turn = self
-                .sell_from(lock, segment, waiting_since, last, &mut answer, known.sale.as_deref())
-                .await;
+            let turn = self.sell_from(lock, segment, last, &mut answer, &purchase).await;
             if turn == Turn::Answered {
                 return;
             }
@@ -246,11 +260,11 @@ impl Sale {
         &self,
         lock: &Reentrant,
         segment: Segment,
-        waiting_since: Instant,
         last: bool,
         answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
-        sale: Option<&str>,
+        purchase: &Purchase,
     ) -> Turn {
+        let waiting_since = purchase.waiting_since;
         let mut tell = |outcome| {
             if let Some(answer) = answer.take() {
                 let _ = answer.send(outcome);
@@ -275,10 +289,14 @@ impl Sale {
         let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
 
         // 2 and 3. Read, check, write; and tell the buyer, unless another segment may have a unit.
-        let outcome = self.decrement(&guard, segment, lock_wait_ms).await;
+        let outcome = self
+            .decrement(&guard, segment, lock_wait_ms, purchase.buyer.as_ref())
+            .await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
         // Read empty, or emptied by this sale: the flag learns it (see `crate::sold_out`).
-        if let (Some(memory), Some(sale), Ok(SaleOutcome { stock_after: 0, .. })) = (&self.sold_out, sale, &outcome) {
+        if let (Some(memory), Some(sale), Ok(SaleOutcome { stock_after: 0, .. })) =
+            (&self.sold_out, &purchase.sale_name, &outcome)
+        {
             memory.learn_empty(sale, segment);
         }
         let next = if empty && !last { Turn::Empty } else { tell(outcome) };
@@ -346,7 +364,13 @@ impl Sale {
         Ok((turn, guard))
     }
 
-    async fn decrement(&self, guard: &LockGuard, segment: Segment, lock_wait_ms: f64) -> Result<SaleOutcome, AppError> {
+    async fn decrement(
+        &self,
+        guard: &LockGuard,
+        segment: Segment,
+        lock_wait_ms: f64,
+        buyer: Option<&BuyerId>,
+    ) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fenced);
         // The fence remembers which sale read with a token, so this sale's write must
@@ -405,7 +429,8 @@ impl Sale {
             guard.fencing_token().cloned(),
             lock_wait_ms,
             locked_at_ms,
-        );
+        )
+        .to_buyer(buyer);
         let writing = Instant::now();
         let written = self.store.write(segment, &record, stock - 1, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
@@ -417,6 +442,7 @@ impl Sale {
                 Err(AppError::LockLost)
             }
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
+            Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
             Err(error) => match self.settle(&record.sale_id, error).await? {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
@@ -442,8 +468,9 @@ impl Sale {
         }
     }
 
-    async fn sell_atomically(&self) -> Result<SaleOutcome, AppError> {
-        let record = SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms());
+    async fn sell_atomically(&self, buyer: Option<&BuyerId>) -> Result<SaleOutcome, AppError> {
+        let record =
+            SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms()).to_buyer(buyer);
         let answer = |sold, stock_after| SaleOutcome {
             sold,
             stock_after,
@@ -454,6 +481,7 @@ impl Sale {
             Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
             Ok(AtomicOutcome::SoldOut) => Ok(SaleOutcome::sold_out(0.0, None)),
             Ok(AtomicOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
+            Ok(AtomicOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
             Ok(AtomicOutcome::OtherSegments { reset_with }) => Err(AppError::SegmentsDisagree {
                 this_instance: 1,
                 reset_with,
@@ -465,6 +493,15 @@ impl Sale {
             },
         }
     }
+}
+
+/// One buyer's request, as it walks the segments.
+struct Purchase {
+    buyer: Option<BuyerId>,
+    /// When the buyer started waiting: its acquire timeout counts over every segment.
+    waiting_since: Instant,
+    /// With the sold-out flag, the name of the sale the walk began in.
+    sale_name: Option<String>,
 }
 
 /// How one segment's turn ended.

@@ -23,6 +23,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let sold_out = wiring::sold_out_memory(config, segments)?;
     let store = StockStore::new(connection)
         .with_segments(segments)
+        .with_one_per_buyer(config.one_per_buyer)
         .also_reset(crate::dashboard::REFUSALS_KEY)
         .also_reset(crate::grant_log::GRANTS_KEY);
     store

@@ -3,7 +3,9 @@
 //! Redis holds the sale in a few keys (names below): `stock`, the units left; `lucky`,
 //! the buyers who got one; and `sales`, a list with one JSON [`SaleRecord`] per unit sold.
 //! When every sale was exclusive, `stock + lucky` equals the initial stock, `sales`
-//! has exactly `lucky` entries, and no `stock_before` value appears twice.
+//! has exactly `lucky` entries, and no `stock_before` value appears twice. With
+//! `--one-per-buyer` the set `stock:buyers` holds every buyer who got a unit
+//! ([`crate::buyers`]).
 //!
 //! ## Fencing a read-modify-write
 //! A fencing token protects a single write: the storage remembers the highest token it
@@ -41,6 +43,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
+use crate::buyers::{BuyerId, BUYERS_KEY};
 use crate::lock::FencingToken;
 use crate::segments::{Segment, Segments, SEGMENTS_KEY};
 
@@ -92,21 +95,25 @@ return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
 /// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
-/// high-water mark, refusals, and `stock` (the units left in every segment).
+/// high-water mark, refusals, `stock` (the units left in every segment), and the buyers
+/// who got a unit ([`BUYERS_KEY`]).
 /// `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale record as JSON,
-/// `ARGV[4]`, `ARGV[5]` = the holder's token (absent when unfenced). The mark must still
+/// `ARGV[4]` = the buyer to hold to one unit (empty: no such check), `ARGV[5]`,
+/// `ARGV[6]` = the holder's token (absent when unfenced). The mark must still
 /// be this token and this sale's read. A segment of a split stock takes its unit from
 /// `stock` too, in the same script, so `stock + lucky` stays the initial stock.
-/// Returns `sold`, `fenced` (another holder read since) or `aborted` (the seller gave up on this id).
+/// Returns `sold`, `fenced` (another holder read since), `aborted` (the seller gave up
+/// on this id) or `repeat` (the buyer already got a unit of this sale).
 pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
-if ARGV[4] then
+if ARGV[5] then
   local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[4] or seen[2] ~= ARGV[5] or seen[3] ~= ARGV[1] then
+  if seen[1] ~= ARGV[5] or seen[2] ~= ARGV[6] or seen[3] ~= ARGV[1] then
     redis.call('HINCRBY', KEYS[6], 'write', 1)
     return 'fenced'
   end
 end
+if ARGV[4] ~= '' and redis.call('SADD', KEYS[8], ARGV[4]) == 0 then return 'repeat' end
 redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
 redis.call('SET', KEYS[1], ARGV[2])
 if KEYS[7] ~= KEYS[1] then redis.call('DECR', KEYS[7]) end
@@ -124,9 +131,11 @@ return redis.call('HGET', KEYS[1], ARGV[1])
 "#;
 
 /// The whole sale in one script. KEYS = stock, lucky, sales, outcomes, the segment count
-/// of the last reset; `ARGV[1]` = the sale record as JSON, which the script completes with
-/// `stock_before`; `ARGV[2]` = sale id. Returns the stock it found, -1 when sold out, -2
-/// when the id was settled as aborted; a `NOTANUMBER` error when the stock is not a
+/// of the last reset, the buyers who got a unit; `ARGV[1]` = the sale record as JSON,
+/// which the script completes with `stock_before`; `ARGV[2]` = sale id; `ARGV[3]` = the
+/// buyer to hold to one unit (empty: no such check). Returns the stock it found, -1
+/// when sold out, -2 when the id was settled as aborted, -3 when the buyer already got a
+/// unit; a `NOTANUMBER` error when the stock is not a
 /// number, a `SEGMENTS` error when the sale was split into segments (whose units `stock`
 /// only counts: the locks that guard them would sell them again).
 pub const ATOMIC_SALE_SCRIPT: &str = r#"
@@ -137,6 +146,7 @@ local raw = redis.call('GET', KEYS[1]) or '0'
 local stock = tonumber(raw)
 if not stock then return redis.error_reply('NOTANUMBER ' .. raw) end
 if stock <= 0 then return -1 end
+if ARGV[3] ~= '' and redis.call('SADD', KEYS[6], ARGV[3]) == 0 then return -3 end
 redis.call('HSET', KEYS[4], ARGV[2], 'sold:' .. (stock - 1))
 redis.call('SET', KEYS[1], stock - 1)
 redis.call('INCR', KEYS[2])
@@ -163,6 +173,9 @@ pub struct SaleRecord {
     /// The segment it was sold from, when the stock is split ([`crate::segments`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment: Option<u32>,
+    /// The buyer, when the request named one (`?buyer=`, [`crate::buyers`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buyer: Option<String>,
     /// The lock grant's fencing token, when the strategy gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
@@ -199,11 +212,18 @@ impl SaleRecord {
             strategy: seller.strategy.to_owned(),
             stock_before,
             segment: segment.label(),
+            buyer: None,
             fencing_token,
             lock_wait_ms,
             locked_at_ms,
             sold_at_ms: unix_ms(),
         }
+    }
+
+    /// The same record, naming the buyer the request named.
+    pub fn to_buyer(mut self, buyer: Option<&BuyerId>) -> Self {
+        self.buyer = buyer.map(|buyer| buyer.as_str().to_owned());
+        self
     }
 }
 
@@ -258,6 +278,8 @@ pub enum WriteOutcome {
     Fenced,
     /// The seller had already settled this sale id as aborted: nothing was written.
     Aborted,
+    /// The buyer already got a unit of this sale (`--one-per-buyer`): nothing was written.
+    AlreadyBought,
 }
 
 /// How a sale whose answer was lost ended.
@@ -276,6 +298,8 @@ pub enum AtomicOutcome {
     SoldOut,
     /// The seller had already settled this sale id as aborted: nothing was written.
     Aborted,
+    /// The buyer already got a unit of this sale (`--one-per-buyer`): nothing was written.
+    AlreadyBought,
     /// The sale was last reset into segments, which the script does not sell from.
     OtherSegments {
         reset_with: String,
@@ -303,6 +327,8 @@ pub struct StockStore {
     atomic_sale: Script,
     /// How many segments a reset splits the stock into.
     segments: Segments,
+    /// Whether the sale holds every buyer to one unit (`--one-per-buyer`, [`crate::buyers`]).
+    one_per_buyer: bool,
     /// Keys that other parts of the service keep per sale (the dashboard's refusals,
     /// the grant log):
     /// a reset deletes them in the same transaction.
@@ -318,6 +344,7 @@ impl StockStore {
             settle: Script::new(SETTLE_SCRIPT),
             atomic_sale: Script::new(ATOMIC_SALE_SCRIPT),
             segments: Segments::ONE,
+            one_per_buyer: false,
             also_reset: Vec::new(),
         }
     }
@@ -330,6 +357,24 @@ impl StockStore {
 
     pub fn segments(&self) -> Segments {
         self.segments
+    }
+
+    /// The sale refuses a second unit to a buyer, in the script that takes the unit.
+    pub fn with_one_per_buyer(mut self, one_per_buyer: bool) -> Self {
+        self.one_per_buyer = one_per_buyer;
+        self
+    }
+
+    pub fn one_per_buyer(&self) -> bool {
+        self.one_per_buyer
+    }
+
+    /// What the scripts get as the buyer to hold to one unit: empty for no check.
+    fn buyer_to_check<'a>(&self, record: &'a SaleRecord) -> &'a str {
+        match (self.one_per_buyer, &record.buyer) {
+            (true, Some(buyer)) => buyer,
+            _ => "",
+        }
     }
 
     /// A reset also deletes `key`, a key another part of the service keeps per sale.
@@ -352,6 +397,7 @@ impl StockStore {
             .del(OUTCOMES_KEY)
             .del(FENCE_KEY)
             .del(FENCE_REFUSALS_KEY)
+            .del(BUYERS_KEY)
             .incr(GENERATION_KEY, 1)
             .set(SALE_NAME_KEY, format!("{:032x}", rand::random::<u128>()));
         if self.segments != Segments::ONE {
@@ -448,8 +494,13 @@ impl StockStore {
             .key(OUTCOMES_KEY)
             .key(segment.fence_key())
             .key(FENCE_REFUSALS_KEY)
-            .key(STOCK_KEY);
-        invocation.arg(&record.sale_id).arg(new_stock).arg(json);
+            .key(STOCK_KEY)
+            .key(BUYERS_KEY);
+        invocation
+            .arg(&record.sale_id)
+            .arg(new_stock)
+            .arg(json)
+            .arg(self.buyer_to_check(record));
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
         }
@@ -457,6 +508,7 @@ impl StockStore {
         Ok(match outcome.as_str() {
             "sold" => WriteOutcome::Sold,
             "fenced" => WriteOutcome::Fenced,
+            "repeat" => WriteOutcome::AlreadyBought,
             _ => WriteOutcome::Aborted,
         })
     }
@@ -488,13 +540,16 @@ impl StockStore {
             .key(SALES_KEY)
             .key(OUTCOMES_KEY)
             .key(SEGMENTS_KEY)
+            .key(BUYERS_KEY)
             .arg(json)
             .arg(&record.sale_id)
+            .arg(self.buyer_to_check(record))
             .invoke_async(&mut self.connection.clone())
             .await;
         match answer {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),
+            Ok(-3) => Ok(AtomicOutcome::AlreadyBought),
             Ok(_) => Ok(AtomicOutcome::SoldOut),
             Err(error) if error.code() == Some("SEGMENTS") => Ok(AtomicOutcome::OtherSegments {
                 reset_with: error.detail().unwrap_or_default().to_owned(),

@@ -24,9 +24,14 @@ struct Cli {
         default_value = "http://127.0.0.1:8080,http://127.0.0.1:8090"
     )]
     hosts: Vec<String>,
-    /// Buyers; each sends exactly one request.
+    /// Requests, one per goose user, all at once.
     #[arg(long, env = "LOADTEST_USERS", default_value_t = 500)]
     users: usize,
+    /// The share of the requests (0 to 0.5) sent by a buyer who already sent one
+    /// (`?buyer=`), at the same moment through another instance: what `--one-per-buyer`
+    /// refuses.
+    #[arg(long, env = "LOADTEST_REPEAT_BUYERS", default_value_t = 0.1)]
+    repeat_buyers: f64,
     /// Stock to put on sale before the attack.
     #[arg(long, env = "LOADTEST_STOCK", default_value_t = 300)]
     stock: i64,
@@ -69,6 +74,7 @@ async fn main() -> ExitCode {
     let options = Options {
         hosts: cli.hosts.iter().map(|h| h.trim_end_matches('/').to_owned()).collect(),
         users: cli.users,
+        repeat_buyers: cli.repeat_buyers,
         initial_stock: cli.stock,
         redis_url: cli.redis_url,
         mysql_url: cli.mysql_url,

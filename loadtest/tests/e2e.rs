@@ -21,21 +21,41 @@ fn redis_url(db: u8) -> String {
     common::redis_url(db)
 }
 
-async fn start(strategy: Strategy, db: u8) -> Instance {
-    start_with_segments(strategy, db, 1).await
+/// How the instances of one run are started, and how the crowd buys.
+#[derive(Clone, Copy)]
+struct Run {
+    stock_segments: u32,
+    one_per_buyer: bool,
+    repeat_buyers: f64,
 }
 
-async fn start_with_segments(strategy: Strategy, db: u8, stock_segments: u32) -> Instance {
+/// One stock, no buyer held to one unit, no buyer buying twice.
+const PLAIN: Run = Run {
+    stock_segments: 1,
+    one_per_buyer: false,
+    repeat_buyers: 0.0,
+};
+
+async fn start(strategy: Strategy, db: u8) -> Instance {
+    start_for(strategy, db, PLAIN).await
+}
+
+async fn start_for(strategy: Strategy, db: u8, run: Run) -> Instance {
     common::redis_client(db).await; // the project's test Redis, or a clear panic
     let mut config = common::config(strategy, db);
     config.acquire_timeout_ms = 30_000;
-    config.stock_segments = stock_segments;
+    config.stock_segments = run.stock_segments;
+    config.one_per_buyer = run.one_per_buyer;
     Instance::start(config)
         .await
         .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
 }
 
 fn options(hosts: Vec<String>, db: u8) -> Options {
+    options_for(hosts, db, PLAIN)
+}
+
+fn options_for(hosts: Vec<String>, db: u8, run: Run) -> Options {
     Options {
         hosts,
         users: 500,
@@ -44,22 +64,20 @@ fn options(hosts: Vec<String>, db: u8) -> Options {
         mysql_url: common::mysql_url(),
         admin_token: None,
         goose_metrics: false,
+        repeat_buyers: run.repeat_buyers,
     }
 }
 
 /// Two instances of `strategy`, the crowd, the report.
 async fn flash_sale(strategy: Strategy, db: u8) -> Report {
-    flash_sale_in_segments(strategy, db, 1).await
+    flash_sale_for(strategy, db, PLAIN).await
 }
 
-/// The same, with the stock split into `stock_segments`, each behind a lock of its own.
-async fn flash_sale_in_segments(strategy: Strategy, db: u8, stock_segments: u32) -> Report {
+/// The same, run as `how` says.
+async fn flash_sale_for(strategy: Strategy, db: u8, how: Run) -> Report {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let (first, second) = (
-        start_with_segments(strategy, db, stock_segments).await,
-        start_with_segments(strategy, db, stock_segments).await,
-    );
-    let report = run(&options(vec![first.url.clone(), second.url.clone()], db))
+    let (first, second) = (start_for(strategy, db, how).await, start_for(strategy, db, how).await);
+    let report = run(&options_for(vec![first.url.clone(), second.url.clone()], db, how))
         .await
         .expect("the load test runs");
     println!("{}", report.render());
@@ -175,7 +193,11 @@ async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_insta
 /// may be older than one of segment 1 written before it), so these runs also show the
 /// checker does not take two segments' holders for an overlap.
 async fn assert_four_segments_held(strategy: Strategy, db: u8) {
-    let report = flash_sale_in_segments(strategy, db, 4).await;
+    let four_segments = Run {
+        stock_segments: 4,
+        ..PLAIN
+    };
+    let report = flash_sale_for(strategy, db, four_segments).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
     assert_eq!(report.stock_segments, 4);
@@ -203,6 +225,64 @@ async fn the_etcd_lock_over_four_stock_segments_sells_exactly_300_to_500_buyers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_lock_table_over_four_stock_segments_sells_exactly_300_to_500_buyers() {
     assert_four_segments_held(Strategy::Mysql, 82).await;
+}
+
+/// 500 requests from 450 buyers: 50 buy twice at once, through both instances. With `--one-per-buyer` none gets two units, and every
+/// buyer refused a second one holds a first (the checker judges both).
+async fn assert_one_per_buyer_held(strategy: Strategy, db: u8) {
+    let one_per_buyer = Run {
+        stock_segments: 1,
+        one_per_buyer: true,
+        repeat_buyers: 0.1,
+    };
+    let report = flash_sale_for(strategy, db, one_per_buyer).await;
+    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
+    assert_eq!((report.repeat_requests, report.buyers_served_twice), (50, 0));
+    // 50 repeat buyers, each of whose first requests had a unit with odds near 300 in
+    // 500: a run with no refusal at all would come once in about 10^20.
+    assert!(report.told_already_bought > 0, "{}", report.render());
+    assert_eq!(
+        report.told_sold + report.told_sold_out + report.told_already_bought,
+        500,
+        "{}",
+        report.render()
+    );
+    assert_eq!(report.error_count(), 0, "{}", report.render());
+    assert!(report.label().contains("one per buyer"), "{}", report.label());
+    assert!(report.passed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_lock_sells_one_unit_per_buyer_to_500_requests_with_50_repeat_buyers() {
+    assert_one_per_buyer_held(Strategy::Redis, 95).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_atomic_script_sells_one_unit_per_buyer_to_500_requests_with_50_repeat_buyers() {
+    assert_one_per_buyer_held(Strategy::Atomic, 96).await;
+}
+
+/// Without the option the repeat buyers buy again: still held (every unit sold once),
+/// and the report counts the buyers who got two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_one_per_buyer_repeat_buyers_get_two_units_and_the_report_counts_them() {
+    let repeats = Run {
+        repeat_buyers: 0.1,
+        ..PLAIN
+    };
+    let report = flash_sale_for(Strategy::Redis, 97, repeats).await;
+    assert_held(&report);
+    // Of 50 buyers who ask twice, each gets two units with odds near (300/500)^2.
+    assert!(report.buyers_served_twice > 0, "{}", report.render());
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|finding| finding.contains("--one-per-buyer")),
+        "{:?}",
+        report.findings
+    );
 }
 
 /// The MySQL strategies' report says what the sale cost the database.

@@ -21,6 +21,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    lock key of its own (src/segments.rs)
 #   +sold-out-flag   `--sold-out-flag true`: once every segment is known empty, "sold out"
 #                    without a lock (src/sold_out.rs)
+#   +one-per-buyer   `--one-per-buyer true`: a buyer gets one unit at most, checked in the
+#                    script that takes it (src/buyers.rs)
 # Variants add up: `redis+segments-16+sold-out-flag`.
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
@@ -35,7 +37,8 @@ variant_flags() {
       no-release-notices) flags+=(--release-notices false) ;;
       segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
       sold-out-flag) flags+=(--sold-out-flag true) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64) and +sold-out-flag, one after another (redis+segments-16+sold-out-flag)" ;;
+      one-per-buyer) flags+=(--one-per-buyer true) ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag and +one-per-buyer, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
   echo "${flags[*]}"

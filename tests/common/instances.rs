@@ -116,7 +116,16 @@ impl Drop for ServeProcess {
 /// One `GET /stock/reduce`, told as a word: `sold`, `sold out`, the status and error
 /// code (`503 lock_lost`), or `no answer: ...`.
 pub async fn buy(http: &reqwest::Client, base_url: &str) -> String {
-    match http.get(format!("{base_url}/stock/reduce")).send().await {
+    answer_to(http, &format!("{base_url}/stock/reduce")).await
+}
+
+/// [`buy`] as `buyer` (`?buyer=`).
+pub async fn buy_as(http: &reqwest::Client, base_url: &str, buyer: &str) -> String {
+    answer_to(http, &format!("{base_url}/stock/reduce?buyer={buyer}")).await
+}
+
+async fn answer_to(http: &reqwest::Client, url: &str) -> String {
+    match http.get(url).send().await {
         Err(error) => format!("no answer: {error}"),
         Ok(response) => {
             let status = response.status().as_u16();

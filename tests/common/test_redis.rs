@@ -47,6 +47,8 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("loadtest/e2e", 80..=82),
     ("seckill/segments", 83..=86),
     ("seckill/sold_out", 87..=90),
+    ("seckill/one_per_buyer", 91..=94),
+    ("loadtest/e2e", 95..=97),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

@@ -154,7 +154,7 @@ async fn keep_buying(
             window.sold += usize::from(matches!(answer, Answer::Sold { .. }));
             window.latencies.record(answered - sent);
         }
-        tally.lock().await.record(answer, sent, answered);
+        tally.lock().await.record(None, answer, sent, answered);
     }
     Ok(())
 }

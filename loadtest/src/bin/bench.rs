@@ -121,6 +121,7 @@ async fn main() -> ExitCode {
                 mysql_url: config.mysql_url.clone(),
                 admin_token,
                 goose_metrics: false,
+                repeat_buyers: 0.0,
             };
             let options = BenchOptions {
                 crowd,

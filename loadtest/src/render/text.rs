@@ -26,11 +26,18 @@ impl Report {
         let line = |out: &mut String, label: &str, value: String| out.push_str(&format!("  {label:<22}{value}\n"));
         out.push_str(&format!("== seckill load test: strategy `{}` ==\n", self.strategy));
         line(&mut out, "hosts", self.hosts.join(", "));
-        line(
-            &mut out,
-            "buyers",
-            format!("{} (one request each, all at once)", self.users),
-        );
+        let buyers = match self.repeat_requests {
+            0 => format!("{} (one request each, all at once)", self.users),
+            repeats => format!(
+                "{} requests, all at once, from {} buyers ({repeats} buy twice at once, through both hosts)",
+                self.users,
+                self.users - repeats
+            ),
+        };
+        line(&mut out, "buyers", buyers);
+        if self.one_per_buyer {
+            line(&mut out, "one per buyer", "yes (--one-per-buyer)".to_owned());
+        }
         line(&mut out, "fencing", fencing_label(self.fencing).to_owned());
         let initial = match self.stock_segments {
             1 => self.initial_stock.to_string(),
@@ -58,6 +65,9 @@ impl Report {
             ),
         );
         line(&mut out, "units sold twice", self.units_sold_twice.to_string());
+        if self.repeat_requests > 0 || self.buyers_served_twice > 0 {
+            line(&mut out, "buyers with 2+ units", self.buyers_served_twice.to_string());
+        }
         line(
             &mut out,
             "fencing regressions",
@@ -66,6 +76,9 @@ impl Report {
         );
         line(&mut out, "answered sold", self.told_sold.to_string());
         line(&mut out, "answered sold out", self.told_sold_out.to_string());
+        if self.one_per_buyer {
+            line(&mut out, "refused as repeat", self.told_already_bought.to_string());
+        }
         if self.told_unknown > 0 {
             line(&mut out, "answered unknown", self.told_unknown.to_string());
         }

@@ -6,8 +6,10 @@
 //!   a negative stock, two sale records that read the same `stock_before` of the same
 //!   segment (one unit sold twice), or fencing tokens of one source and one segment
 //!   that go backwards along the sales list (two holders of one lock overlapped);
+//!   With `--one-per-buyer`, also a buyer named in two sale records;
 //! - **lost**: `lucky` is not what the buyers were told: fewer than the buyers told
-//!   "sold", or more than those plus the buyers whose outcome is unknown (504).
+//!   "sold", or more than those plus the buyers whose outcome is unknown (504); or a
+//!   buyer refused a second unit (409 `already_bought`) who has no sale record.
 //!
 //! And what explains a verdict, without deciding it: the holders that overlapped (from
 //! the grant log, [`seckill::grant_log`]) and the reads and writes the fence refused.
@@ -72,6 +74,8 @@ pub struct Judgement {
     pub fencing_regressions: Option<usize>,
     /// Grants that began while another was still held.
     pub holders_overlapped: usize,
+    /// Buyers named in more than one sale record.
+    pub buyers_served_twice: usize,
     pub findings: Vec<String>,
 }
 
@@ -193,6 +197,12 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
             "fencing tokens went backwards {regressions} times: two holders overlapped"
         ));
     }
+    let buyers_served_twice = buyers_served_twice(&sale.records);
+    if target.one_per_buyer && buyers_served_twice > 0 {
+        oversold.push(format!(
+            "{buyers_served_twice} buyers got more than one unit, though the sale sells one per buyer"
+        ));
+    }
     let holders_overlapped = overlapping_holders(&sale.grants);
     let told_sold = tally.sold as i64;
     let might_have_sold = told_sold + tally.outcome_unknown as i64;
@@ -208,7 +218,28 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
         ));
     }
 
+    let served: HashSet<&str> = sale
+        .records
+        .iter()
+        .filter_map(|record| record.buyer.as_deref())
+        .collect();
+    let refused_wrongly = tally
+        .refused_as_repeat
+        .iter()
+        .filter(|buyer| !served.contains(buyer.as_str()))
+        .count();
+    if refused_wrongly > 0 {
+        lost.push(format!(
+            "{refused_wrongly} buyers were refused a second unit but hold no first one"
+        ));
+    }
+
     let mut findings: Vec<String> = oversold.iter().chain(&lost).cloned().collect();
+    if !target.one_per_buyer && buyers_served_twice > 0 {
+        findings.push(format!(
+            "{buyers_served_twice} buyers got more than one unit: the sale does not hold buyers to one (--one-per-buyer)"
+        ));
+    }
     let FenceRefusals { reads, writes } = sale.fence_refusals;
     if holders_overlapped > 0 || reads + writes > 0 {
         findings.push(format!(
@@ -250,8 +281,18 @@ pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> 
         units_sold_twice,
         fencing_regressions,
         holders_overlapped,
+        buyers_served_twice,
         findings,
     }
+}
+
+/// How many buyers are named in more than one sale record.
+pub fn buyers_served_twice(records: &[SaleRecord]) -> usize {
+    let mut units_per_buyer: BTreeMap<&str, usize> = BTreeMap::new();
+    for buyer in records.iter().filter_map(|record| record.buyer.as_deref()) {
+        *units_per_buyer.entry(buyer).or_default() += 1;
+    }
+    units_per_buyer.values().filter(|&&units| units > 1).count()
 }
 
 /// How many units were sold more than once: each sale records the stock it read (in
@@ -309,6 +350,7 @@ mod tests {
             strategy: "redis".into(),
             stock_before,
             segment: None,
+            buyer: None,
             fencing_token: token.map(|(source, counter)| FencingToken::new(source, 0, counter)),
             lock_wait_ms: 0.0,
             locked_at_ms: 0,
@@ -349,8 +391,75 @@ mod tests {
             local_queue: true,
             stock_segments: 1,
             sold_out_flag: false,
+            one_per_buyer: false,
         };
         judge(3, &target, &sale, &tally)
+    }
+
+    /// Three units sold to `sold_to`, and 409 `already_bought` answered to `refused`.
+    fn judged_with_buyers(one_per_buyer: bool, sold_to: [&str; 3], refused: &[&str]) -> Judgement {
+        let records = (1..=3)
+            .zip(sold_to)
+            .map(|(stock_before, buyer)| SaleRecord {
+                buyer: Some(buyer.to_owned()),
+                ..record(stock_before, None)
+            })
+            .collect();
+        let sale = SaleState {
+            stock: 0,
+            lucky: 3,
+            generation: 1,
+            records,
+            unreadable_records: 0,
+            segment_stocks: Vec::new(),
+            grants: Vec::new(),
+            fence_refusals: FenceRefusals::default(),
+        };
+        let tally = Tally {
+            sold: 3,
+            refused_as_repeat: refused.iter().map(|buyer| buyer.to_string()).collect(),
+            ..Tally::default()
+        };
+        let target = Target {
+            strategy: "redis".into(),
+            fencing: FencingStatus::On,
+            local_queue: true,
+            stock_segments: 1,
+            sold_out_flag: false,
+            one_per_buyer,
+        };
+        judge(3, &target, &sale, &tally)
+    }
+
+    #[test]
+    fn a_buyer_with_two_units_breaks_one_per_buyer_and_is_only_counted_without_it() {
+        let twice = judged_with_buyers(true, ["a", "b", "a"], &[]);
+        assert_eq!((twice.verdict, twice.buyers_served_twice), (Verdict::Oversold, 1));
+        assert!(
+            twice.findings[0].contains("1 buyers got more than one unit"),
+            "{:?}",
+            twice.findings
+        );
+        let allowed = judged_with_buyers(false, ["a", "b", "a"], &[]);
+        assert_eq!((allowed.verdict, allowed.buyers_served_twice), (Verdict::Held, 1));
+        assert!(
+            allowed.findings[0].contains("--one-per-buyer"),
+            "{:?}",
+            allowed.findings
+        );
+        let once_each = judged_with_buyers(true, ["a", "b", "c"], &["a", "c"]);
+        assert_eq!(once_each.verdict, Verdict::Held, "{:?}", once_each.findings);
+    }
+
+    #[test]
+    fn a_buyer_refused_a_second_unit_without_a_first_one_is_a_lost_sale() {
+        let judgement = judged_with_buyers(true, ["a", "b", "c"], &["a", "d"]);
+        assert_eq!(judgement.verdict, Verdict::Lost);
+        assert!(
+            judgement.findings[0].contains("1 buyers were refused a second unit but hold no first one"),
+            "{:?}",
+            judgement.findings
+        );
     }
 
     #[test]

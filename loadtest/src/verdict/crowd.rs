@@ -1,6 +1,7 @@
-//! The crowd: resets the sale through the service, then fires one goose user per
-//! buyer, each sending exactly one `GET /stock/reduce`, alternating between the hosts,
-//! and tallies what each buyer was told.
+//! The crowd: resets the sale through the service, then fires goose users, each sending
+//! exactly one `GET /stock/reduce?buyer=<id>`, alternating between the hosts, and
+//! tallies what each buyer was told. A share of the users buy again as an earlier buyer
+//! ([`Buyers`]), through another host.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +53,56 @@ pub struct Target {
     /// Whether the instances answer "sold out" from memory (`--sold-out-flag`).
     #[serde(default)]
     pub sold_out_flag: bool,
+    /// Whether the sale holds every buyer to one unit (`--one-per-buyer`).
+    #[serde(default)]
+    pub one_per_buyer: bool,
+}
+
+/// The largest share of repeat requests a crowd may have: every other user.
+pub const MAX_REPEAT_BUYERS: f64 = 0.5;
+
+/// Who each goose user is. Users go to the hosts in turn (user `i` to host `i mod
+/// hosts`), and every `stride`-th user buys again as the user just before it: the two
+/// requests leave together for two instances and race there, where a check in one
+/// instance's memory would not see the other. The repeats are spread through the whole
+/// crowd, so that some come while units are left.
+#[derive(Clone, Copy, Debug)]
+pub struct Buyers {
+    repeats: usize,
+    /// One user in `stride` is a repeat (while `repeats` last); 0 when none is.
+    stride: usize,
+}
+
+impl Buyers {
+    /// `users` requests, a share `repeat` of them (rounded, at most
+    /// [`MAX_REPEAT_BUYERS`]) from buyers who sent one already.
+    pub fn new(users: usize, repeat: f64) -> Self {
+        let repeats = (users as f64 * repeat.clamp(0.0, MAX_REPEAT_BUYERS)).round() as usize;
+        Buyers {
+            repeats,
+            stride: users.checked_div(repeats).unwrap_or(0),
+        }
+    }
+
+    fn is_repeat(&self, user: usize) -> bool {
+        self.stride > 1 && user % self.stride == self.stride - 1 && user / self.stride < self.repeats
+    }
+
+    /// The buyer id user `user` sends.
+    pub fn buyer(&self, user: usize) -> String {
+        let buyer = if self.is_repeat(user) { user - 1 } else { user };
+        format!("buyer-{buyer}")
+    }
+
+    /// Which of `hosts` user `user` sends to.
+    pub fn host(&self, user: usize, hosts: usize) -> usize {
+        user % hosts
+    }
+
+    /// Requests sent by a buyer who had sent one already.
+    pub fn repeats(&self) -> usize {
+        self.repeats
+    }
 }
 
 pub(crate) fn one_segment() -> u32 {
@@ -65,6 +116,8 @@ pub struct Tally {
     pub sold_out: usize,
     /// Answers that do not say whether a unit was sold (also counted in `errors`).
     pub outcome_unknown: usize,
+    /// The buyers refused a second unit (409 `already_bought`), one entry per refusal.
+    pub refused_as_repeat: Vec<String>,
     /// Every error, by kind. All but the `outcome_unknown` ones sold nothing.
     pub errors: BTreeMap<String, usize>,
     /// How long each buyer waited for an answer.
@@ -84,12 +137,15 @@ pub enum Answer {
     SoldOut {
         lock_wait_ms: f64,
     },
+    /// 409 `already_bought`: the buyer got a unit before (`--one-per-buyer`).
+    AlreadyBought,
     /// The error's kind: `503 lock_timeout`, `timeout`, `connection failed`, ...
     Error(String),
 }
 
 impl Tally {
-    pub fn record(&mut self, answer: Answer, sent: Instant, answered: Instant) {
+    /// One answer to a request that named `buyer` (the benchmark's name none).
+    pub fn record(&mut self, buyer: Option<&str>, answer: Answer, sent: Instant, answered: Instant) {
         match answer {
             Answer::Sold { lock_wait_ms } => {
                 self.sold += 1;
@@ -99,6 +155,7 @@ impl Tally {
                 self.sold_out += 1;
                 self.lock_waits_ms.push(lock_wait_ms);
             }
+            Answer::AlreadyBought => self.refused_as_repeat.push(buyer.unwrap_or_default().to_owned()),
             Answer::Error(kind) if outcome_unknown(&kind) => {
                 self.outcome_unknown += 1;
                 *self.errors.entry(kind).or_default() += 1;
@@ -162,19 +219,20 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
             || t.fencing != first.fencing
             || t.local_queue != first.local_queue
             || t.stock_segments != first.stock_segments
+            || t.one_per_buyer != first.one_per_buyer
     }) {
         let pairs: Vec<String> = hosts
             .iter()
             .zip(&targets)
             .map(|(h, t)| {
                 format!(
-                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s)",
-                    t.strategy, t.fencing, t.local_queue, t.stock_segments
+                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s), one per buyer {}",
+                    t.strategy, t.fencing, t.local_queue, t.stock_segments, t.one_per_buyer
                 )
             })
             .collect();
         bail!(
-            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue and --stock-segments",
+            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue, --stock-segments and --one-per-buyer",
             pairs.join(", ")
         );
     }
@@ -185,8 +243,9 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
 pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let hosts = Arc::new(options.hosts.clone());
+    let buyers = Buyers::new(options.users, options.repeat_buyers);
     let shared = tally.clone();
-    let buy: TransactionFunction = Arc::new(move |user| Box::pin(buy_one(user, hosts.clone(), shared.clone())));
+    let buy: TransactionFunction = Arc::new(move |user| Box::pin(buy_one(user, buyers, hosts.clone(), shared.clone())));
     GooseAttack::initialize_with_config(GooseConfiguration::default())?
         .register_scenario(scenario!("FlashSale").register_transaction(Transaction::new(buy).set_name("reduce")))
         .set_default(GooseDefault::Host, options.hosts[0].as_str())?
@@ -204,14 +263,22 @@ pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
     Ok(tally)
 }
 
-/// One buyer: one request to its host, and what the answer meant.
-async fn buy_one(user: &mut GooseUser, hosts: Arc<Vec<String>>, tally: Arc<Mutex<Tally>>) -> TransactionResult {
-    let host = &hosts[user.weighted_users_index % hosts.len()];
+/// One user: one request as its buyer to its host, and what the answer meant.
+async fn buy_one(
+    user: &mut GooseUser,
+    buyers: Buyers,
+    hosts: Arc<Vec<String>>,
+    tally: Arc<Mutex<Tally>>,
+) -> TransactionResult {
+    let index = user.weighted_users_index;
+    let (buyer, host) = (buyers.buyer(index), &hosts[buyers.host(index, hosts.len())]);
     let sent = Instant::now();
-    let goose = user.get_named(&format!("{host}/stock/reduce"), "reduce").await?;
+    let goose = user
+        .get_named(&format!("{host}/stock/reduce?buyer={buyer}"), "reduce")
+        .await?;
     let answer = answer_of(goose.response).await;
     let answered = Instant::now();
-    tally.lock().await.record(answer, sent, answered);
+    tally.lock().await.record(Some(&buyer), answer, sent, answered);
     Ok(())
 }
 
@@ -232,6 +299,7 @@ pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> A
             },
             Err(_) => Answer::Error("unreadable answer".into()),
         },
+        Ok(response) if response.status() == reqwest::StatusCode::CONFLICT => Answer::AlreadyBought,
         Ok(response) => {
             let status = response.status().as_u16();
             let code = response
@@ -247,7 +315,26 @@ pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> A
 
 #[cfg(test)]
 mod tests {
-    use super::outcome_unknown;
+    use super::{outcome_unknown, Buyers};
+
+    #[test]
+    fn a_repeat_buyer_sends_its_second_request_with_its_first_to_the_other_host() {
+        let buyers = Buyers::new(10, 0.2);
+        assert_eq!(buyers.repeats(), 2);
+        let ids: Vec<String> = (0..10).map(|user| buyers.buyer(user)).collect();
+        let numbers = [0, 1, 2, 3, 3, 5, 6, 7, 8, 8];
+        assert_eq!(
+            ids,
+            numbers.map(|n| format!("buyer-{n}")),
+            "every fifth user repeats the one before"
+        );
+        assert_eq!((buyers.host(3, 2), buyers.host(4, 2)), (1, 0));
+        let none = Buyers::new(500, 0.0);
+        assert_eq!((none.repeats(), none.buyer(499).as_str()), (0, "buyer-499"));
+        let most = Buyers::new(10, 0.9);
+        assert_eq!(most.repeats(), 5, "at most every other user");
+        assert_eq!((most.buyer(0), most.buyer(1)), ("buyer-0".into(), "buyer-0".into()));
+    }
 
     #[test]
     fn only_answers_that_leave_the_sale_open_count_as_unknown() {

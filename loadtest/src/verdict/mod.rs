@@ -28,8 +28,11 @@ use anyhow::bail;
 pub struct Options {
     /// Base URLs of the instances; buyer `i` goes to `hosts[i % hosts.len()]`.
     pub hosts: Vec<String>,
-    /// Buyers, each sending exactly one request.
+    /// Requests, one per goose user; see [`crowd::Buyers`] for who sends them.
     pub users: usize,
+    /// The share of those requests (0 to 0.5) sent by a buyer who already sent one,
+    /// to show `--one-per-buyer` at work.
+    pub repeat_buyers: f64,
     /// Stock to reset to before the attack.
     pub initial_stock: i64,
     /// The Redis the instances sell from, read directly for the verdict.
@@ -54,6 +57,13 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     }
     if options.users == 0 {
         bail!("--users must be at least 1");
+    }
+    if !(0.0..=crowd::MAX_REPEAT_BUYERS).contains(&options.repeat_buyers) {
+        bail!(
+            "--repeat-buyers must be between 0 and {}, got {}",
+            crowd::MAX_REPEAT_BUYERS,
+            options.repeat_buyers
+        );
     }
     let target = crowd::prepare(options).await?;
     let generation = checker::generation(&options.redis_url).await?;

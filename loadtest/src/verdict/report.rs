@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use seckill::strategy::{FencingStatus, Strategy};
 
 use super::checker::{FenceRefusals, Judgement, SaleState, Verdict};
-use super::crowd::{Tally, Target};
+use super::crowd::{Buyers, Tally, Target};
 use super::database::DatabaseCost;
 use super::Options;
 use crate::latency::Latencies;
@@ -24,8 +24,14 @@ pub struct Report {
     /// Into how many segments the stock was split, each behind a lock of its own.
     #[serde(default = "super::crowd::one_segment")]
     pub stock_segments: u32,
+    /// Whether the sale held every buyer to one unit (`--one-per-buyer`).
+    #[serde(default)]
+    pub one_per_buyer: bool,
     pub hosts: Vec<String>,
     pub users: usize,
+    /// Of those requests, how many came from a buyer who had sent one already.
+    #[serde(default)]
+    pub repeat_requests: usize,
     pub initial_stock: i64,
     // What Redis says.
     pub stock_left: i64,
@@ -42,11 +48,17 @@ pub struct Report {
     /// Reads and writes the fence refused.
     #[serde(default)]
     pub fence_refused: FenceRefusals,
+    /// Buyers named in more than one sale record.
+    #[serde(default)]
+    pub buyers_served_twice: usize,
     // What the buyers were told.
     pub told_sold: usize,
     pub told_sold_out: usize,
     /// Buyers who got no clear answer (also counted in `errors`).
     pub told_unknown: usize,
+    /// Requests refused because their buyer got a unit already (409 `already_bought`).
+    #[serde(default)]
+    pub told_already_bought: usize,
     pub errors: BTreeMap<String, usize>,
     // How fast.
     pub seconds: f64,
@@ -87,8 +99,10 @@ impl Report {
             fencing: target.fencing,
             local_queue: target.local_queue,
             stock_segments: target.stock_segments,
+            one_per_buyer: target.one_per_buyer,
             hosts: options.hosts.clone(),
             users: options.users,
+            repeat_requests: Buyers::new(options.users, options.repeat_buyers).repeats(),
             initial_stock: options.initial_stock,
             stock_left: sale.stock,
             lucky: sale.lucky,
@@ -97,9 +111,11 @@ impl Report {
             fencing_regressions: judgement.fencing_regressions,
             holders_overlapped: judgement.holders_overlapped,
             fence_refused: sale.fence_refusals,
+            buyers_served_twice: judgement.buyers_served_twice,
             told_sold: tally.sold,
             told_sold_out: tally.sold_out,
             told_unknown: tally.outcome_unknown,
+            told_already_bought: tally.refused_as_repeat.len(),
             errors: tally.errors,
             seconds,
             requests_per_second: if seconds > 0.0 { answered as f64 / seconds } else { 0.0 },
@@ -126,6 +142,9 @@ impl Report {
         let mut how = Vec::new();
         if self.stock_segments > 1 {
             how.push(format!("{} stock segments", self.stock_segments));
+        }
+        if self.one_per_buyer {
+            how.push("one per buyer".to_owned());
         }
         let takes_a_local_queue = <Strategy as clap::ValueEnum>::from_str(&self.strategy, true)
             .is_ok_and(|strategy| strategy.takes_a_local_queue() && strategy != Strategy::Atomic);
@@ -168,8 +187,10 @@ pub(crate) mod tests {
             fencing: FencingStatus::NoTokens,
             local_queue: true,
             stock_segments: 1,
+            one_per_buyer: false,
             hosts: vec!["h".into()],
             users: 5,
+            repeat_requests: 0,
             initial_stock: 3,
             stock_left: 0,
             lucky: 3,
@@ -178,9 +199,11 @@ pub(crate) mod tests {
             fencing_regressions: None,
             holders_overlapped: 0,
             fence_refused: FenceRefusals::default(),
+            buyers_served_twice: 0,
             told_sold: 3,
             told_sold_out: 2,
             told_unknown: 0,
+            told_already_bought: 0,
             errors: BTreeMap::new(),
             seconds: 1.0,
             requests_per_second: 5.0,

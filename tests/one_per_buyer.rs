@@ -1,0 +1,105 @@
+//! One unit per buyer (`--one-per-buyer`, `src/buyers.rs`), against the project's test
+//! Redis: one buyer's requests racing on two instances and four stock segments get one
+//! unit between them; the atomic script holds the rule too; a request that names no
+//! buyer, or a malformed one, is refused before any lock; a reset forgets the buyers;
+//! without the option the buyer is only written down.
+//! The 500-request runs with repeat buyers are in loadtest/tests/e2e.rs.
+
+mod common;
+
+use redis::AsyncCommands;
+use seckill::server::Instance;
+use seckill::stock::SaleRecord;
+use seckill::strategy::Strategy;
+
+async fn instance(strategy: Strategy, db: u8, one_per_buyer: bool, segments: u32) -> Instance {
+    common::instance_with(strategy, db, |config| {
+        config.one_per_buyer = one_per_buyer;
+        config.stock_segments = segments;
+    })
+    .await
+}
+
+/// The sale records in Redis, in the order they were written.
+async fn records(db: u8) -> Vec<SaleRecord> {
+    let mut redis = common::connection(&common::redis_client(db).await).await;
+    let lines: Vec<String> = redis.lrange("sales", 0, -1).await.unwrap();
+    lines.iter().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+/// Twenty requests of one buyer at once, ten through each instance, four segments
+/// each behind a lock of its own: two of them can hold two segments' locks at the same
+/// time, so only the script that takes the unit can tell them apart. Every other
+/// buyer still gets a unit.
+#[tokio::test]
+async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_unit() {
+    let (first, second) = (
+        instance(Strategy::Redis, 91, true, 4).await,
+        instance(Strategy::Redis, 91, true, 4).await,
+    );
+    common::reset_stock(&first.url, 300).await;
+    let http = reqwest::Client::new();
+    let answers = futures_util::future::join_all((0..20).map(|request| {
+        let url = if request % 2 == 0 { &first.url } else { &second.url };
+        common::buy_as(&http, url, "alice")
+    }))
+    .await;
+    let sold = answers.iter().filter(|answer| *answer == "sold").count();
+    let refused = answers.iter().filter(|answer| *answer == "409 already_bought").count();
+    assert_eq!((sold, refused), (1, 19), "{answers:?}");
+    assert_eq!(common::buy_as(&http, &second.url, "bob").await, "sold");
+    let buyers: Vec<Option<String>> = records(91).await.into_iter().map(|record| record.buyer).collect();
+    assert_eq!(buyers, [Some("alice".to_owned()), Some("bob".to_owned())]);
+    assert_eq!(common::healthz(&first.url).await["one_per_buyer"], true);
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_atomic_script_holds_a_buyer_to_one_unit_and_a_reset_forgets_the_buyers() {
+    let app = instance(Strategy::Atomic, 92, true, 1).await;
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, 10).await;
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "409 already_bought");
+    assert_eq!(common::buy_as(&http, &app.url, "bob").await, "sold");
+    common::reset_stock(&app.url, 10).await;
+    assert_eq!(
+        common::buy_as(&http, &app.url, "alice").await,
+        "sold",
+        "a new sale: alice may buy again"
+    );
+    app.stop().await.unwrap();
+}
+
+/// The refusals come before any lock or stock step: nothing is sold, and the message
+/// says what to send.
+#[tokio::test]
+async fn a_request_without_a_buyer_or_with_a_malformed_one_is_refused_and_sells_nothing() {
+    let app = instance(Strategy::Redis, 93, true, 1).await;
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, 10).await;
+    let answer = http.get(format!("{}/stock/reduce", app.url)).send().await.unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert_eq!(body["error"], "buyer_required", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("?buyer="), "{body}");
+    assert_eq!(common::buy_as(&http, &app.url, "two%20words").await, "400 bad_request");
+    assert_eq!(common::buy_as(&http, &app.url, "").await, "400 bad_request");
+    assert!(records(93).await.is_empty(), "nothing was sold");
+    app.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought() {
+    let app = instance(Strategy::Redis, 94, false, 1).await;
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, 10).await;
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
+    assert_eq!(common::buy(&http, &app.url).await, "sold", "no buyer needed");
+    let buyers: Vec<Option<String>> = records(94).await.into_iter().map(|record| record.buyer).collect();
+    assert_eq!(buyers, [Some("alice".to_owned()), Some("alice".to_owned()), None]);
+    assert_eq!(common::healthz(&app.url).await["one_per_buyer"], false);
+    app.stop().await.unwrap();
+}
