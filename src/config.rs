@@ -146,6 +146,16 @@ pub struct Config {
     /// (`src/buyers.rs`). Every instance of one sale must say the same.
     #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set)]
     pub one_per_buyer: bool,
+    /// Whether each unit sold also becomes an order row in MySQL (`seckill_orders`): the
+    /// script that takes the unit appends it to the Redis Stream `stock:orders`, and a
+    /// consumer group of the instances writes it (`src/orders.rs`). Needs --mysql-url.
+    #[arg(long, env = "SECKILL_ORDERS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub orders: bool,
+    /// With --orders: an order another instance read but left unwritten this long (it
+    /// died, say) is taken over (`XAUTOCLAIM`), in milliseconds.
+    #[arg(long, env = "SECKILL_ORDERS_CLAIM_IDLE_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub orders_claim_idle_ms: u64,
     /// Whether the buyers of this instance queue in process first, so that only the head
     /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.

@@ -290,6 +290,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "stock_segments": shared.sale.store.segments().count(),
         "sold_out_flag": shared.sale.sold_out.is_some(),
         "one_per_buyer": shared.sale.store.one_per_buyer(),
+        "orders": shared.sale.store.orders(),
         "instance": shared.sale.seller.instance,
         "port": shared.sale.seller.port,
         "lock_stats": lock_stats,

@@ -20,7 +20,8 @@
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables.
 //! 5. [`segments`]: the stock split into segments, each behind a lock of its own;
-//!    [`buyers`]: who buys, and one unit per buyer;
+//!    [`buyers`]: who buys, and one unit per buyer; [`orders`]: each unit sold
+//!    becomes an order, through a Redis Stream into MySQL;
 //!    [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock; [`grant_log`]: each
 //!    grant a sale held, from grant to release, to count holders that overlapped;
@@ -44,6 +45,7 @@ pub mod strategy;
 pub mod config;
 pub mod segments;
 pub mod buyers;
+pub mod orders;
 pub mod stock;
 pub mod sold_out;
 pub mod grant_log;

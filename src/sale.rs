@@ -180,6 +180,17 @@ impl Sale {
             .map_err(|_| AppError::internal("the sale's task ended without an answer"))?
     }
 
+    /// Runs `work` (the order writer) beside the sales until the sale stops: it is handed
+    /// [`Sale::stopping`], and a shutdown waits for it as for a sale.
+    pub fn keep_running(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.in_flight.tasks.spawn(work);
+    }
+
+    /// Cancelled when the sale stops.
+    pub fn stopping(&self) -> CancellationToken {
+        self.in_flight.stopping.clone()
+    }
+
     /// Stops the sale: the sales not yet granted are turned away, the granted ones
     /// finish (each is bounded by the steps after the acquire), and only then are the
     /// locks given back. A lock given back earlier would let

@@ -24,6 +24,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let store = StockStore::new(connection)
         .with_segments(segments)
         .with_one_per_buyer(config.one_per_buyer)
+        .with_orders(config.orders)
         .also_reset(crate::dashboard::REFUSALS_KEY)
         .also_reset(crate::grant_log::GRANTS_KEY);
     store
@@ -53,6 +54,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             .then(|| segments.all().map(|_| Default::default()).collect()),
         in_flight: Default::default(),
     };
+    if let Some(writer) = wiring::order_writer(config, &client).await? {
+        sale.keep_running(writer.run(sale.stopping()));
+    }
     let limits = Limits {
         max_in_flight: config.max_in_flight as usize,
         request_timeout: request_timeout(config),

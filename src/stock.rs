@@ -45,6 +45,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::buyers::{BuyerId, BUYERS_KEY};
 use crate::lock::FencingToken;
+use crate::orders::ORDERS_STREAM;
 use crate::segments::{Segment, Segments, SEGMENTS_KEY};
 
 /// Units left.
@@ -95,20 +96,21 @@ return {'ok', redis.call('GET', KEYS[1]) or '0'}
 "#;
 
 /// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
-/// high-water mark, refusals, `stock` (the units left in every segment), and the buyers
-/// who got a unit ([`BUYERS_KEY`]).
-/// `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale record as JSON,
-/// `ARGV[4]` = the buyer to hold to one unit (empty: no such check), `ARGV[5]`,
-/// `ARGV[6]` = the holder's token (absent when unfenced). The mark must still
+/// high-water mark, refusals, `stock` (the units left in every segment), the buyers
+/// who got a unit ([`BUYERS_KEY`]), the orders stream ([`ORDERS_STREAM`]) and the sale's
+/// name. `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale
+/// record as JSON, `ARGV[4]` = the buyer to hold to one unit (empty: no such check),
+/// `ARGV[5]` = `1` to append the sale to the orders stream (empty: no orders), `ARGV[6]`,
+/// `ARGV[7]` = the holder's token (absent when unfenced). The mark must still
 /// be this token and this sale's read. A segment of a split stock takes its unit from
 /// `stock` too, in the same script, so `stock + lucky` stays the initial stock.
 /// Returns `sold`, `fenced` (another holder read since), `aborted` (the seller gave up
 /// on this id) or `repeat` (the buyer already got a unit of this sale).
 pub const WRITE_SCRIPT: &str = r#"
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
-if ARGV[5] then
+if ARGV[6] then
   local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[5] or seen[2] ~= ARGV[6] or seen[3] ~= ARGV[1] then
+  if seen[1] ~= ARGV[6] or seen[2] ~= ARGV[7] or seen[3] ~= ARGV[1] then
     redis.call('HINCRBY', KEYS[6], 'write', 1)
     return 'fenced'
   end
@@ -119,6 +121,9 @@ redis.call('SET', KEYS[1], ARGV[2])
 if KEYS[7] ~= KEYS[1] then redis.call('DECR', KEYS[7]) end
 redis.call('INCR', KEYS[2])
 redis.call('RPUSH', KEYS[3], ARGV[3])
+if ARGV[5] ~= '' then
+  redis.call('XADD', KEYS[9], '*', 'sale', redis.call('GET', KEYS[10]) or '', 'record', ARGV[3])
+end
 return 'sold'
 "#;
 
@@ -131,9 +136,10 @@ return redis.call('HGET', KEYS[1], ARGV[1])
 "#;
 
 /// The whole sale in one script. KEYS = stock, lucky, sales, outcomes, the segment count
-/// of the last reset, the buyers who got a unit; `ARGV[1]` = the sale record as JSON,
-/// which the script completes with `stock_before`; `ARGV[2]` = sale id; `ARGV[3]` = the
-/// buyer to hold to one unit (empty: no such check). Returns the stock it found, -1
+/// of the last reset, the buyers who got a unit, the orders stream and the sale's name;
+/// `ARGV[1]` = the sale record as JSON, which the script completes with `stock_before`;
+/// `ARGV[2]` = sale id; `ARGV[3]` = the buyer to hold to one unit (empty: no such
+/// check); `ARGV[4]` = `1` to append the sale to the orders stream (empty: no orders). Returns the stock it found, -1
 /// when sold out, -2 when the id was settled as aborted, -3 when the buyer already got a
 /// unit; a `NOTANUMBER` error when the stock is not a
 /// number, a `SEGMENTS` error when the sale was split into segments (whose units `stock`
@@ -152,7 +158,11 @@ redis.call('SET', KEYS[1], stock - 1)
 redis.call('INCR', KEYS[2])
 local record = cjson.decode(ARGV[1])
 record['stock_before'] = stock
-redis.call('RPUSH', KEYS[3], cjson.encode(record))
+local json = cjson.encode(record)
+redis.call('RPUSH', KEYS[3], json)
+if ARGV[4] ~= '' then
+  redis.call('XADD', KEYS[7], '*', 'sale', redis.call('GET', KEYS[8]) or '', 'record', json)
+end
 return stock
 "#;
 
@@ -329,6 +339,8 @@ pub struct StockStore {
     segments: Segments,
     /// Whether the sale holds every buyer to one unit (`--one-per-buyer`, [`crate::buyers`]).
     one_per_buyer: bool,
+    /// Whether each sale appends an order to the orders stream (`--orders`, [`crate::orders`]).
+    orders: bool,
     /// Keys that other parts of the service keep per sale (the dashboard's refusals,
     /// the grant log):
     /// a reset deletes them in the same transaction.
@@ -345,6 +357,7 @@ impl StockStore {
             atomic_sale: Script::new(ATOMIC_SALE_SCRIPT),
             segments: Segments::ONE,
             one_per_buyer: false,
+            orders: false,
             also_reset: Vec::new(),
         }
     }
@@ -367,6 +380,25 @@ impl StockStore {
 
     pub fn one_per_buyer(&self) -> bool {
         self.one_per_buyer
+    }
+
+    /// Each sale also appends its order to the orders stream, in the script that takes the unit.
+    pub fn with_orders(mut self, orders: bool) -> Self {
+        self.orders = orders;
+        self
+    }
+
+    pub fn orders(&self) -> bool {
+        self.orders
+    }
+
+    /// What the scripts get to append an order: `1`, or empty for none.
+    fn order_flag(&self) -> &'static str {
+        if self.orders {
+            "1"
+        } else {
+            ""
+        }
     }
 
     /// What the scripts get as the buyer to hold to one unit: empty for no check.
@@ -398,6 +430,7 @@ impl StockStore {
             .del(FENCE_KEY)
             .del(FENCE_REFUSALS_KEY)
             .del(BUYERS_KEY)
+            .del(ORDERS_STREAM)
             .incr(GENERATION_KEY, 1)
             .set(SALE_NAME_KEY, format!("{:032x}", rand::random::<u128>()));
         if self.segments != Segments::ONE {
@@ -495,12 +528,15 @@ impl StockStore {
             .key(segment.fence_key())
             .key(FENCE_REFUSALS_KEY)
             .key(STOCK_KEY)
-            .key(BUYERS_KEY);
+            .key(BUYERS_KEY)
+            .key(ORDERS_STREAM)
+            .key(SALE_NAME_KEY);
         invocation
             .arg(&record.sale_id)
             .arg(new_stock)
             .arg(json)
-            .arg(self.buyer_to_check(record));
+            .arg(self.buyer_to_check(record))
+            .arg(self.order_flag());
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
         }
@@ -541,9 +577,12 @@ impl StockStore {
             .key(OUTCOMES_KEY)
             .key(SEGMENTS_KEY)
             .key(BUYERS_KEY)
+            .key(ORDERS_STREAM)
+            .key(SALE_NAME_KEY)
             .arg(json)
             .arg(&record.sale_id)
             .arg(self.buyer_to_check(record))
+            .arg(self.order_flag())
             .invoke_async(&mut self.connection.clone())
             .await;
         match answer {

@@ -5,6 +5,7 @@
 //! is not there. [`crate::strategy`] is only the list; this module makes the list real.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
@@ -21,6 +22,7 @@ use crate::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use crate::lock::redlock::{Redlock, RedlockOptions};
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
+use crate::orders::OrderWriter;
 use crate::sale::Guarding;
 use crate::segments::Segments;
 use crate::sold_out::SoldOutMemory;
@@ -212,6 +214,29 @@ async fn release_notices(config: &Config, redis: &::redis::Client) -> anyhow::Re
     })?;
     Ok(Some(notices))
 }
+
+/// With `--orders`, the instance's consumer of the orders stream (see [`crate::orders`]),
+/// on a Redis connection and a small MySQL pool of its own.
+pub async fn order_writer(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<Option<OrderWriter>> {
+    if !config.orders {
+        return Ok(None);
+    }
+    let redis = crate::redis_store::connection_manager(stock_redis)
+        .await
+        .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
+    let mysql = crate::mysql_store::connect_checked(&config.mysql_url, ORDER_WRITER_CONNECTIONS)
+        .await
+        .context("--orders writes every order into MySQL")?;
+    Ok(Some(OrderWriter::new(
+        redis,
+        mysql,
+        config.instance_name(),
+        Duration::from_millis(config.orders_claim_idle_ms),
+    )))
+}
+
+/// The order writer writes one batch at a time.
+const ORDER_WRITER_CONNECTIONS: u32 = 2;
 
 /// The pool of the MySQL strategies, after checking that the semaphore leaves
 /// connections free for renewals and releases.

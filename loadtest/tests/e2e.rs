@@ -27,6 +27,7 @@ struct Run {
     stock_segments: u32,
     one_per_buyer: bool,
     repeat_buyers: f64,
+    orders: bool,
 }
 
 /// One stock, no buyer held to one unit, no buyer buying twice.
@@ -34,6 +35,7 @@ const PLAIN: Run = Run {
     stock_segments: 1,
     one_per_buyer: false,
     repeat_buyers: 0.0,
+    orders: false,
 };
 
 async fn start(strategy: Strategy, db: u8) -> Instance {
@@ -46,6 +48,7 @@ async fn start_for(strategy: Strategy, db: u8, run: Run) -> Instance {
     config.acquire_timeout_ms = 30_000;
     config.stock_segments = run.stock_segments;
     config.one_per_buyer = run.one_per_buyer;
+    config.orders = run.orders;
     Instance::start(config)
         .await
         .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
@@ -231,9 +234,9 @@ async fn the_mysql_lock_table_over_four_stock_segments_sells_exactly_300_to_500_
 /// buyer refused a second one holds a first (the checker judges both).
 async fn assert_one_per_buyer_held(strategy: Strategy, db: u8) {
     let one_per_buyer = Run {
-        stock_segments: 1,
         one_per_buyer: true,
         repeat_buyers: 0.1,
+        ..PLAIN
     };
     let report = flash_sale_for(strategy, db, one_per_buyer).await;
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
@@ -283,6 +286,35 @@ async fn without_one_per_buyer_repeat_buyers_get_two_units_and_the_report_counts
         "{:?}",
         report.findings
     );
+}
+
+/// With `--orders` every unit sold is one order row in MySQL once the stream drained:
+/// the checker waits for the drain, then matches the rows with the sale records.
+async fn assert_orders_held(strategy: Strategy, db: u8) {
+    let with_orders = Run { orders: true, ..PLAIN };
+    let report = flash_sale_for(strategy, db, with_orders).await;
+    assert_held(&report);
+    let orders = report
+        .orders
+        .clone()
+        .unwrap_or_else(|| panic!("no orders: {}", report.render()));
+    assert_eq!(
+        (orders.rows, orders.stream_entries, orders.unread, orders.pending),
+        (300, 300, 0, 0),
+        "{}",
+        report.render()
+    );
+    assert!(report.render().contains("orders in MySQL"), "{}", report.render());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_lock_with_orders_writes_one_order_per_unit_sold_to_500_buyers() {
+    assert_orders_held(Strategy::Redis, 101).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_atomic_script_with_orders_writes_one_order_per_unit_sold_to_500_buyers() {
+    assert_orders_held(Strategy::Atomic, 102).await;
 }
 
 /// The MySQL strategies' report says what the sale cost the database.

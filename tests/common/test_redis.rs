@@ -49,6 +49,8 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/sold_out", 87..=90),
     ("seckill/one_per_buyer", 91..=94),
     ("loadtest/e2e", 95..=97),
+    ("seckill/orders", 98..=100),
+    ("loadtest/e2e", 101..=102),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

@@ -108,7 +108,12 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
     let tally = std::mem::take(&mut *tally.lock().await);
     let window = std::mem::take(&mut *window.lock().await);
     let sale = checker::read_sale(&options.redis_url).await?;
-    let judgement = checker::judge(initial_stock, &target, &sale, &tally);
+    // With --orders, the verdict waits for the orders to drain, and judges them too.
+    let orders = match target.orders {
+        true => Some(crate::verdict::orders::read_orders(&options.redis_url, &options.mysql_url).await?),
+        false => None,
+    };
+    let judgement = checker::judge(initial_stock, &target, &sale, &tally, orders.as_ref());
     let seconds = load.seconds;
     Ok(Throughput {
         connections: load.connections,

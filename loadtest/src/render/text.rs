@@ -79,6 +79,16 @@ impl Report {
         if self.one_per_buyer {
             line(&mut out, "refused as repeat", self.told_already_bought.to_string());
         }
+        if let Some(orders) = &self.orders {
+            line(
+                &mut out,
+                "orders in MySQL",
+                format!(
+                    "{} (stream: {} entries, {} unread, {} pending; drained {} ms after the last answer)",
+                    orders.rows, orders.stream_entries, orders.unread, orders.pending, orders.drained_after_ms
+                ),
+            );
+        }
         if self.told_unknown > 0 {
             line(&mut out, "answered unknown", self.told_unknown.to_string());
         }

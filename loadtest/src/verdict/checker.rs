@@ -30,6 +30,7 @@ use seckill::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, 
 use seckill::strategy::FencingStatus;
 
 use super::crowd::{Tally, Target};
+use super::orders::{judge_orders, OrdersState};
 
 /// The verdict of one run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,9 +160,20 @@ async fn read_segment_stocks(redis_url: &str) -> anyhow::Result<Vec<i64>> {
 }
 
 /// Compares what Redis holds with what the buyers were told.
-pub fn judge(initial: i64, target: &Target, sale: &SaleState, tally: &Tally) -> Judgement {
+pub fn judge(
+    initial: i64,
+    target: &Target,
+    sale: &SaleState,
+    tally: &Tally,
+    orders: Option<&OrdersState>,
+) -> Judgement {
     let mut oversold = Vec::new();
     let mut lost = Vec::new();
+    if let Some(orders) = orders {
+        let (extra, missing) = judge_orders(orders, sale.lucky, &sale.records);
+        oversold.extend(extra);
+        lost.extend(missing);
+    }
 
     if sale.lucky > initial {
         oversold.push(format!("{} buyers got a unit out of {initial}", sale.lucky));
@@ -392,8 +404,9 @@ mod tests {
             stock_segments: 1,
             sold_out_flag: false,
             one_per_buyer: false,
+            orders: false,
         };
-        judge(3, &target, &sale, &tally)
+        judge(3, &target, &sale, &tally, None)
     }
 
     /// Three units sold to `sold_to`, and 409 `already_bought` answered to `refused`.
@@ -427,8 +440,9 @@ mod tests {
             stock_segments: 1,
             sold_out_flag: false,
             one_per_buyer,
+            orders: false,
         };
-        judge(3, &target, &sale, &tally)
+        judge(3, &target, &sale, &tally, None)
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub struct Target {
     /// Whether the sale holds every buyer to one unit (`--one-per-buyer`).
     #[serde(default)]
     pub one_per_buyer: bool,
+    /// Whether each unit sold becomes an order in MySQL (`--orders`).
+    #[serde(default)]
+    pub orders: bool,
 }
 
 /// The largest share of repeat requests a crowd may have: every other user.
@@ -220,19 +223,20 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
             || t.local_queue != first.local_queue
             || t.stock_segments != first.stock_segments
             || t.one_per_buyer != first.one_per_buyer
+            || t.orders != first.orders
     }) {
         let pairs: Vec<String> = hosts
             .iter()
             .zip(&targets)
             .map(|(h, t)| {
                 format!(
-                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s), one per buyer {}",
-                    t.strategy, t.fencing, t.local_queue, t.stock_segments, t.one_per_buyer
+                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s), one per buyer {}, orders {}",
+                    t.strategy, t.fencing, t.local_queue, t.stock_segments, t.one_per_buyer, t.orders
                 )
             })
             .collect();
         bail!(
-            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue, --stock-segments and --one-per-buyer",
+            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue, --stock-segments, --one-per-buyer and --orders",
             pairs.join(", ")
         );
     }

@@ -6,15 +6,18 @@
 //!    service, which could be wrong) and decides: held, oversold, or lost.
 //! 3. [`database`]: for the MySQL strategies, what each sale cost the database
 //!    (statements, attempts, version conflicts), read before and after the attack.
-//! 4. [`report`]: everything one run measured, and whether the strategy kept its promise.
+//! 4. [`orders`]: with `--orders`, once the stream drained, one order in MySQL per unit sold.
+//! 5. [`report`]: everything one run measured, and whether the strategy kept its promise.
 //!
-//! [`run`] puts the four together.
+//! [`run`] puts them together.
 
 pub mod crowd;
 
 pub mod checker;
 
 pub mod database;
+
+pub mod orders;
 
 pub mod report;
 
@@ -95,8 +98,14 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         ))
         .into());
     }
-    let judgement = checker::judge(options.initial_stock, &target, &sale, &tally);
-    let mut report = Report::new(options, target, &sale, tally, judgement).with_database_cost(database_cost);
+    let orders = match target.orders {
+        true => Some(orders::read_orders(&options.redis_url, &options.mysql_url).await?),
+        false => None,
+    };
+    let judgement = checker::judge(options.initial_stock, &target, &sale, &tally, orders.as_ref());
+    let mut report = Report::new(options, target, &sale, tally, judgement)
+        .with_database_cost(database_cost)
+        .with_orders(orders);
     report.findings.extend(unmeasured);
     Ok(report)
 }

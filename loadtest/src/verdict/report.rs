@@ -10,6 +10,7 @@ use seckill::strategy::{FencingStatus, Strategy};
 use super::checker::{FenceRefusals, Judgement, SaleState, Verdict};
 use super::crowd::{Buyers, Tally, Target};
 use super::database::DatabaseCost;
+use super::orders::OrdersState;
 use super::Options;
 use crate::latency::Latencies;
 
@@ -82,6 +83,9 @@ pub struct Report {
     /// The MySQL strategies: what the sale cost the database.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub database: Option<DatabaseCost>,
+    /// With `--orders`: the orders in MySQL, once the stream drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orders: Option<OrdersState>,
 }
 
 impl Report {
@@ -129,7 +133,13 @@ impl Report {
             expected_to_oversell,
             findings: judgement.findings,
             database: None,
+            orders: None,
         }
+    }
+
+    pub fn with_orders(mut self, orders: Option<OrdersState>) -> Self {
+        self.orders = orders;
+        self
     }
 
     pub fn with_database_cost(mut self, cost: Option<DatabaseCost>) -> Self {
@@ -145,6 +155,9 @@ impl Report {
         }
         if self.one_per_buyer {
             how.push("one per buyer".to_owned());
+        }
+        if self.orders.is_some() {
+            how.push("orders".to_owned());
         }
         let takes_a_local_queue = <Strategy as clap::ValueEnum>::from_str(&self.strategy, true)
             .is_ok_and(|strategy| strategy.takes_a_local_queue() && strategy != Strategy::Atomic);
@@ -217,6 +230,7 @@ pub(crate) mod tests {
             expected_to_oversell,
             findings: vec![],
             database: None,
+            orders: None,
         }
     }
 

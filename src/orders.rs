@@ -1,0 +1,268 @@
+//! Orders (`--orders true`): every unit sold becomes a row in MySQL, written
+//! asynchronously, so that no buyer waits for the database.
+//!
+//! 1. **In the same step as the unit.** The script that takes the unit (the fenced write,
+//!    or the atomic script) also appends the sale to the Redis Stream [`ORDERS_STREAM`]
+//!    (`XADD`). Redis runs a script whole, so there is no unit sold without its entry,
+//!    and no entry without its unit.
+//! 2. **A consumer group.** Every instance runs an [`OrderWriter`], one consumer of the
+//!    group [`ORDERS_GROUP`]. It reads entries (`XREADGROUP`), writes them into the
+//!    table `seckill_orders` with `INSERT IGNORE`, and only then acknowledges them (`XACK`). The
+//!    sale id is the table's primary key, so an entry written twice is one row.
+//! 3. **Nothing left behind.** An entry read by a consumer that died before its `XACK`
+//!    stays pending in the group. Every consumer takes over the entries pending longer
+//!    than `--orders-claim-idle-ms` (`XAUTOCLAIM`) and writes them again: harmless, by 2.
+//!    A consumer that restarts first reads its own pending entries.
+//! 4. **MySQL down.** The write fails, nothing is acknowledged, and the consumer tries
+//!    the same entries again after a pause: the stream holds them meanwhile.
+//!
+//! A reset deletes the stream and its group; the consumers create the group again
+//! (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`. Each order names the sale
+//! it belongs to (`stock:sale`, drawn at every reset), so orders of earlier sales stay in
+//! the table without being counted in a new one.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use sqlx::MySqlPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::stock::SaleRecord;
+
+/// The Redis Stream of orders not yet known to be in MySQL: one entry per unit sold.
+pub const ORDERS_STREAM: &str = "stock:orders";
+/// The consumer group of the instances that write the orders.
+pub const ORDERS_GROUP: &str = "orders";
+/// An entry's fields: the sale's name, and the sale record as JSON.
+pub const SALE_FIELD: &str = "sale";
+pub const RECORD_FIELD: &str = "record";
+
+/// Entries one read or one claim takes at most.
+const BATCH: usize = 100;
+/// How long one read waits for new entries; under the connection's response timeout.
+const BLOCK: Duration = Duration::from_millis(1000);
+/// Pause after a failure (MySQL or Redis down) before the same entries are tried again.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// One instance's consumer of the orders stream.
+pub struct OrderWriter {
+    /// A connection of its own: a blocking read would hold up every sale's command on a
+    /// shared one.
+    redis: ConnectionManager,
+    mysql: MySqlPool,
+    /// The consumer's name in the group: the instance's.
+    consumer: String,
+    /// Entries pending longer than this under another consumer are taken over.
+    claim_idle: Duration,
+}
+
+/// Where the next read starts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ReadFrom {
+    /// This consumer's own pending entries (`0`): after a start or a failure.
+    OwnPending,
+    /// Entries no consumer has read yet (`>`).
+    New,
+}
+
+impl ReadFrom {
+    fn id(self) -> &'static str {
+        match self {
+            ReadFrom::OwnPending => "0",
+            ReadFrom::New => ">",
+        }
+    }
+}
+
+impl OrderWriter {
+    pub fn new(redis: ConnectionManager, mysql: MySqlPool, consumer: String, claim_idle: Duration) -> Self {
+        OrderWriter {
+            redis,
+            mysql,
+            consumer,
+            claim_idle,
+        }
+    }
+
+    /// Writes orders until `stopping` is cancelled; a batch under way is finished first.
+    pub async fn run(mut self, stopping: CancellationToken) {
+        let mut read_from = ReadFrom::OwnPending;
+        let mut last_claim = Instant::now();
+        while !stopping.is_cancelled() {
+            let step = if last_claim.elapsed() >= self.claim_idle / 2 {
+                last_claim = Instant::now();
+                self.take_over_stalled().await
+            } else {
+                self.read_and_write(read_from).await
+            };
+            match step {
+                // Its own pending entries are written: from now on, only new ones.
+                Ok(Progress::NothingThere) if read_from == ReadFrom::OwnPending => read_from = ReadFrom::New,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "orders: not written yet; trying the same entries again");
+                    read_from = ReadFrom::OwnPending;
+                    tokio::select! {
+                        () = tokio::time::sleep(RETRY_PAUSE) => {}
+                        () = stopping.cancelled() => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One read from the group, and the orders it brought written and acknowledged.
+    async fn read_and_write(&mut self, read_from: ReadFrom) -> Result<Progress, OrderError> {
+        let mut options = StreamReadOptions::default()
+            .group(ORDERS_GROUP, &self.consumer)
+            .count(BATCH);
+        if read_from == ReadFrom::New {
+            options = options.block(BLOCK.as_millis() as usize);
+        }
+        let read: redis::RedisResult<Option<StreamReadReply>> = self
+            .redis
+            .xread_options(&[ORDERS_STREAM], &[read_from.id()], &options)
+            .await;
+        let entries: Vec<StreamId> = match read {
+            Ok(reply) => reply
+                .into_iter()
+                .flat_map(|reply| reply.keys)
+                .flat_map(|key| key.ids)
+                .collect(),
+            Err(error) if error.code() == Some("NOGROUP") => {
+                self.create_group().await?;
+                return Ok(Progress::Done);
+            }
+            Err(error) => return Err(error.into()),
+        };
+        self.write(&entries).await
+    }
+
+    /// Takes over the entries other consumers left pending too long, and writes them.
+    async fn take_over_stalled(&mut self) -> Result<Progress, OrderError> {
+        let options = StreamAutoClaimOptions::default().count(BATCH);
+        let claimed: redis::RedisResult<StreamAutoClaimReply> = self
+            .redis
+            .xautoclaim_options(
+                ORDERS_STREAM,
+                ORDERS_GROUP,
+                &self.consumer,
+                self.claim_idle.as_millis() as u64,
+                "0-0",
+                options,
+            )
+            .await;
+        match claimed {
+            Ok(reply) => {
+                if !reply.claimed.is_empty() {
+                    tracing::info!(
+                        entries = reply.claimed.len(),
+                        "orders: took over entries another consumer left pending"
+                    );
+                }
+                self.write(&reply.claimed).await
+            }
+            Err(error) if error.code() == Some("NOGROUP") => Ok(Progress::Done),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// The group, created at the stream's start (and the stream with it) if it is gone.
+    async fn create_group(&mut self) -> Result<(), OrderError> {
+        let created: redis::RedisResult<()> = self
+            .redis
+            .xgroup_create_mkstream(ORDERS_STREAM, ORDERS_GROUP, "0")
+            .await;
+        match created {
+            Err(error) if error.code() != Some("BUSYGROUP") => Err(error.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `entries` as orders, then acknowledges them: an entry is acknowledged only
+    /// once its row is in MySQL.
+    async fn write(&mut self, entries: &[StreamId]) -> Result<Progress, OrderError> {
+        if entries.is_empty() {
+            return Ok(Progress::NothingThere);
+        }
+        let orders: Vec<Order> = entries.iter().filter_map(Order::from_entry).collect();
+        if orders.len() < entries.len() {
+            // Only our scripts write the stream; an entry they could not have written is
+            // not an order, and trying it again would not make it one.
+            tracing::error!(
+                unreadable = entries.len() - orders.len(),
+                "orders: entries that are not sales were acknowledged unwritten"
+            );
+        }
+        write_orders(&self.mysql, &orders).await?;
+        let ids: Vec<&str> = entries.iter().map(|entry| entry.id.as_str()).collect();
+        let _: usize = self.redis.xack(ORDERS_STREAM, ORDERS_GROUP, &ids).await?;
+        Ok(Progress::Done)
+    }
+}
+
+/// What one step of the writer did.
+enum Progress {
+    /// It wrote orders, or made ready to (it created the group).
+    Done,
+    /// There was nothing to read where it read.
+    NothingThere,
+}
+
+/// One order, as the table `seckill_orders` holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    pub sale_id: String,
+    /// The name of the sale it was sold in (`stock:sale`).
+    pub sale: String,
+    pub buyer: Option<String>,
+    pub instance: String,
+    pub sold_at_ms: u64,
+}
+
+impl Order {
+    /// The order an entry of the stream describes, or `None` if it describes none.
+    fn from_entry(entry: &StreamId) -> Option<Order> {
+        let sale: String = entry.get(SALE_FIELD)?;
+        let record: String = entry.get(RECORD_FIELD)?;
+        let record: SaleRecord = serde_json::from_str(&record).ok()?;
+        Some(Order {
+            sale_id: record.sale_id,
+            sale,
+            buyer: record.buyer,
+            instance: record.instance,
+            sold_at_ms: record.sold_at_ms,
+        })
+    }
+}
+
+/// Inserts `orders` in one statement; an order already there is left as it is.
+pub async fn write_orders(mysql: &MySqlPool, orders: &[Order]) -> Result<(), sqlx::Error> {
+    if orders.is_empty() {
+        return Ok(());
+    }
+    let mut insert =
+        sqlx::QueryBuilder::new("INSERT IGNORE INTO seckill_orders (sale_id, sale, buyer, instance, sold_at) ");
+    insert.push_values(orders, |mut row, order| {
+        row.push_bind(&order.sale_id)
+            .push_bind(&order.sale)
+            .push_bind(&order.buyer)
+            .push_bind(&order.instance)
+            .push("FROM_UNIXTIME(")
+            .push_bind_unseparated(order.sold_at_ms as f64 / 1000.0)
+            .push_unseparated(")");
+    });
+    insert.build().execute(mysql).await?;
+    Ok(())
+}
+
+/// Why a batch of orders was not written (it is tried again).
+#[derive(Debug, thiserror::Error)]
+enum OrderError {
+    #[error("redis (orders stream) failed: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("mysql (orders table) failed: {0}")]
+    Mysql(#[from] sqlx::Error),
+}

@@ -1,0 +1,206 @@
+//! Orders (`--orders`, `src/orders.rs`), against the project's test Redis and a real
+//! MariaDB: every unit sold by two instances becomes one order row; an order a dead
+//! consumer read and wrote but never acknowledged is taken over and written again,
+//! still one row; a MariaDB killed and started again under the sale loses no order.
+//! The 500-request runs with orders are in loadtest/tests/e2e.rs.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use seckill::orders::{ORDERS_GROUP, ORDERS_STREAM};
+use seckill::server::Instance;
+use seckill::stock::SaleRecord;
+use seckill::strategy::Strategy;
+
+async fn instance(db: u8, mysql_url: String) -> Instance {
+    common::instance_with(Strategy::Redis, db, |config| {
+        config.orders = true;
+        config.orders_claim_idle_ms = 200;
+        config.mysql_url = mysql_url;
+    })
+    .await
+}
+
+/// The sale's name and the ids of the units sold, from Redis.
+async fn sold(redis: &mut redis::aio::MultiplexedConnection) -> (String, BTreeSet<String>) {
+    let name: String = redis.get("stock:sale").await.unwrap();
+    let records: Vec<String> = redis.lrange("sales", 0, -1).await.unwrap();
+    let ids = records
+        .iter()
+        .map(|line| serde_json::from_str::<SaleRecord>(line).unwrap().sale_id)
+        .collect();
+    (name, ids)
+}
+
+/// The sale ids and buyers of the orders of sale `name` in MySQL.
+async fn orders_of(mysql_url: &str, name: &str) -> Vec<(String, Option<String>)> {
+    let pool = sqlx::MySqlPool::connect(mysql_url).await.unwrap();
+    let rows = sqlx::query_as("SELECT sale_id, buyer FROM seckill_orders WHERE sale = ? ORDER BY sale_id")
+        .bind(name)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rows
+}
+
+/// The orders of sale `name`, once there are `count` of them and the group holds none
+/// pending; panics after `within`.
+async fn wait_for_orders(
+    redis: &mut redis::aio::MultiplexedConnection,
+    mysql_url: &str,
+    name: &str,
+    count: usize,
+    within: Duration,
+) -> Vec<(String, Option<String>)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let orders = orders_of(mysql_url, name).await;
+        // NOGROUP until a consumer has created the group: not drained yet.
+        let pending: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
+            .arg(ORDERS_STREAM)
+            .arg(ORDERS_GROUP)
+            .query_async(redis)
+            .await;
+        let none_pending =
+            matches!(&pending, Ok(redis::Value::Array(summary)) if summary.first() == Some(&redis::Value::Int(0)));
+        if orders.len() == count && none_pending {
+            return orders;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {within:?}: {} orders of {count}, pending {pending:?}",
+            orders.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
+    let mysql_url = common::mysql_url();
+    let (first, second) = (
+        instance(98, mysql_url.clone()).await,
+        instance(98, mysql_url.clone()).await,
+    );
+    common::reset_stock(&first.url, 20).await;
+    let http = reqwest::Client::new();
+    let answers = futures_util::future::join_all((0..30).map(|buyer| {
+        let url = if buyer % 2 == 0 { &first.url } else { &second.url };
+        let http = &http;
+        async move { common::buy_as(http, url, &format!("buyer-{buyer}")).await }
+    }))
+    .await;
+    assert_eq!(
+        answers.iter().filter(|answer| *answer == "sold").count(),
+        20,
+        "{answers:?}"
+    );
+    let mut redis = common::connection(&common::redis_client(98).await).await;
+    let (name, sold) = sold(&mut redis).await;
+    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(10)).await;
+    let ordered: BTreeSet<String> = orders.iter().map(|(sale_id, _)| sale_id.clone()).collect();
+    assert_eq!(ordered, sold, "one order per unit sold, by sale id");
+    assert!(orders
+        .iter()
+        .all(|(_, buyer)| buyer.as_deref().is_some_and(|b| b.starts_with("buyer-"))));
+    assert_eq!(common::healthz(&first.url).await["orders"], true);
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+}
+
+/// A consumer that read an order, wrote its row and died before its `XACK` leaves the
+/// entry pending. The instance takes it over after `--orders-claim-idle-ms` and writes
+/// it again: the primary key keeps it one row, and the entry is acknowledged.
+#[tokio::test]
+async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and_stays_one_row() {
+    let mysql_url = common::mysql_url();
+    let app = instance(99, mysql_url.clone()).await;
+    common::reset_stock(&app.url, 5).await;
+    let http = reqwest::Client::new();
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
+    let mut redis = common::connection(&common::redis_client(99).await).await;
+    let (name, _) = sold(&mut redis).await;
+    wait_for_orders(&mut redis, &mysql_url, &name, 1, Duration::from_secs(10)).await;
+
+    // The dead consumer: one new entry, read by "ghost" in the same transaction as it is
+    // added (so the instance's consumer cannot read it first), and its row written.
+    let ghost_sale = format!("ghost-{:016x}", rand::random::<u64>());
+    let record = serde_json::json!({
+        "sale_id": &ghost_sale, "instance": "ghost", "port": 1, "strategy": "redis",
+        "buyer": "bob", "lock_wait_ms": 0.0, "locked_at_ms": 0, "sold_at_ms": 1_700_000_000_000u64,
+    })
+    .to_string();
+    let (_, read): (String, redis::Value) = redis::pipe()
+        .atomic()
+        .cmd("XADD")
+        .arg(ORDERS_STREAM)
+        .arg("*")
+        .arg("sale")
+        .arg(&name)
+        .arg("record")
+        .arg(&record)
+        .cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(ORDERS_GROUP)
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg(ORDERS_STREAM)
+        .arg(">")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(format!("{read:?}").contains(&ghost_sale), "the ghost read it: {read:?}");
+    let pool = sqlx::MySqlPool::connect(&mysql_url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO seckill_orders (sale_id, sale, buyer, instance, sold_at) VALUES (?, ?, 'bob', 'ghost', NOW(3))",
+    )
+    .bind(&ghost_sale)
+    .bind(&name)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 2, Duration::from_secs(10)).await;
+    assert_eq!(orders.iter().filter(|(sale_id, _)| *sale_id == ghost_sale).count(), 1);
+    app.stop().await.unwrap();
+}
+
+/// MariaDB killed under the sale: the sales go on (they need Redis only), the orders
+/// wait in the stream, and all of them are written once MariaDB is back.
+#[tokio::test]
+async fn a_mariadb_killed_and_started_again_under_the_sale_loses_no_order() {
+    let mut mariadb = common::PrivateServer::mariadb();
+    let mysql_url = mariadb.mysql_url();
+    let app = instance(100, mysql_url.clone()).await;
+    common::reset_stock(&app.url, 20).await;
+    let http = reqwest::Client::new();
+    for buyer in 0..10 {
+        assert_eq!(
+            common::buy_as(&http, &app.url, &format!("before-{buyer}")).await,
+            "sold"
+        );
+    }
+    mariadb.stop();
+    for buyer in 0..10 {
+        assert_eq!(
+            common::buy_as(&http, &app.url, &format!("during-{buyer}")).await,
+            "sold",
+            "a sale does not wait for MySQL"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    mariadb.restart();
+    let mut redis = common::connection(&common::redis_client(100).await).await;
+    let (name, sold) = sold(&mut redis).await;
+    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(30)).await;
+    let ordered: BTreeSet<String> = orders.into_iter().map(|(sale_id, _)| sale_id).collect();
+    assert_eq!(ordered, sold);
+    app.stop().await.unwrap();
+}
