@@ -11,6 +11,8 @@
 //! | `seckill_units_sold_total` | counter | units this instance sold |
 //! | `seckill_sold_out_answers_total` | counter | buyers told "sold out" |
 //! | `seckill_sold_out_from_memory_total` | counter | of those, told by the sold-out flag without asking a lock (`--sold-out-flag`) |
+//! | `seckill_orders_written_total` | counter | `--orders`: orders this instance's writer put into MySQL (one written again after a take-over counts again) |
+//! | `seckill_orders_taken_over_total` | counter | `--orders`: orders it took over from a consumer that left them pending |
 //! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_outcome_unknown`, ...) |
 //! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
@@ -81,6 +83,8 @@ pub struct Metrics {
     units_sold: IntCounter,
     sold_out_answers: IntCounter,
     sold_out_from_memory: IntCounter,
+    orders_written: IntCounter,
+    orders_taken_over: IntCounter,
     failures: IntCounterVec,
     lock_wait: Histogram,
     lock_waiters: IntGauge,
@@ -115,6 +119,14 @@ impl Metrics {
         let sold_out_from_memory = counter(
             "seckill_sold_out_from_memory_total",
             "Buyers told sold out by the sold-out flag, without asking a lock.",
+        );
+        let orders_written = counter(
+            "seckill_orders_written_total",
+            "Orders this instance's writer put into MySQL (--orders).",
+        );
+        let orders_taken_over = counter(
+            "seckill_orders_taken_over_total",
+            "Orders this instance's writer took over from a consumer that left them pending (--orders).",
         );
         // Only redis-degrade has modes: for any other strategy this counter could never move,
         // so it is not shown.
@@ -196,6 +208,8 @@ impl Metrics {
             units_sold,
             sold_out_answers,
             sold_out_from_memory,
+            orders_written,
+            orders_taken_over,
             failures,
             lock_wait,
             lock_waiters,
@@ -219,6 +233,12 @@ impl Metrics {
     /// A buyer told "sold out" by the sold-out flag (counted as an answer too).
     pub fn record_sold_out_from_memory(&self) {
         self.sold_out_from_memory.inc();
+    }
+
+    /// The order writer put `orders` into MySQL, `taken_over` of them from another consumer.
+    pub fn record_orders_written(&self, orders: usize, taken_over: usize) {
+        self.orders_written.inc_by(orders as u64);
+        self.orders_taken_over.inc_by(taken_over as u64);
     }
 
     /// A grant, after waiting `seconds` for it.

@@ -21,6 +21,7 @@
 //! it belongs to (`stock:sale`, drawn at every reset), so orders of earlier sales stay in
 //! the table without being counted in a new one.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
@@ -29,6 +30,7 @@ use redis::AsyncCommands;
 use sqlx::MySqlPool;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
 use crate::stock::SaleRecord;
 
 /// The Redis Stream of orders not yet known to be in MySQL: one entry per unit sold.
@@ -56,6 +58,7 @@ pub struct OrderWriter {
     consumer: String,
     /// Entries pending longer than this under another consumer are taken over.
     claim_idle: Duration,
+    metrics: Arc<Metrics>,
 }
 
 /// Where the next read starts.
@@ -77,12 +80,19 @@ impl ReadFrom {
 }
 
 impl OrderWriter {
-    pub fn new(redis: ConnectionManager, mysql: MySqlPool, consumer: String, claim_idle: Duration) -> Self {
+    pub fn new(
+        redis: ConnectionManager,
+        mysql: MySqlPool,
+        consumer: String,
+        claim_idle: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         OrderWriter {
             redis,
             mysql,
             consumer,
             claim_idle,
+            metrics,
         }
     }
 
@@ -137,7 +147,7 @@ impl OrderWriter {
             }
             Err(error) => return Err(error.into()),
         };
-        self.write(&entries).await
+        self.write(&entries, Source::Read).await
     }
 
     /// Takes over the entries other consumers left pending too long, and writes them.
@@ -162,7 +172,7 @@ impl OrderWriter {
                         "orders: took over entries another consumer left pending"
                     );
                 }
-                self.write(&reply.claimed).await
+                self.write(&reply.claimed, Source::TakenOver).await
             }
             Err(error) if error.code() == Some("NOGROUP") => Ok(Progress::Done),
             Err(error) => Err(error.into()),
@@ -183,7 +193,7 @@ impl OrderWriter {
 
     /// Writes `entries` as orders, then acknowledges them: an entry is acknowledged only
     /// once its row is in MySQL.
-    async fn write(&mut self, entries: &[StreamId]) -> Result<Progress, OrderError> {
+    async fn write(&mut self, entries: &[StreamId], source: Source) -> Result<Progress, OrderError> {
         if entries.is_empty() {
             return Ok(Progress::NothingThere);
         }
@@ -199,8 +209,19 @@ impl OrderWriter {
         write_orders(&self.mysql, &orders).await?;
         let ids: Vec<&str> = entries.iter().map(|entry| entry.id.as_str()).collect();
         let _: usize = self.redis.xack(ORDERS_STREAM, ORDERS_GROUP, &ids).await?;
+        let taken_over = if source == Source::TakenOver { orders.len() } else { 0 };
+        self.metrics.record_orders_written(orders.len(), taken_over);
         Ok(Progress::Done)
     }
+}
+
+/// Where a batch of entries came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// Read from the group by this consumer.
+    Read,
+    /// Taken over from another consumer (`XAUTOCLAIM`).
+    TakenOver,
 }
 
 /// What one step of the writer did.

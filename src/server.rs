@@ -54,7 +54,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             .then(|| segments.all().map(|_| Default::default()).collect()),
         in_flight: Default::default(),
     };
-    if let Some(writer) = wiring::order_writer(config, &client).await? {
+    if let Some(writer) = wiring::order_writer(config, &client, sale.metrics.clone()).await? {
         sale.keep_running(writer.run(sale.stopping()));
     }
     let limits = Limits {

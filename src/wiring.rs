@@ -22,6 +22,7 @@ use crate::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use crate::lock::redlock::{Redlock, RedlockOptions};
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
+use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
 use crate::sale::Guarding;
 use crate::segments::Segments;
@@ -217,7 +218,11 @@ async fn release_notices(config: &Config, redis: &::redis::Client) -> anyhow::Re
 
 /// With `--orders`, the instance's consumer of the orders stream (see [`crate::orders`]),
 /// on a Redis connection and a small MySQL pool of its own.
-pub async fn order_writer(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<Option<OrderWriter>> {
+pub async fn order_writer(
+    config: &Config,
+    stock_redis: &::redis::Client,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Option<OrderWriter>> {
     if !config.orders {
         return Ok(None);
     }
@@ -232,6 +237,7 @@ pub async fn order_writer(config: &Config, stock_redis: &::redis::Client) -> any
         mysql,
         config.instance_name(),
         Duration::from_millis(config.orders_claim_idle_ms),
+        metrics,
     )))
 }
 

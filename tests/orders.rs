@@ -169,6 +169,12 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
 
     let orders = wait_for_orders(&mut redis, &mysql_url, &name, 2, Duration::from_secs(10)).await;
     assert_eq!(orders.iter().filter(|(sale_id, _)| *sale_id == ghost_sale).count(), 1);
+    assert_eq!(common::metric(&app.url, "seckill_orders_taken_over_total").await, 1.0);
+    assert_eq!(
+        common::metric(&app.url, "seckill_orders_written_total").await,
+        2.0,
+        "alice's order, and the ghost's written again"
+    );
     app.stop().await.unwrap();
 }
 

@@ -18,19 +18,6 @@ async fn instance(db: u8, sold_out_flag: bool) -> Instance {
     .await
 }
 
-/// A counter or a histogram's count from the instance's `/metrics`.
-async fn metric(base_url: &str, name: &str) -> f64 {
-    let page = reqwest::get(format!("{base_url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    page.lines()
-        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in:\n{page}"))
-}
-
 const LOCK_GRANTS: &str = "seckill_sale_step_seconds_count{step=\"lock\"}";
 const FROM_MEMORY: &str = "seckill_sold_out_from_memory_total";
 
@@ -42,13 +29,13 @@ async fn grants_after_the_sell_out(app: &Instance) -> (f64, f64) {
     for _ in 0..SEGMENTS {
         assert_eq!(common::buy(&http, &app.url).await, "sold");
     }
-    let grants_before = metric(&app.url, LOCK_GRANTS).await;
+    let grants_before = common::metric(&app.url, LOCK_GRANTS).await;
     for _ in 0..20 {
         assert_eq!(common::buy(&http, &app.url).await, "sold out");
     }
     (
-        metric(&app.url, LOCK_GRANTS).await - grants_before,
-        metric(&app.url, FROM_MEMORY).await,
+        common::metric(&app.url, LOCK_GRANTS).await - grants_before,
+        common::metric(&app.url, FROM_MEMORY).await,
     )
 }
 
@@ -78,10 +65,10 @@ async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer(
     // The first buyer after the sell-out reads the segments the flag does not know yet
     // (if the one who bought read them all on the way, the flag answers this one too).
     assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
-    let answered_before = metric(&flagged.url, FROM_MEMORY).await;
+    let answered_before = common::metric(&flagged.url, FROM_MEMORY).await;
     assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
     assert_eq!(
-        metric(&flagged.url, FROM_MEMORY).await,
+        common::metric(&flagged.url, FROM_MEMORY).await,
         answered_before + 1.0,
         "the flag answered the second"
     );

@@ -23,6 +23,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    without a lock (src/sold_out.rs)
 #   +one-per-buyer   `--one-per-buyer true`: a buyer gets one unit at most, checked in the
 #                    script that takes it (src/buyers.rs)
+#   +orders          `--orders true`: each unit sold becomes an order row in MySQL, through
+#                    the Redis Stream stock:orders and the instances' consumer group (src/orders.rs)
 # Variants add up: `redis+segments-16+sold-out-flag`.
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
@@ -38,7 +40,8 @@ variant_flags() {
       segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
       sold-out-flag) flags+=(--sold-out-flag true) ;;
       one-per-buyer) flags+=(--one-per-buyer true) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag and +one-per-buyer, one after another (redis+segments-16+sold-out-flag)" ;;
+      orders) flags+=(--orders true) ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer and +orders, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
   echo "${flags[*]}"

@@ -113,6 +113,19 @@ impl Drop for ServeProcess {
     }
 }
 
+/// A counter or a histogram's count from the instance's `/metrics`.
+pub async fn metric(base_url: &str, name: &str) -> f64 {
+    let page = reqwest::get(format!("{base_url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{page}"))
+}
+
 /// One `GET /stock/reduce`, told as a word: `sold`, `sold out`, the status and error
 /// code (`503 lock_lost`), or `no answer: ...`.
 pub async fn buy(http: &reqwest::Client, base_url: &str) -> String {
