@@ -20,6 +20,16 @@
 #   stock-redis-killed              the stock Redis (AOF, fsync always) is killed and restarted
 #   mysql-killed                    MariaDB is killed under the MySQL locks; restarted at once
 #
+# The order faults: `redis+orders`, each unit sold becomes an order written into MySQL
+# through the stream stock:orders (src/orders.rs); every instance takes over orders another
+# left pending for 1 s (--orders-claim-idle-ms). The verdict waits for the orders and
+# counts a missing one as a lost sale.
+#   order-writer-killed             MariaDB is paused (SIGSTOP) for 3 s, so that each instance's
+#                                   order writer hangs in its INSERT with a batch read and not
+#                                   acknowledged; instance 1 is killed in the middle of that
+#                                   batch, then MariaDB resumes
+#   orders-mysql-killed             MariaDB is killed under the orders; restarted 3 s later
+#
 # The network faults: each instance reaches its lock backend through a nemesis of its own
 # (scripts/lib/nemesis.sh), and only instance 1's is struck, so that instance runs on while
 # its talk with the lock goes wrong. For redis the lock then lives in the lock Redis, apart
@@ -81,7 +91,7 @@ FAILOVER_FAULTS="lock-redis-failover lock-redis-failover-wait"
 CLOCK_FAULTS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
-  lock-redis-paused stock-redis-killed mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS $CLOCK_FAULTS"
+  lock-redis-paused stock-redis-killed mysql-killed order-writer-killed orders-mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS $CLOCK_FAULTS"
 OUTAGE_SECONDS=3
 # answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
 # and any renewal timeout.
@@ -118,6 +128,7 @@ strategies_for() {
     lock-redis-*) echo redis-degrade ;;
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
+    order-writer-killed | orders-mysql-killed) echo redis+orders ;;
     redlock-clock-jump) echo redlock ;;
     redis-clock-jump | instance-clock-jump) echo redis ;;
     *) die "unknown fault '$1'; the faults are: $(echo $ALL_FAULTS)" ;;
@@ -154,6 +165,13 @@ short_partition_seconds() {
     zookeeper) echo 2.5 ;;
     *) echo 1.5 ;;
   esac
+}
+
+# The order faults: an order left pending by a dead writer is taken over after 1 s.
+quick_takeover() {
+  local i
+  [[ $1 == order* ]] || return 0
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" --orders-claim-idle-ms 1000"; done
 }
 
 # waiters-partitioned and answers-delayed: instance 1's buyers give up after 1 s, so that
@@ -195,7 +213,7 @@ wait_until_first_holds() {
   local lock_redis=("${STOCK_REDIS[@]}")
   is_network_fault "$2" && lock_redis=("${LOCK_REDIS[@]}")
   is_failover_fault "$2" && lock_redis=(redis-cli -p "$(failover_master_port)")
-  case $1 in
+  case ${1%%+*} in
     redis-degrade) lock_redis=("${LOCK_REDIS[@]}") ;&
     redlock) [[ $1 == redlock ]] && lock_redis=(redis-cli -u "${SECKILL_REDLOCK_URLS%%,*}") ;&
     redis)
@@ -255,6 +273,9 @@ strike() {
     lock-redis-paused) cluster pause lock-redis; sleep $OUTAGE_SECONDS; cluster resume lock-redis ;;
     stock-redis-killed) kill_then_restart 0 stock-redis ;;
     mysql-killed) kill_then_restart 0 mysql ;;
+    order-writer-killed)
+      cluster pause mysql; sleep $OUTAGE_SECONDS; kill -KILL "$holder"; cluster resume mysql ;;
+    orders-mysql-killed) kill_then_restart $OUTAGE_SECONDS mysql ;;
     holder-partitioned) nemesis partition; sleep "$(past_lease_seconds "$strategy")"; heal ;;
     waiters-partitioned) nemesis partition; sleep "$(short_partition_seconds "$strategy")"; heal ;;
     answers-delayed) nemesis "$ANSWER_DELAY"; sleep $OUTAGE_SECONDS; heal ;;
@@ -353,6 +374,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
         impatient_first "$fault"
         follow_sentinels "$fault"
+        quick_takeover "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000

@@ -145,6 +145,8 @@ impl OrderWriter {
                 self.create_group().await?;
                 return Ok(Progress::Done);
             }
+            // A reset deleted the stream while this read waited on it: read the new one.
+            Err(error) if error.code() == Some("UNBLOCKED") => return Ok(Progress::Done),
             Err(error) => return Err(error.into()),
         };
         self.write(&entries, Source::Read).await
