@@ -9,7 +9,9 @@
 #
 # By default the last runs split the stock into 2, 4, 8 and 16 segments (`+segments-N`) for
 # redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound;
-# and 16 segments again with the sold-out flag, for the table "After the sell-out".
+# and 16 segments again with the sold-out flag, for the table "After the sell-out";
+# and atomic and redis with every unit sold written as an order through a Redis Stream into
+# MySQL (`+orders`, src/orders.rs), beside the same strategies without.
 # A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
@@ -31,7 +33,7 @@ PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
   STRATEGIES=(none local atomic redis redis+no-local-queue redis-degrade redlock redlock+no-local-queue etcd zookeeper
-              mysql mysql-version python-peer
+              mysql mysql-version python-peer atomic+orders redis+orders
               redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
               mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
