@@ -137,7 +137,7 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=MAX_SEGMENTS as i64))]
     pub stock_segments: u32,
     /// Whether an instance that has seen every segment of the stock empty answers "sold
-    /// out" without a lock, after one read of the sale's generation (`src/sold_out.rs`).
+    /// out" without a lock, after one read of the sale's name (`src/sold_out.rs`).
     /// Off by default: a stock changed by hand in Redis, without a reset, is not seen.
     #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set)]
     pub sold_out_flag: bool,

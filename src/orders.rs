@@ -152,32 +152,40 @@ impl OrderWriter {
         self.write(&entries, Source::Read).await
     }
 
-    /// Takes over the entries other consumers left pending too long, and writes them.
+    /// Takes over the entries other consumers left pending too long, a batch at a time
+    /// through the whole pending list, and writes them.
     async fn take_over_stalled(&mut self) -> Result<Progress, OrderError> {
-        let options = StreamAutoClaimOptions::default().count(BATCH);
-        let claimed: redis::RedisResult<StreamAutoClaimReply> = self
-            .redis
-            .xautoclaim_options(
-                ORDERS_STREAM,
-                ORDERS_GROUP,
-                &self.consumer,
-                self.claim_idle.as_millis() as u64,
-                "0-0",
-                options,
-            )
-            .await;
-        match claimed {
-            Ok(reply) => {
-                if !reply.claimed.is_empty() {
-                    tracing::info!(
-                        entries = reply.claimed.len(),
-                        "orders: took over entries another consumer left pending"
-                    );
-                }
-                self.write(&reply.claimed, Source::TakenOver).await
+        let mut start = "0-0".to_owned();
+        loop {
+            let options = StreamAutoClaimOptions::default().count(BATCH);
+            let claimed: redis::RedisResult<StreamAutoClaimReply> = self
+                .redis
+                .xautoclaim_options(
+                    ORDERS_STREAM,
+                    ORDERS_GROUP,
+                    &self.consumer,
+                    self.claim_idle.as_millis() as u64,
+                    &start,
+                    options,
+                )
+                .await;
+            let reply = match claimed {
+                Ok(reply) => reply,
+                Err(error) if error.code() == Some("NOGROUP") => return Ok(Progress::Done),
+                Err(error) => return Err(error.into()),
+            };
+            if !reply.claimed.is_empty() {
+                tracing::info!(
+                    entries = reply.claimed.len(),
+                    "orders: took over entries another consumer left pending"
+                );
+                self.write(&reply.claimed, Source::TakenOver).await?;
             }
-            Err(error) if error.code() == Some("NOGROUP") => Ok(Progress::Done),
-            Err(error) => Err(error.into()),
+            // `0-0`: the scan has reached the end of the pending list.
+            if reply.next_stream_id == "0-0" {
+                return Ok(Progress::Done);
+            }
+            start = reply.next_stream_id;
         }
     }
 

@@ -11,7 +11,9 @@
 //! 1. Acquire the lock (wait at most the acquire timeout, the local queue included).
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
 //!    the sale is over: sold out.
-//! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token.
+//! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token; in
+//!    the same script, record the buyer (`--one-per-buyer`, [`crate::buyers`]) and
+//!    append the order (`--orders`, [`crate::orders`]).
 //! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
 //!    and log the grant's interval ([`crate::grant_log`]).
 //!

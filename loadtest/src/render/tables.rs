@@ -135,7 +135,8 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              of a flash sale, where every answer is \"sold out\" (`measure_sold_out` in \
              `loadtest/src/bench/sustained.rs`). Without the sold-out flag each of those buyers reads the stock \
              under a lock, every segment of it; a run ending in `+sold-out-flag` answers from memory once every \
-             segment is known empty, after one read of the sale's generation (`src/sold_out.rs`)."
+             segment is known empty, after one read of the sale's name, which every reset draws anew \
+             (`src/sold_out.rs`)."
         )));
         blocks.push(Block::Table(after_the_sell_out(benches)));
     }
