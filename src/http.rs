@@ -41,6 +41,7 @@ use crate::config::MAX_STOCK;
 use crate::dashboard::{self, Banner};
 use crate::error::{errors_as_json, json_error, AppError};
 use crate::lock::FencingToken;
+use crate::orders::RunningWriter;
 use crate::sale::Guarding;
 use crate::sale::{Sale, SaleOutcome};
 use crate::stock::StockSnapshot;
@@ -60,6 +61,8 @@ struct Shared {
     fencing: FencingStatus,
     initial_stock: i64,
     limits: Limits,
+    /// With `--orders`, this instance's order writer ([`crate::orders`]).
+    order_writer: Option<RunningWriter>,
 }
 
 /// How much the service takes on at once, and for how long.
@@ -77,6 +80,7 @@ impl AppState {
         initial_stock: i64,
         limits: Limits,
         reset_access: ResetAccess,
+        order_writer: Option<RunningWriter>,
     ) -> Self {
         AppState(Arc::new(Shared {
             sale: Arc::new(sale),
@@ -85,13 +89,17 @@ impl AppState {
             fencing,
             initial_stock,
             limits,
+            order_writer,
         }))
     }
 
-    /// Lets the sales under way finish, then gives back every lock still held: the
-    /// last step of a shutdown.
+    /// Lets the sales under way finish, then gives back every lock still held, then
+    /// stops the order writer: the last step of a shutdown.
     pub async fn shutdown(&self) {
         self.0.sale.shut_down().await;
+        if let Some(writer) = &self.0.order_writer {
+            writer.stop().await;
+        }
     }
 }
 

@@ -20,14 +20,15 @@
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables.
 //! 5. [`segments`]: the stock split into segments, each behind a lock of its own;
-//!    [`buyers`]: who buys, and one unit per buyer; [`orders`]: each unit sold
-//!    becomes an order, through a Redis Stream into MySQL;
+//!    [`buyers`]: who buys, and one unit per buyer;
 //!    [`stock`]: the stock in Redis, the fenced read and write that refuse a holder
 //!    whose lock is gone, and the atomic script that needs no lock; [`grant_log`]: each
 //!    grant a sale held, from grant to release, to count holders that overlapped;
 //!    [`sold_out`]: the flag that answers "sold out" without a lock once every segment
 //!    is known empty.
-//! 6. [`metrics`]: what `GET /metrics` counts; [`error`]: how failures become HTTP answers.
+//! 6. [`metrics`]: what `GET /metrics` counts; [`orders`]: each unit sold becomes an
+//!    order, written from the stock's Redis Stream into MySQL by a consumer group;
+//!    [`error`]: how failures become HTTP answers.
 //! 7. [`sale`]: one sale, start to end: the local queue, acquire, read, check, write,
 //!    release, and what the buyer is told.
 //! 8. [`wiring`]: from the config to the lock, the one place that builds every strategy.
@@ -45,11 +46,11 @@ pub mod strategy;
 pub mod config;
 pub mod segments;
 pub mod buyers;
-pub mod orders;
 pub mod stock;
 pub mod sold_out;
 pub mod grant_log;
 pub mod metrics;
+pub mod orders;
 pub mod error;
 pub mod sale;
 pub mod wiring;

@@ -2,13 +2,15 @@
 //! asynchronously, so that no buyer waits for the database.
 //!
 //! 1. **In the same step as the unit.** The script that takes the unit (the fenced write,
-//!    or the atomic script) also appends the sale to the Redis Stream [`ORDERS_STREAM`]
-//!    (`XADD`). Redis runs a script whole, so there is no unit sold without its entry,
-//!    and no entry without its unit.
+//!    or the atomic script) also appends the sale to the stock's Redis Stream
+//!    [`ORDERS_STREAM`] (`XADD`). Redis runs a script whole, so there is no unit sold
+//!    without its entry, and no entry without its unit.
 //! 2. **A consumer group.** Every instance runs an [`OrderWriter`], one consumer of the
 //!    group [`ORDERS_GROUP`]. It reads entries (`XREADGROUP`), writes them into the
-//!    table `seckill_orders` with `INSERT IGNORE`, and only then acknowledges them (`XACK`). The
-//!    sale id is the table's primary key, so an entry written twice is one row.
+//!    table `seckill_orders` with `INSERT IGNORE`, and only then acknowledges and deletes
+//!    them (`XACK` and `XDEL`, in one transaction). The sale id is the table's primary
+//!    key, so an entry written twice is one row; and the stream holds only the orders not
+//!    yet in MySQL.
 //! 3. **Nothing left behind.** An entry read by a consumer that died before its `XACK`
 //!    stays pending in the group. Every consumer takes over the entries pending longer
 //!    than `--orders-claim-idle-ms` (`XAUTOCLAIM`) and writes them again: harmless, by 2.
@@ -16,10 +18,10 @@
 //! 4. **MySQL down.** The write fails, nothing is acknowledged, and the consumer tries
 //!    the same entries again after a pause: the stream holds them meanwhile.
 //!
-//! A reset deletes the stream and its group; the consumers create the group again
-//! (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`. Each order names the sale
-//! it belongs to (`stock:sale`, drawn at every reset), so orders of earlier sales stay in
-//! the table without being counted in a new one.
+//! A reset leaves the stream alone: an order of the sale before it that is not written
+//! yet is still written. Each order names the sale it belongs to (`stock:sale`, drawn at
+//! every reset), so the orders of earlier sales are not counted in a new one. The first
+//! consumer creates the group (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,12 +31,11 @@ use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, Str
 use redis::AsyncCommands;
 use sqlx::MySqlPool;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::stock::SaleRecord;
+use crate::stock::{SaleRecord, ORDERS_STREAM};
 
-/// The Redis Stream of orders not yet known to be in MySQL: one entry per unit sold.
-pub const ORDERS_STREAM: &str = "stock:orders";
 /// The consumer group of the instances that write the orders.
 pub const ORDERS_GROUP: &str = "orders";
 /// An entry's fields: the sale's name, and the sale record as JSON.
@@ -47,6 +48,11 @@ const BATCH: usize = 100;
 const BLOCK: Duration = Duration::from_millis(1000);
 /// Pause after a failure (MySQL or Redis down) before the same entries are tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// How long a stopping instance waits for its writer; an order it had not acknowledged
+/// yet stays pending, and another writer (or this one, restarted) writes it.
+const STOP_BOUND: Duration = Duration::from_secs(5);
+/// MySQL connections of one writer: it writes one batch at a time.
+pub const WRITER_CONNECTIONS: u32 = 1;
 
 /// One instance's consumer of the orders stream.
 pub struct OrderWriter {
@@ -96,16 +102,26 @@ impl OrderWriter {
         }
     }
 
-    /// Writes orders until `stopping` is cancelled; a batch under way is finished first.
-    pub async fn run(mut self, stopping: CancellationToken) {
+    /// Runs the writer in a task of its own, until [`RunningWriter::stop`].
+    pub fn start(self) -> RunningWriter {
+        let running = RunningWriter {
+            stopping: CancellationToken::new(),
+            task: TaskTracker::new(),
+        };
+        running.task.spawn(self.run(running.stopping.clone()));
+        running.task.close();
+        running
+    }
+
+    /// Writes orders until `stopping` is cancelled. A step cut short there leaves its
+    /// entries unacknowledged, so they are written again, once: see 3 above.
+    async fn run(mut self, stopping: CancellationToken) {
         let mut read_from = ReadFrom::OwnPending;
         let mut last_claim = Instant::now();
-        while !stopping.is_cancelled() {
-            let step = if last_claim.elapsed() >= self.claim_idle / 2 {
-                last_claim = Instant::now();
-                self.take_over_stalled().await
-            } else {
-                self.read_and_write(read_from).await
+        loop {
+            let step = tokio::select! {
+                step = self.step(read_from, &mut last_claim) => step,
+                () = stopping.cancelled() => return,
             };
             match step {
                 // Its own pending entries are written: from now on, only new ones.
@@ -120,6 +136,16 @@ impl OrderWriter {
                     }
                 }
             }
+        }
+    }
+
+    /// Takes over stalled entries every half `claim_idle`, else reads from `read_from`.
+    async fn step(&mut self, read_from: ReadFrom, last_claim: &mut Instant) -> Result<Progress, OrderError> {
+        if last_claim.elapsed() >= self.claim_idle / 2 {
+            *last_claim = Instant::now();
+            self.take_over_stalled().await
+        } else {
+            self.read_and_write(read_from).await
         }
     }
 
@@ -201,8 +227,8 @@ impl OrderWriter {
         }
     }
 
-    /// Writes `entries` as orders, then acknowledges them: an entry is acknowledged only
-    /// once its row is in MySQL.
+    /// Writes `entries` as orders, then acknowledges and deletes them: an entry leaves
+    /// the stream only once its row is in MySQL.
     async fn write(&mut self, entries: &[StreamId], source: Source) -> Result<Progress, OrderError> {
         if entries.is_empty() {
             return Ok(Progress::NothingThere);
@@ -218,10 +244,31 @@ impl OrderWriter {
         }
         write_orders(&self.mysql, &orders).await?;
         let ids: Vec<&str> = entries.iter().map(|entry| entry.id.as_str()).collect();
-        let _: usize = self.redis.xack(ORDERS_STREAM, ORDERS_GROUP, &ids).await?;
+        redis::pipe()
+            .atomic()
+            .xack(ORDERS_STREAM, ORDERS_GROUP, &ids)
+            .xdel(ORDERS_STREAM, &ids)
+            .query_async::<()>(&mut self.redis)
+            .await?;
         let taken_over = if source == Source::TakenOver { orders.len() } else { 0 };
         self.metrics.record_orders_written(orders.len(), taken_over);
         Ok(Progress::Done)
+    }
+}
+
+/// A writer at work, and how to stop it.
+pub struct RunningWriter {
+    stopping: CancellationToken,
+    task: TaskTracker,
+}
+
+impl RunningWriter {
+    /// Stops the writer and waits for it, at most [`STOP_BOUND`].
+    pub async fn stop(&self) {
+        self.stopping.cancel();
+        if tokio::time::timeout(STOP_BOUND, self.task.wait()).await.is_err() {
+            tracing::warn!(bound = ?STOP_BOUND, "the order writer did not stop in time; its unacknowledged orders stay pending for another writer");
+        }
     }
 }
 

@@ -182,17 +182,6 @@ impl Sale {
             .map_err(|_| AppError::internal("the sale's task ended without an answer"))?
     }
 
-    /// Runs `work` (the order writer) beside the sales until the sale stops: it is handed
-    /// [`Sale::stopping`], and a shutdown waits for it as for a sale.
-    pub fn keep_running(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.in_flight.tasks.spawn(work);
-    }
-
-    /// Cancelled when the sale stops.
-    pub fn stopping(&self) -> CancellationToken {
-        self.in_flight.stopping.clone()
-    }
-
     /// Stops the sale: the sales not yet granted are turned away, the granted ones
     /// finish (each is bounded by the steps after the acquire), and only then are the
     /// locks given back. A lock given back earlier would let
@@ -443,7 +432,7 @@ impl Sale {
             lock_wait_ms,
             locked_at_ms,
         )
-        .to_buyer(buyer);
+        .with_buyer(buyer);
         let writing = Instant::now();
         let written = self.store.write(segment, &record, stock - 1, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
@@ -483,7 +472,7 @@ impl Sale {
 
     async fn sell_atomically(&self, buyer: Option<&BuyerId>) -> Result<SaleOutcome, AppError> {
         let record =
-            SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms()).to_buyer(buyer);
+            SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms()).with_buyer(buyer);
         let answer = |sold, stock_after| SaleOutcome {
             sold,
             stock_after,

@@ -10,6 +10,7 @@ use crate::admin::ResetAccess;
 use crate::config::Config;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
+use crate::orders::OrderWriter;
 use crate::redis_store;
 use crate::sale::{Sale, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::stock::{Seller, StockStore};
@@ -54,9 +55,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             .then(|| segments.all().map(|_| Default::default()).collect()),
         in_flight: Default::default(),
     };
-    if let Some(writer) = wiring::order_writer(config, &client, sale.metrics.clone()).await? {
-        sale.keep_running(writer.run(sale.stopping()));
-    }
+    let order_writer = wiring::order_writer(config, &client, sale.metrics.clone())
+        .await?
+        .map(OrderWriter::start);
     let limits = Limits {
         max_in_flight: config.max_in_flight as usize,
         request_timeout: request_timeout(config),
@@ -72,6 +73,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         config.initial_stock,
         limits,
         reset_access,
+        order_writer,
     ))
 }
 

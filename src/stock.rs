@@ -45,7 +45,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::buyers::{BuyerId, BUYERS_KEY};
 use crate::lock::FencingToken;
-use crate::orders::ORDERS_STREAM;
 use crate::segments::{Segment, Segments, SEGMENTS_KEY};
 
 /// Units left.
@@ -65,6 +64,9 @@ pub const SALE_NAME_KEY: &str = "stock:sale";
 pub const OUTCOMES_KEY: &str = "stock:outcomes";
 /// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
 pub const FENCE_KEY: &str = "stock:fence";
+/// The orders of `--orders` not yet written into MySQL, one entry per unit sold
+/// ([`crate::orders`] writes them).
+pub const ORDERS_STREAM: &str = "stock:orders";
 /// How many reads and writes the fence refused: a hash `{read, write}`.
 pub const FENCE_REFUSALS_KEY: &str = "stock:fence:refusals";
 
@@ -231,7 +233,7 @@ impl SaleRecord {
     }
 
     /// The same record, naming the buyer the request named.
-    pub fn to_buyer(mut self, buyer: Option<&BuyerId>) -> Self {
+    pub fn with_buyer(mut self, buyer: Option<&BuyerId>) -> Self {
         self.buyer = buyer.map(|buyer| buyer.as_str().to_owned());
         self
     }
@@ -430,7 +432,6 @@ impl StockStore {
             .del(FENCE_KEY)
             .del(FENCE_REFUSALS_KEY)
             .del(BUYERS_KEY)
-            .del(ORDERS_STREAM)
             .incr(GENERATION_KEY, 1)
             .set(SALE_NAME_KEY, format!("{:032x}", rand::random::<u128>()));
         if self.segments != Segments::ONE {

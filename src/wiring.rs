@@ -229,7 +229,7 @@ pub async fn order_writer(
     let redis = crate::redis_store::connection_manager(stock_redis)
         .await
         .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
-    let mysql = crate::mysql_store::connect_checked(&config.mysql_url, ORDER_WRITER_CONNECTIONS)
+    let mysql = crate::mysql_store::connect_checked(&config.mysql_url, crate::orders::WRITER_CONNECTIONS)
         .await
         .context("--orders writes every order into MySQL")?;
     Ok(Some(OrderWriter::new(
@@ -240,9 +240,6 @@ pub async fn order_writer(
         metrics,
     )))
 }
-
-/// The order writer writes one batch at a time.
-const ORDER_WRITER_CONNECTIONS: u32 = 2;
 
 /// The pool of the MySQL strategies, after checking that the semaphore leaves
 /// connections free for renewals and releases.

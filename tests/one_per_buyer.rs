@@ -7,9 +7,7 @@
 
 mod common;
 
-use redis::AsyncCommands;
 use seckill::server::Instance;
-use seckill::stock::SaleRecord;
 use seckill::strategy::Strategy;
 
 async fn instance(strategy: Strategy, db: u8, one_per_buyer: bool, segments: u32) -> Instance {
@@ -18,13 +16,6 @@ async fn instance(strategy: Strategy, db: u8, one_per_buyer: bool, segments: u32
         config.stock_segments = segments;
     })
     .await
-}
-
-/// The sale records in Redis, in the order they were written.
-async fn records(db: u8) -> Vec<SaleRecord> {
-    let mut redis = common::connection(&common::redis_client(db).await).await;
-    let lines: Vec<String> = redis.lrange("sales", 0, -1).await.unwrap();
-    lines.iter().map(|line| serde_json::from_str(line).unwrap()).collect()
 }
 
 /// Twenty requests of one buyer at once, ten through each instance, four segments
@@ -48,7 +39,11 @@ async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_u
     let refused = answers.iter().filter(|answer| *answer == "409 already_bought").count();
     assert_eq!((sold, refused), (1, 19), "{answers:?}");
     assert_eq!(common::buy_as(&http, &second.url, "bob").await, "sold");
-    let buyers: Vec<Option<String>> = records(91).await.into_iter().map(|record| record.buyer).collect();
+    let buyers: Vec<Option<String>> = common::sale_records(91)
+        .await
+        .into_iter()
+        .map(|record| record.buyer)
+        .collect();
     assert_eq!(buyers, [Some("alice".to_owned()), Some("bob".to_owned())]);
     assert_eq!(common::healthz(&first.url).await["one_per_buyer"], true);
     first.stop().await.unwrap();
@@ -86,7 +81,7 @@ async fn a_request_without_a_buyer_or_with_a_malformed_one_is_refused_and_sells_
     assert!(body["message"].as_str().unwrap().contains("?buyer="), "{body}");
     assert_eq!(common::buy_as(&http, &app.url, "two%20words").await, "400 bad_request");
     assert_eq!(common::buy_as(&http, &app.url, "").await, "400 bad_request");
-    assert!(records(93).await.is_empty(), "nothing was sold");
+    assert!(common::sale_records(93).await.is_empty(), "nothing was sold");
     app.stop().await.unwrap();
 }
 
@@ -98,7 +93,11 @@ async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
     assert_eq!(common::buy(&http, &app.url).await, "sold", "no buyer needed");
-    let buyers: Vec<Option<String>> = records(94).await.into_iter().map(|record| record.buyer).collect();
+    let buyers: Vec<Option<String>> = common::sale_records(94)
+        .await
+        .into_iter()
+        .map(|record| record.buyer)
+        .collect();
     assert_eq!(buyers, [Some("alice".to_owned()), Some("alice".to_owned()), None]);
     assert_eq!(common::healthz(&app.url).await["one_per_buyer"], false);
     app.stop().await.unwrap();

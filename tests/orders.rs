@@ -10,9 +10,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use seckill::orders::{ORDERS_GROUP, ORDERS_STREAM};
+use seckill::orders::ORDERS_GROUP;
 use seckill::server::Instance;
-use seckill::stock::SaleRecord;
+use seckill::stock::ORDERS_STREAM;
 use seckill::strategy::Strategy;
 
 async fn instance(db: u8, mysql_url: String) -> Instance {
@@ -24,13 +24,14 @@ async fn instance(db: u8, mysql_url: String) -> Instance {
     .await
 }
 
-/// The sale's name and the ids of the units sold, from Redis.
-async fn sold(redis: &mut redis::aio::MultiplexedConnection) -> (String, BTreeSet<String>) {
+/// The sale's name and the ids of the units sold, from the test Redis database `db`.
+async fn sold(db: u8) -> (String, BTreeSet<String>) {
+    let mut redis = common::connection(&common::redis_client(db).await).await;
     let name: String = redis.get("stock:sale").await.unwrap();
-    let records: Vec<String> = redis.lrange("sales", 0, -1).await.unwrap();
-    let ids = records
-        .iter()
-        .map(|line| serde_json::from_str::<SaleRecord>(line).unwrap().sale_id)
+    let ids = common::sale_records(db)
+        .await
+        .into_iter()
+        .map(|record| record.sale_id)
         .collect();
     (name, ids)
 }
@@ -47,8 +48,9 @@ async fn orders_of(mysql_url: &str, name: &str) -> Vec<(String, Option<String>)>
     rows
 }
 
-/// The orders of sale `name`, once there are `count` of them and the group holds none
-/// pending; panics after `within`.
+/// The orders of sale `name`, once there are `count` of them and the stream holds none
+/// (a writer deletes an entry once its row is written) and the group none pending;
+/// panics after `within`.
 async fn wait_for_orders(
     redis: &mut redis::aio::MultiplexedConnection,
     mysql_url: &str,
@@ -67,12 +69,13 @@ async fn wait_for_orders(
             .await;
         let none_pending =
             matches!(&pending, Ok(redis::Value::Array(summary)) if summary.first() == Some(&redis::Value::Int(0)));
-        if orders.len() == count && none_pending {
+        let left: usize = redis.xlen(ORDERS_STREAM).await.unwrap();
+        if orders.len() == count && none_pending && left == 0 {
             return orders;
         }
         assert!(
             Instant::now() < deadline,
-            "after {within:?}: {} orders of {count}, pending {pending:?}",
+            "after {within:?}: {} orders of {count}, {left} left in the stream, pending {pending:?}",
             orders.len()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -100,7 +103,7 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
         "{answers:?}"
     );
     let mut redis = common::connection(&common::redis_client(98).await).await;
-    let (name, sold) = sold(&mut redis).await;
+    let (name, sold) = sold(98).await;
     let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(10)).await;
     let ordered: BTreeSet<String> = orders.iter().map(|(sale_id, _)| sale_id.clone()).collect();
     assert_eq!(ordered, sold, "one order per unit sold, by sale id");
@@ -123,7 +126,7 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
     let http = reqwest::Client::new();
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
     let mut redis = common::connection(&common::redis_client(99).await).await;
-    let (name, _) = sold(&mut redis).await;
+    let (name, _) = sold(99).await;
     wait_for_orders(&mut redis, &mysql_url, &name, 1, Duration::from_secs(10)).await;
 
     // The dead consumer: one new entry, read by "ghost" in the same transaction as it is
@@ -204,7 +207,7 @@ async fn a_mariadb_killed_and_started_again_under_the_sale_loses_no_order() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     mariadb.restart();
     let mut redis = common::connection(&common::redis_client(100).await).await;
-    let (name, sold) = sold(&mut redis).await;
+    let (name, sold) = sold(100).await;
     let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(30)).await;
     let ordered: BTreeSet<String> = orders.into_iter().map(|(sale_id, _)| sale_id).collect();
     assert_eq!(ordered, sold);

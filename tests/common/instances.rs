@@ -113,6 +113,17 @@ impl Drop for ServeProcess {
     }
 }
 
+/// The sale records in the test Redis database `db`, in the order they were written.
+pub async fn sale_records(db: u8) -> Vec<seckill::stock::SaleRecord> {
+    use redis::AsyncCommands;
+    let mut redis = super::connection(&super::redis_client(db).await).await;
+    let lines: Vec<String> = redis.lrange(seckill::stock::SALES_KEY, 0, -1).await.unwrap();
+    lines
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("a sale record"))
+        .collect()
+}
+
 /// A counter or a histogram's count from the instance's `/metrics`.
 pub async fn metric(base_url: &str, name: &str) -> f64 {
     let page = reqwest::get(format!("{base_url}/metrics"))

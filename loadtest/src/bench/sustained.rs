@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
@@ -89,6 +89,10 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
         ..options.clone()
     };
     let target = crowd::prepare(&options).await?;
+    if target.one_per_buyer {
+        // The sustained load names no buyers, and such a sale refuses every request.
+        bail!("the sustained load sends no buyer ids, so a sale with --one-per-buyer would refuse every request; bench it without +one-per-buyer");
+    }
     // Grants logged before this window (a peer that keeps no grant log resets none) are not its hand-overs.
     let window_opened_us = seckill::grant_log::unix_us();
     let tally = Arc::new(Mutex::new(Tally::default()));
@@ -109,10 +113,7 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
     let window = std::mem::take(&mut *window.lock().await);
     let sale = checker::read_sale(&options.redis_url).await?;
     // With --orders, the verdict waits for the orders to drain, and judges them too.
-    let orders = match target.orders {
-        true => Some(crate::verdict::orders::read_orders(&options.redis_url, &options.mysql_url).await?),
-        false => None,
-    };
+    let orders = crate::verdict::orders::read_if_on(&target, &options.redis_url, &options.mysql_url).await?;
     let judgement = checker::judge(initial_stock, &target, &sale, &tally, orders.as_ref());
     let seconds = load.seconds;
     Ok(Throughput {

@@ -84,8 +84,8 @@ impl Report {
                 &mut out,
                 "orders in MySQL",
                 format!(
-                    "{} (stream: {} entries, {} unread, {} pending; drained {} ms after the last answer)",
-                    orders.rows, orders.stream_entries, orders.unread, orders.pending, orders.drained_after_ms
+                    "{} ({} left in the stream, {} of them pending, after waiting {} ms for them)",
+                    orders.rows, orders.left_in_stream, orders.pending, orders.waited_ms
                 ),
             );
         }

@@ -170,7 +170,7 @@ pub fn judge(
     let mut oversold = Vec::new();
     let mut lost = Vec::new();
     if let Some(orders) = orders {
-        let (extra, missing) = judge_orders(orders, sale.lucky, &sale.records);
+        let (extra, missing) = judge_orders(orders, &sale.records);
         oversold.extend(extra);
         lost.extend(missing);
     }

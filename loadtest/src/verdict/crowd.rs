@@ -77,10 +77,11 @@ pub struct Buyers {
 }
 
 impl Buyers {
-    /// `users` requests, a share `repeat` of them (rounded, at most
+    /// `users` requests, a share `repeat` of them (rounded down, at most
     /// [`MAX_REPEAT_BUYERS`]) from buyers who sent one already.
     pub fn new(users: usize, repeat: f64) -> Self {
-        let repeats = (users as f64 * repeat.clamp(0.0, MAX_REPEAT_BUYERS)).round() as usize;
+        // Rounded down, so that one user in `stride` (2 at least) is a repeat.
+        let repeats = (users as f64 * repeat.clamp(0.0, MAX_REPEAT_BUYERS)).floor() as usize;
         Buyers {
             repeats,
             stride: users.checked_div(repeats).unwrap_or(0),
@@ -95,11 +96,6 @@ impl Buyers {
     pub fn buyer(&self, user: usize) -> String {
         let buyer = if self.is_repeat(user) { user - 1 } else { user };
         format!("buyer-{buyer}")
-    }
-
-    /// Which of `hosts` user `user` sends to.
-    pub fn host(&self, user: usize, hosts: usize) -> usize {
-        user % hosts
     }
 
     /// Requests sent by a buyer who had sent one already.
@@ -275,7 +271,7 @@ async fn buy_one(
     tally: Arc<Mutex<Tally>>,
 ) -> TransactionResult {
     let index = user.weighted_users_index;
-    let (buyer, host) = (buyers.buyer(index), &hosts[buyers.host(index, hosts.len())]);
+    let (buyer, host) = (buyers.buyer(index), &hosts[index % hosts.len()]);
     let sent = Instant::now();
     let goose = user
         .get_named(&format!("{host}/stock/reduce?buyer={buyer}"), "reduce")
@@ -322,7 +318,7 @@ mod tests {
     use super::{outcome_unknown, Buyers};
 
     #[test]
-    fn a_repeat_buyer_sends_its_second_request_with_its_first_to_the_other_host() {
+    fn every_stride_th_user_buys_again_as_the_user_before_it() {
         let buyers = Buyers::new(10, 0.2);
         assert_eq!(buyers.repeats(), 2);
         let ids: Vec<String> = (0..10).map(|user| buyers.buyer(user)).collect();
@@ -332,12 +328,14 @@ mod tests {
             numbers.map(|n| format!("buyer-{n}")),
             "every fifth user repeats the one before"
         );
-        assert_eq!((buyers.host(3, 2), buyers.host(4, 2)), (1, 0));
         let none = Buyers::new(500, 0.0);
         assert_eq!((none.repeats(), none.buyer(499).as_str()), (0, "buyer-499"));
         let most = Buyers::new(10, 0.9);
         assert_eq!(most.repeats(), 5, "at most every other user");
         assert_eq!((most.buyer(0), most.buyer(1)), ("buyer-0".into(), "buyer-0".into()));
+        let odd = Buyers::new(5, 0.5);
+        assert_eq!(odd.repeats(), 2, "2.5 rounded down: users 1 and 3");
+        assert_eq!((odd.buyer(3), odd.buyer(4)), ("buyer-2".into(), "buyer-4".into()));
     }
 
     #[test]

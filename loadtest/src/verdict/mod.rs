@@ -98,10 +98,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         ))
         .into());
     }
-    let orders = match target.orders {
-        true => Some(orders::read_orders(&options.redis_url, &options.mysql_url).await?),
-        false => None,
-    };
+    let orders = orders::read_if_on(&target, &options.redis_url, &options.mysql_url).await?;
     let judgement = checker::judge(options.initial_stock, &target, &sale, &tally, orders.as_ref());
     let mut report = Report::new(options, target, &sale, tally, judgement)
         .with_database_cost(database_cost)

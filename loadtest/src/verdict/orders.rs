@@ -1,11 +1,10 @@
 //! The orders check (`--orders true`, [`seckill::orders`]): once the stream has drained,
 //! every unit sold has exactly one order in MySQL, and every order a unit sold.
 //!
-//! 1. **Drained**: the consumer group has read every entry and has none pending
-//!    (`XINFO GROUPS`: `lag` and `pending` both 0), waited for up to [`DRAIN_TIMEOUT`].
-//! 2. **Appended once**: the stream holds as many entries as `lucky` (the script that
-//!    takes a unit appends one entry, in the same step).
-//! 3. **Written once**: the orders of this sale (by its name, `stock:sale`) are the sale
+//! 1. **Drained**: the stream is empty. A writer deletes an entry once its row is in
+//!    MySQL, so an entry left is an order not written yet (unread, or read and pending).
+//!    The checker waits for that for up to [`DRAIN_TIMEOUT`].
+//! 2. **Written once**: the orders of this sale (by its name, `stock:sale`) are the sale
 //!    records, one for one, by sale id.
 
 use std::collections::BTreeSet;
@@ -15,25 +14,25 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use seckill::orders::{ORDERS_GROUP, ORDERS_STREAM};
-use seckill::stock::{SaleRecord, SALE_NAME_KEY};
+use seckill::orders::ORDERS_GROUP;
+use seckill::stock::{SaleRecord, ORDERS_STREAM, SALE_NAME_KEY};
 
-/// How long the checker waits for the consumers to write every order.
+use super::crowd::Target;
+
+/// How long the checker waits for the writers to write every order.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Between two looks at the group.
+/// Between two looks at the stream.
 const POLL: Duration = Duration::from_millis(100);
 
 /// The orders of one sale, once the stream drained (or the wait ran out).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrdersState {
-    /// Entries in the stream: one per unit sold.
-    pub stream_entries: usize,
-    /// Entries no consumer had read, and entries read but not acknowledged, when the
-    /// wait ended: both 0 once drained.
-    pub unread: usize,
+    /// Entries still in the stream when the wait ended (0 once drained), and how many of
+    /// them a writer had read but not acknowledged.
+    pub left_in_stream: usize,
     pub pending: usize,
-    /// How long the orders took to drain after the crowd's last answer, in milliseconds.
-    pub drained_after_ms: u64,
+    /// How long the checker waited for the stream to drain, in milliseconds.
+    pub waited_ms: u64,
     /// The sale ids of this sale's rows in `seckill_orders`.
     #[serde(skip)]
     pub written: BTreeSet<String>,
@@ -41,7 +40,15 @@ pub struct OrdersState {
     pub rows: usize,
 }
 
-/// Waits until the orders of the sale in `redis_url` drained, then reads them from MySQL.
+/// With `--orders` (`target.orders`), the orders of the sale in `redis_url`, once drained.
+pub async fn read_if_on(target: &Target, redis_url: &str, mysql_url: &str) -> anyhow::Result<Option<OrdersState>> {
+    if !target.orders {
+        return Ok(None);
+    }
+    Ok(Some(read_orders(redis_url, mysql_url).await?))
+}
+
+/// Waits until the orders stream in `redis_url` drained, then reads this sale's orders from MySQL.
 pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<OrdersState> {
     let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
     let mut redis = client
@@ -49,17 +56,13 @@ pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<Ord
         .await
         .with_context(|| format!("cannot reach Redis at {redis_url} to check the orders"))?;
     let started = Instant::now();
-    let (mut unread, mut pending) = backlog(&mut redis).await?;
-    while (unread, pending) != (0, 0) && started.elapsed() < DRAIN_TIMEOUT {
+    let (mut left_in_stream, mut pending) = backlog(&mut redis).await?;
+    while left_in_stream > 0 && started.elapsed() < DRAIN_TIMEOUT {
         tokio::time::sleep(POLL).await;
-        (unread, pending) = backlog(&mut redis).await?;
+        (left_in_stream, pending) = backlog(&mut redis).await?;
     }
-    let drained_after_ms = started.elapsed().as_millis() as u64;
-    let (stream_entries, sale): (usize, Option<String>) = redis::pipe()
-        .xlen(ORDERS_STREAM)
-        .get(SALE_NAME_KEY)
-        .query_async(&mut redis)
-        .await?;
+    let waited_ms = started.elapsed().as_millis() as u64;
+    let sale: Option<String> = redis::cmd("GET").arg(SALE_NAME_KEY).query_async(&mut redis).await?;
     let mut mysql = tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlConnection::connect(mysql_url))
         .await
         .context("timed out")
@@ -73,60 +76,44 @@ pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<Ord
     mysql.close().await.ok();
     let written: BTreeSet<String> = rows.into_iter().map(|(sale_id,)| sale_id).collect();
     Ok(OrdersState {
-        stream_entries,
-        unread,
+        left_in_stream,
         pending,
-        drained_after_ms,
+        waited_ms,
         rows: written.len(),
         written,
     })
 }
 
-/// The group's entries not yet read, and read but not acknowledged. A stream with no
-/// group yet (no consumer has read it) counts every entry as unread.
+/// The entries in the stream, and how many of them are pending in the group (0 before
+/// any writer created the group).
 async fn backlog(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(usize, usize)> {
     let entries: usize = redis::cmd("XLEN").arg(ORDERS_STREAM).query_async(redis).await?;
-    if entries == 0 {
-        return Ok((0, 0));
-    }
-    let groups: redis::RedisResult<Vec<std::collections::HashMap<String, redis::Value>>> = redis::cmd("XINFO")
-        .arg("GROUPS")
+    let summary: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
         .arg(ORDERS_STREAM)
+        .arg(ORDERS_GROUP)
         .query_async(redis)
         .await;
-    let group = groups?.into_iter().find(
-        |group| matches!(group.get("name"), Some(redis::Value::BulkString(name)) if name == ORDERS_GROUP.as_bytes()),
-    );
-    let Some(group) = group else {
-        return Ok((entries, 0));
+    let pending = match summary {
+        Ok(redis::Value::Array(summary)) => match summary.first() {
+            Some(redis::Value::Int(count)) => usize::try_from(*count).unwrap_or(0),
+            _ => 0,
+        },
+        Ok(_) => 0,
+        Err(error) if error.code() == Some("NOGROUP") => 0,
+        Err(error) => return Err(error.into()),
     };
-    let number = |field: &str| match group.get(field) {
-        Some(redis::Value::Int(n)) => usize::try_from(*n).unwrap_or(0),
-        // `lag` is nil when Redis cannot tell (entries deleted): count every entry as unread.
-        _ => entries,
-    };
-    Ok((number("lag"), number("pending")))
+    Ok((entries, pending))
 }
 
 /// What is wrong with the orders: `(oversold, lost)` findings.
-pub fn judge_orders(orders: &OrdersState, lucky: i64, records: &[SaleRecord]) -> (Vec<String>, Vec<String>) {
+pub fn judge_orders(orders: &OrdersState, records: &[SaleRecord]) -> (Vec<String>, Vec<String>) {
     let (mut oversold, mut lost) = (Vec::new(), Vec::new());
-    if orders.unread + orders.pending > 0 {
+    if orders.left_in_stream > 0 {
         lost.push(format!(
-            "the orders did not drain in {} s: {} entries unread and {} pending",
+            "the orders did not drain in {} s: {} entries left in the stream, {} of them pending",
             DRAIN_TIMEOUT.as_secs(),
-            orders.unread,
+            orders.left_in_stream,
             orders.pending
-        ));
-    }
-    let entries = orders.stream_entries as i64;
-    if entries > lucky {
-        oversold.push(format!(
-            "{entries} orders appended to the stream for {lucky} units sold"
-        ));
-    } else if entries < lucky {
-        lost.push(format!(
-            "{entries} orders appended to the stream for {lucky} units sold"
         ));
     }
     let sold: BTreeSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
@@ -160,28 +147,25 @@ mod tests {
         .unwrap()
     }
 
-    fn state(stream_entries: usize, written: &[&str], pending: usize) -> OrdersState {
+    fn state(written: &[&str], left_in_stream: usize) -> OrdersState {
         OrdersState {
-            stream_entries,
-            unread: 0,
-            pending,
-            drained_after_ms: 0,
+            left_in_stream,
+            pending: left_in_stream,
+            waited_ms: 0,
             written: written.iter().map(|id| id.to_string()).collect(),
             rows: written.len(),
         }
     }
 
     #[test]
-    fn the_orders_of_a_sale_are_its_sale_records_one_for_one() {
+    fn the_orders_of_a_sale_are_its_sale_records_one_for_one_once_drained() {
         let records = [record("a"), record("b")];
-        assert_eq!(judge_orders(&state(2, &["a", "b"], 0), 2, &records), (vec![], vec![]));
-        let (_, lost) = judge_orders(&state(2, &["a"], 0), 2, &records);
+        assert_eq!(judge_orders(&state(&["a", "b"], 0), &records), (vec![], vec![]));
+        let (_, lost) = judge_orders(&state(&["a"], 0), &records);
         assert_eq!(lost, ["1 units sold have no order in MySQL"]);
-        let (oversold, _) = judge_orders(&state(2, &["a", "b", "c"], 0), 2, &records);
+        let (oversold, _) = judge_orders(&state(&["a", "b", "c"], 0), &records);
         assert_eq!(oversold, ["1 orders in MySQL are for no unit sold"]);
-        let (oversold, _) = judge_orders(&state(3, &["a", "b"], 0), 2, &records);
-        assert_eq!(oversold, ["3 orders appended to the stream for 2 units sold"]);
-        let (_, lost) = judge_orders(&state(2, &["a", "b"], 1), 2, &records);
+        let (_, lost) = judge_orders(&state(&["a", "b"], 1), &records);
         assert!(lost[0].contains("did not drain"), "{lost:?}");
     }
 }
