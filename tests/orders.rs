@@ -182,9 +182,10 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
 }
 
 /// MariaDB killed under the sale: the sales go on (they need Redis only), the orders
-/// wait in the stream, and all of them are written once MariaDB is back.
+/// wait in the stream, and all of them are written once MariaDB is back, even those of
+/// a sale that was reset while MariaDB was down.
 #[tokio::test]
-async fn a_mariadb_killed_and_started_again_under_the_sale_loses_no_order() {
+async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_order() {
     let mut mariadb = common::PrivateServer::mariadb();
     let mysql_url = mariadb.mysql_url();
     let app = instance(100, mysql_url.clone()).await;
@@ -204,12 +205,22 @@ async fn a_mariadb_killed_and_started_again_under_the_sale_loses_no_order() {
             "a sale does not wait for MySQL"
         );
     }
+    let (first_sale, first_sold) = sold(100).await;
+    // A new sale while the first one's last ten orders wait for MySQL.
+    common::reset_stock(&app.url, 5).await;
+    for buyer in 0..3 {
+        assert_eq!(common::buy_as(&http, &app.url, &format!("next-{buyer}")).await, "sold");
+    }
+    let (next_sale, next_sold) = sold(100).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     mariadb.restart();
     let mut redis = common::connection(&common::redis_client(100).await).await;
-    let (name, sold) = sold(100).await;
-    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(30)).await;
-    let ordered: BTreeSet<String> = orders.into_iter().map(|(sale_id, _)| sale_id).collect();
-    assert_eq!(ordered, sold);
+    let ids = |orders: Vec<(String, Option<String>)>| -> BTreeSet<String> {
+        orders.into_iter().map(|(sale_id, _)| sale_id).collect()
+    };
+    let first = wait_for_orders(&mut redis, &mysql_url, &first_sale, 20, Duration::from_secs(30)).await;
+    assert_eq!(ids(first), first_sold, "every order of the sale before the reset");
+    let next = wait_for_orders(&mut redis, &mysql_url, &next_sale, 3, Duration::from_secs(30)).await;
+    assert_eq!(ids(next), next_sold);
     app.stop().await.unwrap();
 }

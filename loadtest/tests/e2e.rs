@@ -299,7 +299,7 @@ async fn assert_orders_held(strategy: Strategy, db: u8) {
         .clone()
         .unwrap_or_else(|| panic!("no orders: {}", report.render()));
     assert_eq!(
-        (orders.rows, orders.left_in_stream, orders.pending),
+        (orders.rows, orders.unread, orders.pending),
         (300, 0, 0),
         "{}",
         report.render()

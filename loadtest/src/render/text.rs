@@ -84,8 +84,8 @@ impl Report {
                 &mut out,
                 "orders in MySQL",
                 format!(
-                    "{} ({} left in the stream, {} of them pending, after waiting {} ms for them)",
-                    orders.rows, orders.left_in_stream, orders.pending, orders.waited_ms
+                    "{} ({} unread and {} pending in the stream, after waiting {} ms for them)",
+                    orders.rows, orders.unread, orders.pending, orders.waited_ms
                 ),
             );
         }

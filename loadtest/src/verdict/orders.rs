@@ -1,13 +1,14 @@
 //! The orders check (`--orders true`, [`seckill::orders`]): once the stream has drained,
 //! every unit sold has exactly one order in MySQL, and every order a unit sold.
 //!
-//! 1. **Drained**: the stream is empty. A writer deletes an entry once its row is in
-//!    MySQL, so an entry left is an order not written yet (unread, or read and pending).
-//!    The checker waits for that for up to [`DRAIN_TIMEOUT`].
+//! 1. **Drained**: the group has read every entry of the stream (`XINFO GROUPS`: its
+//!    `lag`) and acknowledged every one it read (its `pending`). The checker waits for
+//!    that for up to [`DRAIN_TIMEOUT`]. (A writer deletes what it acknowledged, but an
+//!    empty stream is not the test: entries acknowledged by an older build stay.)
 //! 2. **Written once**: the orders of this sale (by its name, `stock:sale`) are the sale
 //!    records, one for one, by sale id.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -27,9 +28,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// The orders of one sale, once the stream drained (or the wait ran out).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrdersState {
-    /// Entries still in the stream when the wait ended (0 once drained), and how many of
-    /// them a writer had read but not acknowledged.
-    pub left_in_stream: usize,
+    /// Entries no writer had read, and entries read but not acknowledged, when the wait
+    /// ended: both 0 once drained.
+    pub unread: usize,
     pub pending: usize,
     /// How long the checker waited for the stream to drain, in milliseconds.
     pub waited_ms: u64,
@@ -56,10 +57,10 @@ pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<Ord
         .await
         .with_context(|| format!("cannot reach Redis at {redis_url} to check the orders"))?;
     let started = Instant::now();
-    let (mut left_in_stream, mut pending) = backlog(&mut redis).await?;
-    while left_in_stream > 0 && started.elapsed() < DRAIN_TIMEOUT {
+    let (mut unread, mut pending) = backlog(&mut redis).await?;
+    while unread + pending > 0 && started.elapsed() < DRAIN_TIMEOUT {
         tokio::time::sleep(POLL).await;
-        (left_in_stream, pending) = backlog(&mut redis).await?;
+        (unread, pending) = backlog(&mut redis).await?;
     }
     let waited_ms = started.elapsed().as_millis() as u64;
     let sale: Option<String> = redis::cmd("GET").arg(SALE_NAME_KEY).query_async(&mut redis).await?;
@@ -76,7 +77,7 @@ pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<Ord
     mysql.close().await.ok();
     let written: BTreeSet<String> = rows.into_iter().map(|(sale_id,)| sale_id).collect();
     Ok(OrdersState {
-        left_in_stream,
+        unread,
         pending,
         waited_ms,
         rows: written.len(),
@@ -84,35 +85,55 @@ pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<Ord
     })
 }
 
-/// The entries in the stream, and how many of them are pending in the group (0 before
-/// any writer created the group).
+/// The group's entries not yet read, and read but not acknowledged. Before any writer
+/// created the group, every entry counts as unread.
 async fn backlog(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(usize, usize)> {
     let entries: usize = redis::cmd("XLEN").arg(ORDERS_STREAM).query_async(redis).await?;
-    let summary: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
+    if entries == 0 {
+        return Ok((0, 0));
+    }
+    let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
         .arg(ORDERS_STREAM)
-        .arg(ORDERS_GROUP)
         .query_async(redis)
-        .await;
-    let pending = match summary {
-        Ok(redis::Value::Array(summary)) => match summary.first() {
-            Some(redis::Value::Int(count)) => usize::try_from(*count).unwrap_or(0),
-            _ => 0,
-        },
-        Ok(_) => 0,
-        Err(error) if error.code() == Some("NOGROUP") => 0,
-        Err(error) => return Err(error.into()),
+        .await?;
+    let name_is = |group: &HashMap<String, redis::Value>| matches!(group.get("name"), Some(redis::Value::BulkString(name)) if name == ORDERS_GROUP.as_bytes());
+    let Some(group) = groups.iter().find(|group| name_is(group)) else {
+        return Ok((entries, 0));
     };
-    Ok((entries, pending))
+    let count = |field: &str| match group.get(field) {
+        Some(redis::Value::Int(n)) => usize::try_from(*n).ok(),
+        _ => None,
+    };
+    let unread = match count("lag") {
+        Some(lag) => lag,
+        // Redis cannot always tell the lag (entries deleted past the group's last read):
+        // count the entries after that read instead.
+        None => {
+            let last_read = match group.get("last-delivered-id") {
+                Some(redis::Value::BulkString(id)) => String::from_utf8_lossy(id).into_owned(),
+                _ => "0-0".to_owned(),
+            };
+            let after: Vec<redis::Value> = redis::cmd("XRANGE")
+                .arg(ORDERS_STREAM)
+                .arg(format!("({last_read}"))
+                .arg("+")
+                .query_async(redis)
+                .await?;
+            after.len()
+        }
+    };
+    Ok((unread, count("pending").unwrap_or(0)))
 }
 
 /// What is wrong with the orders: `(oversold, lost)` findings.
 pub fn judge_orders(orders: &OrdersState, records: &[SaleRecord]) -> (Vec<String>, Vec<String>) {
     let (mut oversold, mut lost) = (Vec::new(), Vec::new());
-    if orders.left_in_stream > 0 {
+    if orders.unread + orders.pending > 0 {
         lost.push(format!(
-            "the orders did not drain in {} s: {} entries left in the stream, {} of them pending",
+            "the orders did not drain in {} s: {} entries unread and {} pending in the stream",
             DRAIN_TIMEOUT.as_secs(),
-            orders.left_in_stream,
+            orders.unread,
             orders.pending
         ));
     }
@@ -147,10 +168,10 @@ mod tests {
         .unwrap()
     }
 
-    fn state(written: &[&str], left_in_stream: usize) -> OrdersState {
+    fn state(written: &[&str], pending: usize) -> OrdersState {
         OrdersState {
-            left_in_stream,
-            pending: left_in_stream,
+            unread: 0,
+            pending,
             waited_ms: 0,
             written: written.iter().map(|id| id.to_string()).collect(),
             rows: written.len(),
