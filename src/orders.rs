@@ -317,7 +317,7 @@ impl Order {
 }
 
 /// Inserts `orders` in one statement; an order already there is left as it is.
-pub async fn write_orders(mysql: &MySqlPool, orders: &[Order]) -> Result<(), sqlx::Error> {
+async fn write_orders(mysql: &MySqlPool, orders: &[Order]) -> Result<(), sqlx::Error> {
     if orders.is_empty() {
         return Ok(());
     }

@@ -394,21 +394,22 @@ impl StockStore {
         self.orders
     }
 
-    /// What the scripts get to append an order: `1`, or empty for none.
-    fn order_flag(&self) -> &'static str {
-        if self.orders {
-            "1"
-        } else {
-            ""
-        }
-    }
-
-    /// What the scripts get as the buyer to hold to one unit: empty for no check.
-    fn buyer_to_check<'a>(&self, record: &'a SaleRecord) -> &'a str {
-        match (self.one_per_buyer, &record.buyer) {
-            (true, Some(buyer)) => buyer,
+    /// The rules both selling scripts apply once they take a unit, one unit per buyer and
+    /// the order: their three keys (the buyers, the orders stream, the sale's name) go last
+    /// among the KEYS, and their two arguments next among the ARGV (the buyer to hold to
+    /// one unit, `1` to append the order; each empty when off).
+    fn add_sale_rules(&self, invocation: &mut redis::ScriptInvocation<'_>, record: &SaleRecord) {
+        let buyer = match (self.one_per_buyer, &record.buyer) {
+            (true, Some(buyer)) => buyer.as_str(),
             _ => "",
-        }
+        };
+        let order = if self.orders { "1" } else { "" };
+        invocation
+            .key(BUYERS_KEY)
+            .key(ORDERS_STREAM)
+            .key(SALE_NAME_KEY)
+            .arg(buyer)
+            .arg(order);
     }
 
     /// A reset also deletes `key`, a key another part of the service keeps per sale.
@@ -528,16 +529,9 @@ impl StockStore {
             .key(OUTCOMES_KEY)
             .key(segment.fence_key())
             .key(FENCE_REFUSALS_KEY)
-            .key(STOCK_KEY)
-            .key(BUYERS_KEY)
-            .key(ORDERS_STREAM)
-            .key(SALE_NAME_KEY);
-        invocation
-            .arg(&record.sale_id)
-            .arg(new_stock)
-            .arg(json)
-            .arg(self.buyer_to_check(record))
-            .arg(self.order_flag());
+            .key(STOCK_KEY);
+        invocation.arg(&record.sale_id).arg(new_stock).arg(json);
+        self.add_sale_rules(&mut invocation, record);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
         }
@@ -570,22 +564,16 @@ impl StockStore {
     /// The whole sale as one script.
     pub async fn sell_atomically(&self, record: &SaleRecord) -> Result<AtomicOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let answer: redis::RedisResult<i64> = self
-            .atomic_sale
-            .key(STOCK_KEY)
+        let mut invocation = self.atomic_sale.key(STOCK_KEY);
+        invocation
             .key(LUCKY_KEY)
             .key(SALES_KEY)
             .key(OUTCOMES_KEY)
             .key(SEGMENTS_KEY)
-            .key(BUYERS_KEY)
-            .key(ORDERS_STREAM)
-            .key(SALE_NAME_KEY)
             .arg(json)
-            .arg(&record.sale_id)
-            .arg(self.buyer_to_check(record))
-            .arg(self.order_flag())
-            .invoke_async(&mut self.connection.clone())
-            .await;
+            .arg(&record.sale_id);
+        self.add_sale_rules(&mut invocation, record);
+        let answer: redis::RedisResult<i64> = invocation.invoke_async(&mut self.connection.clone()).await;
         match answer {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),

@@ -382,7 +382,18 @@ mod tests {
         unknown: usize,
         segment_stocks: Vec<i64>,
     ) -> Judgement {
-        let sale = SaleState {
+        let tally = Tally {
+            sold: told_sold,
+            outcome_unknown: unknown,
+            ..Tally::default()
+        };
+        let sale = sale(stock, lucky, records, segment_stocks);
+        judge(3, &fenced_redis(false), &sale, &tally, None)
+    }
+
+    /// The sale as Redis would hold it, of one generation, with no grant logged or refused.
+    fn sale(stock: i64, lucky: i64, records: Vec<SaleRecord>, segment_stocks: Vec<i64>) -> SaleState {
+        SaleState {
             stock,
             lucky,
             generation: 1,
@@ -391,22 +402,20 @@ mod tests {
             segment_stocks,
             grants: Vec::new(),
             fence_refusals: FenceRefusals::default(),
-        };
-        let tally = Tally {
-            sold: told_sold,
-            outcome_unknown: unknown,
-            ..Tally::default()
-        };
-        let target = Target {
+        }
+    }
+
+    /// Instances of `redis`, fenced, one stock segment.
+    fn fenced_redis(one_per_buyer: bool) -> Target {
+        Target {
             strategy: "redis".into(),
             fencing: FencingStatus::On,
             local_queue: true,
             stock_segments: 1,
             sold_out_flag: false,
-            one_per_buyer: false,
+            one_per_buyer,
             orders: false,
-        };
-        judge(3, &target, &sale, &tally, None)
+        }
     }
 
     /// Three units sold to `sold_to`, and 409 `already_bought` answered to `refused`.
@@ -418,31 +427,18 @@ mod tests {
                 ..record(stock_before, None)
             })
             .collect();
-        let sale = SaleState {
-            stock: 0,
-            lucky: 3,
-            generation: 1,
-            records,
-            unreadable_records: 0,
-            segment_stocks: Vec::new(),
-            grants: Vec::new(),
-            fence_refusals: FenceRefusals::default(),
-        };
         let tally = Tally {
             sold: 3,
             refused_as_repeat: refused.iter().map(|buyer| buyer.to_string()).collect(),
             ..Tally::default()
         };
-        let target = Target {
-            strategy: "redis".into(),
-            fencing: FencingStatus::On,
-            local_queue: true,
-            stock_segments: 1,
-            sold_out_flag: false,
-            one_per_buyer,
-            orders: false,
-        };
-        judge(3, &target, &sale, &tally, None)
+        judge(
+            3,
+            &fenced_redis(one_per_buyer),
+            &sale(0, 3, records, Vec::new()),
+            &tally,
+            None,
+        )
     }
 
     #[test]

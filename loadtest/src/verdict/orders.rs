@@ -50,7 +50,7 @@ pub async fn read_if_on(target: &Target, redis_url: &str, mysql_url: &str) -> an
 }
 
 /// Waits until the orders stream in `redis_url` drained, then reads this sale's orders from MySQL.
-pub async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<OrdersState> {
+async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<OrdersState> {
     let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
     let mut redis = client
         .get_multiplexed_async_connection()
