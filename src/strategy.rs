@@ -51,12 +51,12 @@ impl Strategy {
     }
 
     /// Whether the buyers of an instance line up in process before this strategy's lock
-    /// (`src/sale.rs`, step 0). Not for the baselines, whose lesson is the race; and not
-    /// for `redis-degrade`, which decides that Redis is down by counting failed attempts
-    /// in a row: behind a local queue only one attempt at a time can fail, each after Redis's
-    /// response timeout, and a frozen Redis would be noticed three times later.
+    /// (`src/sale.rs`, step 0). Not for the baselines, whose lesson is the race.
+    /// `redis-degrade` takes one too: it judges an outage by time as well as by failures
+    /// in a row, so one attempt at a time still notices a frozen Redis at its first
+    /// timeout (`src/lock/redis_degrade/outage.rs`).
     pub fn takes_a_local_queue(self) -> bool {
-        !self.expected_to_oversell() && self != Strategy::RedisDegrade
+        !self.expected_to_oversell()
     }
 
     /// Whether two instances running this strategy are expected to oversell.
@@ -177,9 +177,9 @@ mod tests {
     }
 
     #[test]
-    fn every_lock_but_redis_degrade_takes_a_local_queue() {
+    fn every_lock_takes_a_local_queue_and_no_baseline_that_races() {
         for strategy in Strategy::value_variants() {
-            let expected = !matches!(strategy, Strategy::None | Strategy::Local | Strategy::RedisDegrade);
+            let expected = !matches!(strategy, Strategy::None | Strategy::Local);
             assert_eq!(strategy.takes_a_local_queue(), expected, "{strategy}");
         }
     }

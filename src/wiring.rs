@@ -18,6 +18,7 @@ use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::parts::release_notices::ReleaseNotices;
 use crate::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
 use crate::lock::redis_degrade::mode::SharedMode;
+use crate::lock::redis_degrade::outage::OutageRule;
 use crate::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use crate::lock::redlock::{Redlock, RedlockOptions};
 use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
@@ -120,7 +121,10 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
                 .context("cannot open the lock's shared mode in MySQL")?;
             let options = DegradeOptions {
                 ttl: config.lock_ttl(),
-                failures_to_degrade: config.degrade_after_failures,
+                outage: OutageRule {
+                    failures_in_a_row: config.degrade_after_failures,
+                    failing_for: std::time::Duration::from_millis(config.degrade_after_ms),
+                },
                 recover_after: std::time::Duration::from_millis(config.degrade_recover_ms),
             };
             Arc::new(DegradingLock::start(redis_lock, lock_redis, mysql_lock, shared, options).await?)

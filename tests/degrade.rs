@@ -12,6 +12,7 @@ use common::PrivateRedis;
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::redis::RedisLock;
 use seckill::lock::redis_degrade::mode::{Mode, SharedMode};
+use seckill::lock::redis_degrade::outage::OutageRule;
 use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::{DistributedLock, LockGuard};
 
@@ -39,7 +40,10 @@ async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Dur
         .unwrap();
     let options = DegradeOptions {
         ttl: TTL,
-        failures_to_degrade: 3,
+        outage: OutageRule {
+            failures_in_a_row: 3,
+            failing_for: Duration::from_millis(1000),
+        },
         recover_after,
     };
     DegradingLock::start(redis_lock, lock_redis.client(), mysql_lock, shared, options)

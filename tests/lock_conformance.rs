@@ -28,6 +28,7 @@ use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::parts::reentrant::Reentrant;
 use seckill::lock::redis::RedisLock;
 use seckill::lock::redis_degrade::mode::SharedMode;
+use seckill::lock::redis_degrade::outage::OutageRule;
 use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::zookeeper::ZooKeeperLock;
@@ -638,7 +639,10 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
     let ttl = Duration::from_millis(1000);
     let options = DegradeOptions {
         ttl,
-        failures_to_degrade: 3,
+        outage: OutageRule {
+            failures_in_a_row: 3,
+            failing_for: Duration::from_millis(1000),
+        },
         recover_after: Duration::from_secs(3600),
     };
     let mut contenders = Vec::new();

@@ -21,9 +21,9 @@
 //!    epoch's mode only while that lease is trusted, and every grant's own lease is
 //!    bounded by it: a holder stops trusting its grant when its instance's mode lease
 //!    for that epoch ends, or at once when the instance sees the epoch change.
-//! 2. **Switch by moving the epoch.** After `--degrade-after-failures` Redis failures in
-//!    a row (errors or timeouts, of acquire attempts), an instance switches the mode to
-//!    `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
+//! 2. **Switch by moving the epoch.** When its acquire attempts find Redis down
+//!    ([`outage`]: `--degrade-after-failures` failures in a row, or every attempt failing
+//!    for `--degrade-after-ms`), an instance switches the mode to `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
 //!    an instance switches it back to `redis`. A switch locks the mode row, so it waits
 //!    for renewals in flight, and writes `grants_from`: the moment the last lease on the
 //!    old epoch ends.
@@ -80,9 +80,9 @@
 //!   Distributed File Cache Consistency" (1989): waiting out a lease instead of revoking it.
 
 pub mod mode;
+pub mod outage;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::mode::{Mode, ModeLease, SharedMode};
+use self::outage::{OutageJudge, OutageRule};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::mysql_version::MySqlVersionLock;
 use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
@@ -119,8 +120,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
 pub struct DegradeOptions {
     /// Lease of the grants and of the mode lease.
     pub ttl: Duration,
-    /// Redis failures in a row (errors or timeouts) that switch to MySQL.
-    pub failures_to_degrade: u32,
+    /// When the lock Redis counts as down, and every instance switches to MySQL.
+    pub outage: OutageRule,
     /// How long the lock Redis must answer every probe before switching back.
     pub recover_after: Duration,
 }
@@ -144,7 +145,7 @@ pub struct DegradingLock {
     /// The last mode lease this instance renewed.
     view: watch::Receiver<Option<ModeLease>>,
     renew_now: Arc<tokio::sync::Notify>,
-    failures_in_a_row: AtomicU32,
+    outage: OutageJudge,
     /// The newest Redis token this instance was granted, per key: `(epoch, counter)`.
     newest_redis_token: StdMutex<HashMap<String, (u64, u64)>>,
     options: DegradeOptions,
@@ -240,7 +241,7 @@ impl DegradingLock {
             shared,
             view,
             renew_now,
-            failures_in_a_row: AtomicU32::new(0),
+            outage: OutageJudge::new(options.outage),
             newest_redis_token: StdMutex::default(),
             options,
             stats,
@@ -265,15 +266,16 @@ impl DegradingLock {
 
     /// One attempt in the mode `lease` says, bounded by that lease.
     async fn attempt(&self, lease: ModeLease, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+        let sent = Instant::now();
         let inner = match lease.mode {
             Mode::Redis => match self.redis.try_acquire(key, owner).await {
                 Err(LockError::Backend { backend, source }) => {
-                    self.redis_failed(lease, &*source).await;
+                    self.redis_failed(lease, sent, &*source).await;
                     return Err(LockError::Backend { backend, source });
                 }
                 granted_or_busy => {
+                    self.outage.answered();
                     let guard = granted_or_busy?;
-                    self.failures_in_a_row.store(0, Ordering::SeqCst);
                     if self.redis_forgot_its_counter(lease, &guard) {
                         let _ = guard.release().await;
                         return Err(LockError::Busy { key: key.to_owned() });
@@ -321,8 +323,7 @@ impl DegradingLock {
                 counter,
                 "the lock Redis forgot its token counter (restarted empty)"
             );
-            self.failures_in_a_row
-                .store(self.options.failures_to_degrade, Ordering::SeqCst);
+            self.outage.declare_down();
             let shared = self.shared.clone();
             let renew_now = self.renew_now.clone();
             tokio::spawn(async move {
@@ -336,16 +337,20 @@ impl DegradingLock {
         false
     }
 
-    /// Step 2, downwards: after enough failures in a row, switch this epoch to MySQL.
-    async fn redis_failed(&self, lease: ModeLease, error: &(dyn std::error::Error + Send + Sync)) {
-        let failures = self.failures_in_a_row.fetch_add(1, Ordering::SeqCst) + 1;
-        tracing::debug!(failures, %error, "the lock Redis failed");
-        if failures < self.options.failures_to_degrade {
+    /// Step 2, downwards: an attempt sent at `sent` failed; once the failures make an
+    /// outage, switch this epoch to MySQL.
+    async fn redis_failed(&self, lease: ModeLease, sent: Instant, error: &(dyn std::error::Error + Send + Sync)) {
+        tracing::debug!(%error, "the lock Redis failed");
+        let Some(outage) = self.outage.failed(sent) else {
             return;
-        }
-        self.failures_in_a_row.store(0, Ordering::SeqCst);
+        };
         match self.shared.switch(lease.epoch, Mode::Mysql).await {
-            Ok(true) => tracing::warn!(failures, %error, "the lock Redis keeps failing: switching to the MySQL lock"),
+            Ok(true) => tracing::warn!(
+                failures = outage.failures_in_a_row,
+                failing_for = ?outage.failing_for,
+                %error,
+                "the lock Redis keeps failing: switching to the MySQL lock"
+            ),
             Ok(false) => {} // another instance switched first
             Err(error) => tracing::warn!(%error, "could not switch to the MySQL lock"),
         }
