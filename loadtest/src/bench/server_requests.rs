@@ -8,7 +8,8 @@
 //!   command (a Lua script is one `evalsha`).
 //! - etcd: its `/metrics`, gRPC messages received per method (a unary call is one; a
 //!   watch or keep-alive stream counts each message sent on it).
-//! - MySQL: `SHOW GLOBAL STATUS`, statements by kind (`Com_select`, `Com_insert`, ...).
+//! - MySQL: `SHOW GLOBAL STATUS`, statements by kind (`Com_select`, `Com_insert`, ...),
+//!   and the pings a connection pool sends to test its connections (`Com_admin_commands`).
 //! - ZooKeeper: the four-letter word `mntr`, packets received (it counts no kinds).
 
 use std::collections::BTreeMap;
@@ -143,20 +144,29 @@ async fn etcd_messages(endpoints: &[String]) -> anyhow::Result<Vec<(String, f64)
     Ok(messages)
 }
 
-/// MySQL's statements by kind, server-wide.
+/// MySQL's statements by kind, and its pings, server-wide.
 async fn mysql_statements(url: &str) -> anyhow::Result<Vec<(String, f64)>> {
     use sqlx::Connection;
     let mut connection = sqlx::MySqlConnection::connect(url).await?;
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SHOW GLOBAL STATUS WHERE Variable_name IN \
-         ('Com_select', 'Com_insert', 'Com_update', 'Com_delete', 'Com_insert_select')",
+         ('Com_select', 'Com_insert', 'Com_update', 'Com_delete', 'Com_insert_select', 'Com_admin_commands')",
     )
     .fetch_all(&mut connection)
     .await?;
     Ok(rows
         .into_iter()
-        .filter_map(|(name, value)| Some((name.trim_start_matches("Com_").to_uppercase(), value.parse().ok()?)))
+        .filter_map(|(name, value)| Some((mysql_request_name(&name), value.parse().ok()?)))
         .collect())
+}
+
+/// `Com_insert` is an INSERT. `Com_admin_commands` counts the protocol's own commands,
+/// of which a pool sends one kind: the ping that tests a connection.
+fn mysql_request_name(counter: &str) -> String {
+    match counter {
+        "Com_admin_commands" => "PING".to_owned(),
+        statement => statement.trim_start_matches("Com_").to_uppercase(),
+    }
 }
 
 /// ZooKeeper's packets received (`mntr`), on the first server of the connect string.
@@ -200,5 +210,12 @@ mod tests {
             [("Range", 2.0), ("Txn", 1.0), ("Watch", 0.5)],
             "Put did not move"
         );
+    }
+
+    #[test]
+    fn mysql_counters_are_named_by_the_request_they_count() {
+        assert_eq!(mysql_request_name("Com_insert"), "INSERT");
+        assert_eq!(mysql_request_name("Com_insert_select"), "INSERT_SELECT");
+        assert_eq!(mysql_request_name("Com_admin_commands"), "PING");
     }
 }
