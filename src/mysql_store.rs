@@ -14,7 +14,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// A connection back in the pool for less than this is handed out without a ping, as
 /// HikariCP (Spring Boot's pool) does with its `aliveBypassWindowMs` of 500 ms. sqlx's
 /// default pings every connection it hands out: one more round trip before each
-/// statement, which on a lock's critical path is one more round trip per grant.
+/// statement, which on a lock's critical path is one more round trip per grant
+/// (sqlx issue #1743; its `before_acquire` docs give this recipe). sqlx also pings each
+/// connection it takes back, off the caller's path; no option turns that one off.
 const TRUSTED_WITHOUT_A_PING: Duration = Duration::from_millis(500);
 
 /// Connects, checks the server answers, and applies the migrations. Two instances
