@@ -66,10 +66,11 @@ pub struct Config {
     #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub degrade_after_failures: u32,
-    /// `--lock redis-degrade`: or, how long every lock Redis attempt may fail, from the
-    /// first failed one's send, before every instance switches (whichever comes first).
-    /// Behind the local queue one attempt is out at a time, so time notices a frozen
-    /// Redis at its first timeout where counting needs three.
+    /// `--lock redis-degrade`: how long every lock Redis attempt may fail, from the first
+    /// failed one's send, before every instance switches to the MySQL version lock. The
+    /// switch comes at this or at --degrade-after-failures, whichever is first. Behind the
+    /// local queue an instance has few attempts out, so time notices a frozen Redis at its
+    /// first timeout, where counting needs three.
     #[arg(long, env = "SECKILL_DEGRADE_AFTER_MS", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub degrade_after_ms: u64,

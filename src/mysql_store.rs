@@ -21,6 +21,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// fails its next statement, and that buyer gets a 503, where a ping would have swapped
 /// it first (docs/results/chaos.md, `mysql-killed`).
 const TRUSTED_WITHOUT_A_PING: Duration = Duration::from_millis(500);
+/// How long that ping may take: a connection whose server went silent is swapped, not
+/// waited on for the whole acquire timeout.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Connects, checks the server answers, and applies the migrations. Two instances
 /// starting at once are fine: the migrator takes a database lock first.
@@ -41,9 +44,14 @@ pub async fn connect_checked(url: &str, pool_size: u32) -> anyhow::Result<MySqlP
         .before_acquire(|connection, metadata| {
             Box::pin(async move {
                 // A connection idle for a while may have been closed by the server (a
-                // restart, `wait_timeout`): a failed ping swaps it for a new one.
+                // restart, `wait_timeout`). An error here makes sqlx drop it and hand out
+                // another, or open a new one.
                 if metadata.idle_for >= TRUSTED_WITHOUT_A_PING {
-                    connection.ping().await?;
+                    tokio::time::timeout(PING_TIMEOUT, connection.ping())
+                        .await
+                        .map_err(|_| {
+                            std::io::Error::new(std::io::ErrorKind::TimedOut, "ping of an idle connection")
+                        })??;
                 }
                 Ok(true)
             })

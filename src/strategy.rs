@@ -177,7 +177,7 @@ mod tests {
     }
 
     #[test]
-    fn every_lock_takes_a_local_queue_and_no_baseline_that_races() {
+    fn every_lock_but_the_baselines_takes_a_local_queue() {
         for strategy in Strategy::value_variants() {
             let expected = !matches!(strategy, Strategy::None | Strategy::Local);
             assert_eq!(strategy.takes_a_local_queue(), expected, "{strategy}");

@@ -122,8 +122,8 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
             let options = DegradeOptions {
                 ttl: config.lock_ttl(),
                 outage: OutageRule {
-                    failures_in_a_row: config.degrade_after_failures,
-                    failing_for: std::time::Duration::from_millis(config.degrade_after_ms),
+                    after_failures: config.degrade_after_failures,
+                    after: std::time::Duration::from_millis(config.degrade_after_ms),
                 },
                 recover_after: std::time::Duration::from_millis(config.degrade_recover_ms),
             };

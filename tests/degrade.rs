@@ -41,8 +41,8 @@ async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Dur
     let options = DegradeOptions {
         ttl: TTL,
         outage: OutageRule {
-            failures_in_a_row: 3,
-            failing_for: Duration::from_millis(1000),
+            after_failures: 3,
+            after: Duration::from_millis(1000),
         },
         recover_after,
     };

@@ -640,8 +640,8 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
     let options = DegradeOptions {
         ttl,
         outage: OutageRule {
-            failures_in_a_row: 3,
-            failing_for: Duration::from_millis(1000),
+            after_failures: 3,
+            after: Duration::from_millis(1000),
         },
         recover_after: Duration::from_secs(3600),
     };

@@ -22,8 +22,8 @@
 //!    bounded by it: a holder stops trusting its grant when its instance's mode lease
 //!    for that epoch ends, or at once when the instance sees the epoch change.
 //! 2. **Switch by moving the epoch.** When its acquire attempts find Redis down
-//!    ([`outage`]: `--degrade-after-failures` failures in a row, or every attempt failing
-//!    for `--degrade-after-ms`), an instance switches the mode to `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
+//!    ([`outage`]: `--degrade-after-failures` failures in a row, or every attempt
+//!    failing for `--degrade-after-ms`), an instance switches the mode to `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
 //!    an instance switches it back to `redis`. A switch locks the mode row, so it waits
 //!    for renewals in flight, and writes `grants_from`: the moment the last lease on the
 //!    old epoch ends.
@@ -69,6 +69,12 @@
 //! - **A switch costs about one TTL** without grants, in each direction.
 //! - **Redis failures are judged per instance**, from its own attempts: a Redis that
 //!   is slow for one instance only can switch everybody to MySQL.
+//! - **One timeout is an outage** with the defaults: `--degrade-after-ms` (1 s) is
+//!   shorter than the Redis client's response timeout (2 s). A Redis that does not
+//!   answer one attempt in 2 s costs a switch: about one TTL without grants, and
+//!   `--degrade-recover-ms` before the way back.
+//! - **A Redis that reloads its data** answers `LOADING`, which the Redis lock treats as
+//!   "busy, try again": it counts as an answer, and never as an outage.
 //! - **A lock Redis that restarts empty** starts its token counter again at 1, which
 //!   the stock would refuse for the rest of the epoch. An instance that sees the
 //!   counter go back switches to MySQL at once, so Redis returns under a newer epoch.
@@ -274,7 +280,9 @@ impl DegradingLock {
                     return Err(LockError::Backend { backend, source });
                 }
                 granted_or_busy => {
-                    self.outage.answered();
+                    if matches!(granted_or_busy, Ok(_) | Err(LockError::Busy { .. })) {
+                        self.outage.answered(Instant::now());
+                    }
                     let guard = granted_or_busy?;
                     if self.redis_forgot_its_counter(lease, &guard) {
                         let _ = guard.release().await;
@@ -341,13 +349,13 @@ impl DegradingLock {
     /// outage, switch this epoch to MySQL.
     async fn redis_failed(&self, lease: ModeLease, sent: Instant, error: &(dyn std::error::Error + Send + Sync)) {
         tracing::debug!(%error, "the lock Redis failed");
-        let Some(outage) = self.outage.failed(sent) else {
+        let Some(outage) = self.outage.failed(sent, Instant::now()) else {
             return;
         };
         match self.shared.switch(lease.epoch, Mode::Mysql).await {
             Ok(true) => tracing::warn!(
-                failures = outage.failures_in_a_row,
-                failing_for = ?outage.failing_for,
+                failures = outage.failures,
+                lasted = ?outage.lasted,
                 %error,
                 "the lock Redis keeps failing: switching to the MySQL lock"
             ),

@@ -5,9 +5,10 @@
 //! - **Failures in a row**: `--degrade-after-failures` attempts failed (errors or
 //!   timeouts) with no answer between them. Quick when many attempts are out at once.
 //! - **Failing for a while**: every attempt has failed for `--degrade-after-ms`, counted
-//!   from the moment the first of them was sent. Behind the local queue an instance has
-//!   one attempt out at a time, and against a frozen Redis each fails only at the
-//!   response timeout (2 s): by count, three timeouts in a row, 6 s; by time, the first.
+//!   from the send of the first failed one (or from the last answer, if that came later).
+//!   Behind the local queue an instance has one attempt out at a time (per stock
+//!   segment), and against a frozen Redis each fails only at the client's response
+//!   timeout ([`crate::redis_store`]): by count, three timeouts in a row; by time, the first.
 //!
 //! Any answer (a grant, or "busy") ends the run of failures: Redis is up.
 
@@ -16,73 +17,84 @@ use std::time::{Duration, Instant};
 
 use crate::lock::parts::unpoisoned;
 
-/// What counts as an outage.
+/// What counts as an outage: the two flags.
 #[derive(Clone, Copy, Debug)]
 pub struct OutageRule {
-    /// Failed attempts in a row.
-    pub failures_in_a_row: u32,
-    /// Or: how long every attempt has failed, from the first failed one's send.
-    pub failing_for: Duration,
+    /// `--degrade-after-failures`: failed attempts in a row.
+    pub after_failures: u32,
+    /// `--degrade-after-ms`: how long every attempt has failed.
+    pub after: Duration,
 }
 
 /// The outage this instance saw, for the log line that announces the switch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Outage {
-    pub failures_in_a_row: u32,
-    pub failing_for: Duration,
+    /// Failed attempts in this run.
+    pub failures: u32,
+    /// From the run's start to the failure that completed it.
+    pub lasted: Duration,
 }
 
-/// The run of failed attempts so far.
+/// What the judge remembers between attempts.
 #[derive(Default)]
-struct Failing {
-    in_a_row: u32,
-    /// When the first failed attempt of the run was sent.
+struct Seen {
+    /// The failed attempts of the current run.
+    failures: u32,
+    /// When the current run started: the first failed attempt's send.
     since: Option<Instant>,
+    /// When Redis last answered. An attempt sent before it may fail after it, but
+    /// Redis was up in between: the run starts no earlier.
+    last_answer: Option<Instant>,
 }
 
 /// Judges the lock Redis from the attempts one instance makes.
 pub struct OutageJudge {
     rule: OutageRule,
-    failing: StdMutex<Failing>,
+    seen: StdMutex<Seen>,
 }
 
 impl OutageJudge {
     pub fn new(rule: OutageRule) -> Self {
         OutageJudge {
             rule,
-            failing: StdMutex::default(),
+            seen: StdMutex::default(),
         }
     }
 
-    /// Redis answered an attempt: no outage.
-    pub fn answered(&self) {
-        *unpoisoned(&self.failing) = Failing::default();
+    /// Redis answered an attempt at `now`: no outage.
+    pub fn answered(&self, now: Instant) {
+        *unpoisoned(&self.seen) = Seen {
+            last_answer: Some(now),
+            ..Seen::default()
+        };
     }
 
-    /// An attempt sent at `sent` failed. The outage, if this failure completes one;
-    /// the count starts again after it (the switch that follows is the answer).
-    pub fn failed(&self, sent: Instant) -> Option<Outage> {
-        let mut failing = unpoisoned(&self.failing);
-        failing.in_a_row += 1;
-        let since = *failing.since.get_or_insert(sent);
+    /// An attempt sent at `sent` failed at `now`. Returns the outage if this failure
+    /// completes one. The next run starts from nothing: the switch that follows is what
+    /// this instance does about this outage.
+    pub fn failed(&self, sent: Instant, now: Instant) -> Option<Outage> {
+        let mut seen = unpoisoned(&self.seen);
+        seen.failures += 1;
+        let start = seen.last_answer.map_or(sent, |answer| answer.max(sent));
+        let since = *seen.since.get_or_insert(start);
         let outage = Outage {
-            failures_in_a_row: failing.in_a_row,
-            failing_for: since.elapsed(),
+            failures: seen.failures,
+            lasted: now.saturating_duration_since(since),
         };
-        let down =
-            outage.failures_in_a_row >= self.rule.failures_in_a_row || outage.failing_for >= self.rule.failing_for;
-        if !down {
+        if outage.failures < self.rule.after_failures && outage.lasted < self.rule.after {
             return None;
         }
-        *failing = Failing::default();
+        *seen = Seen {
+            last_answer: seen.last_answer,
+            ..Seen::default()
+        };
         Some(outage)
     }
 
-    /// Redis is known to be unfit without a failed attempt (it restarted empty): the
-    /// next failure switches at once.
+    /// Redis is known to be unfit although it answers (it restarted empty): the next
+    /// failure switches at once. An answer before it clears this, as it clears any run.
     pub fn declare_down(&self) {
-        let mut failing = unpoisoned(&self.failing);
-        failing.in_a_row = self.rule.failures_in_a_row;
+        unpoisoned(&self.seen).failures = self.rule.after_failures;
     }
 }
 
@@ -91,62 +103,92 @@ mod tests {
     use super::*;
 
     const RULE: OutageRule = OutageRule {
-        failures_in_a_row: 3,
-        failing_for: Duration::from_millis(1000),
+        after_failures: 3,
+        after: Duration::from_millis(1000),
     };
+
+    fn ms(from: Instant, ms: u64) -> Instant {
+        from + Duration::from_millis(ms)
+    }
 
     #[test]
     fn three_quick_failures_in_a_row_are_an_outage() {
-        let judge = OutageJudge::new(RULE);
-        assert_eq!(judge.failed(Instant::now()), None);
-        assert_eq!(judge.failed(Instant::now()), None);
-        let outage = judge.failed(Instant::now()).expect("the third failure in a row");
-        assert_eq!(outage.failures_in_a_row, 3);
+        let (judge, t) = (OutageJudge::new(RULE), Instant::now());
+        assert_eq!(judge.failed(t, ms(t, 10)), None);
+        assert_eq!(judge.failed(ms(t, 10), ms(t, 20)), None);
+        let outage = judge.failed(ms(t, 20), ms(t, 30)).expect("the third failure in a row");
+        assert_eq!(outage.failures, 3);
         assert_eq!(
-            judge.failed(Instant::now()),
+            judge.failed(ms(t, 30), ms(t, 40)),
             None,
             "the count starts again after an outage"
         );
     }
 
     #[test]
-    fn one_timeout_as_long_as_the_rule_is_an_outage() {
-        // The local queue's case: one attempt out, sent 2 s ago, failed at the response timeout.
+    fn one_failure_that_took_as_long_as_the_rule_is_an_outage() {
+        // The local queue's case: one attempt out, failed at the response timeout.
+        let (judge, t) = (OutageJudge::new(RULE), Instant::now());
+        assert_eq!(judge.failed(t, ms(t, 999)), None, "1 ms short");
         let judge = OutageJudge::new(RULE);
-        let sent = Instant::now() - Duration::from_secs(2);
-        let outage = judge.failed(sent).expect("failing for 2 s");
-        assert_eq!(outage.failures_in_a_row, 1);
-        assert!(outage.failing_for >= Duration::from_secs(2), "{outage:?}");
+        let outage = judge.failed(t, ms(t, 1000)).expect("failing for 1 s");
+        assert_eq!(
+            outage,
+            Outage {
+                failures: 1,
+                lasted: Duration::from_millis(1000)
+            }
+        );
     }
 
     #[test]
     fn the_clock_runs_from_the_first_failure_of_the_run() {
         let judge = OutageJudge::new(OutageRule {
-            failures_in_a_row: 100,
+            after_failures: 100,
             ..RULE
         });
-        assert_eq!(judge.failed(Instant::now() - Duration::from_millis(600)), None);
-        assert_eq!(judge.failed(Instant::now()), None, "failing for 600 ms");
-        std::thread::sleep(Duration::from_millis(450));
-        // Sent just now, but the run began over 1 s ago.
-        let outage = judge.failed(Instant::now()).expect("failing for over 1 s");
-        assert_eq!(outage.failures_in_a_row, 3);
+        let t = Instant::now();
+        assert_eq!(judge.failed(t, ms(t, 600)), None);
+        // Sent 1000 ms after the first failure's send, failed at once.
+        let outage = judge.failed(ms(t, 1000), ms(t, 1001)).expect("the run began at t");
+        assert_eq!(outage.lasted, Duration::from_millis(1001));
     }
 
     #[test]
-    fn an_answer_ends_the_run() {
-        let judge = OutageJudge::new(RULE);
-        judge.failed(Instant::now() - Duration::from_millis(900));
-        judge.failed(Instant::now());
-        judge.answered();
-        assert_eq!(judge.failed(Instant::now()), None, "one failure after an answer");
-        assert_eq!(judge.failed(Instant::now()), None, "two");
+    fn an_answer_ends_the_run_and_restarts_its_clock() {
+        let (judge, t) = (OutageJudge::new(RULE), Instant::now());
+        assert_eq!(judge.failed(t, ms(t, 900)), None);
+        assert_eq!(judge.failed(ms(t, 900), ms(t, 950)), None);
+        judge.answered(ms(t, 960));
+        assert_eq!(
+            judge.failed(ms(t, 960), ms(t, 1500)),
+            None,
+            "one failure, 540 ms after the answer"
+        );
+        assert_eq!(
+            judge.failed(ms(t, 1500), ms(t, 1900)),
+            None,
+            "two, 940 ms after the answer"
+        );
+    }
+
+    #[test]
+    fn a_failure_sent_before_an_answer_counts_from_the_answer() {
+        // Two attempts out at once (no local queue, or two stock segments): one is
+        // answered at 1900 ms, the other, sent at 0, times out at 2000 ms.
+        let (judge, t) = (OutageJudge::new(RULE), Instant::now());
+        judge.answered(ms(t, 1900));
+        assert_eq!(judge.failed(t, ms(t, 2000)), None, "Redis answered 100 ms ago");
+        let outage = judge
+            .failed(ms(t, 2000), ms(t, 2900))
+            .expect("failing since the answer, 1 s");
+        assert_eq!(outage.lasted, Duration::from_millis(1000));
     }
 
     #[test]
     fn declared_down_the_next_failure_switches() {
-        let judge = OutageJudge::new(RULE);
+        let (judge, t) = (OutageJudge::new(RULE), Instant::now());
         judge.declare_down();
-        assert!(judge.failed(Instant::now()).is_some());
+        assert!(judge.failed(t, ms(t, 1)).is_some());
     }
 }
