@@ -23,8 +23,9 @@
 //!    for that epoch ends, or at once when the instance sees the epoch change.
 //! 2. **Switch by moving the epoch.** When its acquire attempts find Redis down
 //!    ([`outage`]: `--degrade-after-failures` failures in a row, or every attempt
-//!    failing for `--degrade-after-ms`), an instance switches the mode to `mysql`; after the lock Redis has answered every probe for `--degrade-recover-ms`,
-//!    an instance switches it back to `redis`. A switch locks the mode row, so it waits
+//!    failing for `--degrade-after-ms`), an instance switches the mode to `mysql`;
+//!    after the lock Redis has answered every probe for `--degrade-recover-ms`, an
+//!    instance switches it back to `redis`. A switch locks the mode row, so it waits
 //!    for renewals in flight, and writes `grants_from`: the moment the last lease on the
 //!    old epoch ends.
 //! 3. **Wait out the old epoch.** No instance grants in the new epoch before
