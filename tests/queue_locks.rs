@@ -1,5 +1,6 @@
 //! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
-//! waiter, grant the only ZooKeeper waiter on the release's event without another look,
+//! waiter (an etcd waiter with no request after the release's event), grant the only
+//! ZooKeeper waiter on the release's event without another look,
 //! grant in the order of requests, never let a waiter whose session died
 //! believe it holds the lock, leave no key or node of a failed acquire in the queue,
 //! and stop trusting a lease the server may no longer keep. Against the etcd and
@@ -58,12 +59,13 @@ async fn grant_order(locks: Vec<Arc<dyn DistributedLock>>, key: &str) -> Vec<usi
 }
 
 /// One holder and `waiters` queued behind it on separate handles: a release must wake
-/// one waiter, not all of them. Returns the wake-ups counted, 500 ms after the release.
-async fn wakeups_after_one_release<L: DistributedLock + 'static>(
+/// one waiter, not all of them. Returns what `count` says of the waiters just before the
+/// release and 500 ms after it.
+async fn one_release<L: DistributedLock + 'static, T>(
     holder: Arc<L>,
     waiters: Vec<Arc<L>>,
-    wakeups: impl Fn(&L) -> u64,
-) -> u64 {
+    count: impl Fn(&[Arc<L>]) -> T,
+) -> (T, T) {
     let key = common::unique_key("herd");
     let held = holder
         .acquire(&key, &common::owner(), Duration::from_secs(2))
@@ -83,13 +85,14 @@ async fn wakeups_after_one_release<L: DistributedLock + 'static>(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = count(&waiters);
     held.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let woken: u64 = waiters.iter().map(|waiter| wakeups(waiter)).sum();
+    let after = count(&waiters);
     for task in tasks {
         task.await.unwrap();
     }
-    woken
+    (before, after)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,8 +102,28 @@ async fn etcd_wakes_only_the_next_waiter_when_the_holder_releases() {
     for _ in 0..4 {
         waiters.push(etcd().await);
     }
-    let woken = wakeups_after_one_release(holder, waiters, EtcdLock::wakeups).await;
-    assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
+    // Every etcd waiter hears the release on its watch of the queue. One must take it as
+    // its grant, and none may ask etcd anything about it: a look after the event is a
+    // round trip on the hand-over, and one per waiter is a thundering herd.
+    let count = |waiters: &[Arc<EtcdLock>]| {
+        let sum = |of: fn(&EtcdLock) -> u64| waiters.iter().map(|waiter| of(waiter)).sum::<u64>();
+        (sum(EtcdLock::wakeups), sum(EtcdLock::looks))
+    };
+    let ((woken_before, looks_before), (woken_after, looks_after)) = one_release(holder, waiters, count).await;
+    assert_eq!(
+        woken_after - woken_before,
+        1,
+        "one release granted {} waiters",
+        woken_after - woken_before
+    );
+    assert!(
+        looks_before >= 8,
+        "each of the four waiters watched and looked: {looks_before} requests"
+    );
+    assert_eq!(
+        looks_after, looks_before,
+        "the waiters asked etcd again after the release"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -110,7 +133,9 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
     for _ in 0..4 {
         waiters.push(zookeeper().await);
     }
-    let woken = wakeups_after_one_release(holder, waiters, ZooKeeperLock::wakeups).await;
+    let wakeups = |waiters: &[Arc<ZooKeeperLock>]| waiters.iter().map(|waiter| waiter.wakeups()).sum::<u64>();
+    let (before, after) = one_release(holder, waiters, wakeups).await;
+    let woken = after - before;
     assert_eq!(woken, 1, "one release woke {woken} waiters: a thundering herd");
 }
 
@@ -182,6 +207,62 @@ async fn zookeeper_grants_in_the_order_of_requests() {
         waiters.push(zookeeper().await);
     }
     assert_granted_in_order_of_requests(zookeeper().await, waiters).await;
+}
+
+/// A holder keeps `key`; a first waiter queues with little patience and a second behind
+/// it. When the first gives up, its entry leaves the queue between the holder and the
+/// second: that delete is not a release, and the second must wait for the holder's.
+async fn assert_a_waiter_giving_up_does_not_grant_the_one_behind_it(
+    holder: Arc<dyn DistributedLock>,
+    impatient: Arc<dyn DistributedLock>,
+    patient: Arc<dyn DistributedLock>,
+) {
+    let key = common::unique_key("gives-up");
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let gave_up = {
+        let key = key.clone();
+        tokio::spawn(async move {
+            impatient
+                .acquire(&key, &common::owner(), Duration::from_millis(400))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await; // queue in this order
+    let waiting = {
+        // A clone: the handle must outlive the task, as its session carries the grant.
+        let (patient, key) = (patient.clone(), key.clone());
+        tokio::spawn(async move { patient.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
+    };
+    assert!(matches!(gave_up.await.unwrap(), Err(LockError::Timeout { .. })));
+    tokio::time::sleep(Duration::from_millis(500)).await; // its entry is gone by now
+    assert!(!waiting.is_finished(), "granted while the holder held the lock");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("granted after the holder's release")
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "granted {:?} after the release",
+        released.elapsed()
+    );
+    granted.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_giving_up_does_not_grant_the_one_behind_it() {
+    assert_a_waiter_giving_up_does_not_grant_the_one_behind_it(etcd().await, etcd().await, etcd().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_waiter_giving_up_does_not_grant_the_one_behind_it() {
+    assert_a_waiter_giving_up_does_not_grant_the_one_behind_it(zookeeper().await, zookeeper().await, zookeeper().await)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

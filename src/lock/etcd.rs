@@ -25,17 +25,20 @@
 //!    key per instance, not one dead key per grant.
 //! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision
 //!    under the prefix holds the lock: first come, first served.
-//! 4. **Wait for the one before you.** A waiter watches only the key created just
-//!    before its own (no thundering herd: one release wakes one waiter) and, when it is
-//!    deleted, looks again. Each look reads its own key and the one before it in one
-//!    range read: if its own key is gone, the session was lost while it waited, and it
-//!    queues again (the check etcd added after Jepsen found that a waiter could believe
-//!    it held a lock its expired session had lost; etcd's Go client spends a second
-//!    read on it). The watch starts at the current revision, and a look at the
-//!    predecessor follows it: a watch from a past revision is caught up by a loop that
-//!    etcd runs every 100 ms, which would stall a hand-over that races the watch. The
-//!    predecessor is known by its name and its create revision: its instance may have
-//!    released and queued again under the same name, behind us.
+//! 4. **Wait until no key is older than yours.** A waiter looks at the keys older than its
+//!    own, and its own, in one range read. If some are left, it opens one watch on the
+//!    whole queue (deletes only) and looks again. The watch crosses those keys off as
+//!    they are deleted, in revision order; the event that crosses off the last one is the
+//!    grant, with no read after it, since no key can join ahead of ours. If its own key is
+//!    missing from a look, or deleted on the watch, the session was lost while it waited,
+//!    and it queues again (the check etcd added after Jepsen found that a waiter could
+//!    believe it held a lock its expired session had lost; etcd's Go client spends a read
+//!    after every event on it, and on finding the next key to watch). The watch starts
+//!    at the current revision and the second look follows it: a watch from a past
+//!    revision is caught up by a loop that etcd runs every 100 ms, which would stall a
+//!    hand-over that races the watch. Every waiter hears every delete under the prefix
+//!    (etcd pushes them; nobody asks), but only the one whose list empties acts: one
+//!    release, one request, the next holder's own.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done
@@ -66,7 +69,7 @@
 //! - Jepsen, "etcd 3.4.3" (2020), on locks and lost sessions: <https://jepsen.io/analyses/etcd-3.4.3>
 //! - etcd API guarantees (revisions): <https://etcd.io/docs/latest/learning/api_guarantees/>
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -74,8 +77,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use tokio::task::JoinHandle;
 
@@ -87,18 +90,17 @@ use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Ow
 
 const BACKEND: &str = "etcd";
 
-/// The critical path from one grant to the next: the holder deletes its key, the
-/// waiter's watch on it fires, and the waiter reads its own key and the one before it
-/// in one range read (none before: granted). See [`crate::lock::critical_path`].
+/// The critical path from one grant to the next: the holder deletes its key, and the
+/// waiter's watch on the queue reports it; with no older key left, that event is the
+/// grant. See [`crate::lock::critical_path`].
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (delete own key), to its commit", Etcd, Write, 0.5),
     step(
-        "wake-up (watch event, sent at the commit as the answer is)",
+        "wake-up and grant (watch event, sent at the commit as the answer is)",
         Etcd,
         Write,
         0.5,
     ),
-    step("read own key and the one before it", Etcd, Read, 1.0),
 ];
 /// Every lock key lives under this prefix, then the lock's name.
 const KEY_PREFIX: &str = "seckill/locks/";
@@ -130,11 +132,6 @@ impl RetryPauses {
             tokio::time::sleep(RETRY_PAUSE).await;
         }
     }
-
-    /// After a success: the next failure is a first one again.
-    fn reset(&mut self) {
-        self.failures_in_a_row = 0;
-    }
 }
 
 /// How an [`EtcdLock`] connects.
@@ -153,8 +150,10 @@ pub struct EtcdLock {
     /// One mutex per lock: this instance's acquires of it take turns (step 2).
     turns: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     shut_down: ShutDownSwitch,
-    /// How many times a waiter was woken by its predecessor's deletion.
+    /// How many times a waiter was granted by a watch event (a holder's release).
     wakeups: Arc<AtomicU64>,
+    /// How many requests waiters sent while they waited: watches opened and looks.
+    looks: Arc<AtomicU64>,
 }
 
 /// This instance's turn at one lock, held from the enqueue until its key is deleted.
@@ -203,6 +202,7 @@ impl EtcdLock {
             turns: StdMutex::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: Arc::default(),
+            looks: Arc::default(),
         })
     }
 
@@ -211,9 +211,14 @@ impl EtcdLock {
         self.session.lock().await.lease_id
     }
 
-    /// How many times a waiter of this handle was woken by a predecessor's release.
+    /// How many times a waiter of this handle was granted by a holder's release (its event).
     pub fn wakeups(&self) -> u64 {
         self.wakeups.load(Ordering::SeqCst)
+    }
+
+    /// How many requests the waiters of this handle sent while they waited.
+    pub fn looks(&self) -> u64 {
+        self.looks.load(Ordering::SeqCst)
     }
 }
 
@@ -502,17 +507,17 @@ impl EtcdLock {
 
     /// Step 4: waits until no key older than ours is left under the prefix. A watch
     /// that breaks (its member died) is opened again, so the caller bounds this wait.
-    /// Waits until no key older than ours is left. `Ok(true)` when the last look saw our
-    /// own key still there (no need to read it again), `Ok(false)` when the session was
-    /// lost meanwhile.
+    /// `Ok(true)` when it is first with its own key still there, `Ok(false)` when the
+    /// session was lost meanwhile.
     async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<bool, LockError> {
         let mut pauses = RetryPauses::default();
         loop {
-            match self.wait_for_predecessor(queued, session).await {
-                Ok(Wait::NoneLeft) => return Ok(true),
-                Ok(Wait::Woken) => {
-                    pauses.reset();
-                    self.wakeups.fetch_add(1, Ordering::SeqCst);
+            match self.watch_the_queue(queued, session).await {
+                Ok(Wait::First { woken }) => {
+                    if woken {
+                        self.wakeups.fetch_add(1, Ordering::SeqCst);
+                    }
+                    return Ok(true);
                 }
                 Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
                 Err(error) if error.transient => {
@@ -524,35 +529,29 @@ impl EtcdLock {
         }
     }
 
-    /// One look at our key and the one just before it: none is left before ours, or it
-    /// was deleted, or our key or session was lost meanwhile.
-    async fn wait_for_predecessor(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
+    /// A look at the queue, then one watch on the whole of it, then a second look. A look
+    /// lists the keys older than ours; the watch's delete events cross them off, in
+    /// revision order. The event that crosses off the last one is the grant, with no read
+    /// after it: no key can join ahead of ours, as revisions only grow. Our own key's
+    /// delete (its lease ended) is on the same watch, so the check Jepsen asked for (a key
+    /// that vanished with its session is not a grant) costs no read either.
+    async fn watch_the_queue(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
         let mut client = self.client.clone();
-        // One range read, newest first, up to our own key: ours, then the one before it.
-        // Our key in the same read is the check Jepsen asked for (a key that vanished with
-        // its session must not be taken for a grant), without a read of its own.
-        let ours_and_before = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(2)
-            .with_max_create_revision(queued.own_revision);
-        let response = client.get(queued.prefix.clone(), Some(ours_and_before)).await?;
-        let mut keys = response.kvs().iter();
-        match keys.next() {
-            Some(own) if own.key() == queued.own_key.as_bytes() => {}
-            _ => return Ok(Wait::SessionLost),
+        // The first look saves the watch when the holder left while we queued.
+        match self.look(&mut client, queued).await? {
+            Look::OwnKeyGone => return Ok(Wait::SessionLost),
+            Look::Ahead { keys, .. } if keys.is_empty() => return Ok(Wait::First { woken: false }),
+            Look::Ahead { .. } => {}
         }
-        let Some(predecessor) = keys.next() else {
-            return Ok(Wait::NoneLeft);
-        };
-        // A key is known by its name and its create revision: a predecessor's instance
-        // may delete its key and queue again under the same name, behind us.
-        let (predecessor, predecessor_revision) = (predecessor.key().to_vec(), predecessor.create_revision());
-        // Watch from now on, then look whether the predecessor is still there: a delete
-        // before the watch existed is seen by that look, one after it by the watch. (A
-        // watch that starts at a past revision would see both, but etcd catches such a
-        // watcher up in a loop that runs every 100 ms: every hand-over would wait for it.)
-        let mut stream = client.watch(predecessor.clone(), None).await?;
+        // Watch from now on, then look again: a delete before the second look is in it,
+        // one after it on the watch. (A watch that starts at a past revision would see
+        // both, but etcd catches such a watcher up in a loop that runs every 100 ms: every
+        // hand-over would wait for it.) Only deletes: a key put after ours queues behind it.
+        let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
+        self.looks.fetch_add(1, Ordering::SeqCst);
+        let mut stream = client
+            .watch(queued.prefix.clone(), Some(deletes_under_the_prefix))
+            .await?;
         loop {
             match stream.message().await? {
                 Some(message) if message.canceled() => {
@@ -563,29 +562,56 @@ impl EtcdLock {
                 None => return Err(watch_ended()),
             }
         }
-        let now = client.get(predecessor, None).await?;
-        if now.kvs().first().map(|kv| kv.create_revision()) != Some(predecessor_revision) {
-            return Ok(Wait::Woken);
-        }
-        let deleted = async {
+        let (looked_at, mut ahead) = match self.look(&mut client, queued).await? {
+            Look::OwnKeyGone => return Ok(Wait::SessionLost),
+            Look::Ahead { keys, .. } if keys.is_empty() => return Ok(Wait::First { woken: false }),
+            Look::Ahead { revision, keys } => (revision, keys),
+        };
+        let first = async {
             while let Some(message) = stream.message().await? {
                 if message.canceled() {
                     return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into());
                 }
-                if message
-                    .events()
-                    .iter()
-                    .any(|event| event.event_type() == EventType::Delete)
-                {
-                    return Ok(Wait::Woken);
+                // The whole message first: our own key's delete in it outweighs a grant.
+                let mut own_key_deleted = false;
+                for deleted in message.events().iter().filter_map(|event| event.kv()) {
+                    if deleted.mod_revision() <= looked_at {
+                        continue; // the look saw this one already
+                    }
+                    own_key_deleted |= deleted.key() == queued.own_key.as_bytes();
+                    ahead.remove(deleted.key());
+                }
+                if own_key_deleted {
+                    return Ok(Wait::SessionLost);
+                }
+                if ahead.is_empty() {
+                    return Ok(Wait::First { woken: true });
                 }
             }
             Err(watch_ended())
         };
         tokio::select! {
-            deleted = deleted => deleted,
+            first = first => first,
             () = session.lease.lost() => Ok(Wait::SessionLost),
         }
+    }
+
+    /// One range read of every key up to ours, names only: the keys ahead of us, and
+    /// whether ours is still there. A key is known by its name from here on: a name seen
+    /// here is deleted before it can be created again, and then it queues behind us.
+    async fn look(&self, client: &mut Client, queued: &Queued) -> Result<Look, WatchFailure> {
+        let up_to_ours = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_max_create_revision(queued.own_revision);
+        self.looks.fetch_add(1, Ordering::SeqCst);
+        let response = client.get(queued.prefix.clone(), Some(up_to_ours)).await?;
+        let mut keys: HashSet<Vec<u8>> = response.kvs().iter().map(|kv| kv.key().to_vec()).collect();
+        if !keys.remove(queued.own_key.as_bytes()) {
+            return Ok(Look::OwnKeyGone);
+        }
+        let revision = response.header().map_or(0, |header| header.revision());
+        Ok(Look::Ahead { revision, keys })
     }
 
     /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
@@ -635,12 +661,19 @@ impl Queued {
     }
 }
 
-/// How one look at the predecessor ended.
+/// What one look at the queue saw.
+enum Look {
+    /// Our key is gone: its session's lease ended.
+    OwnKeyGone,
+    /// The keys ahead of ours at `revision`, none if we are first.
+    Ahead { revision: i64, keys: HashSet<Vec<u8>> },
+}
+
+/// How a wait in the queue ended.
 enum Wait {
-    /// No key older than ours is left: we hold the lock.
-    NoneLeft,
-    /// The key just before ours was deleted: look again.
-    Woken,
+    /// No key older than ours is left: we hold the lock. `woken` when a watch event told
+    /// us (a holder released), not the look.
+    First { woken: bool },
     /// Our lease ended while we waited: our key is gone with it.
     SessionLost,
 }
