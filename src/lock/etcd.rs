@@ -1,8 +1,8 @@
 //! A lock on etcd: keys under a lease, granted in revision order.
 //!
 //! etcd is a replicated key-value store (Raft). Every write gets a cluster-wide
-//! *revision*, a number that only grows. This recipe is the one etcd's own Go
-//! `concurrency.Mutex` uses.
+//! *revision*, a number that only grows. Steps 1 to 3, 5 and 6 are the recipe of etcd's
+//! own Go `concurrency.Mutex`; step 4 waits without its read after every event.
 //!
 //! ## How it works
 //! 1. **A session per instance.** At start the lock grants one lease and keeps it alive
@@ -28,17 +28,18 @@
 //! 4. **Wait until no key is older than yours.** A waiter looks at the keys older than its
 //!    own, and its own, in one range read. If some are left, it opens one watch on the
 //!    whole queue (deletes only) and looks again. The watch crosses those keys off as
-//!    they are deleted, in revision order; the event that crosses off the last one is the
-//!    grant, with no read after it, since no key can join ahead of ours. If its own key is
-//!    missing from a look, or deleted on the watch, the session was lost while it waited,
-//!    and it queues again (the check etcd added after Jepsen found that a waiter could
-//!    believe it held a lock its expired session had lost; etcd's Go client spends a read
-//!    after every event on it, and on finding the next key to watch). The watch starts
-//!    at the current revision and the second look follows it: a watch from a past
-//!    revision is caught up by a loop that etcd runs every 100 ms, which would stall a
-//!    hand-over that races the watch. Every waiter hears every delete under the prefix
-//!    (etcd pushes them; nobody asks), but only the one whose list empties acts: one
-//!    release, one request, the next holder's own.
+//!    they are deleted, in revision order. The event that crosses off the last one is
+//!    the grant, with no read after it: no key can join ahead of ours, as revisions only
+//!    grow. If its own key is missing from a look, or deleted on the watch, its session
+//!    was lost while it waited, and it queues again. That is the check etcd added after
+//!    Jepsen found that a waiter could believe it held a lock its expired session had
+//!    lost. (etcd's Go client reads after every event to find the next key to watch, and
+//!    once more at the end for this check.) The watch starts at the current revision,
+//!    and the second look follows it. A watch from a past revision is caught up by a loop
+//!    that etcd runs every 100 ms, which would stall a hand-over that races the watch.
+//!    Every waiter hears every delete under the prefix; etcd pushes them. Only the one
+//!    whose list empties acts, and it sends nothing first: a release costs one request,
+//!    the holder's delete.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done
@@ -78,7 +79,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions,
+    SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
 };
 use tokio::task::JoinHandle;
 
@@ -96,7 +97,7 @@ const BACKEND: &str = "etcd";
 pub const CRITICAL_PATH: &[Step] = &[
     step("release (delete own key), to its commit", Etcd, Write, 0.5),
     step(
-        "wake-up and grant (watch event, sent at the commit as the answer is)",
+        "wake-up (watch event, sent at the commit as the answer is)",
         Etcd,
         Write,
         0.5,
@@ -132,6 +133,11 @@ impl RetryPauses {
             tokio::time::sleep(RETRY_PAUSE).await;
         }
     }
+
+    /// After a success: the next failure is a first one again.
+    fn reset(&mut self) {
+        self.failures_in_a_row = 0;
+    }
 }
 
 /// How an [`EtcdLock`] connects.
@@ -152,8 +158,8 @@ pub struct EtcdLock {
     shut_down: ShutDownSwitch,
     /// How many times a waiter was granted by a watch event (a holder's release).
     wakeups: Arc<AtomicU64>,
-    /// How many requests waiters sent while they waited: watches opened and looks.
-    looks: Arc<AtomicU64>,
+    /// How many requests waiters sent while they waited: looks, watches and re-reads.
+    requests_while_waiting: Arc<AtomicU64>,
 }
 
 /// This instance's turn at one lock, held from the enqueue until its key is deleted.
@@ -202,7 +208,7 @@ impl EtcdLock {
             turns: StdMutex::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             wakeups: Arc::default(),
-            looks: Arc::default(),
+            requests_while_waiting: Arc::default(),
         })
     }
 
@@ -217,8 +223,8 @@ impl EtcdLock {
     }
 
     /// How many requests the waiters of this handle sent while they waited.
-    pub fn looks(&self) -> u64 {
-        self.looks.load(Ordering::SeqCst)
+    pub fn requests_while_waiting(&self) -> u64 {
+        self.requests_while_waiting.load(Ordering::SeqCst)
     }
 }
 
@@ -256,7 +262,7 @@ impl DistributedLock for EtcdLock {
         Err(LockError::Busy { key: key.to_owned() })
     }
 
-    /// Queues, then waits for the key just before ours (step 4) instead of polling.
+    /// Queues, then waits until no key older than ours is left (step 4) instead of polling.
     /// A waiter whose session ended while it waited (a lease lost to a pause or to a
     /// leader election) never held the lock: it queues again on a new session, at the
     /// back, until its deadline. Every way out but a grant deletes our key (step 5).
@@ -288,25 +294,31 @@ impl DistributedLock for EtcdLock {
             if queued.holds() {
                 return Ok(self.grant(key, queued, &session, turn));
             }
-            let own_key_seen =
-                match tokio::time::timeout_at(deadline.into(), self.wait_for_predecessors(&queued, &session)).await {
-                    Ok(Ok(own_key_seen)) => own_key_seen,
-                    Ok(Err(error)) => {
-                        self.delete_in_background(queued.own_key, &session, turn);
-                        return Err(error);
+            let waited = match tokio::time::timeout_at(deadline.into(), self.wait_until_first(&queued, &session)).await
+            {
+                Ok(Ok(waited)) => waited,
+                Ok(Err(error)) => {
+                    self.delete_in_background(queued.own_key, &session, turn);
+                    return Err(error);
+                }
+                Err(_) => {
+                    self.delete_in_background(queued.own_key, &session, turn);
+                    return Err(timed_out());
+                }
+            };
+            if let Wait::First { woken } = waited {
+                if session.lease.is_held() {
+                    if woken {
+                        self.wakeups.fetch_add(1, Ordering::SeqCst);
                     }
-                    Err(_) => {
-                        self.delete_in_background(queued.own_key, &session, turn);
-                        return Err(timed_out());
-                    }
-                };
-            if own_key_seen && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session, turn));
+                    return Ok(self.grant(key, queued, &session, turn));
+                }
             }
             // The wait ended otherwise: is our key still there, and our session alive?
             // (Jepsen's finding: a key that vanished with its session is not a grant.)
             let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
                 let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
+                self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
                 async move { client.get(own_key, None).await }
             })
             .await;
@@ -505,21 +517,14 @@ impl EtcdLock {
         }))
     }
 
-    /// Step 4: waits until no key older than ours is left under the prefix. A watch
-    /// that breaks (its member died) is opened again, so the caller bounds this wait.
-    /// `Ok(true)` when it is first with its own key still there, `Ok(false)` when the
-    /// session was lost meanwhile.
-    async fn wait_for_predecessors(&self, queued: &Queued, session: &Session) -> Result<bool, LockError> {
+    /// Step 4: waits until no key older than ours is left under the prefix, or our session
+    /// is lost. A watch that breaks (its member died) is opened again, so the caller
+    /// bounds this wait.
+    async fn wait_until_first(&self, queued: &Queued, session: &Session) -> Result<Wait, LockError> {
         let mut pauses = RetryPauses::default();
         loop {
-            match self.watch_the_queue(queued, session).await {
-                Ok(Wait::First { woken }) => {
-                    if woken {
-                        self.wakeups.fetch_add(1, Ordering::SeqCst);
-                    }
-                    return Ok(true);
-                }
-                Ok(Wait::SessionLost) => return Ok(false), // the re-read after the wait reports it
+            match self.watch_the_queue(queued, session, &mut pauses).await {
+                Ok(waited) => return Ok(waited),
                 Err(error) if error.transient => {
                     tracing::debug!(error = %error.source, "an etcd watch broke; watching again");
                     pauses.after_a_failure().await;
@@ -529,63 +534,42 @@ impl EtcdLock {
         }
     }
 
-    /// A look at the queue, then one watch on the whole of it, then a second look. A look
-    /// lists the keys older than ours; the watch's delete events cross them off, in
-    /// revision order. The event that crosses off the last one is the grant, with no read
-    /// after it: no key can join ahead of ours, as revisions only grow. Our own key's
-    /// delete (its lease ended) is on the same watch, so the check Jepsen asked for (a key
-    /// that vanished with its session is not a grant) costs no read either.
-    async fn watch_the_queue(&self, queued: &Queued, session: &Session) -> Result<Wait, WatchFailure> {
+    /// A look at the queue, then one watch on the whole of it, then a second look. The
+    /// watch's delete events cross off the keys the second look saw ahead of ours
+    /// ([`cross_off`]); the event that crosses off the last one is the grant.
+    async fn watch_the_queue(
+        &self,
+        queued: &Queued,
+        session: &Session,
+        pauses: &mut RetryPauses,
+    ) -> Result<Wait, WatchFailure> {
         let mut client = self.client.clone();
         // The first look saves the watch when the holder left while we queued.
-        match self.look(&mut client, queued).await? {
-            Look::OwnKeyGone => return Ok(Wait::SessionLost),
-            Look::Ahead { keys, .. } if keys.is_empty() => return Ok(Wait::First { woken: false }),
-            Look::Ahead { .. } => {}
+        if let Look::Decided(waited) = self.look(&mut client, queued).await? {
+            return Ok(waited);
         }
         // Watch from now on, then look again: a delete before the second look is in it,
         // one after it on the watch. (A watch that starts at a past revision would see
         // both, but etcd catches such a watcher up in a loop that runs every 100 ms: every
-        // hand-over would wait for it.) Only deletes: a key put after ours queues behind it.
-        let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
-        self.looks.fetch_add(1, Ordering::SeqCst);
-        let mut stream = client
-            .watch(queued.prefix.clone(), Some(deletes_under_the_prefix))
-            .await?;
-        loop {
-            match stream.message().await? {
-                Some(message) if message.canceled() => {
-                    return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into())
-                }
-                Some(message) if message.created() => break,
-                Some(_) => continue,
-                None => return Err(watch_ended()),
-            }
-        }
+        // hand-over would wait for it.)
+        let mut stream = self.watch_deletes(&mut client, queued).await?;
+        pauses.reset();
         let (looked_at, mut ahead) = match self.look(&mut client, queued).await? {
-            Look::OwnKeyGone => return Ok(Wait::SessionLost),
-            Look::Ahead { keys, .. } if keys.is_empty() => return Ok(Wait::First { woken: false }),
+            Look::Decided(waited) => return Ok(waited),
             Look::Ahead { revision, keys } => (revision, keys),
         };
         let first = async {
             while let Some(message) = stream.message().await? {
                 if message.canceled() {
-                    return Err(etcd_client::Error::WatchError("the watch was canceled".into()).into());
+                    return Err(watch_canceled());
                 }
-                // The whole message first: our own key's delete in it outweighs a grant.
-                let mut own_key_deleted = false;
-                for deleted in message.events().iter().filter_map(|event| event.kv()) {
-                    if deleted.mod_revision() <= looked_at {
-                        continue; // the look saw this one already
-                    }
-                    own_key_deleted |= deleted.key() == queued.own_key.as_bytes();
-                    ahead.remove(deleted.key());
-                }
-                if own_key_deleted {
-                    return Ok(Wait::SessionLost);
-                }
-                if ahead.is_empty() {
-                    return Ok(Wait::First { woken: true });
+                let deletes = message
+                    .events()
+                    .iter()
+                    .filter_map(|event| event.kv())
+                    .map(|deleted| (deleted.key(), deleted.mod_revision()));
+                if let Some(waited) = cross_off(&mut ahead, queued.own_key.as_bytes(), looked_at, deletes) {
+                    return Ok(waited);
                 }
             }
             Err(watch_ended())
@@ -596,22 +580,44 @@ impl EtcdLock {
         }
     }
 
-    /// One range read of every key up to ours, names only: the keys ahead of us, and
-    /// whether ours is still there. A key is known by its name from here on: a name seen
-    /// here is deleted before it can be created again, and then it queues behind us.
+    /// One range read of every key up to ours, names only: the keys ahead of us, unless
+    /// that decides the wait (ours is gone, or none is ahead). A key is known by its name
+    /// from here on: a name seen here is deleted before it can be created again, and then
+    /// it queues behind us.
     async fn look(&self, client: &mut Client, queued: &Queued) -> Result<Look, WatchFailure> {
         let up_to_ours = GetOptions::new()
             .with_prefix()
             .with_keys_only()
             .with_max_create_revision(queued.own_revision);
-        self.looks.fetch_add(1, Ordering::SeqCst);
+        self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
         let response = client.get(queued.prefix.clone(), Some(up_to_ours)).await?;
         let mut keys: HashSet<Vec<u8>> = response.kvs().iter().map(|kv| kv.key().to_vec()).collect();
         if !keys.remove(queued.own_key.as_bytes()) {
-            return Ok(Look::OwnKeyGone);
+            return Ok(Look::Decided(Wait::SessionLost));
+        }
+        if keys.is_empty() {
+            return Ok(Look::Decided(Wait::First { woken: false }));
         }
         let revision = response.header().map_or(0, |header| header.revision());
         Ok(Look::Ahead { revision, keys })
+    }
+
+    /// A watch of the deletes under the queue's prefix, from the current revision, once
+    /// etcd says it is set up. Only deletes: a key put after ours queues behind it.
+    async fn watch_deletes(&self, client: &mut Client, queued: &Queued) -> Result<WatchStream, WatchFailure> {
+        let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
+        self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+        let mut stream = client
+            .watch(queued.prefix.clone(), Some(deletes_under_the_prefix))
+            .await?;
+        loop {
+            match stream.message().await? {
+                Some(message) if message.canceled() => return Err(watch_canceled()),
+                Some(message) if message.created() => return Ok(stream),
+                Some(_) => continue,
+                None => return Err(watch_ended()),
+            }
+        }
     }
 
     /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
@@ -663,13 +669,41 @@ impl Queued {
 
 /// What one look at the queue saw.
 enum Look {
-    /// Our key is gone: its session's lease ended.
-    OwnKeyGone,
-    /// The keys ahead of ours at `revision`, none if we are first.
+    /// The look ends the wait: our key is gone, or none is ahead of it.
+    Decided(Wait),
+    /// The keys ahead of ours at `revision`.
     Ahead { revision: i64, keys: HashSet<Vec<u8>> },
 }
 
+/// What one watch message of the queue's deletes means for a waiter. Each delete newer
+/// than the look (`looked_at`) crosses its key off the keys `ahead`. Our own key among
+/// them is a lost session, whatever else the message holds; none left ahead is the grant.
+/// `None`: still waiting.
+fn cross_off<'a>(
+    ahead: &mut HashSet<Vec<u8>>,
+    own_key: &[u8],
+    looked_at: i64,
+    deletes: impl IntoIterator<Item = (&'a [u8], i64)>,
+) -> Option<Wait> {
+    let mut own_key_deleted = false;
+    for (key, revision) in deletes {
+        if revision <= looked_at {
+            continue; // the look saw this one already
+        }
+        own_key_deleted |= key == own_key;
+        ahead.remove(key);
+    }
+    if own_key_deleted {
+        Some(Wait::SessionLost)
+    } else if ahead.is_empty() {
+        Some(Wait::First { woken: true })
+    } else {
+        None
+    }
+}
+
 /// How a wait in the queue ended.
+#[derive(Debug, PartialEq)]
 enum Wait {
     /// No key older than ours is left: we hold the lock. `woken` when a watch event told
     /// us (a holder released), not the look.
@@ -817,6 +851,11 @@ fn lease_seconds(ttl: Duration) -> i64 {
     (ttl.as_millis().div_ceil(1000) as i64).max(1)
 }
 
+/// etcd canceled the watch. Not transient: the wait ends with this error, as it always has.
+fn watch_canceled() -> WatchFailure {
+    etcd_client::Error::WatchError("the watch was canceled".into()).into()
+}
+
 /// The stream ended without a cancel: its member went away. Watch again.
 fn watch_ended() -> WatchFailure {
     WatchFailure {
@@ -837,5 +876,51 @@ impl From<etcd_client::Error> for WatchFailure {
             transient: is_transient(&source),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(names: &[&str]) -> HashSet<Vec<u8>> {
+        names.iter().map(|name| name.as_bytes().to_vec()).collect()
+    }
+
+    const OURS: &[u8] = b"q/ours";
+
+    #[test]
+    fn the_delete_of_the_last_key_ahead_is_the_grant() {
+        let mut ahead = keys(&["q/a", "q/b"]);
+        assert_eq!(cross_off(&mut ahead, OURS, 10, [(&b"q/a"[..], 11)]), None);
+        assert_eq!(
+            cross_off(&mut ahead, OURS, 10, [(&b"q/b"[..], 12)]),
+            Some(Wait::First { woken: true })
+        );
+    }
+
+    #[test]
+    fn a_delete_the_look_already_saw_crosses_nothing_off() {
+        // On a watch member that lags, q/a may be deleted and created again, still ahead
+        // of us, before the look: the look sees the new q/a, the watch the old delete.
+        let mut ahead = keys(&["q/a"]);
+        assert_eq!(cross_off(&mut ahead, OURS, 10, [(&b"q/a"[..], 9)]), None);
+        assert_eq!(cross_off(&mut ahead, OURS, 10, [(&b"q/a"[..], 10)]), None);
+        assert_eq!(ahead, keys(&["q/a"]));
+    }
+
+    #[test]
+    fn a_delete_behind_us_changes_nothing() {
+        let mut ahead = keys(&["q/a"]);
+        assert_eq!(cross_off(&mut ahead, OURS, 10, [(&b"q/later"[..], 11)]), None);
+        assert_eq!(ahead, keys(&["q/a"]));
+    }
+
+    #[test]
+    fn our_own_keys_delete_outweighs_a_grant_in_the_same_message() {
+        // A lease that ends deletes every key of its session in one revision.
+        let mut ahead = keys(&["q/a"]);
+        let deletes = [(&b"q/a"[..], 11), (OURS, 11)];
+        assert_eq!(cross_off(&mut ahead, OURS, 10, deletes), Some(Wait::SessionLost));
     }
 }
