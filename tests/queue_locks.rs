@@ -145,12 +145,20 @@ async fn queue_behind_a_holder<L: DistributedLock + 'static>(
         .acquire(key, &common::owner(), Duration::from_secs(2))
         .await
         .unwrap();
-    let waiting = {
-        let (waiter, key) = (waiter.clone(), key.to_owned());
-        tokio::spawn(async move { waiter.acquire(&key, &common::owner(), patience).await })
-    };
+    let waiting = start_acquiring(waiter, key, patience);
     tokio::time::sleep(Duration::from_millis(300)).await;
     (held, waiting)
+}
+
+/// `lock` asks for `key` in a task of its own, waiting at most `patience`. The task holds
+/// a clone of the handle: the caller keeps its own, whose session carries the grant.
+fn start_acquiring<L: DistributedLock + 'static>(
+    lock: &Arc<L>,
+    key: &str,
+    patience: Duration,
+) -> JoinHandle<Result<LockGuard, LockError>> {
+    let (lock, key) = (lock.clone(), key.to_owned());
+    tokio::spawn(async move { lock.acquire(&key, &common::owner(), patience).await })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,30 +214,15 @@ async fn zookeeper_grants_in_the_order_of_requests() {
 /// A holder keeps `key`; a first waiter queues with little patience and a second behind
 /// it. When the first gives up, its entry leaves the queue between the holder and the
 /// second: that delete is not a release, and the second must wait for the holder's.
-async fn assert_a_waiter_giving_up_does_not_grant_the_one_behind_it(
-    holder: Arc<dyn DistributedLock>,
-    impatient: Arc<dyn DistributedLock>,
-    patient: Arc<dyn DistributedLock>,
+async fn assert_a_waiter_giving_up_does_not_grant_the_one_behind_it<L: DistributedLock + 'static>(
+    holder: Arc<L>,
+    impatient: Arc<L>,
+    patient: Arc<L>,
 ) {
     let key = common::unique_key("gives-up");
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    let gave_up = {
-        let key = key.clone();
-        tokio::spawn(async move {
-            impatient
-                .acquire(&key, &common::owner(), Duration::from_millis(400))
-                .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await; // queue in this order
-    let waiting = {
-        // A clone: the handle must outlive the task, as its session carries the grant.
-        let (patient, key) = (patient.clone(), key.clone());
-        tokio::spawn(async move { patient.acquire(&key, &common::owner(), Duration::from_secs(10)).await })
-    };
+    // The impatient waiter queues first and gives up 300 ms after the patient one queued.
+    let (held, gave_up) = queue_behind_a_holder(&*holder, &impatient, &key, Duration::from_millis(600)).await;
+    let waiting = start_acquiring(&patient, &key, Duration::from_secs(10));
     assert!(matches!(gave_up.await.unwrap(), Err(LockError::Timeout { .. })));
     tokio::time::sleep(Duration::from_millis(500)).await; // its entry is gone by now
     assert!(!waiting.is_finished(), "granted while the holder held the lock");
