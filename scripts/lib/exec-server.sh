@@ -39,7 +39,7 @@
 #   exec-server.sh mariadb DIR PORT
 #       mysql_install_db into DIR/data on the first start (its output in DIR/install.log,
 #       shown on stderr if it fails), then exec mariadbd on 127.0.0.1:PORT, socket
-#       DIR/mysqld.sock, no binary log, 400 connections at most.
+#       DIR/mysqld.sock, temporary files in DIR/tmp, no binary log, 400 connections at most.
 #
 #   exec-server.sh mariadb-account DIR
 #       not a server, and it does not wait: once the mariadb of DIR answers on its socket,
@@ -124,12 +124,15 @@ run_mariadb() {
   (($# == 2)) || usage
   local dir=$1 port=$2 user
   user=$(id -un)
-  mkdir -p "$dir"
+  # A temporary folder of its own: two servers installed at once in the shared /tmp
+  # removed each other's temporary tables ("Unknown table 'mysql.tmp_user_sys'").
+  mkdir -p "$dir/tmp"
   if [[ ! -d $dir/data/mysql ]]; then
-    mysql_install_db --no-defaults --user="$user" --datadir="$dir/data" --auth-root-authentication-method=socket \
-      >"$dir/install.log" 2>&1 || { cat "$dir/install.log" >&2; die "mysql_install_db failed (above; also in $dir/install.log)"; }
+    TMPDIR=$dir/tmp mysql_install_db --no-defaults --user="$user" --datadir="$dir/data" \
+      --auth-root-authentication-method=socket >"$dir/install.log" 2>&1 ||
+      { cat "$dir/install.log" >&2; die "mysql_install_db failed (above; also in $dir/install.log)"; }
   fi
-  exec mariadbd --no-defaults --user="$user" --datadir="$dir/data" \
+  exec mariadbd --no-defaults --user="$user" --datadir="$dir/data" --tmpdir="$dir/tmp" \
     --socket="$dir/mysqld.sock" --port="$port" --bind-address=127.0.0.1 --pid-file="$dir/mariadb.pid" \
     --skip-log-bin --max-connections=400
 }

@@ -126,12 +126,18 @@ impl PrivateServer {
         server
     }
 
-    /// Starts it (again), and waits until its port answers.
+    /// Starts it (again), and waits until its port answers. The server's output goes
+    /// to `server.log` in its folder, whose last lines a failure to start shows.
     pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("the server's log file");
         let child = Command::new(&self.command[0])
             .args(&self.command[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("the log file again")))
+            .stderr(Stdio::from(log))
             .spawn()
             .unwrap_or_else(|error| {
                 panic!(
@@ -142,14 +148,35 @@ impl PrivateServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.answers() {
+            if let Ok(Some(status)) = self.child.as_mut().expect("just started").try_wait() {
+                panic!(
+                    "{} exited ({status}) before it answered; {}",
+                    self.kind,
+                    self.log_tail()
+                );
+            }
             assert!(
                 Instant::now() < deadline,
-                "{} did not start on port {}",
+                "{} did not start on port {} in 60 s; {}",
                 self.kind,
-                self.port
+                self.port,
+                self.log_tail()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    fn log_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// The last lines of the server's output, for a failure's message.
+    fn log_tail(&self) -> String {
+        const LINES: usize = 50;
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+        format!("its last {LINES} lines of output:\n{tail}")
     }
 
     /// The port is open, and a ZooKeeper says `imok` to `ruok` (it opens its port
