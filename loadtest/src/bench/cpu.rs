@@ -132,23 +132,53 @@ fn machine_ticks() -> Option<(u64, u64)> {
 mod tests {
     use super::*;
 
+    /// The CPU time this whole process has used, as the kernel's `getrusage` counts it:
+    /// a second witness, independent of the `/proc` ticks that `sample` reads.
+    fn cpu_seconds_used() -> f64 {
+        // SAFETY: getrusage only writes into the struct it is given.
+        let usage = unsafe {
+            let mut usage = std::mem::zeroed::<libc::rusage>();
+            assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+            usage
+        };
+        let seconds = |time: libc::timeval| time.tv_sec as f64 + time.tv_usec as f64 / 1e6;
+        seconds(usage.ru_utime) + seconds(usage.ru_stime)
+    }
+
+    /// The busy loop burns a known amount of CPU, not of wall time: on a machine busy
+    /// with other work a loop of 300 ms got half a core, and a test that expected one
+    /// failed (CI, 2026-11-26, while a build ran beside it).
     #[test]
     fn this_process_is_seen_using_the_cpu_it_burns() {
+        const BURN_SECONDS: f64 = 0.3;
+        // /proc counts in ticks of 10 ms, read at each end; other tests' threads in this
+        // process move both witnesses alike.
+        const TOLERANCE_SECONDS: f64 = 0.05;
         let me = [Watched {
             name: "me".into(),
             pid: std::process::id(),
         }];
         let before = sample(&me);
+        let cpu_before = cpu_seconds_used();
         let started = std::time::Instant::now();
         let mut spin = 0u64;
-        while started.elapsed().as_millis() < 300 {
+        while cpu_seconds_used() - cpu_before < BURN_SECONDS && started.elapsed().as_secs() < 10 {
             spin = spin.wrapping_add(1);
         }
         std::hint::black_box(spin);
         let after = sample(&me);
-        let report = between(&me, &before, &after, started.elapsed().as_secs_f64());
-        let used = report.processes[0].cores;
-        assert!(used >= 0.5, "a busy loop uses about one core, measured {used}");
+        let burned = cpu_seconds_used() - cpu_before;
+        let seconds = started.elapsed().as_secs_f64();
+        let report = between(&me, &before, &after, seconds);
+        let seen = report.processes[0].cores * seconds;
+        assert!(
+            burned >= BURN_SECONDS,
+            "the loop burned only {burned:.3} s of CPU in {seconds:.1} s"
+        );
+        assert!(
+            (seen - burned).abs() <= TOLERANCE_SECONDS,
+            "the kernel counted {burned:.3} s of CPU, the sample saw {seen:.3} s"
+        );
     }
 
     #[test]
