@@ -5,8 +5,8 @@
 //!    machine ([`bound`]), three times in the course of the run;
 //! 2. runs the 500-buyer / 300-unit crowd N times: the lesson's numbers, with the
 //!    median and spread of each, and every lock wait the service reported;
-//! 3. measures one keep-alive client alone (serial: one sale's whole path), then
-//!    many at once for a few seconds against a stock that does not run out
+//! 3. measures one keep-alive client alone (serial: one sale's whole path, and the
+//!    HTTP turnaround inside it: [`turnaround`]), then many at once for a few seconds against a stock that does not run out
 //!    ([`sustained`]), watching who used the CPU meanwhile ([`cpu`]);
 //!    each in a few windows, of which the median is reported (this machine is shared,
 //!    and one window can be unlucky);
@@ -28,6 +28,8 @@ pub mod breakdown;
 pub mod server_requests;
 
 pub mod sustained;
+
+pub mod turnaround;
 
 pub mod cpu;
 
@@ -164,6 +166,10 @@ pub struct StrategyBench {
     /// Each step's mean over the serial windows, one client alone (see `sustained_steps`).
     #[serde(default)]
     pub serial_steps: Vec<StepTime>,
+    /// One client's mean HTTP turnaround, `GET /healthz` ([`turnaround`]); `None` for a
+    /// peer without that page, or results written before it was timed.
+    #[serde(default)]
+    pub serial_turnaround_ms: Option<f64>,
     /// Each step's mean over the sustained windows, from the instances' `/metrics`
     /// (empty for a peer without them, or results written before they existed).
     #[serde(default)]
@@ -298,6 +304,13 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     }
     let serial = median_window(serial_windows, None);
     let serial_steps = steps_between(serial_steps_before, &options.crowd.hosts).await;
+    let serial_turnaround_ms = match turnaround::measure(&one_client.hosts[0]).await {
+        Ok(mean) => Some(mean.as_secs_f64() * 1000.0),
+        Err(error) => {
+            eprintln!("bench: no HTTP turnaround for {}: {error:#}", options.crowd.hosts[0]);
+            None
+        }
+    };
     bound::keep_quickest(
         &mut round_trips,
         bound::measure_round_trips(strategy, &options.config).await?,
@@ -376,6 +389,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         sustained_windows: options.sustained_runs.max(1),
         sustained_cpu,
         serial_steps,
+        serial_turnaround_ms,
         sustained_steps,
         sustained_requests,
     })

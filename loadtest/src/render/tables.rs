@@ -4,7 +4,7 @@
 
 use crate::bench::bound::PAUSE_UNDER_LOAD;
 use crate::bench::bound::{Access, Backend, RoundTrip};
-use crate::bench::breakdown::mean_ms;
+use crate::bench::breakdown::{mean_ms, StepTime};
 use crate::bench::lockbench::Run;
 use crate::bench::{runs_over_segments, Spread, StrategyBench, SERIAL_TARGET_RATIO, TARGET_RATIO};
 use crate::verdict::{Report, Verdict};
@@ -110,6 +110,15 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
                 .to_owned(),
         ),
         Block::Table(time_spent(benches)),
+        Block::Text(
+            "One client alone, where a sale's time goes, means in µs (`loadtest/src/bench/turnaround.rs`): the \
+             client's time per sale (1,000,000 / serial sales per second) against the HTTP turnaround (`GET \
+             /healthz` on the same kind of connection, no backend) and the steps the service timed. The service \
+             answers before it releases, so the release runs during the turnaround and the next sale waits only \
+             for what is left of it (queued). The rest is the sale's own glue in the service."
+                .to_owned(),
+        ),
+        Block::Table(serial_time(benches)),
         Block::Text(
             "What the servers answered per unit sold under sustained load, busiest first, waiters and \
              renewals included, from each server's own counters (`loadtest/src/bench/server_requests.rs`): \
@@ -227,6 +236,75 @@ fn serial_round_trips(bench: &StrategyBench) -> String {
             1000.0 / bench.serial.sales_per_second
         ),
         _ => MISSING.to_owned(),
+    }
+}
+
+/// One client alone: the client's time per sale, split into the HTTP turnaround and
+/// the steps the service timed; for the strategies whose steps `/metrics` shows.
+fn serial_time(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("strategy", Left),
+        ("per sale", Right),
+        ("HTTP turnaround", Right),
+        ("queued", Right),
+        ("lock", Right),
+        ("read", Right),
+        ("write", Right),
+        ("rest", Right),
+        ("release, during the turnaround", Right),
+        ("serial / serial bound", Right),
+    ]);
+    for bench in benches {
+        let Some(turnaround_ms) = bench.serial_turnaround_ms else {
+            continue; // results written before the turnaround was timed
+        };
+        let Some(split) = SerialSplit::of(bench.serial.sales_per_second, turnaround_ms, &bench.serial_steps) else {
+            continue; // a peer without /metrics, or atomic: one script, no steps
+        };
+        let mut row = vec![bench.label.clone()];
+        row.extend(split.cells());
+        row.push(ratio(bench.serial_ratio(), Some(SERIAL_TARGET_RATIO)));
+        table.push(row);
+    }
+    table
+}
+
+/// One serial sale as the client saw it, in µs: turnaround + queued + lock + read +
+/// write + rest. The release runs during the turnaround, so it is shown, not added.
+struct SerialSplit {
+    per_sale_us: f64,
+    turnaround_us: f64,
+    /// queued, lock, read, write: the steps the client waits for.
+    waited_us: [Option<f64>; 4],
+    release_us: Option<f64>,
+}
+
+impl SerialSplit {
+    const WAITED: [&'static str; 4] = ["queued", "lock", "read", "write"];
+
+    fn of(sales_per_second: f64, turnaround_ms: f64, steps: &[StepTime]) -> Option<Self> {
+        let step_us = |name| mean_ms(steps, name).map(|ms| ms * 1000.0);
+        step_us("read")?;
+        (sales_per_second > 0.0).then(|| SerialSplit {
+            per_sale_us: 1e6 / sales_per_second,
+            turnaround_us: turnaround_ms * 1000.0,
+            waited_us: Self::WAITED.map(step_us),
+            release_us: step_us("release"),
+        })
+    }
+
+    /// What the client's time holds beyond the turnaround and the steps: the sale's glue.
+    fn rest_us(&self) -> f64 {
+        self.per_sale_us - self.turnaround_us - self.waited_us.iter().flatten().sum::<f64>()
+    }
+
+    fn cells(&self) -> Vec<String> {
+        let us = |value: Option<f64>| value.map_or_else(|| MISSING.to_owned(), |value| format!("{value:.0}"));
+        let mut cells = vec![us(Some(self.per_sale_us)), us(Some(self.turnaround_us))];
+        cells.extend(self.waited_us.map(us));
+        cells.push(us(Some(self.rest_us())));
+        cells.push(us(self.release_us));
+        cells
     }
 }
 
@@ -581,6 +659,29 @@ mod tests {
         assert_eq!(
             lines[2],
             "| none | OVERSOLD | oversells | 3 | 0 | 0 | 0 | 5 | 1.0 | 1.0 | - | - |"
+        );
+    }
+
+    #[test]
+    fn a_serial_sale_is_the_turnaround_the_waited_steps_and_the_rest() {
+        let step = |step: &str, mean_ms| StepTime {
+            step: step.into(),
+            count: 100.0,
+            mean_ms,
+        };
+        let steps = [
+            step("queued", 0.010),
+            step("lock", 0.090),
+            step("read", 0.100),
+            step("write", 0.100),
+            step("release", 0.110),
+        ];
+        // 2000 sales/s: 500 µs a sale, of which 100 the turnaround and 300 the steps.
+        let split = SerialSplit::of(2000.0, 0.100, &steps).expect("a split");
+        assert_eq!(split.cells(), ["500", "100", "10", "90", "100", "100", "100", "110"]);
+        assert!(
+            SerialSplit::of(2000.0, 0.100, &[]).is_none(),
+            "no steps (atomic, a peer): no split"
         );
     }
 
