@@ -146,6 +146,13 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         hold_and_gap > 0.0 && hold_and_gap < per_sale_ms * 2.0,
         "a lock serializes: hold + gap ({hold_and_gap} ms) is about one sale ({per_sale_ms} ms)"
     );
+    // One client alone: its HTTP turnaround, and its sale split in the report.
+    let turnaround_ms = result["serial_turnaround_ms"].as_f64().expect("a turnaround");
+    assert!(turnaround_ms > 0.0, "{turnaround_ms}");
+    assert!(
+        stdout.contains("| strategy | per sale | HTTP turnaround | queued | lock | read | write | rest |"),
+        "{stdout}"
+    );
     assert!(result["sustained_cpu"]["processes"]
         .as_array()
         .unwrap()

@@ -135,6 +135,15 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
     })
 }
 
+/// The HTTP client of one load connection: it keeps one connection open and reuses it.
+pub fn one_connection_client(timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .timeout(timeout)
+        .build()
+        .context("cannot build an HTTP client")
+}
+
 /// One keep-alive connection: the next request as soon as the last answer is in.
 /// Every answer goes to the tally the verdict is judged on; only those sent and
 /// answered inside the window are timed, so the rate covers exactly the window.
@@ -145,11 +154,7 @@ async fn keep_buying(
     tally: &Mutex<Tally>,
     window: &Mutex<Window>,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1)
-        .timeout(Duration::from_secs(90))
-        .build()
-        .context("cannot build an HTTP client")?;
+    let http = one_connection_client(Duration::from_secs(90))?;
     let url = format!("{host}/stock/reduce");
     while Instant::now() < deadline {
         let sent = Instant::now();

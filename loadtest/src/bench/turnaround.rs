@@ -22,12 +22,8 @@ const WARM_UP_PROBES: usize = 50;
 
 /// The mean time of one `GET /healthz` on one keep-alive connection to `host`.
 pub async fn measure(host: &str) -> anyhow::Result<Duration> {
-    // The same client as the serial load's (`sustained::keep_buying`).
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(1)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .context("cannot build an HTTP client")?;
+    // The serial load's own kind of client.
+    let http = super::sustained::one_connection_client(Duration::from_secs(10))?;
     let url = format!("{host}/healthz");
     let mut timed = Duration::ZERO;
     for sent in 0..WARM_UP_PROBES + PROBES {
