@@ -164,6 +164,16 @@ impl PrivateServer {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        // The port may answer for another server that took it first: ours then exits.
+        std::thread::sleep(Duration::from_millis(100));
+        if let Ok(Some(status)) = self.child.as_mut().expect("just started").try_wait() {
+            panic!(
+                "{} exited ({status}) while port {} answered: another process holds that port; {}",
+                self.kind,
+                self.port,
+                self.log_tail()
+            );
+        }
     }
 
     fn log_path(&self) -> std::path::PathBuf {
@@ -173,7 +183,13 @@ impl PrivateServer {
     /// The last lines of the server's output, for a failure's message.
     fn log_tail(&self) -> String {
         const LINES: usize = 50;
-        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let log = String::from_utf8_lossy(&std::fs::read(self.log_path()).unwrap_or_default()).into_owned();
+        if log.trim().is_empty() {
+            return format!(
+                "it printed nothing (or {} could not be read)",
+                self.log_path().display()
+            );
+        }
         let lines: Vec<&str> = log.lines().collect();
         let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
         format!("its last {LINES} lines of output:\n{tail}")

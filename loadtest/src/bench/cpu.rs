@@ -132,8 +132,9 @@ fn machine_ticks() -> Option<(u64, u64)> {
 mod tests {
     use super::*;
 
-    /// The CPU time this whole process has used, as the kernel's `getrusage` counts it:
-    /// a second witness, independent of the `/proc` ticks that `sample` reads.
+    /// The CPU time this whole process has used, as `getrusage` reports it. The kernel
+    /// keeps one count behind both; this reading needs no parsing and no ticks per
+    /// second, so it checks how `sample` reads `/proc`.
     fn cpu_seconds_used() -> f64 {
         // SAFETY: getrusage only writes into the struct it is given.
         let usage = unsafe {

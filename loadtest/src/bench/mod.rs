@@ -6,8 +6,9 @@
 //! 2. runs the 500-buyer / 300-unit crowd N times: the lesson's numbers, with the
 //!    median and spread of each, and every lock wait the service reported;
 //! 3. measures one keep-alive client alone (serial: one sale's whole path, and the
-//!    HTTP turnaround inside it: [`turnaround`]), then many at once for a few seconds against a stock that does not run out
-//!    ([`sustained`]), watching who used the CPU meanwhile ([`cpu`]);
+//!    HTTP turnaround between two sales: [`turnaround`]), then many at once for a few
+//!    seconds against a stock that does not run out ([`sustained`]), watching who used
+//!    the CPU meanwhile ([`cpu`]);
 //!    each in a few windows, of which the median is reported (this machine is shared,
 //!    and one window can be unlucky);
 //! 4. divides the sustained rate by the backend bound and by the lock's own (protocol)
@@ -307,7 +308,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let serial_turnaround_ms = match turnaround::measure(&one_client.hosts[0]).await {
         Ok(mean) => Some(mean.as_secs_f64() * 1000.0),
         Err(error) => {
-            eprintln!("bench: no HTTP turnaround for {}: {error:#}", options.crowd.hosts[0]);
+            eprintln!("bench: no HTTP turnaround for {}: {error:#}", one_client.hosts[0]);
             None
         }
     };

@@ -284,7 +284,7 @@ impl SerialSplit {
 
     fn of(sales_per_second: f64, turnaround_ms: f64, steps: &[StepTime]) -> Option<Self> {
         let step_us = |name| mean_ms(steps, name).map(|ms| ms * 1000.0);
-        step_us("read")?;
+        step_us("read")?; // atomic runs one script, and a peer has no /metrics: no steps to split
         (sales_per_second > 0.0).then(|| SerialSplit {
             per_sale_us: 1e6 / sales_per_second,
             turnaround_us: turnaround_ms * 1000.0,
