@@ -364,3 +364,36 @@ fn a_replica_wait_longer_than_a_renewal_may_take_is_refused() {
         "{message}"
     );
 }
+
+/// The load scripts' `+segments-N` variant (`scripts/lib/instances.sh`) as a shell sees
+/// it: the flags it becomes, or the script's refusal.
+fn segments_variant(count: u32) -> Output {
+    let instances = common::project_root().join("scripts/lib/instances.sh");
+    let script = format!(
+        "die() {{ echo \"$*\" >&2; exit 1; }}; source '{}'; variant_flags redis+segments-{count}",
+        instances.display()
+    );
+    Command::new("bash").args(["-c", &script]).output().expect("bash runs")
+}
+
+/// `--stock-segments` takes 1 to `MAX_SEGMENTS` (`src/config.rs`); a variant the script
+/// passed beyond that started instances that refused to run.
+#[test]
+fn the_load_scripts_take_exactly_the_segment_counts_seckill_serve_takes() {
+    use seckill::config::MAX_SEGMENTS;
+    for count in [0, 1, 2, 16, MAX_SEGMENTS - 1, MAX_SEGMENTS, MAX_SEGMENTS + 1, 99, 100] {
+        let script = segments_variant(count);
+        let takes = (1..=MAX_SEGMENTS).contains(&count);
+        assert_eq!(script.status.success(), takes, "+segments-{count}: {}", stderr(&script));
+        if takes {
+            let flags = String::from_utf8_lossy(&script.stdout);
+            assert_eq!(flags.trim(), format!("--stock-segments {count}"));
+        } else {
+            assert!(
+                stderr(&script).contains(&format!("N from 1 to {MAX_SEGMENTS}")),
+                "the refusal names the range: {}",
+                stderr(&script)
+            );
+        }
+    }
+}

@@ -37,7 +37,8 @@ variant_flags() {
       no-local-queue) flags+=(--local-queue false) ;;
       no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
       no-release-notices) flags+=(--release-notices false) ;;
-      segments-[1-9]|segments-[1-9][0-9]) flags+=(--stock-segments "${variant#segments-}") ;;
+      # 1 to 64, as `--stock-segments` takes (MAX_SEGMENTS in src/config.rs).
+      segments-[1-9] | segments-[1-5][0-9] | segments-6[0-4]) flags+=(--stock-segments "${variant#segments-}") ;;
       sold-out-flag) flags+=(--sold-out-flag true) ;;
       one-per-buyer) flags+=(--one-per-buyer true) ;;
       orders) flags+=(--orders true) ;;
