@@ -32,7 +32,8 @@
 //! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
 //!    AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a
 //!    name's next row is inserted only after its last one is gone. A later grant
-//!    usually has a larger id, but not always: see the limitation "Token order". An earlier version raised a counter in
+//!    usually has a larger id, but not always: see the limitation "Token order". An
+//!    earlier version raised a counter in
 //!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
 //!    a half-made row to clean up when the second or third failed. Those tokens were
 //!    epoch 0; these are epoch 1, so they outrank every old one at the stock's fence.

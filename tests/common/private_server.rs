@@ -148,13 +148,7 @@ impl PrivateServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.answers() {
-            if let Ok(Some(status)) = self.child.as_mut().expect("just started").try_wait() {
-                panic!(
-                    "{} exited ({status}) before it answered; {}",
-                    self.kind,
-                    self.log_tail()
-                );
-            }
+            self.fail_if_exited("before it answered");
             assert!(
                 Instant::now() < deadline,
                 "{} did not start on port {} in 60 s; {}",
@@ -166,13 +160,14 @@ impl PrivateServer {
         }
         // The port may answer for another server that took it first: ours then exits.
         std::thread::sleep(Duration::from_millis(100));
+        let port = self.port;
+        self.fail_if_exited(&format!("while port {port} answered: another process holds that port"));
+    }
+
+    /// Panics with the server's last output if it has exited already.
+    fn fail_if_exited(&mut self, when: &str) {
         if let Ok(Some(status)) = self.child.as_mut().expect("just started").try_wait() {
-            panic!(
-                "{} exited ({status}) while port {} answered: another process holds that port; {}",
-                self.kind,
-                self.port,
-                self.log_tail()
-            );
+            panic!("{} exited ({status}) {when}; {}", self.kind, self.log_tail());
         }
     }
 
