@@ -41,10 +41,11 @@ MYSQL_PORT=3306
 # Debian packages the project needs; protobuf is for the etcd client's build, chromium
 # for the dashboard's browser test, faketime and gcc for the clocks that jump
 # (libfaketime for seckill, and gcc compiles scripts/lib/clock-shift.c for redis-server),
-# nftables for the cut of a replication link (scripts/lib/replication.sh). redis-server
-# also runs the Sentinels of scripts/cluster.sh (--sentinel).
+# nftables for the cut of a replication link (scripts/lib/replication.sh), gdb to stop
+# one MariaDB thread mid-insert (tests/mysql_token_order.rs). redis-server also runs the
+# Sentinels of scripts/cluster.sh (--sentinel).
 PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev
-          chromium faketime gcc nftables)
+          chromium faketime gcc nftables gdb)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }

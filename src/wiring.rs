@@ -181,6 +181,7 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         }
         Strategy::Mysql => {
             let pool = connect_mysql(config).await?;
+            refuse_unordered_grant_ids(config, &pool).await?;
             let options = MySqlLockOptions {
                 ttl: config.lock_ttl(),
                 renew: true,
@@ -264,6 +265,26 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
         );
     }
     crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
+}
+
+/// Refuses a MySQL server on which the lock table's tokens could come out of the grants'
+/// order (src/lock/mysql.rs, step 5): a buyer would then be refused by the stock's fence.
+async fn refuse_unordered_grant_ids(config: &Config, pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
+    let url = crate::mysql_store::without_password(&config.mysql_url);
+    let mode = crate::lock::mysql::autoinc_lock_mode(pool)
+        .await
+        .with_context(|| format!("reading innodb_autoinc_lock_mode from MySQL at {url}"))?;
+    let needed = crate::lock::mysql::NEEDED_AUTOINC_LOCK_MODE;
+    if mode != needed {
+        anyhow::bail!(
+            "--lock mysql needs innodb_autoinc_lock_mode = {needed} on MySQL at {url}, and it is {mode}. \
+             In mode {mode} an insert takes its AUTO_INCREMENT id before it finishes, so a later grant can \
+             carry a smaller fencing token, and the stock refuses that buyer (src/lock/mysql.rs, step 5).\n  \
+             Restart the server with --innodb-autoinc-lock-mode={needed} (`make services` and \
+             docker-compose.yml do), or use --lock mysql-version, whose tokens are a version column"
+        );
+    }
+    Ok(())
 }
 
 /// The name of `redis-degrade`'s shared mode. The instances that share a lock Redis must

@@ -36,10 +36,13 @@
 #       Answers the four-letter words ruok, srvr and mntr (make bench reads its packet count); the admin server is off; no cap on
 #       connections from one address (the default, 60, is shared by every test on 127.0.0.1).
 #
-#   exec-server.sh mariadb DIR PORT
+#   exec-server.sh mariadb DIR PORT [MARIADBD_OPTION...]
 #       mysql_install_db into DIR/data on the first start (its output in DIR/install.log,
 #       shown on stderr if it fails), then exec mariadbd on 127.0.0.1:PORT, socket
-#       DIR/mysqld.sock, temporary files in DIR/tmp, no binary log, 400 connections at most.
+#       DIR/mysqld.sock, temporary files in DIR/tmp, no binary log, 400 connections at most,
+#       and innodb_autoinc_lock_mode 0, which the `mysql` lock's fencing tokens need
+#       (src/lock/mysql.rs, step 5). MARIADBD_OPTIONs go last and so win: a test gives
+#       --innodb-autoinc-lock-mode=1, MariaDB's default, to show what 0 prevents.
 #
 #   exec-server.sh mariadb-account DIR
 #       not a server, and it does not wait: once the mariadb of DIR answers on its socket,
@@ -121,8 +124,9 @@ CFG
 }
 
 run_mariadb() {
-  (($# == 2)) || usage
+  (($# >= 2)) || usage
   local dir=$1 port=$2 user
+  shift 2
   user=$(id -un)
   # A temporary folder of its own: two servers installed at once in the shared /tmp
   # removed each other's temporary tables ("Unknown table 'mysql.tmp_user_sys'").
@@ -134,7 +138,7 @@ run_mariadb() {
   fi
   exec mariadbd --no-defaults --user="$user" --datadir="$dir/data" --tmpdir="$dir/tmp" \
     --socket="$dir/mysqld.sock" --port="$port" --bind-address=127.0.0.1 --pid-file="$dir/mariadb.pid" \
-    --skip-log-bin --max-connections=400
+    --skip-log-bin --max-connections=400 --innodb-autoinc-lock-mode=0 "$@"
 }
 
 run_mariadb_account() {

@@ -31,9 +31,18 @@
 //!    bound away, to measure what it saves.
 //! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
 //!    AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a
-//!    name's next row is inserted only after its last one is gone. A later grant
-//!    usually has a larger id, but not always: see the limitation "Token order". An
-//!    earlier version raised a counter in
+//!    name's next row is inserted only after its last one is gone. So a later grant has
+//!    a larger id, on one condition: the server hands the ids out in the order the
+//!    inserts finish, which is `innodb_autoinc_lock_mode = 0`. The default (1 on MariaDB,
+//!    2 on MySQL 8) hands an id out when an insert starts, under a short mutex. An insert
+//!    that stalls just after (its thread descheduled) can then commit after a later
+//!    insert of the same name has been granted, has sold and has released: its grant
+//!    carries the smaller token, and the stock refuses its buyer (CI met this once, on
+//!    2026-11-26: token 855 read after 858). With mode 0 the insert keeps the table's
+//!    AUTO-INC lock to the end of its statement, so the next insert takes its id after
+//!    this one has found the name free or held. The wiring refuses a server with another
+//!    mode ([`autoinc_lock_mode`]); `tests/mysql_token_order.rs` pauses a MariaDB thread
+//!    in that gap, under each mode. An earlier version raised a counter in
 //!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
 //!    a half-made row to clean up when the second or third failed. Those tokens were
 //!    epoch 0; these are epoch 1, so they outrank every old one at the stock's fence.
@@ -51,13 +60,10 @@
 //!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
 //! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock then
 //!   refuses its older token.
-//! - **Token order (a known bug).** InnoDB hands out an AUTO_INCREMENT id when an insert
-//!   starts, not when it commits (`innodb_autoinc_lock_mode` 1, the default). An insert
-//!   that stalls after taking its id can commit after a later insert of the same name
-//!   has come and gone. Its grant then carries the smaller token, and the stock refuses
-//!   its read. Mutual exclusion holds, and nothing is sold twice, but that buyer is told
-//!   503 `lock_lost`. CI met it once on 2026-11-26: in `loadtest/tests/e2e.rs`, over four
-//!   segments, token 855 read after 858 had.
+//! - **A server setting.** The tokens need `innodb_autoinc_lock_mode = 0` (step 5),
+//!   which a server takes only at start (`--innodb-autoinc-lock-mode=0`). In that mode
+//!   every insert into the table waits for the one before it to finish its statement,
+//!   other names' inserts too.
 //!
 //! ## References
 //! - MySQL, "Locking Reads" and InnoDB row locks: <https://dev.mysql.com/doc/refman/8.0/en/innodb-locking-reads.html>
@@ -118,6 +124,17 @@ const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ?
 const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
 /// The epoch of the tokens taken from `grant_id` (step 5); the counters' were 0.
 const TOKEN_EPOCH: u64 = 1;
+/// How the server hands out AUTO_INCREMENT ids (step 5). Binds: none.
+const READ_AUTOINC_LOCK_MODE: &str = "SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED)";
+/// The `innodb_autoinc_lock_mode` under which a later grant has a larger id (step 5):
+/// "traditional", an insert's id taken and used within one lock on the table.
+pub const NEEDED_AUTOINC_LOCK_MODE: i64 = 0;
+
+/// The server's `innodb_autoinc_lock_mode`: the lock's tokens keep the grants' order
+/// only when it is [`NEEDED_AUTOINC_LOCK_MODE`] (step 5).
+pub async fn autoinc_lock_mode(pool: &MySqlPool) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(READ_AUTOINC_LOCK_MODE).fetch_one(pool).await
+}
 
 /// How a [`MySqlLock`] behaves.
 #[derive(Clone, Copy, Debug)]

@@ -93,9 +93,17 @@ impl PrivateServer {
     /// A MariaDB of its own (a fresh data directory), with the `seckill` database and
     /// account as `scripts/services.sh` creates them. `url` connects to it.
     pub fn mariadb() -> Self {
+        Self::mariadb_with(&[])
+    }
+
+    /// The same, with `options` for mariadbd after the launcher's own (so they win).
+    pub fn mariadb_with(options: &[&str]) -> Self {
         let dir = temp_dir("private-mariadb");
         let port = free_port();
-        let command = launch("mariadb", &dir, &[&port.to_string()]);
+        let mut args = vec![port.to_string()];
+        args.extend(options.iter().map(|option| option.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let command = launch("mariadb", &dir, &args);
         let server = Self::start("mariadb", command, port, dir);
         let account = Command::new(launcher())
             .args(["mariadb-account", &server.dir.path().display().to_string()])
@@ -214,6 +222,11 @@ impl PrivateServer {
     /// Lets a frozen server go on (SIGCONT).
     pub fn thaw(&self) {
         super::signal(self.child.as_ref().expect("the server runs").id(), "-CONT");
+    }
+
+    /// The server's process id (the launcher execs the server).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the server runs").id()
     }
 
     /// Kills it (SIGKILL), as a crash would.

@@ -51,6 +51,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("loadtest/e2e", 95..=97),
     ("seckill/orders", 98..=100),
     ("loadtest/e2e", 101..=102),
+    ("seckill/mysql_token_order", 103..=103),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
