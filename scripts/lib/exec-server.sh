@@ -125,7 +125,9 @@ CFG
 
 run_mariadb() {
   (($# >= 2)) || usage
-  local dir=$1 port=$2 user
+  local dir port=$2 user
+  # mariadbd changes into its data folder first: a relative DIR would then point elsewhere.
+  dir=$(realpath -m "$1")
   shift 2
   user=$(id -un)
   # A temporary folder of its own: two servers installed at once in the shared /tmp
