@@ -20,7 +20,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The price: a connection that died inside the window (MariaDB restarted under load)
 /// fails its next statement, and that buyer gets a 503, where a ping would have swapped
 /// it first (docs/results/chaos.md, `mysql-killed`).
-const TRUSTED_WITHOUT_A_PING: Duration = Duration::from_millis(500);
+pub const TRUSTED_WITHOUT_A_PING: Duration = Duration::from_millis(500);
 /// How long that ping may take: a connection whose server went silent is swapped, not
 /// waited on for the whole acquire timeout.
 const PING_TIMEOUT: Duration = Duration::from_millis(500);

@@ -1,12 +1,17 @@
 //! The MySQL pool of `src/mysql_store.rs`: a connection used a moment ago goes to the
 //! next statement without a ping first, and one idle long enough is pinged, so a
-//! MariaDB that restarted meanwhile costs no failed statement. Against a MariaDB of the
-//! test's own, whose counters only this test moves.
+//! MariaDB that restarted meanwhile costs no failed statement. The MySQL locks keep
+//! their connections between statements (`src/lock/parts/kept_connections.rs`), so
+//! they send no ping at all while busy. Against a MariaDB of the test's own, whose
+//! counters only this test moves.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
+use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
+use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::DistributedLock;
 use sqlx::MySqlPool;
 
 /// The pings the server has answered since it started (MariaDB counts a `COM_PING`
@@ -62,5 +67,52 @@ async fn a_connection_idle_past_the_window_is_pinged_and_replaced_after_a_restar
             .execute(&pool)
             .await
             .unwrap_or_else(|error| panic!("statement {statement} after the restart failed: {error}"));
+    }
+}
+
+/// Takes and gives back `key` on `lock` `GRANTS` times, and counts the server's pings
+/// per grant. sqlx pings a connection it takes back in a task of its own, so the count
+/// waits a moment for any such ping to arrive.
+async fn pings_per_grant(pool: &MySqlPool, lock: &dyn DistributedLock, key: &str) -> f64 {
+    const GRANTS: u64 = 100;
+    let before = pings(pool).await;
+    for _ in 0..GRANTS {
+        let guard = lock.try_acquire(key, &common::owner()).await.unwrap();
+        guard.release().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The count's own statement may be pinged on its way back: one at most.
+    (pings(pool).await - before).saturating_sub(1) as f64 / GRANTS as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_locks_send_no_ping_while_busy() {
+    let mariadb = common::PrivateServer::mariadb();
+    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 8)
+        .await
+        .unwrap();
+    let table = MySqlLock::new(
+        pool.clone(),
+        MySqlLockOptions {
+            ttl: Duration::from_secs(10),
+            renew: false,
+            permits: Some(4),
+        },
+    );
+    let version = MySqlVersionLock::new(
+        pool.clone(),
+        MySqlVersionLockOptions {
+            ttl: Duration::from_secs(10),
+            renew: false,
+            permits: Some(4),
+        },
+    );
+    for (name, lock) in [("mysql", &table as &dyn DistributedLock), ("mysql-version", &version)] {
+        let per_grant = pings_per_grant(&pool, lock, &format!("pings-{name}")).await;
+        println!("{name}: {per_grant:.2} pings per grant (a grant and its release are two statements or more)");
+        assert!(
+            per_grant <= 0.05,
+            "{name} sent {per_grant:.2} pings per grant: its connections went back to the pool"
+        );
     }
 }

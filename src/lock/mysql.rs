@@ -84,6 +84,7 @@ use crate::mysql_store::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
+use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::Permits;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
@@ -152,7 +153,8 @@ pub struct MySqlLockOptions {
 
 /// A lock whose grants are rows of `seckill_locks`.
 pub struct MySqlLock {
-    pool: MySqlPool,
+    /// Every statement of the lock runs on a kept connection; the sweeper uses the pool.
+    connections: KeptConnections,
     options: MySqlLockOptions,
     permits: Permits,
     counters: AttemptCounters,
@@ -181,7 +183,7 @@ impl MySqlLock {
     pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
         let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
         MySqlLock {
-            pool,
+            connections: KeptConnections::new(pool),
             options,
             permits: Permits::new(options.permits),
             counters: AttemptCounters::default(),
@@ -223,21 +225,20 @@ impl MySqlLock {
         }
         // Held: one read says by whom and until when, so that a refused attempt costs a
         // write and a read, and only the rare re-entry or take-over writes again.
-        let holder: Option<(String, i64, u64)> = sqlx::query_as(READ_HOLDER)
-            .bind(name)
-            .fetch_optional(&self.pool)
+        let holder: Option<(String, i64, u64)> = self
+            .connections
+            .fetch_optional(sqlx::query_as(READ_HOLDER).bind(name))
             .await?;
         match holder {
             Some((holder, expired, token)) if holder == owner.as_str() && expired == 0 => {
-                let reentered = sqlx::query(REENTER)
-                    .bind(name)
-                    .bind(owner.as_str())
-                    .execute(&self.pool)
+                let reentered = self
+                    .connections
+                    .execute(sqlx::query(REENTER).bind(name).bind(owner.as_str()))
                     .await?;
                 Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, token)))
             }
             Some((_, expired, _)) if expired != 0 => {
-                sqlx::query(DELETE_EXPIRED).bind(name).execute(&self.pool).await?;
+                self.connections.execute(sqlx::query(DELETE_EXPIRED).bind(name)).await?;
                 // Another taker may insert first; then its row is the grant, and ours is "held".
                 Ok(self.insert_row(name, owner).await?.map(|token| (Granted::Fresh, token)))
             }
@@ -248,11 +249,14 @@ impl MySqlLock {
 
     /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
     async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
-        let inserted = sqlx::query(INSERT_ROW)
-            .bind(name)
-            .bind(owner.as_str())
-            .bind(micros(self.options.ttl))
-            .execute(&self.pool)
+        let inserted = self
+            .connections
+            .execute(
+                sqlx::query(INSERT_ROW)
+                    .bind(name)
+                    .bind(owner.as_str())
+                    .bind(micros(self.options.ttl)),
+            )
             .await;
         match inserted {
             Ok(inserted) => Ok(Some(inserted.last_insert_id())),
@@ -300,7 +304,7 @@ impl Drop for MySqlLock {
 
 /// One grant: what its release needs.
 struct MySqlGrant {
-    pool: MySqlPool,
+    connections: KeptConnections,
     name: String,
     owner: String,
     token: u64,
@@ -323,11 +327,14 @@ impl MySqlGrant {
             [DELETE_LAST_HOLD, RELEASE_ONE_HOLD]
         };
         for statement in order {
-            let changed = sqlx::query(statement)
-                .bind(&self.name)
-                .bind(&self.owner)
-                .bind(self.token)
-                .execute(&self.pool)
+            let changed = self
+                .connections
+                .execute(
+                    sqlx::query(statement)
+                        .bind(&self.name)
+                        .bind(&self.owner)
+                        .bind(self.token),
+                )
                 .await?;
             if changed.rows_affected() == 1 {
                 if statement == DELETE_LAST_HOLD {
@@ -385,24 +392,26 @@ impl DistributedLock for MySqlLock {
             self.counters.grant();
             self.held.insert(token, (key.to_owned(), owner.as_str().to_owned()));
         }
-        let (pool, ttl) = (self.pool.clone(), self.options.ttl);
+        let (connections, ttl) = (self.connections.clone(), self.options.ttl);
         let (name, owner_name) = (key.to_owned(), owner.as_str().to_owned());
         let (keeper, lease) = LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
-            let (pool, name, owner) = (pool.clone(), name.clone(), owner_name.clone());
+            let (connections, name, owner) = (connections.clone(), name.clone(), owner_name.clone());
             async move {
-                let renewed = sqlx::query(RENEW)
-                    .bind(micros(ttl))
-                    .bind(&name)
-                    .bind(&owner)
-                    .bind(token)
-                    .execute(&pool)
+                let renewed = connections
+                    .execute(
+                        sqlx::query(RENEW)
+                            .bind(micros(ttl))
+                            .bind(&name)
+                            .bind(&owner)
+                            .bind(token),
+                    )
                     .await
                     .map_err(backend_error)?;
                 Ok(renewed.rows_affected() == 1)
             }
         });
         let grant = MySqlGrant {
-            pool: self.pool.clone(),
+            connections: self.connections.clone(),
             name: key.to_owned(),
             owner: owner.as_str().to_owned(),
             token,
@@ -433,11 +442,8 @@ impl DistributedLock for MySqlLock {
         self.sweeper.abort();
         let held = self.held.take_all();
         for (token, (name, owner)) in held {
-            sqlx::query(DELETE_ROW)
-                .bind(&name)
-                .bind(&owner)
-                .bind(token)
-                .execute(&self.pool)
+            self.connections
+                .execute(sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(token))
                 .await
                 .map_err(backend_error)?;
         }

@@ -70,6 +70,7 @@ use crate::mysql_store::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
+use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::Permits;
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
@@ -116,7 +117,8 @@ pub struct MySqlVersionLockOptions {
 
 /// An optimistic lock on rows of `seckill_version_locks`.
 pub struct MySqlVersionLock {
-    pool: MySqlPool,
+    /// Every statement of the lock runs on a kept connection.
+    connections: KeptConnections,
     options: MySqlVersionLockOptions,
     permits: Permits,
     counters: AttemptCounters,
@@ -169,7 +171,7 @@ impl MySqlVersionLock {
     /// Uses `pool`, migrated already (see [`crate::mysql_store`]).
     pub fn new(pool: MySqlPool, options: MySqlVersionLockOptions) -> Self {
         MySqlVersionLock {
-            pool,
+            connections: KeptConnections::new(pool),
             options,
             permits: Permits::new(options.permits),
             counters: AttemptCounters::default(),
@@ -211,16 +213,16 @@ impl MySqlVersionLock {
             }
         }
         self.rows_read.fetch_add(1, Ordering::Relaxed);
-        let read = sqlx::query_as::<_, Row>(READ_ROW)
-            .bind(name)
-            .fetch_optional(&self.pool)
+        let read = self
+            .connections
+            .fetch_optional(sqlx::query_as::<_, Row>(READ_ROW).bind(name))
             .await?;
         let row = match read {
             Some(row) => row,
             None => {
                 // Whoever creates it, it starts free at version 0; if someone took it
                 // meanwhile, our compare-and-set below is a conflict like any other.
-                sqlx::query(CREATE_ROW).bind(name).execute(&self.pool).await?;
+                self.connections.execute(sqlx::query(CREATE_ROW).bind(name)).await?;
                 Row {
                     version: 0,
                     owner: String::new(),
@@ -242,12 +244,15 @@ impl MySqlVersionLock {
 
     /// Step 2's compare-and-set at `version`: whether it granted.
     async fn take(&self, name: &str, owner: &Owner, version: u64) -> Result<bool, sqlx::Error> {
-        let taken = sqlx::query(TAKE_IF_UNCHANGED)
-            .bind(owner.as_str())
-            .bind(micros(self.options.ttl))
-            .bind(name)
-            .bind(version)
-            .execute(&self.pool)
+        let taken = self
+            .connections
+            .execute(
+                sqlx::query(TAKE_IF_UNCHANGED)
+                    .bind(owner.as_str())
+                    .bind(micros(self.options.ttl))
+                    .bind(name)
+                    .bind(version),
+            )
             .await
             .inspect_err(|_| self.give_back_in_background(name, version + 1, owner))?;
         Ok(taken.rows_affected() == 1)
@@ -257,30 +262,29 @@ impl MySqlVersionLock {
     /// what it may have granted, with the same version and owner, so the key is not
     /// blocked until the row expires. If MySQL is down, the row expires on its own.
     fn give_back_in_background(&self, name: &str, version: u64, owner: &Owner) {
-        let (pool, name, owner) = (self.pool.clone(), name.to_owned(), owner.as_str().to_owned());
+        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.as_str().to_owned());
         tokio::spawn(async move {
-            let _ = sqlx::query(GIVE_BACK)
-                .bind(&name)
-                .bind(version)
-                .bind(&owner)
-                .execute(&pool)
+            let _ = connections
+                .execute(sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner))
                 .await;
         });
     }
 
     /// Step 4: a lease renewed every `ttl / 3`, or a fixed one.
     fn renew_with(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> (LeaseKeeper, Lease) {
-        let (pool, ttl) = (self.pool.clone(), self.options.ttl);
+        let (connections, ttl) = (self.connections.clone(), self.options.ttl);
         let (name_owned, owner) = (name.to_owned(), owner.as_str().to_owned());
         LeaseKeeper::start(self.options.renew, BACKEND, name, ttl, sent, move || {
-            let (pool, name, owner) = (pool.clone(), name_owned.clone(), owner.clone());
+            let (connections, name, owner) = (connections.clone(), name_owned.clone(), owner.clone());
             async move {
-                let renewed = sqlx::query(RENEW)
-                    .bind(micros(ttl))
-                    .bind(&name)
-                    .bind(version)
-                    .bind(&owner)
-                    .execute(&pool)
+                let renewed = connections
+                    .execute(
+                        sqlx::query(RENEW)
+                            .bind(micros(ttl))
+                            .bind(&name)
+                            .bind(version)
+                            .bind(&owner),
+                    )
                     .await
                     .map_err(backend_error)?;
                 Ok(renewed.rows_affected() == 1)
@@ -291,7 +295,7 @@ impl MySqlVersionLock {
 
 /// One grant: what its release needs.
 struct VersionGrant {
-    pool: MySqlPool,
+    connections: KeptConnections,
     name: String,
     owner: String,
     version: u64,
@@ -308,11 +312,14 @@ impl Release for VersionGrant {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before giving the row back
         grant.held.remove(&(grant.name.clone(), grant.version));
-        let given_back = sqlx::query(GIVE_BACK)
-            .bind(&grant.name)
-            .bind(grant.version)
-            .bind(&grant.owner)
-            .execute(&grant.pool)
+        let given_back = grant
+            .connections
+            .execute(
+                sqlx::query(GIVE_BACK)
+                    .bind(&grant.name)
+                    .bind(grant.version)
+                    .bind(&grant.owner),
+            )
             .await
             .map_err(backend_error)?;
         if given_back.rows_affected() == 1 {
@@ -365,7 +372,7 @@ impl MySqlVersionLock {
         self.held.insert((key.to_owned(), version), owner.as_str().to_owned());
         let (keeper, lease) = self.renew_with(key, owner, version, sent);
         let grant = VersionGrant {
-            pool: self.pool.clone(),
+            connections: self.connections.clone(),
             name: key.to_owned(),
             owner: owner.as_str().to_owned(),
             version,
@@ -408,11 +415,8 @@ impl DistributedLock for MySqlVersionLock {
         self.permits.close();
         let held = self.held.take_all();
         for ((name, version), owner) in held {
-            sqlx::query(GIVE_BACK)
-                .bind(&name)
-                .bind(version)
-                .bind(&owner)
-                .execute(&self.pool)
+            self.connections
+                .execute(sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner))
                 .await
                 .map_err(backend_error)?;
         }

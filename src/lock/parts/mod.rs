@@ -8,6 +8,7 @@
 //! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
 //! | [`reentrant`] | lets an owner take a key it already holds | every lock, through the wiring |
 //! | [`permits`] | the semaphore in front of MySQL | `mysql`, `mysql-version` |
+//! | [`kept_connections`] | MySQL connections kept between statements, so sqlx does not ping each one on its way back to the pool | `mysql`, `mysql-version` |
 //! | [`held_grants`] | what a handle holds, so `shutdown` can give it back | `redlock`, `mysql`, `mysql-version` |
 //! | [`counters`] | attempts, grants and conflicts, for `/healthz` | `mysql`, `mysql-version` |
 //! | [`shutdown`] | the switch that refuses acquires once a lock is shut down | every lock that shuts down |
@@ -15,6 +16,7 @@
 pub mod counters;
 pub mod held_grants;
 pub mod keepalive;
+pub mod kept_connections;
 pub mod master_connection;
 pub mod permits;
 pub mod polling;
