@@ -3,8 +3,9 @@
 //! sqlx's pool pings every connection it takes back (`return_to_pool` in sqlx-core), in
 //! case a cancelled statement left something unread on it. That is one more round trip
 //! to MySQL for every statement. It is off the caller's path, but not off the server's:
-//! on 2026-11-26, with that ping switched off in a patched sqlx, `mysql-version` sold 1006
-//! and 976 sales/s sustained against 872 and 829 with it (docs/results/bench.md).
+//! on 2026-11-26, by turns with and without this stash, `mysql` sold 1181 and 1085
+//! sales/s sustained against 892 and 954, and `mysql-version` 1064 and 1085 against 959
+//! and 958 (docs/results/bench.md).
 //!
 //! So the MySQL locks keep their connections. A statement that got the server's answer
 //! (a result, or the server's own error such as a duplicate key) puts its connection
