@@ -16,7 +16,9 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// default pings every connection it hands out: one more round trip before each
 /// statement, which on a lock's critical path is one more round trip per grant
 /// (sqlx issue #1743; its `before_acquire` docs give this recipe). sqlx also pings each
-/// connection it takes back, off the caller's path; no option turns that one off.
+/// connection it takes back, off the caller's path; no option turns that one off, so
+/// the MySQL locks keep their connections between statements
+/// ([`crate::lock::parts::kept_connections`]), under this same window.
 /// The price: a connection that died inside the window (MariaDB restarted under load)
 /// fails its next statement, and that buyer gets a 503, where a ping would have swapped
 /// it first (docs/results/chaos.md, `mysql-killed`).
