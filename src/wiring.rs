@@ -181,7 +181,7 @@ pub async fn build(config: &Config, redis: &::redis::Client) -> anyhow::Result<G
         }
         Strategy::Mysql => {
             let pool = connect_mysql(config).await?;
-            refuse_unordered_grant_ids(config, &pool).await?;
+            refuse_out_of_order_tokens(config, &pool).await?;
             let options = MySqlLockOptions {
                 ttl: config.lock_ttl(),
                 renew: true,
@@ -269,7 +269,7 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
 
 /// Refuses a MySQL server on which the lock table's tokens could come out of the grants'
 /// order (src/lock/mysql.rs, step 5): a buyer would then be refused by the stock's fence.
-async fn refuse_unordered_grant_ids(config: &Config, pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
+async fn refuse_out_of_order_tokens(config: &Config, pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
     let url = crate::mysql_store::without_password(&config.mysql_url);
     let mode = crate::lock::mysql::autoinc_lock_mode(pool)
         .await

@@ -153,7 +153,7 @@ pub struct MySqlLockOptions {
 
 /// A lock whose grants are rows of `seckill_locks`.
 pub struct MySqlLock {
-    /// Every statement of the lock runs on a kept connection; the sweeper uses the pool.
+    /// Every statement of the lock goes through its kept connections; the sweeper uses the pool.
     connections: KeptConnections,
     options: MySqlLockOptions,
     permits: Permits,

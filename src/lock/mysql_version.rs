@@ -117,7 +117,7 @@ pub struct MySqlVersionLockOptions {
 
 /// An optimistic lock on rows of `seckill_version_locks`.
 pub struct MySqlVersionLock {
-    /// Every statement of the lock runs on a kept connection.
+    /// Every statement of the lock goes through its kept connections.
     connections: KeptConnections,
     options: MySqlVersionLockOptions,
     permits: Permits,

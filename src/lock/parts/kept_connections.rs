@@ -3,20 +3,21 @@
 //! sqlx's pool pings every connection it takes back (`return_to_pool` in sqlx-core), in
 //! case a cancelled statement left something unread on it. That is one more round trip
 //! to MySQL for every statement. It is off the caller's path, but not off the server's:
-//! on 2026-11-26, by turns with and without this stash, `mysql` sold 1181 and 1085
+//! on 2026-11-26, by turns with and without kept connections, `mysql` sold 1181 and 1085
 //! sales/s sustained against 892 and 954, and `mysql-version` 1064 and 1085 against 959
 //! and 958 (docs/results/bench.md).
 //!
-//! So the MySQL locks keep their connections. A statement that got the server's answer
-//! (a result, or the server's own error such as a duplicate key) puts its connection
-//! back in the lock's stash, without a ping. A statement that failed on the way (a broken
-//! connection, a timeout) or was cancelled lets its connection go back to the pool, whose
-//! ping then tests it.
+//! So the MySQL locks keep their connections. A statement answered with a result, or
+//! with one of the errors a lock expects (a duplicate key, a deadlock victim), keeps its
+//! connection for the lock's next statement, without a ping. Any other outcome lets the
+//! connection go back to the pool, whose ping tests it: a broken connection, a timeout,
+//! a cancelled statement, or a server error after which the server may close the
+//! connection (it shuts down, or someone killed the connection).
 //!
 //! A kept connection is used again only within [`TRUSTED_WITHOUT_A_PING`] of its last
 //! answer, the pool's own rule for skipping the ping before a statement
-//! ([`crate::mysql_store`]). Older ones go back to the pool, which pings a connection
-//! idle that long before it hands it out.
+//! ([`crate::mysql_store`]). Older ones go back to the pool, whose ping on the way back
+//! tests them.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -29,19 +30,21 @@ use sqlx::{FromRow, MySql, MySqlPool};
 use super::unpoisoned;
 use crate::mysql_store::TRUSTED_WITHOUT_A_PING;
 
-/// A lock's stash of connections, in front of its pool. Clones share the stash.
+/// The connections a lock keeps, in front of its pool. Clones share them.
 #[derive(Clone)]
 pub struct KeptConnections {
     pool: MySqlPool,
-    stash: Arc<Mutex<Vec<Kept>>>,
-    /// How many the stash holds at most: half the pool, so that whoever uses the pool
-    /// directly (the sweeper, `redis-degrade`'s mode leases) finds connections too. A
-    /// sale needs few at once: one attempt per instance asks, behind the local queue.
-    /// A pool of one keeps nothing.
-    most: usize,
+    /// In the order they were kept: the last is the most recently answered.
+    kept: Arc<Mutex<Vec<Kept>>>,
+    /// How many it keeps at most: half the pool, so that whoever uses the pool directly
+    /// (the sweeper, `redis-degrade`'s mode leases) finds connections too. A sale needs
+    /// few at once: one attempt per instance asks, behind the local queue. A pool of one
+    /// keeps nothing. Two locks on one pool could keep all of it; the service gives each
+    /// MySQL lock a pool of its own.
+    max_kept: usize,
 }
 
-/// A connection in the stash, and when its last statement was answered.
+/// A kept connection, and when its last statement was answered.
 struct Kept {
     connection: PoolConnection<MySql>,
     answered: Instant,
@@ -49,11 +52,11 @@ struct Kept {
 
 impl KeptConnections {
     pub fn new(pool: MySqlPool) -> Self {
-        let most = pool.options().get_max_connections() as usize / 2;
+        let max_kept = pool.options().get_max_connections() as usize / 2;
         KeptConnections {
             pool,
-            stash: Arc::default(),
-            most,
+            kept: Arc::default(),
+            max_kept,
         }
     }
 
@@ -87,21 +90,20 @@ impl KeptConnections {
     }
 
     fn take_recent(&self) -> Option<PoolConnection<MySql>> {
-        let mut stash = unpoisoned(&self.stash);
-        let kept = stash.pop()?;
-        if kept.answered.elapsed() < TRUSTED_WITHOUT_A_PING {
-            return Some(kept.connection);
+        let mut kept = unpoisoned(&self.kept);
+        let last = kept.pop()?;
+        if last.answered.elapsed() < TRUSTED_WITHOUT_A_PING {
+            return Some(last.connection);
         }
-        // The stash is in the order of use: every other one is older still. All go
-        // back to the pool, whose ping tests them.
-        stash.clear();
+        // Every other one is older still. All go back to the pool, whose ping tests them.
+        kept.clear();
         None
     }
 
     fn keep(&self, connection: PoolConnection<MySql>) {
-        let mut stash = unpoisoned(&self.stash);
-        if stash.len() < self.most {
-            stash.push(Kept {
+        let mut kept = unpoisoned(&self.kept);
+        if kept.len() < self.max_kept {
+            kept.push(Kept {
                 connection,
                 answered: Instant::now(),
             });
@@ -109,7 +111,7 @@ impl KeptConnections {
     }
 }
 
-/// A connection out of the stash for one statement. Dropped without
+/// A connection taken for one statement. Dropped without
 /// [`InUse::answered`] (the statement was cancelled), it goes back to the pool.
 struct InUse {
     connection: Option<PoolConnection<MySql>>,
@@ -128,14 +130,29 @@ impl InUse {
         self.connection.as_mut().expect("in use until answered")
     }
 
-    /// Keeps the connection if the server answered the statement, even with an error of
-    /// its own; any other failure sends it back to the pool, to be tested.
+    /// Keeps the connection after a result or an error the lock expects; anything else
+    /// sends it back to the pool, to be tested.
     fn answered<T>(mut self, answer: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
-        if matches!(answer, Ok(_) | Err(sqlx::Error::Database(_))) {
+        if answer.as_ref().map_or_else(leaves_the_connection_usable, |_| true) {
             if let Some(connection) = self.connection.take() {
                 self.home.keep(connection);
             }
         }
         answer
+    }
+}
+
+/// MySQL error 1062: a duplicate key, the lock table's "held".
+const ER_DUP_ENTRY: u16 = 1062;
+/// MySQL error 1213: the statement was a deadlock victim, and was rolled back.
+const ER_LOCK_DEADLOCK: u16 = 1213;
+
+/// The server errors a lock expects, after which the connection is as good as before.
+fn leaves_the_connection_usable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(error) => error
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|error| matches!(error.number(), ER_DUP_ENTRY | ER_LOCK_DEADLOCK)),
+        _ => false,
     }
 }
