@@ -2,8 +2,9 @@
 //! next statement without a ping first, and one idle long enough is pinged, so a
 //! MariaDB that restarted meanwhile costs no failed statement. The MySQL locks keep
 //! their connections between statements (`src/lock/parts/kept_connections.rs`), so
-//! they send no ping at all while busy. Against a MariaDB of the test's own, whose
-//! counters only this test moves.
+//! they send no ping at all while busy, and a kept connection the server closed fails
+//! one attempt at most. Against a MariaDB of the test's own, whose counters only this
+//! test moves.
 
 mod common;
 
@@ -115,4 +116,65 @@ async fn the_mysql_locks_send_no_ping_while_busy() {
             "{name} sent {per_grant:.2} pings per grant: its connections went back to the pool"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
+    let mariadb = common::PrivateServer::mariadb();
+    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 8)
+        .await
+        .unwrap();
+    let lock = MySqlVersionLock::new(
+        pool.clone(),
+        MySqlVersionLockOptions {
+            ttl: Duration::from_secs(10),
+            renew: false,
+            permits: Some(4),
+        },
+    );
+    let key = "killed-connection";
+    let guard = lock.try_acquire(key, &common::owner()).await.unwrap();
+    guard.release().await.unwrap(); // its connection is kept now
+
+    // Another session kills every connection of the lock's pool, the kept one among them.
+    let admin = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect(&mariadb.mysql_url())
+        .await
+        .unwrap();
+    let theirs: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM information_schema.processlist WHERE user = 'seckill' AND id <> CONNECTION_ID()",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert!(!theirs.is_empty(), "the lock's pool has connections to kill");
+    let killed = theirs.len();
+    for id in theirs {
+        // A number the server gave: nothing to escape.
+        let kill = sqlx::AssertSqlSafe(format!("KILL {id}"));
+        sqlx::query(kill).execute(&admin).await.unwrap();
+    }
+
+    // Within the 500 ms trust a connection is used without a ping, kept or pooled: each
+    // killed one may fail one attempt, the price chaos.md counts. None may fail twice,
+    // so an attempt succeeds before the failures outnumber the killed connections.
+    let mut failed = 0;
+    loop {
+        match lock.try_acquire(key, &common::owner()).await {
+            Ok(guard) => {
+                guard.release().await.unwrap();
+                break;
+            }
+            Err(error) => {
+                failed += 1;
+                assert!(
+                    failed <= killed,
+                    "{failed} attempts failed after {killed} connections were killed: a dead one \
+                     was used twice. The last: {error}"
+                );
+            }
+        }
+    }
+    println!("{killed} connections killed, {failed} attempts failed before one succeeded");
 }
