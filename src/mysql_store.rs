@@ -108,6 +108,21 @@ pub fn without_password(url: &str) -> String {
     }
 }
 
+/// MySQL error 1062: a duplicate key.
+pub const ER_DUP_ENTRY: u16 = 1062;
+/// MySQL error 1213: the transaction was chosen as a deadlock victim and rolled back.
+pub const ER_LOCK_DEADLOCK: u16 = 1213;
+
+/// The server's error number, when the server answered with an error.
+pub fn error_number(error: &sqlx::Error) -> Option<u16> {
+    match error {
+        sqlx::Error::Database(error) => error
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .map(|error| error.number()),
+        _ => None,
+    }
+}
+
 /// A duration as the whole microseconds an `INTERVAL ? MICROSECOND` binds.
 pub fn micros(duration: Duration) -> u64 {
     duration.as_micros() as u64

@@ -71,6 +71,21 @@ async fn a_connection_idle_past_the_window_is_pinged_and_replaced_after_a_restar
     }
 }
 
+/// Longer than any of these tests: no grant expires, and none is renewed.
+const LOCK_TTL: Duration = Duration::from_secs(10);
+
+/// A `mysql-version` lock on `pool`.
+fn version_lock(pool: &MySqlPool) -> MySqlVersionLock {
+    MySqlVersionLock::new(
+        pool.clone(),
+        MySqlVersionLockOptions {
+            ttl: LOCK_TTL,
+            renew: false,
+            permits: Some(4),
+        },
+    )
+}
+
 /// Takes and gives back `key` on `lock` `GRANTS` times, and counts the server's pings
 /// per grant. sqlx pings a connection it takes back in a task of its own, so the count
 /// waits a moment for any such ping to arrive.
@@ -95,19 +110,12 @@ async fn the_mysql_locks_send_no_ping_while_busy() {
     let table = MySqlLock::new(
         pool.clone(),
         MySqlLockOptions {
-            ttl: Duration::from_secs(10),
+            ttl: LOCK_TTL,
             renew: false,
             permits: Some(4),
         },
     );
-    let version = MySqlVersionLock::new(
-        pool.clone(),
-        MySqlVersionLockOptions {
-            ttl: Duration::from_secs(10),
-            renew: false,
-            permits: Some(4),
-        },
-    );
+    let version = version_lock(&pool);
     for (name, lock) in [("mysql", &table as &dyn DistributedLock), ("mysql-version", &version)] {
         let per_grant = pings_per_grant(&pool, lock, &format!("pings-{name}")).await;
         println!("{name}: {per_grant:.2} pings per grant (a grant and its release are two statements or more)");
@@ -124,14 +132,7 @@ async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
     let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 8)
         .await
         .unwrap();
-    let lock = MySqlVersionLock::new(
-        pool.clone(),
-        MySqlVersionLockOptions {
-            ttl: Duration::from_secs(10),
-            renew: false,
-            permits: Some(4),
-        },
-    );
+    let lock = version_lock(&pool);
     let key = "killed-connection";
     let guard = lock.try_acquire(key, &common::owner()).await.unwrap();
     guard.release().await.unwrap(); // its connection is kept now

@@ -80,7 +80,7 @@ use tokio::task::JoinHandle;
 use crate::lock::parts::counters::AttemptCounters;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::mysql_store::micros;
+use crate::mysql_store::{error_number, micros, ER_LOCK_DEADLOCK};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
@@ -266,20 +266,14 @@ impl MySqlLock {
     }
 }
 
-/// MySQL error 1213: this transaction was chosen as a deadlock victim and rolled back.
-const ER_LOCK_DEADLOCK: u16 = 1213;
 /// How often a release is retried after losing a deadlock, and the pause before each retry
 /// (grown by the attempt number): waiters' inserts come and go, so a retry soon wins.
 const RELEASE_ATTEMPTS: u32 = 20;
 const RELEASE_RETRY_PAUSE: Duration = Duration::from_millis(2);
 
+/// Whether this transaction was chosen as a deadlock victim and rolled back.
 fn is_deadlock(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Database(error) => error
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|error| error.number() == ER_LOCK_DEADLOCK),
-        _ => false,
-    }
+    error_number(error) == Some(ER_LOCK_DEADLOCK)
 }
 
 /// Deletes rows that expired a whole TTL ago, every TTL, for the life of the lock.

@@ -100,9 +100,10 @@ impl PrivateServer {
     pub fn mariadb_with(options: &[&str]) -> Self {
         let dir = temp_dir("private-mariadb");
         let port = free_port();
-        let mut args = vec![port.to_string()];
-        args.extend(options.iter().map(|option| option.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let port_arg = port.to_string();
+        let args: Vec<&str> = std::iter::once(port_arg.as_str())
+            .chain(options.iter().copied())
+            .collect();
         let command = launch("mariadb", &dir, &args);
         let server = Self::start("mariadb", command, port, dir);
         let account = Command::new(launcher())

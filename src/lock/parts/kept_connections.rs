@@ -28,7 +28,7 @@ use sqlx::query::{Query, QueryAs};
 use sqlx::{FromRow, MySql, MySqlPool};
 
 use super::unpoisoned;
-use crate::mysql_store::TRUSTED_WITHOUT_A_PING;
+use crate::mysql_store::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// The connections a lock keeps, in front of its pool. Clones share them.
 #[derive(Clone)]
@@ -142,17 +142,8 @@ impl InUse {
     }
 }
 
-/// MySQL error 1062: a duplicate key, the lock table's "held".
-const ER_DUP_ENTRY: u16 = 1062;
-/// MySQL error 1213: the statement was a deadlock victim, and was rolled back.
-const ER_LOCK_DEADLOCK: u16 = 1213;
-
-/// The server errors a lock expects, after which the connection is as good as before.
+/// The server errors a lock expects (the lock table's "held", a deadlock victim), after
+/// which the connection is as good as before.
 fn leaves_the_connection_usable(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Database(error) => error
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|error| matches!(error.number(), ER_DUP_ENTRY | ER_LOCK_DEADLOCK)),
-        _ => false,
-    }
+    matches!(error_number(error), Some(ER_DUP_ENTRY | ER_LOCK_DEADLOCK))
 }
