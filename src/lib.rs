@@ -29,8 +29,9 @@
 //! 6. [`metrics`]: what `GET /metrics` counts; [`orders`]: each unit sold becomes an
 //!    order, written from the stock's Redis Stream into MySQL by a consumer group;
 //!    [`error`]: how failures become HTTP answers.
-//! 7. [`sale`]: one sale, start to end: the local queue, acquire, read, check, write,
-//!    release, and what the buyer is told.
+//! 7. [`local_queue`]: the buyers of one instance in line for a lock, and the release
+//!    that hands the lock to the next of them; [`sale`]: one sale, start to end: the
+//!    local queue, acquire, read, check, write, release, and what the buyer is told.
 //! 8. [`wiring`]: from the config to the lock, the one place that builds every strategy.
 //! 9. [`dashboard`]: the live page at `GET /` and its event stream; [`admin`]: who may
 //!    reset the sale; [`http`]: routes, limits and handlers.
@@ -52,6 +53,7 @@ pub mod grant_log;
 pub mod metrics;
 pub mod orders;
 pub mod error;
+pub mod local_queue;
 pub mod sale;
 pub mod wiring;
 pub mod dashboard;

@@ -48,13 +48,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::sync::{oneshot, MutexGuard};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::buyers::BuyerId;
 use crate::error::AppError;
 use crate::grant_log::{self, unix_us, GrantRecord};
+use crate::local_queue::{self, LocalQueue};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner};
@@ -153,7 +154,7 @@ pub struct Sale {
     /// Step 0: the in-process line in front of a distributed lock, one per segment of
     /// the stock; `None` for the baselines (whose lesson is the race) and with
     /// `--local-queue false`.
-    pub local_queue: Option<Vec<tokio::sync::Mutex<()>>>,
+    pub local_queue: Option<Vec<LocalQueue>>,
     /// Every sale task still running.
     pub in_flight: SalesInFlight,
 }
@@ -312,7 +313,11 @@ impl Sale {
             released_at_us: unix_us(),
         };
         let releasing = Instant::now();
-        let released = guard.release().await;
+        let released = match turn {
+            // The local queue hands the lock to its next buyer where it can.
+            Some(turn) => turn.release(lock, guard, &self.seller.instance).await,
+            None => guard.release().await,
+        };
         self.metrics.record_step(SaleStep::Release, releasing.elapsed());
         match released {
             Ok(()) => {}
@@ -326,7 +331,6 @@ impl Sale {
                 tracing::warn!(%error, "release failed; the lock deletes the grant in the background, or it ends with its lease or session")
             }
         }
-        drop(turn);
         // Off the lock's path: the next local buyer may already hold it.
         if let Err(error) = grant_log::append(&self.store, &grant).await {
             tracing::debug!(%error, "the grant log missed a grant");
@@ -335,22 +339,24 @@ impl Sale {
     }
 
     /// Steps 0 and 1 in `segment`, by `deadline`: our turn in this instance's local
-    /// queue of that segment (kept until after the release), then its lock. Each sale
-    /// is an owner of its own.
+    /// queue of that segment (kept until after the release), then its lock: the grant
+    /// the last holder handed to this turn, or a grant of our own. Each sale is an
+    /// owner of its own.
     async fn wait_for_the_lock(
         &self,
         lock: &Reentrant,
         segment: Segment,
         asked: Instant,
         deadline: Instant,
-    ) -> Result<(Option<MutexGuard<'_, ()>>, LockGuard), AppError> {
+    ) -> Result<(Option<local_queue::Turn<'_>>, LockGuard), AppError> {
         let lock_key = segment.lock_key();
-        let turn = match &self.local_queue {
+        let mut turn = match &self.local_queue {
+            // The deadline is the buyer's, over every segment it tried.
             Some(queues) => Some(
-                tokio::time::timeout_at(deadline.into(), queues[segment.index as usize].lock())
+                queues[segment.index as usize]
+                    .wait_for_turn(deadline)
                     .await
-                    // The deadline is the buyer's, over every segment it tried.
-                    .map_err(|_| LockError::Timeout {
+                    .ok_or_else(|| LockError::Timeout {
                         key: lock_key.clone(),
                         waited: self.acquire_timeout,
                     })?,
@@ -359,9 +365,18 @@ impl Sale {
         };
         let queued = Instant::now();
         self.metrics.record_step(SaleStep::Queued, queued - asked);
-        let owner = Owner::new(&self.seller.instance);
-        let left = deadline.saturating_duration_since(queued);
-        let guard = lock.acquire(&lock_key, &owner, left).await?;
+        let handed = match &mut turn {
+            Some(turn) => turn.handed_grant_or_step_aside().await,
+            None => None,
+        };
+        let guard = match handed {
+            Some(guard) => guard,
+            None => {
+                let owner = Owner::new(&self.seller.instance);
+                let left = deadline.saturating_duration_since(queued);
+                lock.acquire(&lock_key, &owner, left).await?
+            }
+        };
         self.metrics.record_step(SaleStep::Lock, queued.elapsed());
         Ok((turn, guard))
     }

@@ -1,15 +1,29 @@
-//! Step 0 of a sale (`src/sale.rs`): the buyers of one instance line up in process, and
-//! only the head of the queue asks the distributed lock. Seen from the backend: at most
-//! one acquire attempt of an instance is ever in flight, where without the local queue the
-//! crowd fills the semaphore in front of MySQL. Its Redis database is in
-//! `DATABASES` in tests/common/test_redis.rs.
+//! The local queue (`src/local_queue.rs`): the buyers of one instance line up in
+//! process, and only the head of the queue asks the distributed lock. Seen from the
+//! backend: at most one acquire attempt of an instance is ever in flight, where without
+//! the local queue the crowd fills the semaphore in front of MySQL; and a release hands
+//! the lock to the next buyer in line, a bounded number of times in a row, without
+//! stranding a grant nobody came for. Its Redis database is in `DATABASES` in
+//! tests/common/test_redis.rs.
 
 mod common;
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seckill::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
+use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::parts::reentrant::Reentrant;
 use seckill::strategy::Strategy;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
 const DB: u8 = 61;
 const BUYERS: usize = 60;
+/// A line long enough to last several runs of hand-overs.
+const LONG_LINE: usize = 300;
+
+/// The instances of these tests share one lock row (`lock:stock`), so they take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The most acquire attempts one instance had at MySQL at once while `BUYERS` bought.
 async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
@@ -47,6 +61,7 @@ async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_head_of_an_instances_line_asks_the_lock() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     assert_eq!(
         peak_attempts_at_mysql(true).await,
         1,
@@ -56,5 +71,134 @@ async fn only_the_head_of_an_instances_line_asks_the_lock() {
     assert!(
         without > 1,
         "without the local queue, the crowd reaches MySQL several at a time (peak {without})"
+    );
+}
+
+/// With a line of buyers on one instance, a release hands the lock to the next buyer
+/// in one statement: most grants never ask MySQL, and every run of hand-overs stops
+/// at the bound with a plain release, whose next grant is an attempt of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_times() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let instance = common::instance_with(Strategy::MysqlVersion, DB, |config| {
+        config.acquire_timeout_ms = 30_000;
+    })
+    .await;
+    common::reset_stock(&instance.url, 1_000).await;
+    let http = reqwest::Client::new();
+    let buyers: Vec<_> = (0..BUYERS)
+        .map(|_| {
+            let (http, url) = (http.clone(), instance.url.clone());
+            tokio::spawn(async move { common::buy(&http, &url).await })
+        })
+        .collect();
+    for buyer in buyers {
+        let answer = buyer.await.unwrap();
+        assert_eq!(answer, "sold");
+    }
+    let stats = common::healthz(&instance.url).await["lock_stats"].clone();
+    instance.stop().await.unwrap();
+    let (grants, attempts) = (stats["grants"].as_u64().unwrap(), stats["attempts"].as_u64().unwrap());
+    assert_eq!(grants, BUYERS as u64, "{stats}");
+    // One instance, one buyer at a time asking: every attempt is a grant, and every
+    // other grant was handed over.
+    let handed = grants - attempts;
+    assert!(
+        handed >= grants / 2,
+        "only {handed} of {grants} grants were handed over ({attempts} attempts)"
+    );
+    assert!(
+        handed <= u64::from(HAND_OVERS_IN_A_ROW) * attempts,
+        "{handed} hand-overs after {attempts} attempts: a run went past {HAND_OVERS_IN_A_ROW}"
+    );
+}
+
+/// A run of hand-overs ends in a plain release and a pause, so a buyer of another
+/// instance is served while this instance's line is still long, not after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let adjust = |config: &mut seckill::config::Config| config.acquire_timeout_ms = 30_000;
+    let busy = common::instance_with(Strategy::MysqlVersion, DB, adjust).await;
+    let other = common::instance_with(Strategy::MysqlVersion, DB, adjust).await;
+    common::reset_stock(&busy.url, 1_000).await;
+    let http = reqwest::Client::new();
+    let line: Vec<_> = (0..LONG_LINE)
+        .map(|_| {
+            let (http, url) = (http.clone(), busy.url.clone());
+            tokio::spawn(async move { (common::buy(&http, &url).await, Instant::now()) })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let answer = common::buy(&http, &other.url).await;
+    let other_served = Instant::now();
+    assert_eq!(answer, "sold");
+    let mut served_later = 0;
+    for buyer in line {
+        let (answer, served) = buyer.await.unwrap();
+        assert_eq!(answer, "sold");
+        served_later += usize::from(served > other_served);
+    }
+    busy.stop().await.unwrap();
+    other.stop().await.unwrap();
+    assert!(
+        served_later >= LONG_LINE / 2,
+        "the other instance's buyer was served after {} of the {LONG_LINE} buyers in line",
+        LONG_LINE - served_later
+    );
+}
+
+/// A grant handed over to a buyer who gave up while the hand-over was on its way
+/// goes back at once: the holder finds the line empty and gives it back, instead of
+/// leaving it to its lease while the other instances wait.
+#[tokio::test]
+async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
+    let direct: MySqlConnectOptions = common::mysql_url().parse().unwrap();
+    let proxy = common::AnswerLosingProxy::start(direct.get_port()).await;
+    let through_proxy = MySqlPoolOptions::new()
+        .max_connections(2)
+        .connect_with(direct.clone().port(proxy.port))
+        .await
+        .unwrap();
+    let options = MySqlVersionLockOptions {
+        ttl: Duration::from_secs(30),
+        renew: true,
+        permits: None,
+    };
+    let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(through_proxy, options)));
+    let queue = LocalQueue::default();
+    let key = common::unique_key("unclaimed");
+    let turn = queue
+        .wait_for_turn(Instant::now() + Duration::from_secs(1))
+        .await
+        .unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let version = guard.fencing_token().unwrap().counter;
+
+    // A second buyer lines up, so the release hands over; the hand-over's answer is
+    // held until after that buyer gave up.
+    let gives_up = queue.wait_for_turn(Instant::now() + Duration::from_millis(300));
+    proxy.hold_answers();
+    let hands_over = turn.release(&lock, guard, "test");
+    let answers_later = async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        proxy.pass_answers();
+    };
+    let (gave_up, released, ()) = tokio::join!(gives_up, hands_over, answers_later);
+    assert!(gave_up.is_none(), "the second buyer's deadline passed in line");
+    released.unwrap();
+
+    let row: (u64, String) = sqlx::query_as("SELECT version, owner FROM seckill_version_locks WHERE name = ?")
+        .bind(&key)
+        .fetch_one(&common::mysql_pool().await)
+        .await
+        .unwrap();
+    assert_eq!(
+        row,
+        (version + 1, String::new()),
+        "the grant handed to nobody is still held (version {version} was the holder's)"
     );
 }

@@ -32,7 +32,7 @@ use seckill::lock::redis_degrade::outage::OutageRule;
 use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::zookeeper::ZooKeeperLock;
-use seckill::lock::{DistributedLock, LockError, LockGuard};
+use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use seckill::segments::Segment;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
@@ -173,6 +173,39 @@ async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
     let granted_at = waiter.await.unwrap().expect("the waiter gets the lock");
     let handover = granted_at.saturating_duration_since(released_at);
     assert!(handover < Duration::from_millis(200), "handover took {handover:?}");
+}
+
+async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subject) {
+    let (_, locks) = subject.contenders(2).await;
+    let key = common::unique_key("hand-over");
+    let guard = locks[0]
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let token = guard.fencing_token().map(|token| token.order());
+    match guard.hand_over(&common::owner()).await.unwrap() {
+        HandOver::Granted(next) => {
+            assert!(next.is_held(), "a handed grant starts held");
+            let next_token = next.fencing_token().map(|token| token.order());
+            assert!(
+                next_token > token,
+                "the handed grant's token {next_token:?} is not newer than {token:?}"
+            );
+            let refused = locks[1].try_acquire(&key, &common::owner()).await;
+            assert!(
+                matches!(refused, Err(LockError::Busy { .. })),
+                "a stranger got a key that was handed over: {refused:?}"
+            );
+            next.release().await.unwrap();
+        }
+        // The backend cannot hand over: it released, as a release does.
+        HandOver::Released => {}
+    }
+    let granted = locks[1]
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .expect("free once the last grant is given back");
+    granted.release().await.unwrap();
 }
 
 async fn different_keys_do_not_block_each_other(subject: &Subject) {
@@ -382,7 +415,7 @@ macro_rules! conformance_suite {
             }
 
             checks! {
-                one_thread: try_acquire_fails_fast_while_the_lock_is_held, acquire_gives_up_with_a_timeout_error_while_the_lock_is_held, a_waiter_gets_the_lock_soon_after_it_is_released, different_keys_do_not_block_each_other, an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release, fencing_tokens_grow_strictly_with_every_grant, a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused, shutdown_frees_what_was_held_and_refuses_new_acquires;
+                one_thread: try_acquire_fails_fast_while_the_lock_is_held, acquire_gives_up_with_a_timeout_error_while_the_lock_is_held, a_waiter_gets_the_lock_soon_after_it_is_released, a_hand_over_gives_the_key_to_the_next_owner_or_frees_it, different_keys_do_not_block_each_other, an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release, fencing_tokens_grow_strictly_with_every_grant, a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused, shutdown_frees_what_was_held_and_refuses_new_acquires;
                 two_threads: concurrent_read_modify_writes_under_the_lock_lose_no_update, a_holder_that_vanishes_without_release_frees_the_key_within_its_lease;
             }
         }

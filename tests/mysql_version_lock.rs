@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions, TAKE_IF_UNCHANGED};
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::{DistributedLock, HandOver, LockError};
 use sqlx::MySqlPool;
 
 fn options(permits: Option<usize>) -> MySqlVersionLockOptions {
@@ -197,4 +197,61 @@ async fn an_instance_that_gave_a_row_back_takes_it_again_without_reading_it() {
     );
     assert_eq!(again.fencing_token().unwrap().counter, first_version + 1);
     again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_gives_the_row_to_the_next_owner_at_the_next_version() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
+    let key = common::unique_key("hand-over");
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let version = held.fencing_token().unwrap().counter;
+    let next = common::owner();
+
+    let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
+        panic!("the version lock hands its row over");
+    };
+    assert_eq!(handed.fencing_token().unwrap().counter, version + 1);
+    assert_eq!(
+        row(&pool, &key).await,
+        (version + 1, next.as_str().to_owned()),
+        "the row belongs to the next owner, one version on"
+    );
+    let stranger = MySqlVersionLock::new(pool.clone(), options(Some(3)));
+    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
+
+    handed.release().await.unwrap();
+    assert_eq!(row(&pool, &key).await, (version + 1, String::new()), "given back");
+}
+
+#[tokio::test]
+async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
+    let key = common::unique_key("hand-over-lost");
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    // The row expires, and another instance takes it.
+    sqlx::query("UPDATE seckill_version_locks SET expires_at = NOW(3) - INTERVAL 1 SECOND WHERE name = ?")
+        .bind(&key)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let taker = MySqlVersionLock::new(pool.clone(), options(Some(3)));
+    let taken = taker
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let before = row(&pool, &key).await;
+
+    let handed = held.hand_over(&common::owner()).await;
+    assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
+    assert_eq!(row(&pool, &key).await, before, "the taker's row is untouched");
+    taken.release().await.unwrap();
 }

@@ -2,7 +2,16 @@
 
 use async_trait::async_trait;
 
-use crate::lock::{FencingToken, Lease, LockError};
+use crate::lock::{FencingToken, Lease, LockError, Owner};
+
+/// What [`LockGuard::hand_over`] did with the key.
+#[derive(Debug)]
+pub enum HandOver {
+    /// The key now belongs to the next owner: its grant, made by the same request.
+    Granted(LockGuard),
+    /// The key was given back, as a release does: the next owner asks for it as anyone would.
+    Released,
+}
 
 /// How a backend gives one grant back. Each backend keeps in it what release needs
 /// (a token, a connection, a session, a permit).
@@ -10,6 +19,14 @@ use crate::lock::{FencingToken, Lease, LockError};
 pub trait Release: Send + Sync {
     /// Gives the key back. [`LockError::Lost`] if it was no longer ours.
     async fn release(self: Box<Self>) -> Result<(), LockError>;
+
+    /// Gives the key to `next`, a new owner in this process, in the request that
+    /// releases it, where the backend can: one round trip where a release and the next
+    /// acquire take two, and a new grant with a newer fencing token. The default
+    /// releases, and the next owner then acquires as anyone would.
+    async fn hand_over(self: Box<Self>, _next: &Owner) -> Result<HandOver, LockError> {
+        self.release().await.map(|()| HandOver::Released)
+    }
 }
 
 /// A wrapper's guard gives back the inner grant it was made from.
@@ -17,6 +34,10 @@ pub trait Release: Send + Sync {
 impl Release for Box<dyn Release> {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         (*self).release().await
+    }
+
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        (*self).hand_over(next).await
     }
 }
 
@@ -83,6 +104,12 @@ impl LockGuard {
     /// Gives the key back. [`LockError::Lost`] if the lease had already run out.
     pub async fn release(self) -> Result<(), LockError> {
         self.releaser.release().await
+    }
+
+    /// Gives the key straight to `next`, where the backend can (see [`Release::hand_over`]);
+    /// otherwise releases it. [`LockError::Lost`] if it was no longer ours.
+    pub async fn hand_over(self, next: &Owner) -> Result<HandOver, LockError> {
+        self.releaser.hand_over(next).await
     }
 
     /// Splits the guard into its parts, for a wrapper that hands out guards of its own.

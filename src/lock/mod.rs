@@ -58,12 +58,18 @@
 //! 7. Reentrancy (an owner taking a key it holds) is kept for every backend in one
 //!    place, [`parts::reentrant::Reentrant`], unless the backend keeps it itself and says so
 //!    with [`DistributedLock::keeps_reentrancy`].
+//! 8. [`LockGuard::hand_over`] gives the key to a new owner of this process in the
+//!    request that releases it, where the backend can, as a new grant with a newer
+//!    token ([`HandOver::Granted`]). A backend that cannot releases instead
+//!    ([`HandOver::Released`]), which is the default. The local queue
+//!    ([`crate::local_queue`]) uses it to pass the lock to its next buyer.
 //!
 //! ## The conformance suite
 //! `tests/lock_conformance.rs` runs the same tests against every strategy; a new
 //! backend joins by adding one line there. It checks: concurrent read-modify-writes
 //! lose no update; `try_acquire` fails fast on a held key; `acquire` times out;
-//! a waiter gets a released key quickly; different keys do not block each other;
+//! a waiter gets a released key quickly; a hand-over gives the key to the next owner
+//! with a newer token, or frees it; different keys do not block each other;
 //! an owner re-enters a key it holds and frees it only at the last release; fencing
 //! tokens grow strictly with every grant (backends with tokens); a lost lease is seen
 //! by the holder and its write is refused (backends with leases); a holder that
@@ -95,7 +101,7 @@ pub use critical_path::{Access, Backend, Step};
 pub use distributed_lock::{DistributedLock, LockStats};
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;
-pub use guard::{LockGuard, NothingToRelease, Release};
+pub use guard::{HandOver, LockGuard, NothingToRelease, Release};
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
 pub use token::FencingToken;

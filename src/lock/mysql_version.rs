@@ -75,7 +75,7 @@ use crate::lock::parts::permits::Permits;
 use crate::lock::parts::polling::poll_until_granted;
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
@@ -103,6 +103,11 @@ const GIVE_BACK: &str = "UPDATE seckill_version_locks SET owner = '' WHERE name 
 /// Step 4: only our own grant, only while it has not expired. Binds: ttl in µs, name, version, owner.
 const RENEW: &str = "UPDATE seckill_version_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND owner = ? AND expires_at > NOW(3)";
+/// Step 6: the release that grants the row to the next owner, in one compare-and-set
+/// on our version and owner. Binds: the next owner, ttl in µs, name, version, owner.
+const HAND_OVER: &str = "UPDATE seckill_version_locks \
+     SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
+     WHERE name = ? AND version = ? AND owner = ?";
 
 /// How a [`MySqlVersionLock`] behaves.
 #[derive(Clone, Copy, Debug)]
@@ -117,18 +122,25 @@ pub struct MySqlVersionLockOptions {
 
 /// An optimistic lock on rows of `seckill_version_locks`.
 pub struct MySqlVersionLock {
+    grants: Grants,
+    permits: Permits,
+    shut_down: ShutDownSwitch,
+    /// How many times this handle read a row (step 2).
+    rows_read: AtomicU64,
+}
+
+/// What making a grant and giving it back need, shared by the lock and its guards: a
+/// hand-over (step 6) makes the next grant from the guard of the last.
+#[derive(Clone)]
+struct Grants {
     /// Every statement of the lock goes through its kept connections.
     connections: KeptConnections,
     options: MySqlVersionLockOptions,
-    permits: Permits,
-    counters: AttemptCounters,
+    counters: Arc<AttemptCounters>,
     /// Grants this handle holds, version to (name, owner), so `shutdown` can give them back.
     held: HeldGrants<(String, u64), String>,
-    shut_down: ShutDownSwitch,
     /// Release notices on a Redis, when the wiring gives some: MySQL cannot notify.
     notices: Option<Arc<ReleaseNotices>>,
-    /// How many times this handle read a row (step 2).
-    rows_read: AtomicU64,
     /// Per row, the version this handle gave it back at (step 3): free at that version
     /// unless another instance took it since. The next try compares and sets at it.
     given_back: GivenBack,
@@ -171,15 +183,17 @@ impl MySqlVersionLock {
     /// Uses `pool`, migrated already (see [`crate::mysql_store`]).
     pub fn new(pool: MySqlPool, options: MySqlVersionLockOptions) -> Self {
         MySqlVersionLock {
-            connections: KeptConnections::new(pool),
-            options,
+            grants: Grants {
+                connections: KeptConnections::new(pool),
+                options,
+                counters: Arc::default(),
+                held: HeldGrants::default(),
+                notices: None,
+                given_back: GivenBack::default(),
+            },
             permits: Permits::new(options.permits),
-            counters: AttemptCounters::default(),
-            held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
-            notices: None,
             rows_read: AtomicU64::new(0),
-            given_back: GivenBack::default(),
         }
     }
 
@@ -194,14 +208,14 @@ impl MySqlVersionLock {
     /// instance released, instead of at its next poll. The lock still decides.
     /// `None` leaves the waiters polling (`--release-notices false`).
     pub fn with_release_notices(mut self, notices: Option<ReleaseNotices>) -> Self {
-        self.notices = notices.map(Arc::new);
+        self.grants.notices = notices.map(Arc::new);
         self
     }
 
     /// The signal an announced release of `key` fires, with notices; for a lock built
     /// around this one.
     pub fn release_signal(&self, key: &str) -> Option<Arc<tokio::sync::Notify>> {
-        self.notices.as_ref().map(|notices| notices.signal(key))
+        self.grants.notices.as_ref().map(|notices| notices.signal(key))
     }
 
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free. With
@@ -214,6 +228,7 @@ impl MySqlVersionLock {
         }
         self.rows_read.fetch_add(1, Ordering::Relaxed);
         let read = self
+            .grants
             .connections
             .fetch_optional(sqlx::query_as::<_, Row>(READ_ROW).bind(name))
             .await?;
@@ -222,7 +237,10 @@ impl MySqlVersionLock {
             None => {
                 // Whoever creates it, it starts free at version 0; if someone took it
                 // meanwhile, our compare-and-set below is a conflict like any other.
-                self.connections.execute(sqlx::query(CREATE_ROW).bind(name)).await?;
+                self.grants
+                    .connections
+                    .execute(sqlx::query(CREATE_ROW).bind(name))
+                    .await?;
                 Row {
                     version: 0,
                     owner: String::new(),
@@ -245,24 +263,46 @@ impl MySqlVersionLock {
     /// Step 2's compare-and-set at `version`: whether it granted.
     async fn take(&self, name: &str, owner: &Owner, version: u64) -> Result<bool, sqlx::Error> {
         let taken = self
+            .grants
             .connections
             .execute(
                 sqlx::query(TAKE_IF_UNCHANGED)
                     .bind(owner.as_str())
-                    .bind(micros(self.options.ttl))
+                    .bind(micros(self.grants.options.ttl))
                     .bind(name)
                     .bind(version),
             )
             .await
-            .inspect_err(|_| self.give_back_in_background(name, version + 1, owner))?;
+            .inspect_err(|_| self.grants.give_back_in_background(name, version + 1, owner.as_str()))?;
         Ok(taken.rows_affected() == 1)
     }
+}
 
-    /// The compare-and-set may have run even though its answer never came: give back
-    /// what it may have granted, with the same version and owner, so the key is not
-    /// blocked until the row expires. If MySQL is down, the row expires on its own.
-    fn give_back_in_background(&self, name: &str, version: u64, owner: &Owner) {
-        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.as_str().to_owned());
+impl Grants {
+    /// A grant of `name` at `version`, asked for at `sent`: held here until released,
+    /// renewed (step 4), with the version as its fencing token.
+    fn guard(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> LockGuard {
+        self.counters.grant();
+        self.held.insert((name.to_owned(), version), owner.as_str().to_owned());
+        let (keeper, lease) = self.renew_with(name, owner, version, sent);
+        let grant = VersionGrant {
+            grants: self.clone(),
+            name: name.to_owned(),
+            owner: owner.as_str().to_owned(),
+            version,
+            lease: keeper,
+        };
+        LockGuard::new(name, grant)
+            .with_fencing_token(FencingToken::new(BACKEND, 0, version))
+            .with_lease(lease)
+    }
+
+    /// A statement that changes the row may have run even though its answer never
+    /// came: give back what it may have granted, with the same version and owner, so
+    /// the key is not blocked until the row expires. If MySQL is down, the row expires
+    /// on its own.
+    fn give_back_in_background(&self, name: &str, version: u64, owner: &str) {
+        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.to_owned());
         tokio::spawn(async move {
             let _ = connections
                 .execute(sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner))
@@ -295,24 +335,29 @@ impl MySqlVersionLock {
 
 /// One grant: what its release needs.
 struct VersionGrant {
-    connections: KeptConnections,
+    grants: Grants,
     name: String,
     owner: String,
     version: u64,
-    held: HeldGrants<(String, u64), String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
-    notices: Option<Arc<ReleaseNotices>>,
-    given_back: GivenBack,
+}
+
+impl VersionGrant {
+    /// No longer renewed, no longer held: what both endings of a grant do first.
+    fn end(&mut self) {
+        self.lease.stop(); // stop renewing before giving the row away
+        self.grants.held.remove(&(self.name.clone(), self.version));
+    }
 }
 
 #[async_trait]
 impl Release for VersionGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
-        grant.lease.stop(); // stop renewing before giving the row back
-        grant.held.remove(&(grant.name.clone(), grant.version));
+        grant.end();
         let given_back = grant
+            .grants
             .connections
             .execute(
                 sqlx::query(GIVE_BACK)
@@ -323,14 +368,50 @@ impl Release for VersionGrant {
             .await
             .map_err(backend_error)?;
         if given_back.rows_affected() == 1 {
-            if let Some(notices) = &grant.notices {
+            if let Some(notices) = &grant.grants.notices {
                 notices.announce(&grant.name);
             }
-            unpoisoned(&grant.given_back).insert(grant.name, grant.version);
+            unpoisoned(&grant.grants.given_back).insert(grant.name, grant.version);
             Ok(())
         } else {
             Err(LockError::Lost { key: grant.name })
         }
+    }
+
+    /// Step 6: one compare-and-set on our version and owner gives the row to `next`,
+    /// at the next version. No notice goes out: the row never came free.
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let mut grant = *self;
+        grant.end();
+        let sent = Instant::now();
+        let handed = grant
+            .grants
+            .connections
+            .execute(
+                sqlx::query(HAND_OVER)
+                    .bind(next.as_str())
+                    .bind(micros(grant.grants.options.ttl))
+                    .bind(&grant.name)
+                    .bind(grant.version)
+                    .bind(&grant.owner),
+            )
+            .await
+            .inspect_err(|_| {
+                // Either the row is still ours or it is `next`'s: give back whichever it is.
+                let grants = &grant.grants;
+                grants.give_back_in_background(&grant.name, grant.version, &grant.owner);
+                grants.give_back_in_background(&grant.name, grant.version + 1, next.as_str());
+            })
+            .map_err(backend_error)?;
+        if handed.rows_affected() != 1 {
+            return Err(LockError::Lost { key: grant.name });
+        }
+        Ok(HandOver::Granted(grant.grants.guard(
+            &grant.name,
+            next,
+            grant.version + 1,
+            sent,
+        )))
     }
 }
 
@@ -351,10 +432,10 @@ impl MySqlVersionLock {
         self.shut_down.refuse_if_shut_down()?;
         let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
-        self.counters.attempt();
+        self.grants.counters.attempt();
         let released_since = seen.release_announced.swap(false, Ordering::SeqCst);
         let held_at = unpoisoned(&seen.held_at).take().filter(|_| released_since);
-        let free_at = unpoisoned(&self.given_back).remove(key).or(held_at);
+        let free_at = unpoisoned(&self.grants.given_back).remove(key).or(held_at);
         let attempt = self.attempt(key, owner, free_at).await;
         drop(pass);
         let version = match attempt.map_err(backend_error)? {
@@ -364,26 +445,11 @@ impl MySqlVersionLock {
                 return Err(LockError::Busy { key: key.to_owned() });
             }
             Attempt::Conflict => {
-                self.counters.conflict();
+                self.grants.counters.conflict();
                 return Err(LockError::Busy { key: key.to_owned() });
             }
         };
-        self.counters.grant();
-        self.held.insert((key.to_owned(), version), owner.as_str().to_owned());
-        let (keeper, lease) = self.renew_with(key, owner, version, sent);
-        let grant = VersionGrant {
-            connections: self.connections.clone(),
-            name: key.to_owned(),
-            owner: owner.as_str().to_owned(),
-            version,
-            held: self.held.clone(),
-            lease: keeper,
-            notices: self.notices.clone(),
-            given_back: self.given_back.clone(),
-        };
-        Ok(LockGuard::new(key, grant)
-            .with_fencing_token(FencingToken::new(BACKEND, 0, version))
-            .with_lease(lease))
+        Ok(self.grants.guard(key, owner, version, sent))
     }
 }
 
@@ -413,9 +479,10 @@ impl DistributedLock for MySqlVersionLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         self.permits.close();
-        let held = self.held.take_all();
+        let held = self.grants.held.take_all();
         for ((name, version), owner) in held {
-            self.connections
+            self.grants
+                .connections
                 .execute(sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner))
                 .await
                 .map_err(backend_error)?;
@@ -424,6 +491,6 @@ impl DistributedLock for MySqlVersionLock {
     }
 
     fn stats(&self) -> Option<LockStats> {
-        Some(self.counters.stats(&self.permits))
+        Some(self.grants.counters.stats(&self.permits))
     }
 }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::unpoisoned;
-use crate::lock::{DistributedLock, GuardInfo, LockError, LockGuard, Owner, Release};
+use crate::lock::{DistributedLock, GuardInfo, HandOver, LockError, LockGuard, Owner, Release};
 
 /// The backend's grant, and how many times its owner has taken it.
 struct Hold {
@@ -77,6 +77,15 @@ impl Reentrant {
         }
         let granted = self.backend.acquire(key, owner, timeout).await?;
         Ok(self.first_hold(owner, granted))
+    }
+
+    /// Releases `guard`'s hold, and with its last hold gives the key to `next` where the
+    /// backend can ([`LockGuard::hand_over`]); `next`'s grant is kept here like any other.
+    pub async fn hand_over(&self, guard: LockGuard, next: &Owner) -> Result<HandOver, LockError> {
+        match guard.hand_over(next).await? {
+            HandOver::Granted(granted) => Ok(HandOver::Granted(self.first_hold(next, granted))),
+            HandOver::Released => Ok(HandOver::Released),
+        }
     }
 
     pub async fn shutdown(&self) -> Result<(), LockError> {
@@ -158,6 +167,14 @@ impl Release for ReleaseOneHold {
         match self.count_down() {
             Some(last) => last.backend_release.release().await,
             None => Ok(()),
+        }
+    }
+
+    /// Only the last hold gives the key away; an earlier one just counts down.
+    async fn hand_over(mut self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        match self.count_down() {
+            Some(last) => last.backend_release.hand_over(next).await,
+            None => Ok(HandOver::Released),
         }
     }
 }

@@ -105,7 +105,7 @@ use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::redis::RedisLock;
-use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner};
+use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "redis-degrade";
 
@@ -312,7 +312,7 @@ impl DegradingLock {
         info.fencing_token = info
             .fencing_token
             .map(|token| FencingToken::new(BACKEND, epoch, token.counter));
-        info.into_guard(releaser)
+        info.into_guard(ReleaseOnly(releaser))
     }
 
     /// A lock Redis that restarted empty hands out its token counter from 1 again; in the
@@ -560,5 +560,18 @@ impl Drop for DegradingLock {
         for task in &self.tasks {
             task.abort();
         }
+    }
+}
+
+/// An inner grant that is only ever released, never handed over: a handed grant would
+/// carry neither the epoch in its token nor the epoch's lease (step 4), and would skip
+/// the check that the epoch still allows grants. Released, the key goes to the next
+/// buyer through an acquire that makes both.
+struct ReleaseOnly(Box<dyn Release>);
+
+#[async_trait]
+impl Release for ReleaseOnly {
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        self.0.release().await
     }
 }
