@@ -1,6 +1,7 @@
 //! What only the MySQL lock table must do: one winner when two take over an expired
 //! row, the sweeper, the hold count of nested acquires, migrations that two instances
-//! can run at once. Against the MariaDB that `make test` starts.
+//! can run at once, a hand-over in one UPDATE whose token outranks the grant it came
+//! from. Against the MariaDB that `make test` starts.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::{DistributedLock, HandOver, LockError};
 use sqlx::MySqlPool;
 
 fn options(ttl_ms: u64, renew: bool) -> MySqlLockOptions {
@@ -122,7 +123,8 @@ async fn instances_starting_at_the_same_time_apply_the_migrations_without_trippi
 /// A grant is one statement: the insert takes the row and its token, the row's
 /// AUTO_INCREMENT id, with no counter to raise and stamp (two statements more, once).
 /// A later grant of the name, after a release or after a take-over of an expired row,
-/// has a larger one, and every such token (epoch 1) outranks the counters' (epoch 0).
+/// has a larger one. The token is the id times 1000 (room for the row's hand-overs),
+/// epoch 2: it outranks the counters' tokens (epoch 0) and the bare ids' (epoch 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     let pool = common::mysql_pool().await;
@@ -147,8 +149,8 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     let (first, first_token) = grant().await;
     assert_eq!(
         (first_token.epoch, first_token.counter),
-        (1, row_id().await),
-        "the token is the row's id"
+        (2, row_id().await * 1000),
+        "the token is the row's id, not yet handed over"
     );
     let counters: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seckill_lock_fences WHERE name = ?")
         .bind(&name)
@@ -171,7 +173,7 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
         third_token.order() > second_token.order(),
         "a take-over numbers its grant anew: {third_token} after {second_token}"
     );
-    assert_eq!(third_token.counter, row_id().await);
+    assert_eq!(third_token.counter, row_id().await * 1000);
     third.release().await.unwrap();
 }
 
@@ -217,4 +219,106 @@ async fn a_release_that_ends_the_last_hold_is_one_delete() {
         "one delete"
     );
     assert_eq!(hold_count(&one_connection, &name).await, None, "the row is gone");
+}
+
+async fn holder(pool: &MySqlPool, name: &str) -> (String, u64, u64) {
+    sqlx::query_as("SELECT owner, grant_id, hand_overs FROM seckill_locks WHERE name = ?")
+        .bind(name)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// A hand-over is one UPDATE of the row: the next owner holds it, the row counts one
+/// hand-over more, and the token is the row's id times 1000 plus its hand-overs.
+#[tokio::test]
+async fn a_hand_over_gives_the_row_to_the_next_owner_with_the_next_token() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, true));
+    let name = common::unique_key("hand-over");
+    let held = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let token = held.fencing_token().unwrap().clone();
+    let (_, grant_id, _) = holder(&pool, &name).await;
+    let next = common::owner();
+
+    let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
+        panic!("the lock table hands its row over");
+    };
+    let handed_token = handed.fencing_token().unwrap().clone();
+    assert_eq!(handed_token.counter, grant_id * 1000 + 1);
+    assert!(handed_token.order() > token.order(), "{handed_token} after {token}");
+    assert_eq!(holder(&pool, &name).await, (next.as_str().to_owned(), grant_id, 1));
+    let stranger = MySqlLock::new(pool.clone(), options(5000, true));
+    let refused = stranger.try_acquire(&name, &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
+
+    handed.release().await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, None, "the row is gone with the release");
+    let after = stranger
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(
+        after.fencing_token().unwrap().order() > handed_token.order(),
+        "a new row outranks every hand-over of the last"
+    );
+    after.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, true));
+    let name = common::unique_key("hand-over-lost");
+    let held = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    expire(&pool, &name).await;
+    let taker = MySqlLock::new(pool.clone(), options(5000, true));
+    let taken = taker
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let before = holder(&pool, &name).await;
+
+    let handed = held.hand_over(&common::owner()).await;
+    assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
+    assert_eq!(holder(&pool, &name).await, before, "the taker's row is untouched");
+    taken.release().await.unwrap();
+}
+
+/// A token has room for 999 hand-overs of one row: the next hand-over releases the
+/// row instead, and the grant after it is a new row, whose token outranks them all.
+#[tokio::test]
+async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, false));
+    let name = common::unique_key("hand-over-limit");
+    let mut guard = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    for _ in 0..999 {
+        guard = match guard.hand_over(&common::owner()).await.unwrap() {
+            HandOver::Granted(next) => next,
+            HandOver::Released => panic!("released before the 999th hand-over"),
+        };
+    }
+    let last = guard.fencing_token().unwrap().clone();
+    assert_eq!(last.counter % 1000, 999);
+    assert!(matches!(
+        guard.hand_over(&common::owner()).await,
+        Ok(HandOver::Released)
+    ));
+    assert_eq!(hold_count(&pool, &name).await, None, "released");
+    let new_row = lock
+        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(new_row.fencing_token().unwrap().order() > last.order());
+    new_row.release().await.unwrap();
 }

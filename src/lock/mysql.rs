@@ -87,7 +87,7 @@ use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::Permits;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
-use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::{DistributedLock, FencingToken, HandOver, LockError, LockGuard, LockStats, Owner, Release};
 
 const BACKEND: &str = "mysql";
 
@@ -105,9 +105,9 @@ const INSERT_ROW: &str = "INSERT INTO seckill_locks (name, owner, hold_count, ex
 /// Step 2: the owner re-enters its own live row. Binds: name, owner.
 const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
      WHERE name = ? AND owner = ? AND expires_at > NOW(3)";
-/// After a refused insert: who holds the row, whether it expired, its token. Binds: name.
-const READ_HOLDER: &str =
-    "SELECT owner, CAST(expires_at <= NOW(3) AS SIGNED), grant_id FROM seckill_locks WHERE name = ?";
+/// After a refused insert: who holds the row, whether it expired, its grant. Binds: name.
+const READ_HOLDER: &str = "SELECT owner, CAST(expires_at <= NOW(3) AS SIGNED), grant_id, hand_overs \
+     FROM seckill_locks WHERE name = ?";
 /// Step 3: clear an expired row, so that the taker can insert its own. Binds: name.
 const DELETE_EXPIRED: &str = "DELETE FROM seckill_locks WHERE name = ? AND expires_at <= NOW(3)";
 /// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
@@ -121,10 +121,20 @@ const DELETE_LAST_HOLD: &str =
     "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count = 1";
 /// Shutdown: the row, whatever its hold count. Binds: name, owner, token.
 const DELETE_ROW: &str = "DELETE FROM seckill_locks WHERE name = ? AND owner = ? AND grant_id = ?";
+/// Step 6: the release that grants the row to the next owner, one UPDATE on the last
+/// hold of our own grant. Binds: the next owner, ttl in µs, name, owner, grant id.
+const HAND_OVER: &str = "UPDATE seckill_locks \
+     SET owner = ?, hand_overs = hand_overs + 1, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
+     WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count = 1";
 /// The sweeper: rows expired for a whole TTL already. Binds: ttl in microseconds.
 const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
-/// The epoch of the tokens taken from `grant_id` (step 5); the counters' were 0.
-const TOKEN_EPOCH: u64 = 1;
+/// The epoch of the tokens taken from `grant_id` and `hand_overs` (steps 5 and 6). The
+/// counters' tokens were epoch 0, and `grant_id` alone was epoch 1.
+const TOKEN_EPOCH: u64 = 2;
+/// A token is `grant_id * HAND_OVERS_PER_ROW + hand_overs` (step 6), so a row is handed
+/// over fewer times than this; then it is released, and the next grant is a new row.
+/// Decimal, so that a token reads as its row and its hand-over: 1234005.
+const HAND_OVERS_PER_ROW: u64 = 1000;
 /// How the server hands out AUTO_INCREMENT ids (step 5). Binds: none.
 const READ_AUTOINC_LOCK_MODE: &str = "SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED)";
 /// The `innodb_autoinc_lock_mode` under which a later grant has a larger id (step 5):
@@ -153,17 +163,55 @@ pub struct MySqlLockOptions {
 
 /// A lock whose grants are rows of `seckill_locks`.
 pub struct MySqlLock {
+    grants: Grants,
+    permits: Permits,
+    shut_down: ShutDownSwitch,
+    sweeper: JoinHandle<()>,
+}
+
+/// What making a grant and giving it back need, shared by the lock and its guards: a
+/// hand-over (step 6) makes the next grant from the guard of the last.
+#[derive(Clone)]
+struct Grants {
     /// Every statement of the lock goes through its kept connections; the sweeper uses the pool.
     connections: KeptConnections,
     options: MySqlLockOptions,
-    permits: Permits,
-    counters: AttemptCounters,
-    /// Grants this handle holds, token to (name, owner), so `shutdown` can delete them.
+    counters: Arc<AttemptCounters>,
+    /// Grants this handle holds, grant id to (name, owner), so `shutdown` can delete them.
     held: HeldGrants<u64, (String, String)>,
-    shut_down: ShutDownSwitch,
-    sweeper: JoinHandle<()>,
     /// Release notices on a Redis, when the wiring gives some: MySQL cannot notify.
     notices: Option<Arc<ReleaseNotices>>,
+}
+
+/// One grant of a row: the row's id, and how many times the row was handed over
+/// before this grant (step 6). Together they are the fencing token.
+#[derive(Clone, Copy, Debug)]
+struct RowGrant {
+    grant_id: u64,
+    hand_overs: u64,
+}
+
+impl RowGrant {
+    fn inserted(grant_id: u64) -> Self {
+        RowGrant {
+            grant_id,
+            hand_overs: 0,
+        }
+    }
+
+    fn token(self) -> FencingToken {
+        FencingToken::new(
+            BACKEND,
+            TOKEN_EPOCH,
+            self.grant_id * HAND_OVERS_PER_ROW + self.hand_overs,
+        )
+    }
+
+    /// The grant a hand-over of this one makes, if the token has room for it.
+    fn handed_over(self) -> Option<Self> {
+        let hand_overs = self.hand_overs + 1;
+        (hand_overs < HAND_OVERS_PER_ROW).then_some(RowGrant { hand_overs, ..self })
+    }
 }
 
 fn backend_error(error: sqlx::Error) -> LockError {
@@ -183,14 +231,16 @@ impl MySqlLock {
     pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
         let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
         MySqlLock {
-            connections: KeptConnections::new(pool),
-            options,
+            grants: Grants {
+                connections: KeptConnections::new(pool),
+                options,
+                counters: Arc::default(),
+                held: HeldGrants::default(),
+                notices: None,
+            },
             permits: Permits::new(options.permits),
-            counters: AttemptCounters::default(),
-            held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
             sweeper,
-            notices: None,
         }
     }
 
@@ -199,7 +249,7 @@ impl MySqlLock {
     /// instance released, instead of at its next poll. The lock still decides.
     /// `None` leaves the waiters polling (`--release-notices false`).
     pub fn with_release_notices(mut self, notices: Option<ReleaseNotices>) -> Self {
-        self.notices = notices.map(Arc::new);
+        self.grants.notices = notices.map(Arc::new);
         self
     }
 
@@ -209,38 +259,45 @@ impl MySqlLock {
     /// the same name while its holder deletes it (a known pattern of duplicate-key
     /// checks); the server has rolled it back by then, and it counts as "held": the
     /// caller backs off and tries again.
-    async fn grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
+    async fn grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
         match self.try_grant_row(name, owner).await {
             Err(error) if is_deadlock(&error) => Ok(None),
             granted_or_failed => granted_or_failed,
         }
     }
 
-    async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, u64)>, sqlx::Error> {
+    async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
         // Each statement runs on its own (autocommit), so a waiter's attempt holds row
         // locks only for one statement, never across the next: waiters cannot queue up
         // behind each other on the holder's row.
-        if let Some(token) = self.insert_row(name, owner).await? {
-            return Ok(Some((Granted::Fresh, token)));
+        if let Some(grant_id) = self.insert_row(name, owner).await? {
+            return Ok(Some((Granted::Fresh, RowGrant::inserted(grant_id))));
         }
         // Held: one read says by whom and until when, so that a refused attempt costs a
         // write and a read, and only the rare re-entry or take-over writes again.
-        let holder: Option<(String, i64, u64)> = self
+        let holder: Option<(String, i64, u64, u64)> = self
+            .grants
             .connections
             .fetch_optional(sqlx::query_as(READ_HOLDER).bind(name))
             .await?;
         match holder {
-            Some((holder, expired, token)) if holder == owner.as_str() && expired == 0 => {
+            Some((holder, expired, grant_id, hand_overs)) if holder == owner.as_str() && expired == 0 => {
                 let reentered = self
+                    .grants
                     .connections
                     .execute(sqlx::query(REENTER).bind(name).bind(owner.as_str()))
                     .await?;
-                Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, token)))
+                let row = RowGrant { grant_id, hand_overs };
+                Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, row)))
             }
-            Some((_, expired, _)) if expired != 0 => {
-                self.connections.execute(sqlx::query(DELETE_EXPIRED).bind(name)).await?;
+            Some((_, expired, _, _)) if expired != 0 => {
+                self.grants
+                    .connections
+                    .execute(sqlx::query(DELETE_EXPIRED).bind(name))
+                    .await?;
                 // Another taker may insert first; then its row is the grant, and ours is "held".
-                Ok(self.insert_row(name, owner).await?.map(|token| (Granted::Fresh, token)))
+                let inserted = self.insert_row(name, owner).await?;
+                Ok(inserted.map(|grant_id| (Granted::Fresh, RowGrant::inserted(grant_id))))
             }
             Some(_) => Ok(None), // held, and alive
             None => Ok(None),    // released since our insert: the next attempt finds it free
@@ -250,12 +307,13 @@ impl MySqlLock {
     /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
     async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
         let inserted = self
+            .grants
             .connections
             .execute(
                 sqlx::query(INSERT_ROW)
                     .bind(name)
                     .bind(owner.as_str())
-                    .bind(micros(self.options.ttl)),
+                    .bind(micros(self.grants.options.ttl)),
             )
             .await;
         match inserted {
@@ -296,18 +354,69 @@ impl Drop for MySqlLock {
     }
 }
 
+impl Grants {
+    /// A grant of row `row` of `name`, asked for at `sent`: held here until released
+    /// (a fresh one), renewed, with its fencing token.
+    fn guard(&self, name: &str, owner: &Owner, row: RowGrant, granted: Granted, sent: Instant) -> LockGuard {
+        if let Granted::Fresh = granted {
+            self.counters.grant();
+            self.held
+                .insert(row.grant_id, (name.to_owned(), owner.as_str().to_owned()));
+        }
+        let (connections, ttl) = (self.connections.clone(), self.options.ttl);
+        let (name_owned, owner_name) = (name.to_owned(), owner.as_str().to_owned());
+        let (keeper, lease) = LeaseKeeper::start(self.options.renew, BACKEND, name, ttl, sent, move || {
+            let (connections, name, owner) = (connections.clone(), name_owned.clone(), owner_name.clone());
+            async move {
+                let renewed = connections
+                    .execute(
+                        sqlx::query(RENEW)
+                            .bind(micros(ttl))
+                            .bind(&name)
+                            .bind(&owner)
+                            .bind(row.grant_id),
+                    )
+                    .await
+                    .map_err(backend_error)?;
+                Ok(renewed.rows_affected() == 1)
+            }
+        });
+        let grant = MySqlGrant {
+            grants: self.clone(),
+            name: name.to_owned(),
+            owner: owner.as_str().to_owned(),
+            row,
+            reentered: matches!(granted, Granted::Reentered),
+            lease: keeper,
+        };
+        LockGuard::new(name, grant)
+            .with_fencing_token(row.token())
+            .with_lease(lease)
+    }
+
+    /// A statement that may have run although its answer never came: delete the row
+    /// if `owner` has it, so the key is not blocked until it expires. If MySQL is down,
+    /// the row expires on its own.
+    fn delete_in_background(&self, name: &str, owner: &str, grant_id: u64) {
+        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.to_owned());
+        tokio::spawn(async move {
+            let _ = connections
+                .execute(sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(grant_id))
+                .await;
+        });
+    }
+}
+
 /// One grant: what its release needs.
 struct MySqlGrant {
-    connections: KeptConnections,
+    grants: Grants,
     name: String,
     owner: String,
-    token: u64,
+    row: RowGrant,
     /// The owner took the row again while holding it: this hold is seldom the last.
     reentered: bool,
-    held: HeldGrants<u64, (String, String)>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
-    notices: Option<Arc<ReleaseNotices>>,
 }
 
 impl MySqlGrant {
@@ -322,22 +431,23 @@ impl MySqlGrant {
         };
         for statement in order {
             let changed = self
+                .grants
                 .connections
                 .execute(
                     sqlx::query(statement)
                         .bind(&self.name)
                         .bind(&self.owner)
-                        .bind(self.token),
+                        .bind(self.row.grant_id),
                 )
                 .await?;
             if changed.rows_affected() == 1 {
                 if statement == DELETE_LAST_HOLD {
-                    self.held.remove(&self.token);
+                    self.grants.held.remove(&self.row.grant_id);
                 }
                 return Ok(true);
             }
         }
-        self.held.remove(&self.token); // neither: the row was no longer ours
+        self.grants.held.remove(&self.row.grant_id); // neither: the row was no longer ours
         Ok(false)
     }
 }
@@ -358,7 +468,7 @@ impl Release for MySqlGrant {
             }
         };
         if ours {
-            if let Some(notices) = &grant.notices {
+            if let Some(notices) = &grant.grants.notices {
                 notices.announce(&grant.name);
             }
             Ok(())
@@ -366,6 +476,57 @@ impl Release for MySqlGrant {
             Err(LockError::Lost {
                 key: grant.name.clone(),
             })
+        }
+    }
+
+    /// Step 6: one UPDATE gives the row to `next`, one hand-over on. No notice goes
+    /// out: the row never came free. A re-entered hold is not the last, and a row at the
+    /// end of its tokens' range must go: both release instead.
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let Some(handed) = self.row.handed_over().filter(|_| !self.reentered) else {
+            return self.release().await.map(|()| HandOver::Released);
+        };
+        let mut grant = *self;
+        grant.lease.stop(); // stop renewing before the row changes hands
+        let sent = Instant::now();
+        let changed = grant
+            .grants
+            .connections
+            .execute(
+                sqlx::query(HAND_OVER)
+                    .bind(next.as_str())
+                    .bind(micros(grant.grants.options.ttl))
+                    .bind(&grant.name)
+                    .bind(&grant.owner)
+                    .bind(grant.row.grant_id),
+            )
+            .await;
+        match changed {
+            Ok(changed) if changed.rows_affected() == 1 => {
+                let grants = grant.grants.clone();
+                grants.held.remove(&grant.row.grant_id);
+                Ok(HandOver::Granted(grants.guard(
+                    &grant.name,
+                    next,
+                    handed,
+                    Granted::Fresh,
+                    sent,
+                )))
+            }
+            Ok(_) => {
+                grant.grants.held.remove(&grant.row.grant_id);
+                Err(LockError::Lost { key: grant.name })
+            }
+            // Rolled back, so the row is still ours: release it, with the release's retries.
+            Err(error) if is_deadlock(&error) => Box::new(grant).release().await.map(|()| HandOver::Released),
+            Err(error) => {
+                // Either the row is still ours or it is `next`'s: delete whichever it is.
+                let grants = &grant.grants;
+                grants.held.remove(&grant.row.grant_id);
+                grants.delete_in_background(&grant.name, &grant.owner, grant.row.grant_id);
+                grants.delete_in_background(&grant.name, next.as_str(), grant.row.grant_id);
+                Err(backend_error(error))
+            }
         }
     }
 }
@@ -376,52 +537,21 @@ impl DistributedLock for MySqlLock {
         self.shut_down.refuse_if_shut_down()?;
         let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
-        self.counters.attempt();
+        self.grants.counters.attempt();
         let granted = self.grant_row(key, owner).await;
         drop(pass);
-        let Some((granted, token)) = granted.map_err(backend_error)? else {
+        let Some((granted, row)) = granted.map_err(backend_error)? else {
             return Err(LockError::Busy { key: key.to_owned() });
         };
-        if let Granted::Fresh = granted {
-            self.counters.grant();
-            self.held.insert(token, (key.to_owned(), owner.as_str().to_owned()));
-        }
-        let (connections, ttl) = (self.connections.clone(), self.options.ttl);
-        let (name, owner_name) = (key.to_owned(), owner.as_str().to_owned());
-        let (keeper, lease) = LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
-            let (connections, name, owner) = (connections.clone(), name.clone(), owner_name.clone());
-            async move {
-                let renewed = connections
-                    .execute(
-                        sqlx::query(RENEW)
-                            .bind(micros(ttl))
-                            .bind(&name)
-                            .bind(&owner)
-                            .bind(token),
-                    )
-                    .await
-                    .map_err(backend_error)?;
-                Ok(renewed.rows_affected() == 1)
-            }
-        });
-        let grant = MySqlGrant {
-            connections: self.connections.clone(),
-            name: key.to_owned(),
-            owner: owner.as_str().to_owned(),
-            token,
-            reentered: matches!(granted, Granted::Reentered),
-            held: self.held.clone(),
-            lease: keeper,
-            notices: self.notices.clone(),
-        };
-        Ok(LockGuard::new(key, grant)
-            .with_fencing_token(FencingToken::new(BACKEND, TOKEN_EPOCH, token))
-            .with_lease(lease))
+        Ok(self.grants.guard(key, owner, row, granted, sent))
     }
 
     /// Polls; with release notices, each pause ends when a release of `key` is announced.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, || self.try_acquire(key, owner)).await
+        poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, || {
+            self.try_acquire(key, owner)
+        })
+        .await
     }
 
     /// The row keeps the owner's hold count itself (step 2).
@@ -434,10 +564,11 @@ impl DistributedLock for MySqlLock {
         self.shut_down.turn();
         self.permits.close();
         self.sweeper.abort();
-        let held = self.held.take_all();
-        for (token, (name, owner)) in held {
-            self.connections
-                .execute(sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(token))
+        let held = self.grants.held.take_all();
+        for (grant_id, (name, owner)) in held {
+            self.grants
+                .connections
+                .execute(sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(grant_id))
                 .await
                 .map_err(backend_error)?;
         }
@@ -446,6 +577,6 @@ impl DistributedLock for MySqlLock {
 
     /// A lock table has no version conflicts: a refused insert is simply "held".
     fn stats(&self) -> Option<LockStats> {
-        Some(self.counters.stats(&self.permits))
+        Some(self.grants.counters.stats(&self.permits))
     }
 }
