@@ -169,6 +169,11 @@ pub struct Config {
     /// buyer ask the backend, to measure what the queue saves.
     #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set)]
     pub local_queue: bool,
+    /// Whether a release hands the lock to the next buyer in the local queue in its own
+    /// statement, where the backend can (the MySQL locks; see `src/local_queue.rs`).
+    /// `false` releases and lets that buyer acquire, to measure what the hand-over saves.
+    #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub hand_over: bool,
     /// Whether the locks whose backend cannot wake a waiter (`mysql`, `mysql-version`,
     /// `redlock`) announce each release on the stock Redis, so that a waiter of another
     /// instance tries at once instead of at its next poll (`src/lock/parts/release_notices.rs`).

@@ -40,6 +40,7 @@ use crate::buyers::BuyerId;
 use crate::config::MAX_STOCK;
 use crate::dashboard::{self, Banner};
 use crate::error::{errors_as_json, json_error, AppError};
+use crate::local_queue::LocalQueue;
 use crate::lock::FencingToken;
 use crate::orders::RunningWriter;
 use crate::sale::Guarding;
@@ -295,6 +296,7 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         "strategy": shared.strategy,
         "fencing": shared.fencing,
         "local_queue": shared.sale.local_queue.is_some(),
+        "hand_over": shared.sale.local_queue.as_ref().is_some_and(|queues| queues.iter().any(LocalQueue::hands_over)),
         "stock_segments": shared.sale.store.segments().count(),
         "sold_out_flag": shared.sale.sold_out.is_some(),
         "one_per_buyer": shared.sale.store.one_per_buyer(),

@@ -51,11 +51,12 @@ pub const HAND_OVERS_IN_A_ROW: u32 = 8;
 pub const STEP_ASIDE: Duration = Duration::from_millis(1);
 
 /// The line of one instance's buyers for one lock key.
-#[derive(Default)]
 pub struct LocalQueue {
     turn: Mutex<Baton>,
     /// Buyers waiting for their turn, the head not counted.
     waiting: AtomicUsize,
+    /// Whether a release may hand the lock over (step 2); off with `--hand-over false`.
+    hand_over: bool,
 }
 
 /// What passes from one turn to the next.
@@ -85,6 +86,19 @@ impl Drop for InLine<'_> {
 }
 
 impl LocalQueue {
+    /// An empty line; `hand_over` says whether its releases may hand the lock over.
+    pub fn new(hand_over: bool) -> Self {
+        LocalQueue {
+            turn: Mutex::default(),
+            waiting: AtomicUsize::new(0),
+            hand_over,
+        }
+    }
+
+    pub fn hands_over(&self) -> bool {
+        self.hand_over
+    }
+
     /// Waits for this buyer's turn until `deadline`; `None` if it passed first. A buyer
     /// who gives up takes back a grant the line may hold for nobody (step 4).
     pub async fn wait_for_turn(&self, deadline: Instant) -> Option<Turn<'_>> {
@@ -137,7 +151,7 @@ impl Turn<'_> {
     /// passes, and a handed grant that found nobody in line goes back.
     pub async fn release(mut self, lock: &Reentrant, guard: LockGuard, instance: &str) -> Result<(), LockError> {
         let someone_waits = self.queue.waiting.load(Ordering::SeqCst) > 0;
-        let released = if someone_waits && self.baton.in_a_row < HAND_OVERS_IN_A_ROW {
+        let released = if self.queue.hand_over && someone_waits && self.baton.in_a_row < HAND_OVERS_IN_A_ROW {
             lock.hand_over(guard, &Owner::new(instance)).await
         } else {
             guard.release().await.map(|()| HandOver::Released)

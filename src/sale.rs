@@ -2,20 +2,24 @@
 //!
 //! ## The decrement under a lock
 //! 0. Queue in process: the buyers of one instance line up (first come, first served)
-//!    behind one local mutex, and only the head of the queue asks the distributed lock.
-//!    Two instances then put two contenders before the backend instead of hundreds:
-//!    a release is followed at once by the next local buyer's acquire, instead of by
-//!    a crowd that polls or wakes up, and the backend serves the holder instead of the
-//!    crowd. It changes who asks, never what a grant means: the distributed lock still
-//!    decides between instances. (`--local-queue false` takes it away, to measure it.)
-//! 1. Acquire the lock (wait at most the acquire timeout, the local queue included).
+//!    in the local queue of the lock key ([`crate::local_queue`]), and only the head of
+//!    the queue asks the distributed lock. Two instances then put two contenders before
+//!    the backend instead of hundreds: a release is followed at once by the next local
+//!    buyer's acquire, instead of by a crowd that polls or wakes up, and the backend
+//!    serves the holder instead of the crowd. It changes who asks, never what a grant
+//!    means: the distributed lock still decides between instances. (`--local-queue
+//!    false` takes it away, to measure it.)
+//! 1. Acquire the lock (wait at most the acquire timeout, the local queue included),
+//!    unless the last holder handed it to this buyer's turn (step 4).
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
 //!    the sale is over: sold out.
 //! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token; in
 //!    the same script, record the buyer (`--one-per-buyer`, [`crate::buyers`]) and
 //!    append the order (`--orders`, [`crate::orders`]).
 //! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
-//!    and log the grant's interval ([`crate::grant_log`]).
+//!    and log the grant's interval ([`crate::grant_log`]). With a buyer waiting in the
+//!    local queue, the release hands the lock to that buyer where the backend can: the
+//!    direct hand-over of [`crate::local_queue`].
 //!
 //! With the stock split into segments ([`crate::segments`], `--stock-segments`), steps 0
 //! to 4 run in one segment, under its own local queue and lock key, and again in the

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use crate::admin::ResetAccess;
 use crate::config::Config;
 use crate::http::{app, AppState, Limits};
+use crate::local_queue::LocalQueue;
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
 use crate::redis_store;
@@ -52,7 +53,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         metrics: std::sync::Arc::new(metrics),
         sold_out,
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
-            .then(|| segments.all().map(|_| Default::default()).collect()),
+            .then(|| segments.all().map(|_| LocalQueue::new(config.hand_over)).collect()),
         in_flight: Default::default(),
     };
     let order_writer = wiring::order_writer(config, &client, sale.metrics.clone())

@@ -25,38 +25,42 @@ const LONG_LINE: usize = 300;
 /// The instances of these tests share one lock row (`lock:stock`), so they take turns.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// The most acquire attempts one instance had at MySQL at once while `BUYERS` bought.
-async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
+/// What the lock of one `mysql-version` instance counted (`lock_stats` in /healthz)
+/// while `BUYERS` bought from it at once, each a unit, with the settings `adjust` changes.
+async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Config)) -> serde_json::Value {
     let instance = common::instance_with(Strategy::MysqlVersion, DB, |config| {
-        config.local_queue = local_queue;
         config.acquire_timeout_ms = 30_000;
+        adjust(config);
     })
     .await;
     common::reset_stock(&instance.url, 1_000).await;
     let http = reqwest::Client::new();
     let buyers: Vec<_> = (0..BUYERS)
         .map(|_| {
-            let (http, url) = (http.clone(), format!("{}/stock/reduce", instance.url));
-            tokio::spawn(async move {
-                http.get(url)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json::<serde_json::Value>()
-                    .await
-                    .unwrap()
-            })
+            let (http, url) = (http.clone(), instance.url.clone());
+            tokio::spawn(async move { common::buy(&http, &url).await })
         })
         .collect();
     for buyer in buyers {
-        let answer = buyer.await.unwrap();
-        assert_eq!(answer["sold"], true, "{answer}");
+        assert_eq!(buyer.await.unwrap(), "sold");
     }
-    let health = common::healthz(&instance.url).await;
+    let stats = common::healthz(&instance.url).await["lock_stats"].clone();
     instance.stop().await.unwrap();
-    health["lock_stats"]["permits"]["peak_in_flight"]
+    stats
+}
+
+/// The most acquire attempts one instance had at MySQL at once while `BUYERS` bought.
+async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
+    let stats = lock_stats_after_a_crowd(|config| config.local_queue = local_queue).await;
+    stats["permits"]["peak_in_flight"]
         .as_u64()
         .expect("a MySQL lock counts its attempts")
+}
+
+/// Grants and acquire attempts of one instance while `BUYERS` bought.
+async fn grants_and_attempts(hand_over: bool) -> (u64, u64) {
+    let stats = lock_stats_after_a_crowd(|config| config.hand_over = hand_over).await;
+    (stats["grants"].as_u64().unwrap(), stats["attempts"].as_u64().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,29 +81,12 @@ async fn only_the_head_of_an_instances_line_asks_the_lock() {
 /// With a line of buyers on one instance, a release hands the lock to the next buyer
 /// in one statement: most grants never ask MySQL, and every run of hand-overs stops
 /// at the bound with a plain release, whose next grant is an attempt of its own.
+/// `--hand-over false` makes every grant an attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_times() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let instance = common::instance_with(Strategy::MysqlVersion, DB, |config| {
-        config.acquire_timeout_ms = 30_000;
-    })
-    .await;
-    common::reset_stock(&instance.url, 1_000).await;
-    let http = reqwest::Client::new();
-    let buyers: Vec<_> = (0..BUYERS)
-        .map(|_| {
-            let (http, url) = (http.clone(), instance.url.clone());
-            tokio::spawn(async move { common::buy(&http, &url).await })
-        })
-        .collect();
-    for buyer in buyers {
-        let answer = buyer.await.unwrap();
-        assert_eq!(answer, "sold");
-    }
-    let stats = common::healthz(&instance.url).await["lock_stats"].clone();
-    instance.stop().await.unwrap();
-    let (grants, attempts) = (stats["grants"].as_u64().unwrap(), stats["attempts"].as_u64().unwrap());
-    assert_eq!(grants, BUYERS as u64, "{stats}");
+    let (grants, attempts) = grants_and_attempts(true).await;
+    assert_eq!(grants, BUYERS as u64);
     // One instance, one buyer at a time asking: every attempt is a grant, and every
     // other grant was handed over.
     let handed = grants - attempts;
@@ -110,6 +97,11 @@ async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_
     assert!(
         handed <= u64::from(HAND_OVERS_IN_A_ROW) * attempts,
         "{handed} hand-overs after {attempts} attempts: a run went past {HAND_OVERS_IN_A_ROW}"
+    );
+    assert_eq!(
+        grants_and_attempts(false).await,
+        (BUYERS as u64, BUYERS as u64),
+        "with --hand-over false every grant is an attempt"
     );
 }
 
@@ -166,7 +158,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
         permits: None,
     };
     let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(through_proxy, options)));
-    let queue = LocalQueue::default();
+    let queue = LocalQueue::new(true);
     let key = common::unique_key("unclaimed");
     let turn = queue
         .wait_for_turn(Instant::now() + Duration::from_secs(1))

@@ -15,6 +15,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 # A run is a strategy (`redis`), or a strategy and a variant after a `+`:
 #   +no-local-queue  `--local-queue false`: every buyer asks the lock itself, instead of
 #                    only the head of its instance's local queue (what the queue saves)
+#   +no-hand-over    `--hand-over false`: a release never hands the lock to the next buyer
+#                    of its local queue in its own statement (what the hand-over saves)
 #   +no-semaphore    for mysql and mysql-version: no local queue and no semaphore in front of
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
 #   +segments-N      `--stock-segments N`: the stock split into N segments, each behind a
@@ -35,6 +37,7 @@ variant_flags() {
   for variant in "${variants[@]}"; do
     case $variant in
       no-local-queue) flags+=(--local-queue false) ;;
+      no-hand-over) flags+=(--hand-over false) ;;
       no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
       no-release-notices) flags+=(--release-notices false) ;;
       # 1 to 64, as `--stock-segments` takes (MAX_SEGMENTS in src/config.rs).
@@ -42,7 +45,7 @@ variant_flags() {
       sold-out-flag) flags+=(--sold-out-flag true) ;;
       one-per-buyer) flags+=(--one-per-buyer true) ;;
       orders) flags+=(--orders true) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer and +orders, one after another (redis+segments-16+sold-out-flag)" ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer and +orders, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
   echo "${flags[*]}"

@@ -45,15 +45,25 @@
 //!    in that gap, under each mode. An earlier version raised a counter in
 //!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
 //!    a half-made row to clean up when the second or third failed. Those tokens were
-//!    epoch 0; these are epoch 1, so they outrank every old one at the stock's fence.
+//!    epoch 0, and `grant_id` alone was epoch 1; the tokens of step 6 are epoch 2, so
+//!    they outrank every older one at the stock's fence.
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
+//!    ([`crate::local_queue`]) gives the row to that buyer in one statement:
+//!    `UPDATE ... SET owner = ?, hand_overs = hand_overs + 1 WHERE name = ? AND owner = ?
+//!    AND grant_id = ? AND hold_count = 1`. One durable write where a delete and the next
+//!    insert take two. An UPDATE takes no new AUTO_INCREMENT id, so the row counts its
+//!    hand-overs, and the token is `grant_id * 1000 + hand_overs`: a hand-over outranks
+//!    the grant it came from, and a new row outranks every hand-over of the last. A row
+//!    handed over 999 times is released instead, so the count never reaches the id's
+//!    digits. A holder whose row was taken over changes nothing, and learns it was lost.
 //!
 //! ## Limitations
 //! - **One database.** The lock is as available as the database; a failover that loses
 //!   the last commits can lose a grant, and then two holders exist (the fencing token
 //!   still orders them).
-//! - **Cost.** A grant is two statements (the insert, and the release's delete), a
-//!   refused attempt two (the insert, and a read of who holds the row and until when);
-//!   only a re-entry or a take-over writes again. Every waiter polls, woken early by a
+//! - **Cost.** A grant is two statements (the insert, and the release's delete), or one
+//!   when it was handed over (step 6); a refused attempt two (the insert, and a read of
+//!   who holds the row and until when); only a re-entry or a take-over writes again. Every waiter polls, woken early by a
 //!   release notice. Each statement commits on its own,
 //!   so a waiter never holds the holder's row locked across statements (under InnoDB's
 //!   default isolation an `UPDATE` keeps the rows it scanned locked until its

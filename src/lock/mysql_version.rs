@@ -32,6 +32,12 @@
 //!    MySQL at once ([`crate::lock::parts::permits`]); `--mysql-permits 0` takes the bound away, to
 //!    measure what it saves.
 //!
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
+//!    ([`crate::local_queue`]) gives the row to that buyer in one compare-and-set, on
+//!    the holder's version and owner: `UPDATE ... SET version = version + 1, owner = ?`.
+//!    The new version is the new grant's token. One durable write where a release and
+//!    the next compare-and-set take two, and no release notice: the row never came free.
+//!
 //! Reentrancy is not in the row: [`crate::lock::parts::reentrant`] keeps the hold count in process.
 //!
 //! ## Limitations
