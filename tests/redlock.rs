@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::PrivateRedis;
 use seckill::lock::redlock::{Redlock, RedlockOptions};
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::{DistributedLock, HandOver, LockError};
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -216,4 +216,78 @@ async fn a_holder_whose_keys_are_renewed_stays_valid_past_its_first_deadline() {
         "renewed on every master, yet the holder stopped trusting its lock at the first deadline"
     );
     guard.release().await.expect("still ours at release");
+}
+
+/// What each master holds under `key`: its value, or `None`.
+async fn values_on(masters: &[PrivateRedis], key: &str) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for master in masters {
+        let mut connection = master.client().get_multiplexed_async_connection().await.unwrap();
+        values.push(redis::cmd("GET").arg(key).query_async(&mut connection).await.unwrap());
+    }
+    values
+}
+
+/// A hand-over replaces the holder's value with the next owner's on every master, in
+/// one script each: the key is never free on any of them, so a stranger is refused,
+/// and the next owner's release frees it everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_puts_the_next_owners_value_on_every_master() {
+    let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
+    let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
+    let stranger = Redlock::connect(&urls(&masters), options()).await.unwrap();
+    let key = common::unique_key("hand-over");
+    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
+    let next = common::owner();
+
+    let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
+        panic!("Redlock hands its key over");
+    };
+    assert!(handed.is_held());
+    // The slowest masters' scripts may still be on their way: wait for them.
+    tokio::time::sleep(NODE_TIMEOUT).await;
+    let values = values_on(&masters, &key).await;
+    assert!(
+        values
+            .iter()
+            .all(|value| value.as_deref().is_some_and(|value| value.starts_with(next.as_str()))),
+        "every master holds the next owner's value: {values:?}"
+    );
+    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
+
+    handed.release().await.unwrap();
+    tokio::time::sleep(NODE_TIMEOUT).await;
+    assert_eq!(values_on(&masters, &key).await, vec![None; 5], "released everywhere");
+}
+
+/// A holder whose value a majority no longer has (it expired there, and someone else
+/// took the key) cannot hand it over: it learns it lost the lock, and no master keeps
+/// the next owner's value, not even those that still had the holder's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_without_a_majority_says_lost_and_leaves_no_value_behind() {
+    let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
+    let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
+    let key = common::unique_key("hand-over-lost");
+    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
+    tokio::time::sleep(NODE_TIMEOUT).await;
+    for master in &masters[..3] {
+        let mut connection = master.client().get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("someone-else")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+    }
+    let next = common::owner();
+
+    let handed = held.hand_over(&next).await;
+    assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
+    let values = values_on(&masters, &key).await;
+    assert_eq!(
+        values,
+        [vec![Some("someone-else".to_owned()); 3], vec![None; 2]].concat(),
+        "the taker keeps its three masters, and the other two are free"
+    );
 }

@@ -24,6 +24,12 @@
 //!    drift`, counted from that renewal's start), a majority that no longer holds our
 //!    value ends it. **Release** runs the owner-checked delete everywhere, and is done
 //!    when a majority has answered (the slower masters finish in the background).
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
+//!    ([`crate::local_queue`]) runs an owner-checked script everywhere instead, which
+//!    replaces our value with the next buyer's, with a full lease. On no master is the
+//!    key free in between, so the next buyer is granted as an acquire would be: when a
+//!    majority has answered yes, with its validity counted from the hand-over's start.
+//!    One round trip to the masters where a release and the next acquire take two.
 //!
 //! ## Limitations
 //! - **No fencing token.** A majority of independent counters is not a counter: two
@@ -72,7 +78,7 @@ use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{trusted_until, LeaseKeeper};
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::lock::{DistributedLock, Lease, LockError, LockGuard, Owner, Release};
+use crate::lock::{DistributedLock, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
 
@@ -103,6 +109,16 @@ return 0
 const DELETE_SCRIPT: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// Step 6: give the key to the next owner only if it still holds our value, with a
+/// full lease. KEYS[1] = key; ARGV[1] = our value, ARGV[2] = the next value, ARGV[3] = ttl in ms.
+const HAND_OVER_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
 end
 return 0
 "#;
@@ -320,6 +336,23 @@ impl Masters {
         tally
     }
 
+    /// Step 6: our value replaced by `next` on every master (each after that master's
+    /// command in `after`), answered as soon as a majority said yes, or too many said no
+    /// for a majority to be possible.
+    async fn hand_over_everywhere(
+        self: &Arc<Self>,
+        key: &str,
+        (value, next): (&str, &str),
+        ttl: Duration,
+        after: Unanswered,
+    ) -> (Tally, Unanswered) {
+        let mut hand_over = eval(HAND_OVER_SCRIPT, key);
+        hand_over.arg(value).arg(next).arg(ttl.as_millis() as u64);
+        let (quorum, total) = (self.quorum(), self.masters.len());
+        let decided = |tally: &Tally| tally.yes >= quorum || tally.no > total - quorum;
+        self.ask_each_until(&hand_over, after, decided).await
+    }
+
     /// No command on its way to any master.
     fn nothing_on_its_way(&self) -> Unanswered {
         Unanswered(self.masters.iter().map(|_| None).collect())
@@ -348,10 +381,18 @@ fn eval(script: &str, key: &str) -> redis::Cmd {
 /// A lock granted by a majority of independent Redis masters.
 pub struct Redlock {
     masters: Arc<Masters>,
+    grants: Grants,
+    shut_down: ShutDownSwitch,
+}
+
+/// What making a grant and giving it back need, shared by the lock and its guards: a
+/// hand-over (step 6) makes the next grant from the guard of the last.
+#[derive(Clone)]
+struct Grants {
+    masters: Arc<Masters>,
     options: RedlockOptions,
     /// Grants this handle holds, value to key, so `shutdown` can give them back.
     held: HeldGrants<String, String>,
-    shut_down: ShutDownSwitch,
     /// Release notices on a Redis, when the wiring gives some: the masters are
     /// independent, and no one of them can speak for the lock.
     notices: Option<Arc<ReleaseNotices>>,
@@ -427,12 +468,16 @@ impl Redlock {
                 "some Redlock masters do not answer; a majority does"
             );
         }
+        let masters = Arc::new(masters);
         Ok(Redlock {
-            masters: Arc::new(masters),
-            options,
-            held: HeldGrants::default(),
+            masters: masters.clone(),
+            grants: Grants {
+                masters,
+                options,
+                held: HeldGrants::default(),
+                notices: None,
+            },
             shut_down: ShutDownSwitch::new(BACKEND),
-            notices: None,
         })
     }
 
@@ -441,13 +486,37 @@ impl Redlock {
     /// instance released, instead of at its next poll. The masters still decide.
     /// `None` leaves the waiters polling (`--release-notices false`).
     pub fn with_release_notices(mut self, notices: Option<ReleaseNotices>) -> Self {
-        self.notices = notices.map(Arc::new);
+        self.grants.notices = notices.map(Arc::new);
         self
     }
 
     /// The number of masters a grant needs.
     pub fn quorum(&self) -> usize {
         self.masters.quorum()
+    }
+
+}
+
+/// A value for one grant: the owner's name and 128 random bits.
+fn new_value(owner: &Owner) -> String {
+    format!("{}:{:032x}", owner.as_str(), rand::random::<u128>())
+}
+
+impl Grants {
+    /// A grant of `key` to `value`, asked for at `sent`: held here until released, its
+    /// lease renewed (step 5); `sets_on_their_way` are the masters still to answer.
+    fn guard(&self, key: &str, value: String, sent: Instant, sets_on_their_way: Unanswered) -> LockGuard {
+        self.held.insert(value.clone(), key.to_owned());
+        let (keeper, lease) = self.lease_for(key, &value, sent);
+        let grant = RedlockGrant {
+            grants: self.clone(),
+            key: key.to_owned(),
+            value,
+            lease: keeper,
+            sets_on_their_way,
+        };
+        // The lease starts at the validity's end and moves on with each majority renewal.
+        LockGuard::new(key, grant).with_lease(lease)
     }
 
     /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one.
@@ -483,13 +552,11 @@ fn too_few(tally: Tally, total: usize, quorum: usize, what: &str) -> std::io::Er
 
 /// One grant: what its release needs.
 struct RedlockGrant {
-    masters: Arc<Masters>,
+    grants: Grants,
     key: String,
     value: String,
-    held: HeldGrants<String, String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
-    notices: Option<Arc<ReleaseNotices>>,
     /// The acquire's sets to the masters that had not answered when it was granted.
     sets_on_their_way: Unanswered,
 }
@@ -499,21 +566,59 @@ impl Release for RedlockGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before deleting
-        grant.held.remove(&grant.value);
-        let tally = grant
-            .masters
+        grant.grants.held.remove(&grant.value);
+        let masters = &grant.grants.masters;
+        let tally = masters
             .release_everywhere(&grant.key, &grant.value, grant.sets_on_their_way)
             .await;
         // Lost when a majority answered that our value was gone already (expired, or
         // taken); masters that did not answer will expire the key on their own.
-        if tally.no > grant.masters.masters.len() - grant.masters.quorum() {
+        if tally.no > masters.masters.len() - masters.quorum() {
             Err(LockError::Lost { key: grant.key })
         } else {
-            if let Some(notices) = &grant.notices {
+            if let Some(notices) = &grant.grants.notices {
                 notices.announce(&grant.key);
             }
             Ok(())
         }
+    }
+
+    /// Step 6: the next owner's value in place of ours, on a majority, with time left
+    /// (as step 3). Anything less is no grant: the masters that took the next value give
+    /// it back, and the key is free again (our value is gone from them) or lost (a
+    /// majority no longer had our value).
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let mut grant = *self;
+        grant.lease.stop(); // stop renewing before the key changes hands
+        grant.grants.held.remove(&grant.value);
+        let (masters, ttl) = (grant.grants.masters.clone(), grant.grants.options.ttl);
+        let next_value = new_value(next);
+        let started = Instant::now();
+        let (tally, hand_overs_on_their_way) = masters
+            .hand_over_everywhere(&grant.key, (&grant.value, &next_value), ttl, grant.sets_on_their_way)
+            .await;
+        if tally.yes >= masters.quorum() && Instant::now() < trusted_until(started, ttl) {
+            return Ok(HandOver::Granted(grant.grants.guard(
+                &grant.key,
+                next_value,
+                started,
+                hand_overs_on_their_way,
+            )));
+        }
+        // No grant. Each master ends with neither value: the next one's is deleted after
+        // that master's hand-over, then ours, where the hand-over did not run.
+        masters
+            .delete_everywhere(&grant.key, &next_value, hand_overs_on_their_way)
+            .await;
+        let nothing = masters.nothing_on_its_way();
+        masters.delete_everywhere(&grant.key, &grant.value, nothing).await;
+        if tally.no > masters.masters.len() - masters.quorum() {
+            return Err(LockError::Lost { key: grant.key });
+        }
+        if let Some(notices) = &grant.grants.notices {
+            notices.announce(&grant.key);
+        }
+        Ok(HandOver::Released)
     }
 }
 
@@ -521,26 +626,13 @@ impl Release for RedlockGrant {
 impl DistributedLock for Redlock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
-        let ttl = self.options.ttl;
-        let value = format!("{}:{:032x}", owner.as_str(), rand::random::<u128>());
+        let ttl = self.grants.options.ttl;
+        let value = new_value(owner);
         let started = Instant::now();
         let (tally, sets_on_their_way) = self.masters.set_everywhere(key, &value, ttl).await;
         // Step 3: a majority, and time left after the round trip and the drift margin.
-        let valid_until = trusted_until(started, ttl);
-        if tally.yes >= self.quorum() && Instant::now() < valid_until {
-            self.held.insert(value.clone(), key.to_owned());
-            let (keeper, lease) = self.lease_for(key, &value, started);
-            let grant = RedlockGrant {
-                masters: self.masters.clone(),
-                key: key.to_owned(),
-                value,
-                held: self.held.clone(),
-                lease: keeper,
-                notices: self.notices.clone(),
-                sets_on_their_way,
-            };
-            // The lease starts at `valid_until` and moves on with each majority renewal.
-            return Ok(LockGuard::new(key, grant).with_lease(lease));
+        if tally.yes >= self.quorum() && Instant::now() < trusted_until(started, ttl) {
+            return Ok(self.grants.guard(key, value, started, sets_on_their_way));
         }
         // Step 4: give back whatever we may have got, everywhere, before anyone retries;
         // each master's delete after its set, so that no set lands after its delete.
@@ -586,13 +678,13 @@ impl DistributedLock for Redlock {
                 }
             }
         };
-        poll_until_granted_or_noticed(self.notices.as_deref(), key, timeout, attempt).await
+        poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, attempt).await
     }
 
     /// Deletes every key this handle still holds, on every master, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
-        let held = self.held.take_all();
+        let held = self.grants.held.take_all();
         if !held.is_empty() {
             // A grant's sets to its slowest masters may still be on their way; each ends
             // within a node timeout, and the deletes must come after them.
