@@ -494,7 +494,6 @@ impl Redlock {
     pub fn quorum(&self) -> usize {
         self.masters.quorum()
     }
-
 }
 
 /// A value for one grant: the owner's name and 128 random bits.
