@@ -6,8 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use seckill::lock::local::LocalLock;
-use seckill::lock::redis::RedisLock;
-use seckill::lock::{DistributedLock, LockError};
+use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
+use seckill::lock::{DistributedLock, HandOver, LockError};
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
     let client = common::redis_client(0).await;
@@ -327,4 +327,70 @@ async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each(
         Some("2"),
         "50 waiters who found the epoch missing should begin one new epoch"
     );
+}
+
+/// A hand-over is one script: the key takes the next owner's token with a full lease,
+/// and the counter numbers the grant in the same epoch, one past the holder's.
+#[tokio::test]
+async fn a_hand_over_gives_the_key_to_the_next_owner_with_the_next_token() {
+    let (client, holder) = lock(5000, true).await;
+    let (_, stranger) = lock(5000, true).await;
+    let key = common::unique_key("hand-over");
+    let held = holder.try_acquire(&key, &common::owner()).await.unwrap();
+    let token = held.fencing_token().unwrap().clone();
+    let next = common::owner();
+
+    let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
+        panic!("the Redis lock hands its key over");
+    };
+    let handed_token = handed.fencing_token().unwrap().clone();
+    assert_eq!(
+        (handed_token.epoch, handed_token.counter),
+        (token.epoch, token.counter + 1)
+    );
+    assert!(get(&client, &key).await.unwrap().starts_with(next.as_str()));
+    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
+
+    handed.release().await.unwrap();
+    assert_eq!(get(&client, &key).await, None, "released");
+}
+
+#[tokio::test]
+async fn a_hand_over_of_a_key_someone_took_over_changes_nothing_and_says_lost() {
+    let (client, slow) = lock(200, false).await;
+    let (_, fast) = lock(5000, true).await;
+    let key = common::unique_key("hand-over-lost");
+    let stale = slow.try_acquire(&key, &common::owner()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // the lease ran out
+    let current = fast
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let before = get(&client, &key).await;
+
+    let handed = stale.hand_over(&common::owner()).await;
+    assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
+    assert_eq!(get(&client, &key).await, before, "the new holder's key is untouched");
+    current.release().await.unwrap();
+}
+
+/// With a replica wait (`--lock-redis-wait-replicas`) a grant must be acknowledged by
+/// replicas, which only an acquire waits for: a hand-over releases instead.
+#[tokio::test]
+async fn with_a_replica_wait_a_hand_over_releases_instead() {
+    let client = common::redis_client(0).await;
+    let options = RedisLockOptions {
+        wait_for_replicas: Some(ReplicaWait {
+            replicas: 0,
+            timeout: Duration::from_millis(100),
+        }),
+        ..common::redis_options(5000, true)
+    };
+    let lock = RedisLock::connect(&client, options).await.unwrap();
+    let key = common::unique_key("hand-over-waits");
+    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
+    let handed = held.hand_over(&common::owner()).await.unwrap();
+    assert!(matches!(handed, HandOver::Released), "{handed:?}");
+    assert_eq!(get(&client, &key).await, None, "released");
 }

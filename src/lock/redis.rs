@@ -43,6 +43,13 @@
 //!    grant is taken back (step 5) and the buyer told. Redisson does the same on
 //!    acquire (`checkLockSyncedSlaves`, on by default, `slavesSyncTimeout` 1 s), and
 //!    refuses only when *none* of the connected replicas acknowledged.
+//! 8. **Direct hand-over.** A release whose local queue has a buyer waiting
+//!    ([`crate::local_queue`]) runs one script instead: if the key still holds our
+//!    token, it takes the next buyer's, with a full lease, and `INCR` hands out that
+//!    grant's fencing token in the same epoch. No `PUBLISH`: the key never came free.
+//!    On a lock Redis followed through Sentinels, or with `--lock-redis-wait-replicas`,
+//!    it releases instead: a grant there needs the replica wait and the new master's
+//!    epoch (steps 1 and 7), which only an acquire does.
 //!
 //! ## Limitations
 //! - **One master.** If the Redis master fails over before its replica got the key,
@@ -82,7 +89,7 @@ use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAdd
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices, RELEASE_CHANNEL};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
+use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
 
@@ -126,6 +133,21 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return 1
 end
 return 0
+"#;
+
+/// Step 8: give the key to the next token if it still holds ours, and hand out that
+/// grant's fencing token. `{-2, 0}`: not ours any more; `{-1, 0}`: no epoch, nothing
+/// changed. KEYS as the acquire's; ARGV[1] = our token, ARGV[2] = the next one, ARGV[3] = ttl in ms.
+const HAND_OVER_SCRIPT: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {-2, 0}
+end
+local epoch = redis.call('GET', KEYS[3])
+if not epoch then
+  return {-1, 0}
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return {tonumber(epoch), redis.call('INCR', KEYS[2])}
 "#;
 
 /// Store the epoch in ARGV[1] unless the one in KEYS[1] is as new: epochs only grow.
@@ -204,6 +226,7 @@ struct Scripts {
     acquire: Script,
     renew: Script,
     release: Script,
+    hand_over: Script,
     store_epoch: Script,
 }
 
@@ -298,6 +321,7 @@ impl RedisLock {
                 acquire: Script::new(ACQUIRE_SCRIPT),
                 renew: Script::new(RENEW_SCRIPT),
                 release: Script::new(RELEASE_SCRIPT),
+                hand_over: Script::new(HAND_OVER_SCRIPT),
                 store_epoch: Script::new(STORE_EPOCH_SCRIPT),
             }),
             notices,
@@ -413,52 +437,77 @@ impl RedisLock {
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
     fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (LeaseKeeper, Lease) {
-        let (connection, scripts, ttl) = (self.granting.clone(), self.scripts.clone(), self.options.ttl);
-        let wait = self.options.wait_for_replicas;
-        let (key_owned, token) = (key.to_owned(), token.to_owned());
-        LeaseKeeper::start(self.options.renew, BACKEND, key, ttl, sent, move || {
-            let (mut connection, scripts) = (connection.clone(), scripts.clone());
-            let (key, token) = (key_owned.clone(), token.clone());
-            async move {
-                let extended: i64 = scripts
-                    .renew
-                    .key(&key)
-                    .arg(&token)
-                    .arg(ttl.as_millis() as u64)
-                    .invoke_async(&mut connection)
-                    .await
-                    .map_err(|e| LockError::backend(BACKEND, e))?;
-                if extended == 1 {
-                    wait_for_replicas(&mut connection, wait, "renewal").await?;
-                }
-                Ok(extended == 1)
-            }
-        })
+        keep_alive(&self.granting, &self.scripts, self.options, (key, token), sent)
+    }
+
+    /// Whether a release may grant the next buyer itself (step 8): not when a grant
+    /// needs the replica wait or a new master's epoch.
+    fn hands_over(&self) -> bool {
+        self.options.wait_for_replicas.is_none() && !self.granting.follows_sentinels()
     }
 
     /// Step 5: the acquire call failed on our side, but Redis may still have granted
     /// (or may still grant) it. Send the owner-checked release until Redis answers.
     fn clean_up_failed_acquire(&self, key: &str, token: String) {
-        let (mut connection, scripts) = (self.connection.clone(), self.scripts.clone());
-        let key = key.to_owned();
-        let give_up = Instant::now() + self.options.ttl * CLEANUP_TTLS;
-        tokio::spawn(async move {
-            while Instant::now() < give_up {
-                let answer: redis::RedisResult<i64> = scripts
-                    .release
-                    .key(&key)
-                    .arg(&token)
-                    .arg(RELEASE_CHANNEL)
-                    .invoke_async(&mut connection)
-                    .await;
-                match answer {
-                    Ok(1) => return tracing::info!(key, "removed the key of an acquire that had failed on our side"),
-                    Ok(_) => return,
-                    Err(_) => tokio::time::sleep(CLEANUP_RETRY).await,
-                }
-            }
-        });
+        clean_up(&self.connection, &self.scripts, key, token, self.options.ttl * CLEANUP_TTLS);
     }
+}
+
+/// The lease of `token`'s grant of `key`, made by a request sent at `sent`: renewed on
+/// `connection`, or fixed.
+fn keep_alive(
+    connection: &MasterConnection,
+    scripts: &Arc<Scripts>,
+    options: RedisLockOptions,
+    (key, token): (&str, &str),
+    sent: Instant,
+) -> (LeaseKeeper, Lease) {
+    let (connection, scripts, ttl) = (connection.clone(), scripts.clone(), options.ttl);
+    let wait = options.wait_for_replicas;
+    let (key_owned, token) = (key.to_owned(), token.to_owned());
+    LeaseKeeper::start(options.renew, BACKEND, key, ttl, sent, move || {
+        let (mut connection, scripts) = (connection.clone(), scripts.clone());
+        let (key, token) = (key_owned.clone(), token.clone());
+        async move {
+            let extended: i64 = scripts
+                .renew
+                .key(&key)
+                .arg(&token)
+                .arg(ttl.as_millis() as u64)
+                .invoke_async(&mut connection)
+                .await
+                .map_err(|e| LockError::backend(BACKEND, e))?;
+            if extended == 1 {
+                wait_for_replicas(&mut connection, wait, "renewal").await?;
+            }
+            Ok(extended == 1)
+        }
+    })
+}
+
+/// Sends the owner-checked release of `token` until Redis answers, for at most
+/// `for_at_most`: a request whose answer was lost may have given `token` the key
+/// (steps 5 and 8).
+fn clean_up(connection: &MasterConnection, scripts: &Arc<Scripts>, key: &str, token: String, for_at_most: Duration) {
+    let (mut connection, scripts) = (connection.clone(), scripts.clone());
+    let key = key.to_owned();
+    let give_up = Instant::now() + for_at_most;
+    tokio::spawn(async move {
+        while Instant::now() < give_up {
+            let answer: redis::RedisResult<i64> = scripts
+                .release
+                .key(&key)
+                .arg(&token)
+                .arg(RELEASE_CHANNEL)
+                .invoke_async(&mut connection)
+                .await;
+            match answer {
+                Ok(1) => return tracing::info!(key, "removed a key whose grant was never answered"),
+                Ok(_) => return,
+                Err(_) => tokio::time::sleep(CLEANUP_RETRY).await,
+            }
+        }
+    });
 }
 
 impl Drop for RedisLock {
@@ -504,6 +553,9 @@ struct RedisGrant {
     held: HeldGrants<String, String>,
     /// The lease: renewed while the grant lives, when renewal is on.
     lease: LeaseKeeper,
+    /// What the next grant of a hand-over (step 8) is made with; `None` where the lock
+    /// releases instead.
+    hand_over_with: Option<RedisLockOptions>,
 }
 
 impl RedisGrant {
@@ -538,6 +590,59 @@ impl Release for RedisGrant {
             Ok(())
         } else {
             Err(LockError::Lost { key: grant.key.clone() })
+        }
+    }
+
+    /// Step 8: one script gives the key to `next` and numbers that grant.
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let Some(options) = self.hand_over_with else {
+            return self.release().await.map(|()| HandOver::Released);
+        };
+        let mut grant = *self;
+        grant.lease.stop(); // stop renewing before the key changes hands
+        let next_token = new_token(next);
+        let sent = Instant::now();
+        let answer: redis::RedisResult<(i64, u64)> = grant
+            .scripts
+            .hand_over
+            .key(&grant.key)
+            .key(RedisLock::fencing_key(&grant.key))
+            .key(RedisLock::epoch_key(&grant.key))
+            .arg(&grant.token)
+            .arg(&next_token)
+            .arg(options.ttl.as_millis() as u64)
+            .invoke_async(&mut grant.connection)
+            .await;
+        match answer {
+            Ok((-2, _)) => Err(LockError::Lost { key: grant.key.clone() }),
+            // No epoch to number the grant with: the key is still ours, so release it.
+            Ok((-1, _)) => Box::new(grant).release().await.map(|()| HandOver::Released),
+            Ok((epoch, counter)) => {
+                let key = (grant.key.as_str(), next_token.as_str());
+                let (keeper, lease) = keep_alive(&grant.connection, &grant.scripts, options, key, sent);
+                grant.held.insert(next_token.clone(), grant.key.clone());
+                let handed = RedisGrant {
+                    key: grant.key.clone(),
+                    token: next_token,
+                    connection: grant.connection.clone(),
+                    scripts: grant.scripts.clone(),
+                    held: grant.held.clone(),
+                    lease: keeper,
+                    hand_over_with: Some(options),
+                };
+                Ok(HandOver::Granted(
+                    LockGuard::new(&grant.key, handed)
+                        .with_fencing_token(FencingToken::new(BACKEND, epoch as u64, counter))
+                        .with_lease(lease),
+                ))
+            }
+            Err(error) => {
+                // The script may have run: the key is ours, or `next`'s. Release whichever.
+                let give_up = options.ttl * CLEANUP_TTLS;
+                clean_up(&grant.connection, &grant.scripts, &grant.key, next_token, give_up);
+                clean_up(&grant.connection, &grant.scripts, &grant.key, grant.token.clone(), give_up);
+                Err(LockError::backend(BACKEND, error))
+            }
         }
     }
 }
@@ -596,6 +701,7 @@ impl DistributedLock for RedisLock {
             scripts: self.scripts.clone(),
             held: self.held.clone(),
             lease: keeper,
+            hand_over_with: self.hands_over().then_some(self.options),
         };
         Ok(LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, epoch, fencing_counter))
