@@ -14,7 +14,7 @@ use seckill::lock::redis::RedisLock;
 use seckill::lock::redis_degrade::mode::{Mode, SharedMode};
 use seckill::lock::redis_degrade::outage::OutageRule;
 use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
-use seckill::lock::{DistributedLock, LockGuard};
+use seckill::lock::{DistributedLock, HandOver, LockGuard};
 
 const TTL: Duration = Duration::from_millis(1000);
 
@@ -271,4 +271,39 @@ async fn in_redis_mode_a_release_wakes_a_waiter_of_another_instance_at_once() {
         gaps[4] < Duration::from_millis(10),
         "the median hand-over waited for a poll: {gaps:?}"
     );
+}
+
+/// A hand-over is a grant: in Redis mode it goes through the Redis lock's hand-over and
+/// carries the epoch; once the epoch has ended (a switch), a holder cannot hand over
+/// into it: it releases, and the next grant is an acquire in the new mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_instead() {
+    let lock_redis = PrivateRedis::start();
+    let mode_name = common::unique_key("mode");
+    let never = Duration::from_secs(3600); // no switch but the test's own
+    let lock = instance(&lock_redis, &mode_name, never).await;
+    let key = common::unique_key("hand-over");
+    let held = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    let token = held.fencing_token().unwrap().clone();
+
+    let HandOver::Granted(handed) = held.hand_over(&common::owner()).await.unwrap() else {
+        panic!("in Redis mode, within its epoch, the key is handed over");
+    };
+    let handed_token = handed.fencing_token().unwrap().clone();
+    assert_eq!((handed_token.epoch, handed_token.counter), (1, token.counter + 1));
+    assert!(handed.is_held());
+
+    let switcher = SharedMode::open(common::mysql_pool().await, &mode_name, &common::unique_key("switcher"), TTL)
+        .await
+        .unwrap();
+    assert!(switcher.switch(1, Mode::Mysql).await.unwrap());
+    lock.refresh_mode().await;
+    let handed_again = handed.hand_over(&common::owner()).await.unwrap();
+    assert!(
+        matches!(handed_again, HandOver::Released),
+        "a holder of epoch 1 handed over after the switch: {handed_again:?}"
+    );
+    let mut connection = lock_redis.client().get_multiplexed_async_connection().await.unwrap();
+    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.unwrap();
+    assert_eq!(value, None, "released in the lock Redis");
 }

@@ -449,7 +449,13 @@ impl RedisLock {
     /// Step 5: the acquire call failed on our side, but Redis may still have granted
     /// (or may still grant) it. Send the owner-checked release until Redis answers.
     fn clean_up_failed_acquire(&self, key: &str, token: String) {
-        clean_up(&self.connection, &self.scripts, key, token, self.options.ttl * CLEANUP_TTLS);
+        clean_up(
+            &self.connection,
+            &self.scripts,
+            key,
+            token,
+            self.options.ttl * CLEANUP_TTLS,
+        );
     }
 }
 
@@ -640,7 +646,13 @@ impl Release for RedisGrant {
                 // The script may have run: the key is ours, or `next`'s. Release whichever.
                 let give_up = options.ttl * CLEANUP_TTLS;
                 clean_up(&grant.connection, &grant.scripts, &grant.key, next_token, give_up);
-                clean_up(&grant.connection, &grant.scripts, &grant.key, grant.token.clone(), give_up);
+                clean_up(
+                    &grant.connection,
+                    &grant.scripts,
+                    &grant.key,
+                    grant.token.clone(),
+                    give_up,
+                );
                 Err(LockError::backend(BACKEND, error))
             }
         }

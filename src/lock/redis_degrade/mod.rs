@@ -33,6 +33,11 @@
 //! 4. **Fence with the epoch.** A grant's fencing token is `(epoch, the inner lock's
 //!    token)`, so the stock refuses any holder of an older epoch once a newer one has
 //!    read: the safety net, should the timing assumptions below ever fail.
+//! 5. **A hand-over is a grant too.** A release that hands the key to the next buyer of
+//!    the local queue ([`crate::local_queue`]) goes through the inner lock's hand-over
+//!    only while the grant's epoch allows grants, before and after it, and the handed
+//!    grant is bound by the epoch as in steps 1 and 4. (The inner token cannot go back
+//!    there: the key it replaces shows the lock Redis did not restart empty.)
 //!
 //! ```text
 //!  Redis dies        A switches (epoch 1 -> 2)          grants_from
@@ -105,7 +110,9 @@ use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::redis::RedisLock;
-use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::{
+    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockError, LockGuard, LockStats, Owner, Release,
+};
 
 const BACKEND: &str = "redis-degrade";
 
@@ -295,24 +302,11 @@ impl DegradingLock {
             Mode::Mysql => self.mysql.try_acquire(key, owner).await?,
         };
         // The grant took time: it counts only if the epoch's lease still allows it.
-        let still = self
-            .current()
-            .filter(|now| now.epoch == lease.epoch && now.allows_grants_at(Instant::now()));
-        if still.is_none() {
+        if !epoch_allows_grants(&self.view, lease.epoch) {
             let _ = inner.release().await;
             return Err(LockError::Busy { key: key.to_owned() });
         }
-        Ok(self.bound_by_epoch(inner, lease.epoch))
-    }
-
-    /// Step 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
-    fn bound_by_epoch(&self, inner: LockGuard, epoch: u64) -> LockGuard {
-        let (mut info, releaser) = inner.into_parts();
-        info.lease = Lease::both(info.lease, epoch_lease(self.view.clone(), epoch));
-        info.fencing_token = info
-            .fencing_token
-            .map(|token| FencingToken::new(BACKEND, epoch, token.counter));
-        info.into_guard(ReleaseOnly(releaser))
+        Ok(bound_by_epoch(inner, lease.epoch, &self.view))
     }
 
     /// A lock Redis that restarted empty hands out its token counter from 1 again; in the
@@ -563,15 +557,53 @@ impl Drop for DegradingLock {
     }
 }
 
-/// An inner grant that is only ever released, never handed over: a handed grant would
-/// carry neither the epoch in its token nor the epoch's lease (step 4), and would skip
-/// the check that the epoch still allows grants. Released, the key goes to the next
-/// buyer through an acquire that makes both.
-struct ReleaseOnly(Box<dyn Release>);
+/// Steps 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
+fn bound_by_epoch(inner: LockGuard, epoch: u64, view: &watch::Receiver<Option<ModeLease>>) -> LockGuard {
+    let (mut info, releaser) = inner.into_parts();
+    info.lease = Lease::both(info.lease, epoch_lease(view.clone(), epoch));
+    info.fencing_token = info
+        .fencing_token
+        .map(|token| FencingToken::new(BACKEND, epoch, token.counter));
+    info.into_guard(EpochGrant {
+        inner: releaser,
+        epoch,
+        view: view.clone(),
+    })
+}
+
+/// Whether `epoch` allows grants now, as the last mode lease says (step 1).
+fn epoch_allows_grants(view: &watch::Receiver<Option<ModeLease>>, epoch: u64) -> bool {
+    let current = *view.borrow();
+    current.is_some_and(|lease| lease.epoch == epoch && lease.allows_grants_at(Instant::now()))
+}
+
+/// An inner grant of one epoch: what its release and its hand-over (step 5) need.
+struct EpochGrant {
+    inner: Box<dyn Release>,
+    epoch: u64,
+    view: watch::Receiver<Option<ModeLease>>,
+}
 
 #[async_trait]
-impl Release for ReleaseOnly {
+impl Release for EpochGrant {
     async fn release(self: Box<Self>) -> Result<(), LockError> {
-        self.0.release().await
+        self.inner.release().await
+    }
+
+    /// Step 5: the inner lock's hand-over, only while the epoch allows grants.
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let EpochGrant { inner, epoch, view } = *self;
+        if !epoch_allows_grants(&view, epoch) {
+            return inner.release().await.map(|()| HandOver::Released);
+        }
+        let handed = match inner.hand_over(next).await? {
+            HandOver::Granted(handed) => handed,
+            HandOver::Released => return Ok(HandOver::Released),
+        };
+        // The hand-over took time: its grant counts only if the epoch still allows it.
+        if !epoch_allows_grants(&view, epoch) {
+            return handed.release().await.map(|()| HandOver::Released);
+        }
+        Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view)))
     }
 }
