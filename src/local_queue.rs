@@ -11,7 +11,9 @@
 //!    buyer in the request that releases it ([`crate::lock::LockGuard::hand_over`]),
 //!    where the backend can: one round trip where a release and the next acquire take
 //!    two, and a grant of its own, with a newer fencing token. The grant waits in the
-//!    line's [`Turn`] for whoever comes next.
+//!    line's [`Turn`] for whoever comes next. Every lock with a lease can; the queue
+//!    locks (etcd, ZooKeeper) release, since their next grant is another instance's
+//!    entry, older in the queue.
 //! 3. **A bound, for the other instances.** A line hands over at most
 //!    [`HAND_OVERS_IN_A_ROW`] times in a row, then releases as usual and steps aside:
 //!    its next buyer waits [`STEP_ASIDE`] before it asks, so that a waiter of another

@@ -283,7 +283,10 @@ async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_
     let never = Duration::from_secs(3600); // no switch but the test's own
     let lock = instance(&lock_redis, &mode_name, never).await;
     let key = common::unique_key("hand-over");
-    let held = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .unwrap();
     let token = held.fencing_token().unwrap().clone();
 
     let HandOver::Granted(handed) = held.hand_over(&common::owner()).await.unwrap() else {
@@ -293,9 +296,14 @@ async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_
     assert_eq!((handed_token.epoch, handed_token.counter), (1, token.counter + 1));
     assert!(handed.is_held());
 
-    let switcher = SharedMode::open(common::mysql_pool().await, &mode_name, &common::unique_key("switcher"), TTL)
-        .await
-        .unwrap();
+    let switcher = SharedMode::open(
+        common::mysql_pool().await,
+        &mode_name,
+        &common::unique_key("switcher"),
+        TTL,
+    )
+    .await
+    .unwrap();
     assert!(switcher.switch(1, Mode::Mysql).await.unwrap());
     lock.refresh_mode().await;
     let handed_again = handed.hand_over(&common::owner()).await.unwrap();
