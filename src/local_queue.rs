@@ -1,32 +1,38 @@
-//! The local queue: the buyers of one instance line up for a lock in process, and a
+//! The local queue: the buyers of one instance queue for a lock in process, and a
 //! release can hand the lock straight to the next of them.
 //!
 //! ## How it works
-//! 1. **One line per lock key.** A buyer waits for its turn (first come, first served)
-//!    behind one mutex, and only the head of the line asks the distributed lock. Two
-//!    instances then put two contenders before the backend instead of hundreds, and the
-//!    backend serves the holder instead of the crowd. It changes who asks, never what a
-//!    grant means: the distributed lock still decides between instances.
-//! 2. **Hand-over.** A holder whose line has a buyer waiting gives the key to that
-//!    buyer in the request that releases it ([`crate::lock::LockGuard::hand_over`]),
-//!    where the backend can: one round trip where a release and the next acquire take
-//!    two, and a grant of its own, with a newer fencing token. The grant waits in the
-//!    line's [`Turn`] for whoever comes next. Every lock with a lease can; the queue
+//! 1. **One local queue per lock key.** A buyer waits for its turn (first come, first
+//!    served) behind one mutex, and only the buyer whose turn it is asks the
+//!    distributed lock. Two instances then put two contenders before the backend
+//!    instead of hundreds, and the backend serves the holder instead of the crowd. It
+//!    changes who asks, never what a grant means: the distributed lock still decides
+//!    between instances.
+//! 2. **Direct hand-over.** A holder whose local queue has a buyer waiting gives the
+//!    key to that buyer in the request that releases it
+//!    ([`crate::lock::LockGuard::hand_over`]), where the backend can: one round trip
+//!    where a release and the next acquire take two, and a grant of its own (with a
+//!    newer fencing token, for a lock that has tokens). The grant waits in the queue's
+//!    [`Turn`] for whoever comes next. The locks with a lease of their own can (`redis`
+//!    on one server, `redlock`, `mysql`, `mysql-version`, `redis-degrade`); the queue
 //!    locks (etcd, ZooKeeper) release, since their next grant is another instance's
-//!    entry, older in the queue.
-//! 3. **A bound, for the other instances.** A line hands over at most
+//!    entry, older in their queue.
+//! 3. **A bound, for the other instances.** A local queue hands over at most
 //!    [`HAND_OVERS_IN_A_ROW`] times in a row, then releases as usual and steps aside:
 //!    its next buyer waits [`STEP_ASIDE`] before it asks, so that a waiter of another
 //!    instance, woken by the release, takes the free key first. Without the pause the
-//!    line's next buyer, already at the head and first to know, would win it again.
+//!    next local buyer, already first in the queue and first to know, would win it again.
 //! 4. **Nothing stranded.** A grant nobody came for goes back at once: the holder that
-//!    handed it over takes the turn back when the line was empty, and so does a buyer
-//!    who gave up waiting. The lock's shutdown gives back what is left.
+//!    handed it over gives it back when no buyer was left to take the turn, and so does
+//!    a buyer whose deadline passed in the queue. At shutdown the sale gives back what
+//!    is left ([`LocalQueue::give_back_left_over`]) before the lock's own shutdown.
 //!
 //! ## Limitations
-//! The pause in step 3 gives another instance a head start, not a turn: a waiter that
-//! learns of the release later than [`STEP_ASIDE`] still races this line's next buyer.
-//! When no other instance waits, the pause is lost time, once per run of hand-overs.
+//! - The pause in step 3 gives another instance a head start, not a turn: a waiter
+//!   that learns of the release later than [`STEP_ASIDE`] still races this queue's next
+//!   buyer. When no other instance waits, the pause is lost time, once per run of
+//!   hand-overs; for the Redis locks, whose whole hand-over takes about 0.2 ms, it is
+//!   long (tokio's timers count whole milliseconds).
 //!
 //! ## References
 //! - Dice, Marathe and Shavit, "Lock Cohorting: A General Technique for Designing NUMA
@@ -40,19 +46,19 @@ use tokio::sync::{Mutex, MutexGuard};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{HandOver, LockError, LockGuard, Owner};
 
-/// How many hand-overs a line makes in a row before it releases as usual (step 3).
+/// How many hand-overs a local queue makes in a row before it releases as usual (step 3).
 /// Under the sustained load of `make bench` the next holder came from the same instance
 /// 85% of the time without hand-overs (2026-11-26 09:27 UTC), so runs of a few grants
 /// were the rule already.
 pub const HAND_OVERS_IN_A_ROW: u32 = 8;
 
-/// How long a line's next buyer waits before it asks, after a run of hand-overs ended
+/// How long a local queue's next buyer waits before it asks, after a run of hand-overs ended
 /// in a plain release (step 3): longer than a release notice and the compare-and-set it
 /// triggers take to reach the backend from another instance (0.5 to 0.9 ms under
 /// `make bench`'s load).
 pub const STEP_ASIDE: Duration = Duration::from_millis(1);
 
-/// The line of one instance's buyers for one lock key.
+/// The local queue of one instance's buyers for one lock key.
 pub struct LocalQueue {
     turn: Mutex<Baton>,
     /// Buyers waiting for their turn, the head not counted.
@@ -72,23 +78,24 @@ struct Baton {
     step_aside_until: Option<Instant>,
 }
 
-/// A buyer's turn at the head of the line; the next buyer's turn starts when it is dropped.
+/// A buyer's turn, first in the local queue; the next buyer's turn starts when it is dropped.
 pub struct Turn<'a> {
     queue: &'a LocalQueue,
     baton: MutexGuard<'a, Baton>,
 }
 
-/// Counts a buyer in the line until it leaves it, its turn taken or not.
-struct InLine<'a>(&'a AtomicUsize);
+/// Counts a buyer in the local queue until it leaves it, its turn taken or not.
+struct InQueue<'a>(&'a AtomicUsize);
 
-impl Drop for InLine<'_> {
+impl Drop for InQueue<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl LocalQueue {
-    /// An empty line; `hand_over` says whether its releases may hand the lock over.
+    /// An empty local queue; `hand_over` says whether its releases may hand the lock
+    /// over (step 2; `--hand-over`).
     pub fn new(hand_over: bool) -> Self {
         LocalQueue {
             turn: Mutex::default(),
@@ -97,17 +104,19 @@ impl LocalQueue {
         }
     }
 
+    /// Whether its releases may hand the lock over (`--hand-over`); whether the lock can
+    /// is the lock's to say, at each release.
     pub fn hands_over(&self) -> bool {
         self.hand_over
     }
 
     /// Waits for this buyer's turn until `deadline`; `None` if it passed first. A buyer
-    /// who gives up takes back a grant the line may hold for nobody (step 4).
+    /// who gives up gives back a grant the queue may hold for nobody (step 4).
     pub async fn wait_for_turn(&self, deadline: Instant) -> Option<Turn<'_>> {
-        let in_line = InLine(&self.waiting);
+        let in_queue = InQueue(&self.waiting);
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let baton = tokio::time::timeout_at(deadline.into(), self.turn.lock()).await;
-        drop(in_line);
+        drop(in_queue);
         match baton {
             Ok(baton) => Some(Turn { queue: self, baton }),
             Err(_) => {
@@ -125,10 +134,24 @@ impl LocalQueue {
             Err(_) => None,
         };
         if let Some(grant) = unclaimed {
-            if let Err(error) = grant.release().await {
-                tracing::warn!(%error, "a handed grant nobody took could not be given back; it ends with its lease");
-            }
+            give_back(grant).await;
         }
+    }
+
+    /// At shutdown, once no sale runs: gives back a handed grant left in the queue by a
+    /// buyer that was turned away after the turn was passed to it (step 4).
+    pub async fn give_back_left_over(&self) {
+        let left_over = self.turn.lock().await.handed.take();
+        if let Some(grant) = left_over {
+            give_back(grant).await;
+        }
+    }
+}
+
+/// Gives back a handed grant that nobody will use.
+async fn give_back(grant: LockGuard) {
+    if let Err(error) = grant.release().await {
+        tracing::warn!(%error, "a handed grant nobody took could not be given back; it ends with its lease");
     }
 }
 
@@ -144,17 +167,23 @@ impl Turn<'_> {
         if handed.is_held() {
             return Some(handed);
         }
-        let _ = handed.release().await;
+        give_back(handed).await;
         None
     }
 
-    /// Step 4 of a sale under this turn: gives the key back, handing it to this line's
-    /// next buyer when one waits and the bound allows (steps 2 and 3). Then the turn
-    /// passes, and a handed grant that found nobody in line goes back.
-    pub async fn release(mut self, lock: &Reentrant, guard: LockGuard, instance: &str) -> Result<(), LockError> {
+    /// Gives `guard`'s key back at the end of this turn, handing it to the next buyer
+    /// of this queue, as the owner `next` makes, when one waits and the bound allows
+    /// (steps 2 and 3). Then the turn passes, and a handed grant that found nobody
+    /// waiting goes back.
+    pub async fn release(
+        mut self,
+        lock: &Reentrant,
+        guard: LockGuard,
+        next: impl FnOnce() -> Owner,
+    ) -> Result<(), LockError> {
         let someone_waits = self.queue.waiting.load(Ordering::SeqCst) > 0;
         let released = if self.queue.hand_over && someone_waits && self.baton.in_a_row < HAND_OVERS_IN_A_ROW {
-            lock.hand_over(guard, &Owner::new(instance)).await
+            lock.hand_over(guard, &next()).await
         } else {
             guard.release().await.map(|()| HandOver::Released)
         };

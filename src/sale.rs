@@ -5,8 +5,8 @@
 //!    in the local queue of the lock key ([`crate::local_queue`]), and only the head of
 //!    the queue asks the distributed lock. Two instances then put two contenders before
 //!    the backend instead of hundreds: a release is followed at once by the next local
-//!    buyer's acquire, instead of by a crowd that polls or wakes up, and the backend
-//!    serves the holder instead of the crowd. It changes who asks, never what a grant
+//!    buyer's acquire (or hands it the lock, step 4), instead of by a crowd that polls
+//!    or wakes up, and the backend serves the holder instead of the crowd. It changes who asks, never what a grant
 //!    means: the distributed lock still decides between instances. (`--local-queue
 //!    false` takes it away, to measure it.)
 //! 1. Acquire the lock (wait at most the acquire timeout, the local queue included),
@@ -203,6 +203,10 @@ impl Sale {
             );
             return;
         }
+        // A buyer turned away after the turn passed to it leaves its handed grant behind.
+        for queue in self.local_queue.iter().flatten() {
+            queue.give_back_left_over().await;
+        }
         self.guarding.shutdown().await;
     }
 
@@ -237,8 +241,8 @@ impl Sale {
         let mut answer = Some(answer);
         while let Some(segment) = segments.next() {
             let last = segments.peek().is_none();
-            let turn = self.sell_from(lock, segment, last, &mut answer, &purchase).await;
-            if turn == Turn::Answered {
+            let tried = self.sell_from(lock, segment, last, &mut answer, &purchase).await;
+            if tried == Tried::Answered {
                 return;
             }
         }
@@ -270,13 +274,13 @@ impl Sale {
         last: bool,
         answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
         purchase: &Purchase,
-    ) -> Turn {
+    ) -> Tried {
         let waiting_since = purchase.waiting_since;
         let mut tell = |outcome| {
             if let Some(answer) = answer.take() {
                 let _ = answer.send(outcome);
             }
-            Turn::Answered
+            Tried::Answered
         };
         let asked = Instant::now();
         let waiting = self.metrics.waiting_for_the_lock();
@@ -306,7 +310,7 @@ impl Sale {
         {
             memory.learn_empty(sale, segment);
         }
-        let next = if empty && !last { Turn::Empty } else { tell(outcome) };
+        let next = if empty && !last { Tried::Empty } else { tell(outcome) };
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
         let grant = GrantRecord {
@@ -319,7 +323,7 @@ impl Sale {
         let releasing = Instant::now();
         let released = match turn {
             // The local queue hands the lock to its next buyer where it can.
-            Some(turn) => turn.release(lock, guard, &self.seller.instance).await,
+            Some(turn) => turn.release(lock, guard, || Owner::new(&self.seller.instance)).await,
             None => guard.release().await,
         };
         self.metrics.record_step(SaleStep::Release, releasing.elapsed());
@@ -525,9 +529,9 @@ struct Purchase {
     sale_name: Option<String>,
 }
 
-/// How one segment's turn ended.
+/// How the try of one segment ended.
 #[derive(Debug, PartialEq, Eq)]
-enum Turn {
+enum Tried {
     /// The buyer was told the outcome.
     Answered,
     /// The segment was empty, and another is left to try.

@@ -174,7 +174,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     // held until after that buyer gave up.
     let gives_up = queue.wait_for_turn(Instant::now() + Duration::from_millis(300));
     proxy.hold_answers();
-    let hands_over = turn.release(&lock, guard, "test");
+    let hands_over = turn.release(&lock, guard, common::owner);
     let answers_later = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         proxy.pass_answers();
@@ -193,4 +193,44 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
         (version + 1, String::new()),
         "the grant handed to nobody is still held (version {version} was the holder's)"
     );
+}
+
+/// A buyer turned away (the instance stopping) after the turn passed to it leaves the
+/// grant handed to it in the queue: nobody else will take that turn, so the sale's
+/// shutdown gives it back before the lock's own shutdown.
+#[tokio::test]
+async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_at_shutdown() {
+    let pool = common::mysql_pool().await;
+    let options = MySqlVersionLockOptions {
+        ttl: Duration::from_secs(30),
+        renew: true,
+        permits: None,
+    };
+    let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(pool.clone(), options)));
+    let queue = LocalQueue::new(true);
+    let key = common::unique_key("left-over");
+    let far = Instant::now() + Duration::from_secs(30);
+    let turn = queue.wait_for_turn(far).await.unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+
+    // A second buyer queues; the release hands it the lock and passes it the turn.
+    let mut turned_away = Box::pin(queue.wait_for_turn(far));
+    assert!(futures_util::poll!(&mut turned_away).is_pending(), "the turn is taken");
+    turn.release(&lock, guard, common::owner).await.unwrap();
+    // It is turned away before it ever runs again, as a stopping instance does.
+    drop(turned_away);
+    let owner = || async {
+        sqlx::query_scalar::<_, String>("SELECT owner FROM seckill_version_locks WHERE name = ?")
+            .bind(&key)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_ne!(owner().await, "", "the handed grant waits in the queue");
+
+    queue.give_back_left_over().await;
+    assert_eq!(owner().await, "", "given back");
 }

@@ -40,6 +40,8 @@ use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 struct Traits {
     /// Contenders are separate clients (as from separate processes), not one shared handle.
     separate_clients: bool,
+    /// A release can give the key to the next owner in its own request (`hand_over`).
+    hands_over: bool,
     /// Grants carry fencing tokens.
     fencing_tokens: bool,
     /// Grants have a lease that the backend can take away; `lose_lease` does that.
@@ -201,7 +203,7 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
             next.release().await.unwrap();
         }
         // The backend cannot hand over: it released, as a release does.
-        HandOver::Released => {}
+        HandOver::Released => assert!(!subject.traits.hands_over, "it released instead of handing over"),
     }
     let granted = locks[1]
         .acquire(&key, &common::owner(), Duration::from_secs(2))
@@ -446,6 +448,7 @@ conformance_suite!(
     redis,
     Traits {
         separate_clients: true,
+        hands_over: true,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(900)),
@@ -479,6 +482,7 @@ conformance_suite!(
     etcd,
     Traits {
         separate_clients: true,
+        hands_over: false,
         fencing_tokens: true,
         lease: true,
         // etcd grants at least its minimum lease, 2 s with default settings.
@@ -510,6 +514,7 @@ conformance_suite!(
     zookeeper,
     Traits {
         separate_clients: true,
+        hands_over: false,
         fencing_tokens: true,
         lease: true,
         // The server expires the session itself; no timeout to wait for.
@@ -580,6 +585,7 @@ conformance_suite!(
     mysql,
     Traits {
         separate_clients: true,
+        hands_over: true,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
@@ -599,6 +605,7 @@ conformance_suite!(
     mysql_version,
     Traits {
         separate_clients: true,
+        hands_over: true,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
@@ -621,6 +628,7 @@ conformance_suite!(
     redlock,
     Traits {
         separate_clients: true,
+        hands_over: true,
         // Redlock has no fencing token (see src/lock/redlock.rs): the lost-lease test
         // checks that the holder sees the loss, not that the stock refuses its write.
         fencing_tokens: false,
@@ -724,6 +732,7 @@ conformance_suite!(
     degrade_in_redis_mode,
     Traits {
         separate_clients: true,
+        hands_over: true,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
@@ -736,6 +745,7 @@ conformance_suite!(
     degrade_in_mysql_mode,
     Traits {
         separate_clients: true,
+        hands_over: true,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
@@ -748,6 +758,7 @@ conformance_suite!(
     local,
     Traits {
         separate_clients: false,
+        hands_over: false,
         fencing_tokens: false,
         lease: false,
         // An in-process lock lives and dies with its process: nothing outside to free.

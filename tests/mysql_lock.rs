@@ -322,3 +322,24 @@ async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
     assert!(new_row.fencing_token().unwrap().order() > last.order());
     new_row.release().await.unwrap();
 }
+
+/// An owner that re-entered holds the row twice: handing over one of its holds must
+/// not strand the row. It counts one hold down, like a release, and the other hold
+/// still holds the row until it goes too.
+#[tokio::test]
+async fn a_hand_over_by_an_owner_that_reentered_counts_one_hold_down() {
+    let pool = common::mysql_pool().await;
+    let lock = MySqlLock::new(pool.clone(), options(5000, true));
+    let name = common::unique_key("hand-over-reentered");
+    let owner = common::owner();
+    let first = lock.acquire(&name, &owner, Duration::from_secs(1)).await.unwrap();
+    let second = lock.acquire(&name, &owner, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, Some(2));
+
+    let handed = first.hand_over(&common::owner()).await;
+    assert!(matches!(handed, Ok(HandOver::Released)), "{handed:?}");
+    assert_eq!(hold_count(&pool, &name).await, Some(1), "one hold left");
+    assert_eq!(holder(&pool, &name).await.0, owner.as_str());
+    second.release().await.unwrap();
+    assert_eq!(hold_count(&pool, &name).await, None, "gone with the last hold");
+}

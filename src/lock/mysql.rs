@@ -404,15 +404,20 @@ impl Grants {
             .with_lease(lease)
     }
 
-    /// A statement that may have run although its answer never came: delete the row
-    /// if `owner` has it, so the key is not blocked until it expires. If MySQL is down,
-    /// the row expires on its own.
-    fn delete_in_background(&self, name: &str, owner: &str, grant_id: u64) {
-        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.to_owned());
+    /// A hand-over that may have run although its answer never came: delete the row
+    /// if one of `owners` has it, in order, so the key is not blocked until it expires.
+    /// Each delete is sent again until MySQL answers, for at most one TTL; after that
+    /// the row has expired anyway.
+    fn delete_in_background(&self, name: &str, owners: [String; 2], grant_id: u64) {
+        let (connections, name) = (self.connections.clone(), name.to_owned());
+        let give_up = Instant::now() + self.options.ttl;
         tokio::spawn(async move {
-            let _ = connections
-                .execute(sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(grant_id))
-                .await;
+            for owner in owners {
+                let delete = || sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(grant_id);
+                while connections.execute(delete()).await.is_err() && Instant::now() < give_up {
+                    tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
+                }
+            }
         });
     }
 }
@@ -523,18 +528,17 @@ impl Release for MySqlGrant {
                     sent,
                 )))
             }
-            Ok(_) => {
-                grant.grants.held.remove(&grant.row.grant_id);
-                Err(LockError::Lost { key: grant.name })
-            }
-            // Rolled back, so the row is still ours: release it, with the release's retries.
+            // Not ours, or not our last hold (the owner re-entered through another guard),
+            // or rolled back as a deadlock's victim: the release tells them apart, and
+            // retries a deadlock.
+            Ok(_) => Box::new(grant).release().await.map(|()| HandOver::Released),
             Err(error) if is_deadlock(&error) => Box::new(grant).release().await.map(|()| HandOver::Released),
             Err(error) => {
                 // Either the row is still ours or it is `next`'s: delete whichever it is.
                 let grants = &grant.grants;
                 grants.held.remove(&grant.row.grant_id);
-                grants.delete_in_background(&grant.name, &grant.owner, grant.row.grant_id);
-                grants.delete_in_background(&grant.name, next.as_str(), grant.row.grant_id);
+                let owners = [grant.owner.clone(), next.as_str().to_owned()];
+                grants.delete_in_background(&grant.name, owners, grant.row.grant_id);
                 Err(backend_error(error))
             }
         }

@@ -115,6 +115,9 @@ const HAND_OVER: &str = "UPDATE seckill_version_locks \
      SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND owner = ?";
 
+/// Between two tries of a give-back whose statement failed.
+const GIVE_BACK_RETRY_PAUSE: Duration = Duration::from_millis(10);
+
 /// How a [`MySqlVersionLock`] behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct MySqlVersionLockOptions {
@@ -279,7 +282,10 @@ impl MySqlVersionLock {
                     .bind(version),
             )
             .await
-            .inspect_err(|_| self.grants.give_back_in_background(name, version + 1, owner.as_str()))?;
+            .inspect_err(|_| {
+                let granted = (version + 1, owner.as_str().to_owned());
+                self.grants.give_back_in_background(name, &[granted]);
+            })?;
         Ok(taken.rows_affected() == 1)
     }
 }
@@ -304,15 +310,19 @@ impl Grants {
     }
 
     /// A statement that changes the row may have run even though its answer never
-    /// came: give back what it may have granted, with the same version and owner, so
-    /// the key is not blocked until the row expires. If MySQL is down, the row expires
-    /// on its own.
-    fn give_back_in_background(&self, name: &str, version: u64, owner: &str) {
-        let (connections, name, owner) = (self.connections.clone(), name.to_owned(), owner.to_owned());
+    /// came: give back what it may have granted, each (version, owner) in order, so the
+    /// key is not blocked until the row expires. Each is sent again until MySQL answers,
+    /// for at most one TTL; after that the row has expired anyway.
+    fn give_back_in_background(&self, name: &str, grants: &[(u64, String)]) {
+        let (connections, name, grants) = (self.connections.clone(), name.to_owned(), grants.to_vec());
+        let give_up = Instant::now() + self.options.ttl;
         tokio::spawn(async move {
-            let _ = connections
-                .execute(sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner))
-                .await;
+            for (version, owner) in grants {
+                let give_back = || sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner);
+                while connections.execute(give_back()).await.is_err() && Instant::now() < give_up {
+                    tokio::time::sleep(GIVE_BACK_RETRY_PAUSE).await;
+                }
+            }
         });
     }
 
@@ -404,9 +414,9 @@ impl Release for VersionGrant {
             .await
             .inspect_err(|_| {
                 // Either the row is still ours or it is `next`'s: give back whichever it is.
-                let grants = &grant.grants;
-                grants.give_back_in_background(&grant.name, grant.version, &grant.owner);
-                grants.give_back_in_background(&grant.name, grant.version + 1, next.as_str());
+                let ours = (grant.version, grant.owner.clone());
+                let next = (grant.version + 1, next.as_str().to_owned());
+                grant.grants.give_back_in_background(&grant.name, &[ours, next]);
             })
             .map_err(backend_error)?;
         if handed.rows_affected() != 1 {

@@ -583,9 +583,9 @@ impl Release for RedlockGrant {
     }
 
     /// Step 6: the next owner's value in place of ours, on a majority, with time left
-    /// (as step 3). Anything less is no grant: the masters that took the next value give
-    /// it back, and the key is free again (our value is gone from them) or lost (a
-    /// majority no longer had our value).
+    /// (as step 3). Anything less is no grant: every master is asked to delete the next
+    /// value, then ours. It ends as a release does: lost when a majority no longer had
+    /// our value, else released (masters that did not answer expire the key on their own).
     async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
         let mut grant = *self;
         grant.lease.stop(); // stop renewing before the key changes hands

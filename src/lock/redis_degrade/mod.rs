@@ -36,8 +36,9 @@
 //! 5. **A hand-over is a grant too.** A release that hands the key to the next buyer of
 //!    the local queue ([`crate::local_queue`]) goes through the inner lock's hand-over
 //!    only while the grant's epoch allows grants, before and after it, and the handed
-//!    grant is bound by the epoch as in steps 1 and 4. (The inner token cannot go back
-//!    there: the key it replaces shows the lock Redis did not restart empty.)
+//!    grant is bound by the epoch as in steps 1 and 4. A Redis token that went back (a
+//!    lock Redis that lost its last writes) is released instead, and the next acquire,
+//!    which sees the same, switches to MySQL.
 //!
 //! ```text
 //!  Redis dies        A switches (epoch 1 -> 2)          grants_from
@@ -160,8 +161,8 @@ pub struct DegradingLock {
     view: watch::Receiver<Option<ModeLease>>,
     renew_now: Arc<tokio::sync::Notify>,
     outage: OutageJudge,
-    /// The newest Redis token this instance was granted, per key: `(epoch, counter)`.
-    newest_redis_token: StdMutex<HashMap<String, (u64, u64)>>,
+    /// Noted at every Redis grant and hand-over, to see the counter go back ([`went_back`]).
+    newest_redis_token: NewestRedisTokens,
     options: DegradeOptions,
     stats: Arc<StdMutex<ModeClock>>,
     shut_down: ShutDownSwitch,
@@ -256,7 +257,7 @@ impl DegradingLock {
             view,
             renew_now,
             outage: OutageJudge::new(options.outage),
-            newest_redis_token: StdMutex::default(),
+            newest_redis_token: NewestRedisTokens::default(),
             options,
             stats,
             shut_down: ShutDownSwitch::new(BACKEND),
@@ -306,7 +307,7 @@ impl DegradingLock {
             let _ = inner.release().await;
             return Err(LockError::Busy { key: key.to_owned() });
         }
-        Ok(bound_by_epoch(inner, lease.epoch, &self.view))
+        Ok(bound_by_epoch(inner, lease.epoch, &self.view, &self.newest_redis_token))
     }
 
     /// A lock Redis that restarted empty hands out its token counter from 1 again; in the
@@ -317,10 +318,7 @@ impl DegradingLock {
         let Some(counter) = guard.fencing_token().map(|token| token.counter) else {
             return false;
         };
-        let mut newest = unpoisoned(&self.newest_redis_token);
-        let seen = newest.insert(guard.key().to_owned(), (lease.epoch, counter));
-        if matches!(seen, Some((epoch, before)) if epoch == lease.epoch && counter <= before) {
-            drop(newest);
+        if went_back(&self.newest_redis_token, guard.key(), lease.epoch, counter) {
             tracing::warn!(
                 epoch = lease.epoch,
                 counter,
@@ -557,8 +555,29 @@ impl Drop for DegradingLock {
     }
 }
 
+/// The newest Redis token this instance was granted, per key: `(epoch, counter)`.
+type NewestRedisTokens = Arc<StdMutex<HashMap<String, (u64, u64)>>>;
+
+/// Notes `counter`, granted by the lock Redis for `key` in `epoch`: whether it went
+/// back from the newest one noted in that epoch (the lock Redis forgot its counter).
+/// The newest stays noted, so every later token of the epoch is held against it.
+fn went_back(newest: &NewestRedisTokens, key: &str, epoch: u64, counter: u64) -> bool {
+    let mut newest = unpoisoned(newest);
+    let seen = newest.get(key).copied();
+    let back = matches!(seen, Some((seen_epoch, before)) if seen_epoch == epoch && counter <= before);
+    if !back {
+        newest.insert(key.to_owned(), (epoch, counter));
+    }
+    back
+}
+
 /// Steps 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
-fn bound_by_epoch(inner: LockGuard, epoch: u64, view: &watch::Receiver<Option<ModeLease>>) -> LockGuard {
+fn bound_by_epoch(
+    inner: LockGuard,
+    epoch: u64,
+    view: &watch::Receiver<Option<ModeLease>>,
+    newest: &NewestRedisTokens,
+) -> LockGuard {
     let (mut info, releaser) = inner.into_parts();
     info.lease = Lease::both(info.lease, epoch_lease(view.clone(), epoch));
     info.fencing_token = info
@@ -568,6 +587,7 @@ fn bound_by_epoch(inner: LockGuard, epoch: u64, view: &watch::Receiver<Option<Mo
         inner: releaser,
         epoch,
         view: view.clone(),
+        newest: newest.clone(),
     })
 }
 
@@ -582,6 +602,8 @@ struct EpochGrant {
     inner: Box<dyn Release>,
     epoch: u64,
     view: watch::Receiver<Option<ModeLease>>,
+    /// Shared with the lock: a handed Redis token is noted as an acquired one is.
+    newest: NewestRedisTokens,
 }
 
 #[async_trait]
@@ -592,7 +614,12 @@ impl Release for EpochGrant {
 
     /// Step 5: the inner lock's hand-over, only while the epoch allows grants.
     async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
-        let EpochGrant { inner, epoch, view } = *self;
+        let EpochGrant {
+            inner,
+            epoch,
+            view,
+            newest,
+        } = *self;
         if !epoch_allows_grants(&view, epoch) {
             return inner.release().await.map(|()| HandOver::Released);
         }
@@ -601,9 +628,14 @@ impl Release for EpochGrant {
             HandOver::Released => return Ok(HandOver::Released),
         };
         // The hand-over took time: its grant counts only if the epoch still allows it.
-        if !epoch_allows_grants(&view, epoch) {
+        // And a Redis counter that went back would be refused by the stock: release, and
+        // the next acquire, which checks the same, switches to MySQL.
+        let redis_mode = view.borrow().is_some_and(|lease| lease.mode == Mode::Redis);
+        let counter = handed.fencing_token().map(|token| token.counter);
+        let forgot = redis_mode && counter.is_some_and(|counter| went_back(&newest, handed.key(), epoch, counter));
+        if forgot || !epoch_allows_grants(&view, epoch) {
             return handed.release().await.map(|()| HandOver::Released);
         }
-        Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view)))
+        Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view, &newest)))
     }
 }
