@@ -170,7 +170,7 @@ pub struct Config {
     #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set)]
     pub local_queue: bool,
     /// Whether a release hands the lock to the next buyer in the local queue in its own
-    /// request, where the backend can (every lock with a lease; see `src/local_queue.rs`).
+    /// request, where the backend can (not the queue locks; see `src/local_queue.rs`).
     /// `false` releases and lets that buyer acquire, to measure what the hand-over saves.
     #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set)]
     pub hand_over: bool,
