@@ -6,9 +6,9 @@
 //!    the queue asks the distributed lock. Two instances then put two contenders before
 //!    the backend instead of hundreds: a release is followed at once by the next local
 //!    buyer's acquire (or hands it the lock, step 4), instead of by a crowd that polls
-//!    or wakes up, and the backend serves the holder instead of the crowd. It changes who asks, never what a grant
-//!    means: the distributed lock still decides between instances. (`--local-queue
-//!    false` takes it away, to measure it.)
+//!    or wakes up, and the backend serves the holder instead of the crowd. It changes
+//!    who asks, never what a grant means: the distributed lock still decides between
+//!    instances. (`--local-queue false` takes it away, to measure it.)
 //! 1. Acquire the lock (wait at most the acquire timeout, the local queue included),
 //!    unless the last holder handed it to this buyer's turn (step 4).
 //! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
@@ -155,7 +155,7 @@ pub struct Sale {
     pub metrics: Arc<Metrics>,
     /// The sold-out flag (`--sold-out-flag`): the segments this instance saw empty.
     pub sold_out: Option<SoldOutMemory>,
-    /// Step 0: the in-process line in front of a distributed lock, one per segment of
+    /// Step 0: the local queue in front of a distributed lock, one per segment of
     /// the stock; `None` for the baselines (whose lesson is the race) and with
     /// `--local-queue false`.
     pub local_queue: Option<Vec<LocalQueue>>,

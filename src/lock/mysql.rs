@@ -414,9 +414,7 @@ impl Grants {
         tokio::spawn(async move {
             for owner in owners {
                 let delete = || sqlx::query(DELETE_ROW).bind(&name).bind(&owner).bind(grant_id);
-                while connections.execute(delete()).await.is_err() && Instant::now() < give_up {
-                    tokio::time::sleep(RELEASE_RETRY_PAUSE).await;
-                }
+                connections.execute_until_answered(delete, give_up).await;
             }
         });
     }

@@ -115,9 +115,6 @@ const HAND_OVER: &str = "UPDATE seckill_version_locks \
      SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND owner = ?";
 
-/// Between two tries of a give-back whose statement failed.
-const GIVE_BACK_RETRY_PAUSE: Duration = Duration::from_millis(10);
-
 /// How a [`MySqlVersionLock`] behaves.
 #[derive(Clone, Copy, Debug)]
 pub struct MySqlVersionLockOptions {
@@ -319,9 +316,7 @@ impl Grants {
         tokio::spawn(async move {
             for (version, owner) in grants {
                 let give_back = || sqlx::query(GIVE_BACK).bind(&name).bind(version).bind(&owner);
-                while connections.execute(give_back()).await.is_err() && Instant::now() < give_up {
-                    tokio::time::sleep(GIVE_BACK_RETRY_PAUSE).await;
-                }
+                connections.execute_until_answered(give_back, give_up).await;
             }
         });
     }

@@ -330,9 +330,9 @@ impl Masters {
     /// deletes still on their way go on in the background, so no master keeps the value
     /// until its lease ends.
     async fn release_everywhere(self: &Arc<Self>, key: &str, value: &str, sets: Unanswered) -> Tally {
-        let (quorum, total) = (self.quorum(), self.masters.len());
-        let decided = |tally: &Tally| tally.yes >= quorum || tally.no > total - quorum;
-        let (tally, _deletes_on_their_way) = self.ask_each_until(&delete_if_ours(key, value), sets, decided).await;
+        let (tally, _deletes_on_their_way) = self
+            .ask_each_until(&delete_if_ours(key, value), sets, self.majority_either_way())
+            .await;
         tally
     }
 
@@ -348,9 +348,14 @@ impl Masters {
     ) -> (Tally, Unanswered) {
         let mut hand_over = eval(HAND_OVER_SCRIPT, key);
         hand_over.arg(value).arg(next).arg(ttl.as_millis() as u64);
+        self.ask_each_until(&hand_over, after, self.majority_either_way()).await
+    }
+
+    /// Enough answers to stop waiting for an owner-checked command: a majority said
+    /// yes, or so many said no that a majority never can.
+    fn majority_either_way(&self) -> impl Fn(&Tally) -> bool {
         let (quorum, total) = (self.quorum(), self.masters.len());
-        let decided = |tally: &Tally| tally.yes >= quorum || tally.no > total - quorum;
-        self.ask_each_until(&hand_over, after, decided).await
+        move |tally: &Tally| tally.yes >= quorum || tally.no > total - quorum
     }
 
     /// No command on its way to any master.

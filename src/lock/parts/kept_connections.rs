@@ -20,7 +20,7 @@
 //! tests them.
 
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sqlx::mysql::{MySqlArguments, MySqlConnection, MySqlQueryResult, MySqlRow};
 use sqlx::pool::PoolConnection;
@@ -28,6 +28,9 @@ use sqlx::query::{Query, QueryAs};
 use sqlx::{FromRow, MySql, MySqlPool};
 
 use super::unpoisoned;
+
+/// Between two tries of [`KeptConnections::execute_until_answered`].
+const CLEAN_UP_RETRY_PAUSE: Duration = Duration::from_millis(10);
 use crate::mysql_store::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// The connections a lock keeps, in front of its pool. Clones share them.
@@ -65,6 +68,19 @@ impl KeptConnections {
         let mut connection = self.take().await?;
         let answer = statement.execute(connection.get()).await;
         connection.answered(answer)
+    }
+
+    /// Sends the statement `statement` makes until MySQL answers it, or until `give_up`:
+    /// for a clean-up that must reach the server although the error that called for it
+    /// (a lost answer, a broken connection) may meet its first try too.
+    pub async fn execute_until_answered<'q>(
+        &self,
+        statement: impl Fn() -> Query<'q, MySql, MySqlArguments>,
+        give_up: Instant,
+    ) {
+        while self.execute(statement()).await.is_err() && Instant::now() < give_up {
+            tokio::time::sleep(CLEAN_UP_RETRY_PAUSE).await;
+        }
     }
 
     /// Runs one statement that returns at most one row.
