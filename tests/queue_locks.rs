@@ -1,5 +1,6 @@
 //! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
-//! waiter (an etcd waiter with no request after the release's event), grant the only
+//! waiter (an etcd waiter with no request after the release's event, and none while it
+//! waits on its instance's kept watch), grant the only
 //! ZooKeeper waiter on the release's event without another look, grant no one when a
 //! waiter in the middle of the queue gives up,
 //! grant in the order of requests, never let a waiter whose session died
@@ -113,10 +114,97 @@ async fn etcd_wakes_only_the_next_waiter_when_the_holder_releases() {
     let ((woken_before, asked_before), (woken_after, asked_after)) = one_release(holder, waiters, count).await;
     let woken = woken_after - woken_before;
     assert_eq!(woken, 1, "one release granted {woken} waiters");
-    assert_eq!(asked_before, 12, "each of the four waiters looked, watched and looked");
+    assert_eq!(
+        asked_before, 4,
+        "each of the four waiters opened its kept watch, and asked nothing else"
+    );
     assert_eq!(
         asked_after, asked_before,
         "the waiters asked etcd again after the release"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_waits_on_its_instances_kept_watch_and_asks_etcd_nothing() {
+    // A watch and two looks per wait were most of etcd's work per sale under load.
+    // An instance opens one watch per lock, at its first wait, and keeps it.
+    let (holder, waiter) = (etcd().await, etcd().await);
+    let key = common::unique_key("kept-watch");
+    for wait in 1..=3 {
+        let held = holder
+            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .await
+            .unwrap();
+        let (next, key) = (waiter.clone(), key.clone());
+        let waiting = tokio::spawn(async move {
+            let guard = next
+                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            guard.release().await.unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.release().await.unwrap();
+        waiting.await.unwrap();
+        assert_eq!(
+            waiter.wakeups(),
+            wait,
+            "wait {wait} was not granted by the release's event"
+        );
+        assert_eq!(
+            waiter.requests_while_waiting(),
+            1,
+            "after wait {wait}: only the kept watch's opening may have asked etcd"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_whose_kept_watch_broke_is_still_granted_by_the_release() {
+    // The kept watch's stream breaks when its etcd dies; deletes made while it is gone
+    // never reach it. A waiter on it must look at the queue instead of waiting forever.
+    let mut etcd = common::PrivateServer::etcd();
+    let endpoint = format!("http://127.0.0.1:{}", etcd.port);
+    let connect = || EtcdLock::connect(common::etcd_options_via(vec![endpoint.clone()], 10_000));
+    let (holder, waiter) = (Arc::new(connect().await.unwrap()), Arc::new(connect().await.unwrap()));
+    let key = common::unique_key("kept-watch-broke");
+    let wait_behind = |held: LockGuard| {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        let waiting = tokio::spawn(async move {
+            waiter
+                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .await
+                .map(|_guard| ())
+        });
+        (held, waiting)
+    };
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let (held, waiting) = wait_behind(held); // opens the kept watch
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    let asked_on_the_kept_watch = waiter.requests_while_waiting();
+
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let (held, waiting) = wait_behind(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    etcd.stop(); // SIGKILL: the kept watch's stream breaks
+    etcd.restart(); // leases and keys are on disk: both keys are still queued
+    held.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(15), waiting).await;
+    assert!(
+        matches!(granted, Ok(Ok(Ok(())))),
+        "the waiter was not granted after its kept watch broke: {granted:?}"
+    );
+    assert!(
+        waiter.requests_while_waiting() > asked_on_the_kept_watch,
+        "the waiter asked etcd nothing after its kept watch broke"
     );
 }
 

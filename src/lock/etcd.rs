@@ -18,28 +18,34 @@
 //!    can never be read as the answer to a later renewal.
 //! 2. **Queue up.** An acquire puts `seckill/locks/<key>/<lease>` under the lease (the
 //!    lease in hex, as etcd's Go client names it), in a transaction that creates it only
-//!    if it is absent and reads the revision at which it was created. If it is there
-//!    already, it is ours: a try whose answer was lost created it, and we take it up
-//!    instead of queueing twice. A session has one key per lock, so the acquires of one
-//!    instance take turns for it (a local mutex per lock), and etcd's history holds one
-//!    key per instance, not one dead key per grant.
+//!    if it is absent, and lists the names in the queue with their create revisions in the
+//!    same answer. If the key is there already, it is ours: a try whose answer was lost
+//!    created it, and we take it up instead of queueing twice. A session has one key per
+//!    lock, so the acquires of one instance take turns for it (a local mutex per lock),
+//!    and etcd's history holds one key per instance, not one dead key per grant.
 //! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision
 //!    under the prefix holds the lock: first come, first served.
-//! 4. **Wait until no key is older than yours.** A waiter looks at the keys older than its
-//!    own, and its own, in one range read. If some are left, it opens one watch on the
-//!    whole queue (deletes only) and looks again. The watch crosses those keys off as
-//!    they are deleted, in revision order. The event that crosses off the last one is
-//!    the grant, with no read after it: no key can join ahead of ours, as revisions only
-//!    grow. If its own key is missing from a look, or deleted on the watch, its session
-//!    was lost while it waited, and it queues again. That is the check etcd added after
-//!    Jepsen found that a waiter could believe it held a lock its expired session had
-//!    lost. (etcd's Go client reads after every event to find the next key to watch, and
-//!    once more at the end for this check.) The watch starts at the current revision,
-//!    and the second look follows it. A watch from a past revision is caught up by a loop
-//!    that etcd runs every 100 ms, which would stall a hand-over that races the watch.
-//!    Every waiter hears every delete under the prefix; etcd pushes them. Only the one
-//!    whose list empties acts, and it sends nothing first: a release costs one request,
-//!    the holder's delete.
+//! 4. **Wait until no key is older than yours.** The keys ahead of ours are those the
+//!    transaction listed with an older create revision. Each instance keeps one watch
+//!    open per lock (the [`KeptWatch`]), on the queue's deletes only, opened at the
+//!    lock's first `acquire` and kept for the instance's life. A waiter listens to it
+//!    from before its transaction, so every delete after the transaction's revision
+//!    reaches it, and crosses those keys off as they are deleted, in revision order. The event that
+//!    crosses off the last one is the grant, with no read after it: no key can join
+//!    ahead of ours, as revisions only grow. A waiter sends etcd nothing while it waits.
+//!    If its own key is deleted on the watch, its session was lost while it waited,
+//!    and it queues again. That is the check etcd added after Jepsen found that a
+//!    waiter could believe it held a lock its expired session had lost. (etcd's Go
+//!    client opens a watch per wait, reads after every event to find the next key to
+//!    watch, and once more at the end for this check.) When the kept watch breaks (its
+//!    member died, or has had no leader for three election timeouts: etcd then ends a
+//!    watch that sent its `hasleader` flag, as this one does), its waiter looks at the
+//!    queue, opens a watch of its own and looks again, while the kept watch is opened
+//!    again for the next waits. Every watch starts at the current revision: a watch
+//!    from a past revision is caught up by a loop that etcd runs every 100 ms, which
+//!    would stall a hand-over that races the watch. Every waiter hears every delete
+//!    under the prefix; etcd pushes them. Only the one whose list empties acts: a
+//!    release costs one request, the holder's delete.
 //! 5. **Release** deletes the own key; so does an acquire that failed at any step after
 //!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
 //!    as Curator's: sent again after every failure, in the background, until it is done
@@ -78,9 +84,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
 };
+use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
@@ -115,6 +122,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// After a second transient failure in a row, how long to wait before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How many watch messages a kept watch holds for a waiter that has not read them yet.
+/// One waiter per instance and lock reads them as they come; one that falls this far
+/// behind has missed some, and looks at the queue instead.
+const KEPT_WATCH_BACKLOG: usize = 1024;
 
 /// The pause before each try again after transient failures. The first try again goes
 /// at once: the client spreads requests over the members, so it most likely reaches one
@@ -151,6 +162,13 @@ pub struct EtcdLockOptions {
 /// A lock whose queue is a set of etcd keys, ordered by revision.
 pub struct EtcdLock {
     client: Client,
+    /// The kept watches' own client: it asks etcd to end a watch whose member has no
+    /// leader (`hasleader`, as etcd's Go client does for its sessions), so a member cut
+    /// off from the cluster cannot keep a watch open that never hears another delete.
+    watch_client: Client,
+    /// Step 4's kept watch of each lock's queue, by prefix, opened at the lock's first
+    /// `acquire`. The service locks one key per stock segment, so there are few.
+    kept_watches: StdMutex<HashMap<String, Arc<KeptWatch>>>,
     ttl_seconds: i64,
     session: tokio::sync::Mutex<Arc<Session>>,
     /// One mutex per lock: this instance's acquires of it take turns (step 2).
@@ -189,7 +207,10 @@ impl EtcdLock {
         let connect = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_timeout(REQUEST_TIMEOUT);
-        let client = Client::connect(&options.endpoints, Some(connect))
+        let client = Client::connect(&options.endpoints, Some(connect.clone()))
+            .await
+            .map_err(backend_error)?;
+        let watch_client = Client::connect(&options.endpoints, Some(connect.with_require_leader(true)))
             .await
             .map_err(backend_error)?;
         let ttl_seconds = lease_seconds(options.ttl);
@@ -203,6 +224,8 @@ impl EtcdLock {
         let session = Session::start(&client, ttl_seconds, Instant::now() + RETRY_BUDGET).await?;
         Ok(EtcdLock {
             client,
+            watch_client,
+            kept_watches: StdMutex::default(),
             ttl_seconds,
             session: tokio::sync::Mutex::new(Arc::new(session)),
             turns: StdMutex::default(),
@@ -279,6 +302,8 @@ impl DistributedLock for EtcdLock {
         let mut dead_session = None;
         loop {
             let session = self.current_session(dead_session.as_ref(), deadline).await?;
+            // Listen before queueing: every delete after the enqueue's revision is heard.
+            let news = self.news_of(&prefix_of(key)).await;
             let queued = match self.enqueue(&session, key, owner, deadline).await {
                 Ok(Enqueued::Queued(queued)) => queued,
                 Ok(Enqueued::LeaseGone) => {
@@ -294,18 +319,18 @@ impl DistributedLock for EtcdLock {
             if queued.holds() {
                 return Ok(self.grant(key, queued, &session, turn));
             }
-            let waited = match tokio::time::timeout_at(deadline.into(), self.wait_until_first(&queued, &session)).await
-            {
-                Ok(Ok(waited)) => waited,
-                Ok(Err(error)) => {
-                    self.delete_in_background(queued.own_key, &session, turn);
-                    return Err(error);
-                }
-                Err(_) => {
-                    self.delete_in_background(queued.own_key, &session, turn);
-                    return Err(timed_out());
-                }
-            };
+            let waited =
+                match tokio::time::timeout_at(deadline.into(), self.wait_until_first(&queued, news, &session)).await {
+                    Ok(Ok(waited)) => waited,
+                    Ok(Err(error)) => {
+                        self.delete_in_background(queued.own_key, &session, turn);
+                        return Err(error);
+                    }
+                    Err(_) => {
+                        self.delete_in_background(queued.own_key, &session, turn);
+                        return Err(timed_out());
+                    }
+                };
             if let Wait::First { woken } = waited {
                 if session.lease.is_held() {
                     if woken {
@@ -461,8 +486,9 @@ impl EtcdLock {
         unpoisoned(&self.turns).entry(key.to_owned()).or_default().clone()
     }
 
-    /// Steps 2 and 3: queues the session's key under `key`'s prefix. Sent again after a
-    /// transient failure: a key that the lost attempt did create is found, not duplicated.
+    /// Steps 2 and 3: queues the session's key under `key`'s prefix, and lists the queue
+    /// in the same transaction. Sent again after a transient failure: a key that the lost
+    /// attempt did create is found, not duplicated.
     async fn enqueue(
         &self,
         session: &Arc<Session>,
@@ -472,22 +498,18 @@ impl EtcdLock {
     ) -> Result<Enqueued, LockError> {
         let prefix = prefix_of(key);
         let own_key = own_key_of(key, session);
-        let oldest = || {
-            GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(1)
-        };
+        // Names and revisions only: a queue of one key per instance is short.
+        let the_queue = || GetOptions::new().with_prefix().with_keys_only();
         let put = PutOptions::new().with_lease(session.lease_id);
         let txn = Txn::new()
             .when([Compare::create_revision(own_key.clone(), CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(own_key.clone(), owner.as_str(), Some(put)),
-                TxnOp::get(prefix.clone(), Some(oldest())),
+                TxnOp::get(prefix.clone(), Some(the_queue())),
             ])
             .or_else([
                 TxnOp::get(own_key.clone(), None),
-                TxnOp::get(prefix.clone(), Some(oldest())),
+                TxnOp::get(prefix.clone(), Some(the_queue())),
             ]);
         let response = match retry_transient(deadline, || {
             let (mut client, txn) = (self.client.clone(), txn.clone());
@@ -499,28 +521,47 @@ impl EtcdLock {
             Err(error) if is_lease_gone(&error) => return Ok(Enqueued::LeaseGone),
             Err(error) => return Err(backend_error(error)),
         };
+        let revision = response.header().map_or(0, |header| header.revision());
         let responses = response.op_responses();
         let own_revision = match (response.succeeded(), responses.first()) {
-            (true, _) => response.header().map_or(0, |header| header.revision()),
+            (true, _) => revision,
             (false, Some(TxnOpResponse::Get(get))) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
             _ => 0,
         };
-        let holder_revision = match responses.get(1) {
-            Some(TxnOpResponse::Get(get)) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
-            _ => 0,
+        let ahead = match responses.get(1) {
+            Some(TxnOpResponse::Get(get)) if own_revision != 0 => get
+                .kvs()
+                .iter()
+                .filter(|kv| kv.create_revision() < own_revision)
+                .map(|kv| kv.key().to_vec())
+                .collect(),
+            _ => HashSet::new(),
         };
         Ok(Enqueued::Queued(Queued {
             prefix,
             own_key,
             own_revision,
-            holder_revision,
+            ahead,
+            revision,
         }))
     }
 
     /// Step 4: waits until no key older than ours is left under the prefix, or our session
-    /// is lost. A watch that breaks (its member died) is opened again, so the caller
+    /// is lost: on the kept watch (`news`) while it lasts, then on looks and a watch of
+    /// our own. A watch that breaks (its member died) is opened again, so the caller
     /// bounds this wait.
-    async fn wait_until_first(&self, queued: &Queued, session: &Session) -> Result<Wait, LockError> {
+    async fn wait_until_first(
+        &self,
+        queued: &Queued,
+        news: Option<broadcast::Receiver<Deletes>>,
+        session: &Session,
+    ) -> Result<Wait, LockError> {
+        if let Some(news) = news.filter(|_| !queued.ahead.is_empty()) {
+            match wait_on_the_kept_watch(queued, news, session).await {
+                Some(waited) => return Ok(waited),
+                None => tracing::debug!("the kept etcd watch broke during a wait; looking at the queue"),
+            }
+        }
         let mut pauses = RetryPauses::default();
         loop {
             match self.watch_the_queue(queued, session, &mut pauses).await {
@@ -534,9 +575,10 @@ impl EtcdLock {
         }
     }
 
-    /// A look at the queue, then one watch on the whole of it, then a second look. The
-    /// watch's delete events cross off the keys the second look saw ahead of ours
-    /// ([`cross_off`]); the event that crosses off the last one is the grant.
+    /// The wait without the kept watch: a look at the queue, then one watch on the whole
+    /// of it, then a second look. The watch's delete events cross off the keys the
+    /// second look saw ahead of ours ([`cross_off`]); the event that crosses off the
+    /// last one is the grant.
     async fn watch_the_queue(
         &self,
         queued: &Queued,
@@ -552,7 +594,8 @@ impl EtcdLock {
         // one after it on the watch. (A watch that starts at a past revision would see
         // both, but etcd catches such a watcher up in a loop that runs every 100 ms: every
         // hand-over would wait for it.)
-        let mut stream = self.watch_deletes(&mut client, queued).await?;
+        self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+        let mut stream = watch_deletes(&mut client, &queued.prefix).await?;
         pauses.reset();
         let (looked_at, mut ahead) = match self.look(&mut client, queued).await? {
             Look::Decided(waited) => return Ok(waited),
@@ -602,22 +645,30 @@ impl EtcdLock {
         Ok(Look::Ahead { revision, keys })
     }
 
-    /// A watch of the deletes under the queue's prefix, from the current revision, once
-    /// etcd says it is set up. Only deletes: a key put after ours queues behind it.
-    async fn watch_deletes(&self, client: &mut Client, queued: &Queued) -> Result<WatchStream, WatchFailure> {
-        let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
-        self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
-        let mut stream = client
-            .watch(queued.prefix.clone(), Some(deletes_under_the_prefix))
-            .await?;
-        loop {
-            match stream.message().await? {
-                Some(message) if message.canceled() => return Err(watch_canceled()),
-                Some(message) if message.created() => return Ok(stream),
-                Some(_) => continue,
-                None => return Err(watch_ended()),
+    /// A receiver of the kept watch of the queue under `prefix`, which is opened now if
+    /// this is its first wait; `None` while it cannot be open (the wait looks instead).
+    /// Called with the lock's turn held, so one call at a time opens a prefix's watch.
+    async fn news_of(&self, prefix: &str) -> Option<broadcast::Receiver<Deletes>> {
+        let kept = unpoisoned(&self.kept_watches).get(prefix).cloned();
+        let kept = match kept {
+            Some(kept) => kept,
+            None => {
+                self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+                let opened = KeptWatch::open(self.watch_client.clone(), prefix, self.requests_while_waiting.clone());
+                match opened.await {
+                    Ok(kept) => {
+                        let kept = Arc::new(kept);
+                        unpoisoned(&self.kept_watches).insert(prefix.to_owned(), kept.clone());
+                        kept
+                    }
+                    Err(error) => {
+                        tracing::debug!(error = %error.source, "could not open the kept etcd watch; looking instead");
+                        return None;
+                    }
+                }
             }
-        }
+        };
+        kept.listen()
     }
 
     /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
@@ -658,12 +709,15 @@ struct Queued {
     prefix: String,
     own_key: String,
     own_revision: i64,
-    holder_revision: i64,
+    /// The keys with an older create revision than ours, at `revision`.
+    ahead: HashSet<Vec<u8>>,
+    /// The revision at which the enqueue listed the queue.
+    revision: i64,
 }
 
 impl Queued {
     fn holds(&self) -> bool {
-        self.own_revision != 0 && self.own_revision == self.holder_revision
+        self.own_revision != 0 && self.ahead.is_empty()
     }
 }
 
@@ -675,8 +729,137 @@ enum Look {
     Ahead { revision: i64, keys: HashSet<Vec<u8>> },
 }
 
+/// Step 4's watch of one lock's queue, kept open for the instance's life: the deletes
+/// under the prefix, passed on to whichever waiter of this instance listens. A watch
+/// per wait would cost etcd a watch and a look on every hand-over.
+struct KeptWatch {
+    /// Where the deletes are passed on while the watch is open; `None` while it is
+    /// opened again after a break.
+    news: Arc<StdMutex<Option<broadcast::Sender<Deletes>>>>,
+    passing_on: JoinHandle<()>,
+}
+
+/// The deletes of one watch message: each key with the revision that deleted it.
+type Deletes = Arc<Vec<(Vec<u8>, i64)>>;
+
+impl KeptWatch {
+    /// Opens the watch of the deletes under `prefix`, and passes them on from then on.
+    async fn open(mut client: Client, prefix: &str, requests: Arc<AtomicU64>) -> Result<KeptWatch, WatchFailure> {
+        let stream = watch_deletes(&mut client, prefix).await?;
+        let (sender, _) = broadcast::channel(KEPT_WATCH_BACKLOG);
+        let news = Arc::new(StdMutex::new(Some(sender.clone())));
+        let passing_on = tokio::spawn(pass_on(
+            client,
+            prefix.to_owned(),
+            (stream, sender),
+            news.clone(),
+            requests,
+        ));
+        Ok(KeptWatch { news, passing_on })
+    }
+
+    /// A receiver of every delete from now on, or `None` while the watch is broken.
+    fn listen(&self) -> Option<broadcast::Receiver<Deletes>> {
+        unpoisoned(&self.news).as_ref().map(broadcast::Sender::subscribe)
+    }
+}
+
+impl Drop for KeptWatch {
+    fn drop(&mut self) {
+        self.passing_on.abort();
+    }
+}
+
+/// Passes each message of the kept watch on, for ever. When the stream breaks, its
+/// sender goes: every receiver of it hears that it is closed (its waiter looks at the
+/// queue instead, as it may have missed a delete), and the watch is opened again.
+async fn pass_on(
+    mut client: Client,
+    prefix: String,
+    (mut stream, mut sender): (WatchStream, broadcast::Sender<Deletes>),
+    news: Arc<StdMutex<Option<broadcast::Sender<Deletes>>>>,
+    requests: Arc<AtomicU64>,
+) {
+    let mut pauses = RetryPauses::default();
+    loop {
+        let broke = loop {
+            match stream.message().await {
+                Ok(Some(message)) if !message.canceled() => {
+                    let deletes: Vec<(Vec<u8>, i64)> = message
+                        .events()
+                        .iter()
+                        .filter_map(|event| event.kv())
+                        .map(|deleted| (deleted.key().to_vec(), deleted.mod_revision()))
+                        .collect();
+                    // No receiver: no waiter of this instance at the moment.
+                    let _ = sender.send(Arc::new(deletes));
+                }
+                Ok(Some(_)) => break watch_canceled().source,
+                Ok(None) => break watch_ended().source,
+                Err(error) => break error,
+            }
+        };
+        *unpoisoned(&news) = None;
+        drop(sender);
+        tracing::debug!(prefix, error = %broke, "the kept etcd watch broke; opening it again");
+        stream = loop {
+            pauses.after_a_failure().await;
+            requests.fetch_add(1, Ordering::SeqCst);
+            match watch_deletes(&mut client, &prefix).await {
+                Ok(stream) => break stream,
+                Err(error) => {
+                    tracing::debug!(prefix, error = %error.source, "could not open the kept etcd watch again")
+                }
+            }
+        };
+        pauses.reset();
+        sender = broadcast::channel(KEPT_WATCH_BACKLOG).0;
+        *unpoisoned(&news) = Some(sender.clone());
+    }
+}
+
+/// A watch of the deletes under `prefix`, from the current revision, once etcd says it
+/// is set up. Only deletes: a key put after ours queues behind it.
+async fn watch_deletes(client: &mut Client, prefix: &str) -> Result<WatchStream, WatchFailure> {
+    let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
+    let mut stream = client.watch(prefix, Some(deletes_under_the_prefix)).await?;
+    loop {
+        match stream.message().await? {
+            Some(message) if message.canceled() => return Err(watch_canceled()),
+            Some(message) if message.created() => return Ok(stream),
+            Some(_) => continue,
+            None => return Err(watch_ended()),
+        }
+    }
+}
+
+/// Step 4 on the kept watch: crosses off the keys the enqueue saw ahead of ours as
+/// their deletes come. `None` when the kept watch broke or this waiter fell behind it:
+/// a delete may have been missed, so the caller looks instead.
+async fn wait_on_the_kept_watch(
+    queued: &Queued,
+    mut news: broadcast::Receiver<Deletes>,
+    session: &Session,
+) -> Option<Wait> {
+    let mut ahead = queued.ahead.clone();
+    let first = async {
+        loop {
+            let deletes = news.recv().await.ok()?;
+            let deletes = deletes.iter().map(|(key, revision)| (key.as_slice(), *revision));
+            if let Some(waited) = cross_off(&mut ahead, queued.own_key.as_bytes(), queued.revision, deletes) {
+                return Some(waited);
+            }
+        }
+    };
+    tokio::select! {
+        first = first => first,
+        () = session.lease.lost() => Some(Wait::SessionLost),
+    }
+}
+
 /// What one watch message of the queue's deletes means for a waiter. Each delete newer
-/// than the look (`looked_at`) crosses its key off the keys `ahead`. Our own key among
+/// than the revision at which the keys `ahead` were listed (`looked_at`: the enqueue's,
+/// or a look's) crosses its key off them. Our own key among
 /// them is a lost session, whatever else the message holds; none left ahead is the grant.
 /// `None`: still waiting.
 fn cross_off<'a>(
