@@ -88,6 +88,11 @@ pub enum Guarding {
 }
 
 impl Guarding {
+    /// Whether a release can hand the lock to the next buyer in its own request.
+    pub fn hands_over(&self) -> bool {
+        matches!(self, Guarding::Lock(lock) if lock.backend().hands_over())
+    }
+
     /// Gives back every lock still held, at shutdown.
     async fn shutdown(&self) {
         if let Guarding::Lock(lock) = self {

@@ -37,6 +37,8 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .await
         .with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
+    // A queue lock cannot hand over (its next grant is another instance's entry).
+    let hand_over = config.hand_over && guarding.hands_over();
     let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
     let sale = Sale {
         store,
@@ -53,7 +55,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         metrics: std::sync::Arc::new(metrics),
         sold_out,
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
-            .then(|| segments.all().map(|_| LocalQueue::new(config.hand_over)).collect()),
+            .then(|| segments.all().map(|_| LocalQueue::new(hand_over)).collect()),
         in_flight: Default::default(),
     };
     let order_writer = wiring::order_writer(config, &client, sale.metrics.clone())

@@ -180,7 +180,18 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
 
     let fenced = common::instance(Strategy::Redis, 6, 5000).await;
-    assert_eq!(get(format!("{}/healthz", fenced.url)).await.1["fencing"], "on");
+    let health = get(format!("{}/healthz", fenced.url)).await.1;
+    assert_eq!(health["fencing"], "on");
+    assert_eq!(health["hand_over"], true, "the Redis lock hands over: {health}");
+}
+
+#[tokio::test]
+async fn health_says_a_queue_lock_does_not_hand_over_whatever_the_flag() {
+    // `--hand-over` is on by default, but an etcd release cannot grant the next local
+    // buyer: the next grant is the oldest entry of etcd's queue.
+    let app = common::instance(Strategy::Etcd, 6, 5000).await;
+    let (_, health) = get(format!("{}/healthz", app.url)).await;
+    assert_eq!(health["hand_over"], false, "{health}");
 }
 
 #[tokio::test]

@@ -179,6 +179,13 @@ async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
 
 async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
+    // `/healthz` and the local queue go by what the lock says of itself.
+    assert_eq!(
+        locks[0].hands_over(),
+        subject.traits.hands_over,
+        "the lock says it hands over: {}",
+        locks[0].hands_over()
+    );
     let key = common::unique_key("hand-over");
     let guard = locks[0]
         .acquire(&key, &common::owner(), Duration::from_secs(1))

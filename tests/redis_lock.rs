@@ -388,6 +388,7 @@ async fn with_a_replica_wait_a_hand_over_releases_instead() {
         ..common::redis_options(5000, true)
     };
     let lock = RedisLock::connect(&client, options).await.unwrap();
+    assert!(!lock.hands_over(), "it says it hands over");
     let key = common::unique_key("hand-over-waits");
     let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
     let handed = held.hand_over(&common::owner()).await.unwrap();

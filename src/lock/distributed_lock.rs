@@ -43,6 +43,12 @@ pub trait DistributedLock: Send + Sync {
         false
     }
 
+    /// Whether a release can give the key to the next owner in its own request
+    /// ([`Release::hand_over`](super::Release::hand_over)). The default releases instead.
+    fn hands_over(&self) -> bool {
+        false
+    }
+
     /// Gives back everything this handle holds and refuses later acquires.
     /// The default has nothing to give back.
     async fn shutdown(&self) -> Result<(), LockError> {

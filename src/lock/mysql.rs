@@ -571,6 +571,10 @@ impl DistributedLock for MySqlLock {
         true
     }
 
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     /// Deletes every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();

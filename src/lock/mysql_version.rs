@@ -486,6 +486,10 @@ impl DistributedLock for MySqlVersionLock {
         poll_until_granted(key, timeout, || self.try_once(key, owner, seen), wait).await
     }
 
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     /// Gives back every row this handle still holds, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();

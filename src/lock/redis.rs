@@ -440,12 +440,6 @@ impl RedisLock {
         keep_alive(&self.granting, &self.scripts, self.options, (key, token), sent)
     }
 
-    /// Whether a release may grant the next buyer itself (step 8): not when a grant
-    /// needs the replica wait or a new master's epoch.
-    fn hands_over(&self) -> bool {
-        self.options.wait_for_replicas.is_none() && !self.granting.follows_sentinels()
-    }
-
     /// Step 5: the acquire call failed on our side, but Redis may still have granted
     /// (or may still grant) it. Send the owner-checked release until Redis answers.
     fn clean_up_failed_acquire(&self, key: &str, token: String) {
@@ -723,6 +717,12 @@ impl DistributedLock for RedisLock {
     /// Polls, each pause cut short by the release script's announcement (step 4).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         poll_until_granted_or_noticed(Some(&self.notices), key, timeout, || self.try_acquire(key, owner)).await
+    }
+
+    /// Step 8: a release may grant the next buyer itself, but not when a grant needs
+    /// the replica wait or a new master's epoch.
+    fn hands_over(&self) -> bool {
+        self.options.wait_for_replicas.is_none() && !self.granting.follows_sentinels()
     }
 
     /// Releases every key still held through this handle, then stops listening.

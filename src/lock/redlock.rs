@@ -685,6 +685,10 @@ impl DistributedLock for Redlock {
         poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, attempt).await
     }
 
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     /// Deletes every key this handle still holds, on every master, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();

@@ -514,6 +514,12 @@ impl DistributedLock for DegradingLock {
         poll_until_granted(key, timeout, attempt, wait).await
     }
 
+    /// Through the lock of the mode the grant was made in: MySQL's always can, Redis's
+    /// unless it waits for replicas (step 5).
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     /// Gives back both locks' grants and this instance's mode lease.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
