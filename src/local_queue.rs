@@ -14,17 +14,19 @@
 //!    where a release and the next acquire take two, and a grant of its own (with a
 //!    newer fencing token, for a lock that has tokens). The grant waits in the queue's
 //!    [`Turn`] for whoever comes next. The locks with a lease of their own can (`redis`
-//!    on one server, `redlock`, `mysql`, `mysql-version`, `redis-degrade`); the queue
-//!    locks (etcd, ZooKeeper) release, since their next grant is another instance's
-//!    entry, older in their queue.
+//!    on one server, `redlock`, `mysql`, `mysql-version`, `redis-degrade`). A queue
+//!    lock's next grant is its oldest entry, often another instance's: `etcd` puts the
+//!    next buyer at the back of its queue in the release's request instead, a place
+//!    that waits its turn in the [`Turn`] and counts toward no bound (the queue is
+//!    fair by itself); `zookeeper` releases.
 //! 3. **A bound, for the other instances.** A local queue hands over at most
 //!    [`HAND_OVERS_IN_A_ROW`] times in a row, then releases as usual and steps aside:
 //!    its next buyer waits [`STEP_ASIDE`] before it asks, so that a waiter of another
 //!    instance, woken by the release, takes the free key first. Without the pause the
 //!    next local buyer, already first in the queue and first to know, would win it again.
-//! 4. **Nothing stranded.** A grant nobody came for goes back at once: the holder that
-//!    handed it over gives it back when no buyer was left to take the turn, and so does
-//!    a buyer whose deadline passed in the queue. At shutdown the sale gives back what
+//! 4. **Nothing stranded.** A grant or place nobody came for goes back at once: the
+//!    holder that handed it over gives it back when no buyer was left to take the turn,
+//!    and so does a buyer whose deadline passed in the queue. At shutdown the sale gives back what
 //!    is left ([`LocalQueue::give_back_left_over`]) before the lock's own shutdown.
 //!
 //! ## Limitations
@@ -44,7 +46,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::lock::parts::reentrant::Reentrant;
-use crate::lock::{HandOver, LockError, LockGuard, Owner};
+use crate::lock::{HandOver, LockError, LockGuard, Owner, QueuedPlace};
 
 /// How many hand-overs a local queue makes in a row before it releases as usual (step 3).
 /// Under the sustained load of `make bench` the next holder came from the same instance
@@ -70,12 +72,20 @@ pub struct LocalQueue {
 /// What passes from one turn to the next.
 #[derive(Default)]
 struct Baton {
-    /// A grant the last holder handed over, for whoever takes the next turn.
-    handed: Option<LockGuard>,
+    /// What the last holder handed over, for whoever takes the next turn.
+    handed: Option<Handed>,
     /// Hand-overs since the last plain release.
     in_a_row: u32,
     /// After a run of hand-overs: the next buyer asks no earlier than this (step 3).
     step_aside_until: Option<Instant>,
+}
+
+/// What a release left for the next turn (step 2).
+enum Handed {
+    /// A grant of its own.
+    Grant(LockGuard),
+    /// A place in a queue lock's queue, granted in its turn.
+    Place(QueuedPlace),
 }
 
 /// A buyer's turn, first in the local queue; the next buyer's turn starts when it is dropped.
@@ -148,8 +158,9 @@ impl LocalQueue {
     }
 }
 
-/// Gives back a handed grant that nobody will use.
-async fn give_back(grant: LockGuard) {
+/// Gives back a handed grant that nobody will use; a place leaves its queue as it is dropped.
+async fn give_back(handed: Handed) {
+    let Handed::Grant(grant) = handed else { return };
     if let Err(error) = grant.release().await {
         tracing::warn!(%error, "a handed grant nobody took could not be given back; it ends with its lease");
     }
@@ -157,18 +168,27 @@ async fn give_back(grant: LockGuard) {
 
 impl Turn<'_> {
     /// What this turn starts with: the grant the last holder handed to it, if it is
-    /// still held (one whose lease ran out meanwhile is given back); or, after a run of
+    /// still held (one whose lease ran out meanwhile is given back), or the grant of the
+    /// place it queued, once its turn comes, by `deadline`; or, after a run of
     /// hand-overs, the pause of step 3. With `None` the buyer acquires as usual.
-    pub async fn handed_grant_or_step_aside(&mut self) -> Option<LockGuard> {
+    pub async fn handed_grant_or_step_aside(&mut self, deadline: Instant) -> Option<LockGuard> {
         if let Some(until) = self.baton.step_aside_until.take() {
             tokio::time::sleep_until(until.into()).await;
         }
-        let handed = self.baton.handed.take()?;
-        if handed.is_held() {
-            return Some(handed);
+        match self.baton.handed.take()? {
+            Handed::Grant(handed) if handed.is_held() => Some(handed),
+            Handed::Grant(handed) => {
+                give_back(Handed::Grant(handed)).await;
+                None
+            }
+            Handed::Place(place) => match place.granted(deadline).await {
+                Ok(granted) => Some(granted),
+                Err(error) => {
+                    tracing::debug!(%error, "a queued place was not granted; acquiring as usual");
+                    None
+                }
+            },
         }
-        give_back(handed).await;
-        None
     }
 
     /// Gives `guard`'s key back at the end of this turn, handing it to the next buyer
@@ -189,8 +209,15 @@ impl Turn<'_> {
         };
         let (handed, released) = match released {
             Ok(HandOver::Granted(next)) => {
-                self.baton.handed = Some(next);
+                self.baton.handed = Some(Handed::Grant(next));
                 self.baton.in_a_row += 1;
+                (true, Ok(()))
+            }
+            // The backend's queue is fair by itself: the place waits behind every other
+            // instance's entry, so it counts toward no bound.
+            Ok(HandOver::Queued(place)) => {
+                self.baton.handed = Some(Handed::Place(place));
+                self.baton.in_a_row = 0;
                 (true, Ok(()))
             }
             other => {

@@ -379,7 +379,7 @@ impl Sale {
         let queued = Instant::now();
         self.metrics.record_step(SaleStep::Queued, queued - asked);
         let handed = match &mut turn {
-            Some(turn) => turn.handed_grant_or_step_aside().await,
+            Some(turn) => turn.handed_grant_or_step_aside(deadline).await,
             None => None,
         };
         let guard = match handed {

@@ -186,10 +186,10 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
 }
 
 #[tokio::test]
-async fn health_says_a_queue_lock_does_not_hand_over_whatever_the_flag() {
-    // `--hand-over` is on by default, but an etcd release cannot grant the next local
-    // buyer: the next grant is the oldest entry of etcd's queue.
-    let app = common::instance(Strategy::Etcd, 6, 5000).await;
+async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
+    // `--hand-over` is on by default, but a ZooKeeper release cannot grant the next
+    // local buyer (the next grant is the oldest node of the queue), nor queue it.
+    let app = common::instance(Strategy::Zookeeper, 6, 5000).await;
     let (_, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(health["hand_over"], false, "{health}");
 }

@@ -36,12 +36,23 @@ use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use seckill::segments::Segment;
 use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
+/// What a hand-over does on a backend.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum HandOverKind {
+    /// It grants the next owner.
+    Grants,
+    /// It puts the next owner at the back of the backend's queue (a queue lock).
+    Queues,
+    /// It releases, as a release does.
+    Releases,
+}
+
 /// What a strategy offers, so the suite knows which promises to check.
 struct Traits {
     /// Contenders are separate clients (as from separate processes), not one shared handle.
     separate_clients: bool,
-    /// A release can give the key to the next owner in its own request (`hand_over`).
-    hands_over: bool,
+    /// What a release does for the next owner in its own request (`hand_over`).
+    hand_over: HandOverKind,
     /// Grants carry fencing tokens.
     fencing_tokens: bool,
     /// Grants have a lease that the backend can take away; `lose_lease` does that.
@@ -180,9 +191,10 @@ async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
 async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     // `/healthz` and the local queue go by what the lock says of itself.
+    let releases = subject.traits.hand_over == HandOverKind::Releases;
     assert_eq!(
         locks[0].hands_over(),
-        subject.traits.hands_over,
+        !releases,
         "the lock says it hands over: {}",
         locks[0].hands_over()
     );
@@ -209,8 +221,36 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
             );
             next.release().await.unwrap();
         }
+        HandOver::Queued(place) => {
+            assert_eq!(
+                subject.traits.hand_over,
+                HandOverKind::Queues,
+                "it queued the next owner"
+            );
+            // Nobody else is queued: the place is first at once, and the key is not free.
+            let refused = locks[1].try_acquire(&key, &common::owner()).await;
+            assert!(
+                matches!(refused, Err(LockError::Busy { .. })),
+                "a stranger got a key whose next owner was queued: {refused:?}"
+            );
+            let next = place
+                .granted(Instant::now() + Duration::from_secs(2))
+                .await
+                .expect("a place with nobody ahead is granted");
+            assert!(next.is_held(), "a queued place's grant starts held");
+            let next_token = next.fencing_token().map(|token| token.order());
+            assert!(
+                next_token > token,
+                "the queued grant's token {next_token:?} is not newer than {token:?}"
+            );
+            next.release().await.unwrap();
+        }
         // The backend cannot hand over: it released, as a release does.
-        HandOver::Released => assert!(!subject.traits.hands_over, "it released instead of handing over"),
+        HandOver::Released => assert_eq!(
+            subject.traits.hand_over,
+            HandOverKind::Releases,
+            "it released instead of handing over"
+        ),
     }
     let granted = locks[1]
         .acquire(&key, &common::owner(), Duration::from_secs(2))
@@ -455,7 +495,7 @@ conformance_suite!(
     redis,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(900)),
@@ -489,7 +529,7 @@ conformance_suite!(
     etcd,
     Traits {
         separate_clients: true,
-        hands_over: false,
+        hand_over: HandOverKind::Queues,
         fencing_tokens: true,
         lease: true,
         // etcd grants at least its minimum lease, 2 s with default settings.
@@ -521,7 +561,7 @@ conformance_suite!(
     zookeeper,
     Traits {
         separate_clients: true,
-        hands_over: false,
+        hand_over: HandOverKind::Releases,
         fencing_tokens: true,
         lease: true,
         // The server expires the session itself; no timeout to wait for.
@@ -592,7 +632,7 @@ conformance_suite!(
     mysql,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
@@ -612,7 +652,7 @@ conformance_suite!(
     mysql_version,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
@@ -635,7 +675,7 @@ conformance_suite!(
     redlock,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         // Redlock has no fencing token (see src/lock/redlock.rs): the lost-lease test
         // checks that the holder sees the loss, not that the stock refuses its write.
         fencing_tokens: false,
@@ -739,7 +779,7 @@ conformance_suite!(
     degrade_in_redis_mode,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
@@ -752,7 +792,7 @@ conformance_suite!(
     degrade_in_mysql_mode,
     Traits {
         separate_clients: true,
-        hands_over: true,
+        hand_over: HandOverKind::Grants,
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
@@ -765,7 +805,7 @@ conformance_suite!(
     local,
     Traits {
         separate_clients: false,
-        hands_over: false,
+        hand_over: HandOverKind::Releases,
         fencing_tokens: false,
         lease: false,
         // An in-process lock lives and dies with its process: nothing outside to free.

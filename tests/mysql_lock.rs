@@ -305,7 +305,7 @@ async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
     for _ in 0..999 {
         guard = match guard.hand_over(&common::owner()).await.unwrap() {
             HandOver::Granted(next) => next,
-            HandOver::Released => panic!("released before the 999th hand-over"),
+            other => panic!("{other:?} before the 999th hand-over"),
         };
     }
     let last = guard.fencing_token().unwrap().clone();

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::AnswerLosingProxy;
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::zookeeper::ZooKeeperLock;
-use seckill::lock::{DistributedLock, LockError, LockGuard};
+use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
 async fn etcd() -> Arc<EtcdLock> {
@@ -157,6 +157,67 @@ async fn an_etcd_waiter_waits_on_its_instances_kept_watch_and_asks_etcd_nothing(
             "after wait {wait}: only the kept watch's opening may have asked etcd"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_release_queues_the_next_local_buyer_behind_the_waiters_already_there() {
+    // One transaction deletes the holder's key and puts the next local buyer's at the
+    // back of the queue: another instance's waiter, queued first, is granted first.
+    let (one, two) = (etcd().await, etcd().await);
+    let key = common::unique_key("queued-over");
+    let held = one
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let other = {
+        let (two, key, order) = (two.clone(), key.clone(), order.clone());
+        tokio::spawn(async move {
+            let guard = two
+                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            order.lock().unwrap().push("the other instance");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await.unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await; // the other instance queues
+    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+        panic!("an etcd release did not queue the next owner");
+    };
+    let next = place.granted(Instant::now() + Duration::from_secs(5)).await.unwrap();
+    order.lock().unwrap().push("the next local buyer");
+    assert!(
+        other.is_finished(),
+        "the next local buyer was granted while the other instance held the lock"
+    );
+    next.release().await.unwrap();
+    other.await.unwrap();
+    assert_eq!(
+        *order.lock().unwrap(),
+        ["the other instance", "the next local buyer"],
+        "not granted in the queue's order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_place_nobody_claims_leaves_the_queue() {
+    // A buyer may give up between the release that queued it and its turn: its place,
+    // dropped, must not hold the queue until the session ends.
+    let (one, two) = (etcd().await, etcd().await);
+    let key = common::unique_key("place-dropped");
+    let held = one
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+        panic!("an etcd release did not queue the next owner");
+    };
+    drop(place);
+    let granted = two.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
+    assert!(granted.is_ok(), "the dropped place still held the queue: {granted:?}");
+    granted.unwrap().release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -54,6 +54,16 @@
 //!    until the delete is done, so its next acquire cannot reuse a key about to go.
 //! 6. **Fencing token**: the own key's create revision. It grows with every grant,
 //!    across every key and instance, because etcd's revision does.
+//! 7. **Release and queue again, in one write.** When a buyer of this instance waits
+//!    for the lock (the local queue asks, [`crate::local_queue`]), the release is one
+//!    transaction: if our key is still ours, delete it and put the session's other
+//!    key (`<lease>.1`, or back to `<lease>`: a transaction may write a key once) for
+//!    the next buyer, and list the queue. The delete grants the oldest waiter, as a
+//!    release does; the new key is the newest, so it waits behind every entry already
+//!    there, on the kept watch, as an acquire's key does ([`crate::lock::HandOver::Queued`]).
+//!    Under load nearly every release has a local buyer behind it, so etcd commits one
+//!    write per grant instead of two (the delete, and the next acquire's put). The
+//!    instance's turn passes to the new key, and a place nobody claims is deleted.
 //!
 //! ## Limitations
 //! - **Pauses.** A holder paused longer than the lease loses its keys without knowing;
@@ -94,7 +104,9 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, Lease, LockError, LockGuard, Owner, Release};
+use crate::lock::{
+    AwaitTurn, DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, QueuedPlace, Release,
+};
 
 const BACKEND: &str = "etcd";
 
@@ -112,6 +124,8 @@ pub const CRITICAL_PATH: &[Step] = &[
 ];
 /// Every lock key lives under this prefix, then the lock's name.
 const KEY_PREFIX: &str = "seckill/locks/";
+/// Ends a session's second key in a queue (step 7).
+const OTHER_KEY_SUFFIX: &str = ".1";
 /// How long opening a connection to etcd may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long one request may take. Short, because a request sent to a member that
@@ -161,6 +175,17 @@ pub struct EtcdLockOptions {
 
 /// A lock whose queue is a set of etcd keys, ordered by revision.
 pub struct EtcdLock {
+    queues: Arc<Queues>,
+    ttl_seconds: i64,
+    session: tokio::sync::Mutex<Arc<Session>>,
+    /// One mutex per lock: this instance's acquires of it take turns (step 2).
+    turns: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    shut_down: ShutDownSwitch,
+}
+
+/// What the lock shares with its grants, which queue the next owner as they release
+/// (step 7): the clients, the kept watches, and the waiters' counts.
+struct Queues {
     client: Client,
     /// The kept watches' own client: it asks etcd to end a watch whose member has no
     /// leader (`hasleader`, as etcd's Go client does for its sessions), so a member cut
@@ -169,13 +194,8 @@ pub struct EtcdLock {
     /// Step 4's kept watch of each lock's queue, by prefix, opened at the lock's first
     /// `acquire`. The service locks one key per stock segment, so there are few.
     kept_watches: StdMutex<HashMap<String, Arc<KeptWatch>>>,
-    ttl_seconds: i64,
-    session: tokio::sync::Mutex<Arc<Session>>,
-    /// One mutex per lock: this instance's acquires of it take turns (step 2).
-    turns: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    shut_down: ShutDownSwitch,
     /// How many times a waiter was granted by a watch event (a holder's release).
-    wakeups: Arc<AtomicU64>,
+    wakeups: AtomicU64,
     /// How many requests waiters sent while they waited: looks, watches and re-reads.
     requests_while_waiting: Arc<AtomicU64>,
 }
@@ -195,8 +215,12 @@ struct Session {
 
 /// One grant: the own key, deleted on release, and the turn that goes with it.
 struct EtcdGrant {
-    client: Client,
+    queues: Arc<Queues>,
+    /// The lock's name.
+    key: String,
     own_key: Option<(String, Turn)>,
+    /// The own key's create revision: the grant's fencing token.
+    own_revision: i64,
     /// Weak, so a grant does not keep its session alive: when the instance goes, its lease goes.
     session: Weak<Session>,
 }
@@ -223,15 +247,17 @@ impl EtcdLock {
         }
         let session = Session::start(&client, ttl_seconds, Instant::now() + RETRY_BUDGET).await?;
         Ok(EtcdLock {
-            client,
-            watch_client,
-            kept_watches: StdMutex::default(),
+            queues: Arc::new(Queues {
+                client,
+                watch_client,
+                kept_watches: StdMutex::default(),
+                wakeups: AtomicU64::default(),
+                requests_while_waiting: Arc::default(),
+            }),
             ttl_seconds,
             session: tokio::sync::Mutex::new(Arc::new(session)),
             turns: StdMutex::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
-            wakeups: Arc::default(),
-            requests_while_waiting: Arc::default(),
         })
     }
 
@@ -242,12 +268,12 @@ impl EtcdLock {
 
     /// How many times a waiter of this handle was granted by a holder's release (its event).
     pub fn wakeups(&self) -> u64 {
-        self.wakeups.load(Ordering::SeqCst)
+        self.queues.wakeups.load(Ordering::SeqCst)
     }
 
     /// How many requests the waiters of this handle sent while they waited.
     pub fn requests_while_waiting(&self) -> u64 {
-        self.requests_while_waiting.load(Ordering::SeqCst)
+        self.queues.requests_while_waiting.load(Ordering::SeqCst)
     }
 }
 
@@ -303,7 +329,7 @@ impl DistributedLock for EtcdLock {
         loop {
             let session = self.current_session(dead_session.as_ref(), deadline).await?;
             // Listen before queueing: every delete after the enqueue's revision is heard.
-            let news = self.news_of(&prefix_of(key)).await;
+            let news = self.queues.news_of(&prefix_of(key)).await;
             let queued = match self.enqueue(&session, key, owner, deadline).await {
                 Ok(Enqueued::Queued(queued)) => queued,
                 Ok(Enqueued::LeaseGone) => {
@@ -320,7 +346,9 @@ impl DistributedLock for EtcdLock {
                 return Ok(self.grant(key, queued, &session, turn));
             }
             let waited =
-                match tokio::time::timeout_at(deadline.into(), self.wait_until_first(&queued, news, &session)).await {
+                match tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(&queued, news, &session))
+                    .await
+                {
                     Ok(Ok(waited)) => waited,
                     Ok(Err(error)) => {
                         self.delete_in_background(queued.own_key, &session, turn);
@@ -334,7 +362,7 @@ impl DistributedLock for EtcdLock {
             if let Wait::First { woken } = waited {
                 if session.lease.is_held() {
                     if woken {
-                        self.wakeups.fetch_add(1, Ordering::SeqCst);
+                        self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
                     }
                     return Ok(self.grant(key, queued, &session, turn));
                 }
@@ -342,8 +370,8 @@ impl DistributedLock for EtcdLock {
             // The wait ended otherwise: is our key still there, and our session alive?
             // (Jepsen's finding: a key that vanished with its session is not a grant.)
             let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
-                let (mut client, own_key) = (self.client.clone(), queued.own_key.clone());
-                self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+                let (mut client, own_key) = (self.queues.client.clone(), queued.own_key.clone());
+                self.queues.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
                 async move { client.get(own_key, None).await }
             })
             .await;
@@ -359,7 +387,12 @@ impl DistributedLock for EtcdLock {
             }
             // In case the lease outlived our view of it. The next key is the new
             // session's, so this delete needs no turn.
-            delete_in_background(self.client.clone(), queued.own_key, Arc::downgrade(&session), None);
+            delete_in_background(
+                self.queues.client.clone(),
+                queued.own_key,
+                Arc::downgrade(&session),
+                None,
+            );
             dead_session = Some(session);
             if Instant::now() >= deadline {
                 return Err(LockError::Lost { key: key.to_owned() });
@@ -371,11 +404,17 @@ impl DistributedLock for EtcdLock {
         }
     }
 
+    /// Step 7: a release queues the next local buyer.
+    fn hands_over(&self) -> bool {
+        true
+    }
+
     /// Revokes the session's lease: every key of this instance goes at once.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         let lease_id = self.session.lock().await.lease_id;
-        self.client
+        self.queues
+            .client
             .clone()
             .lease_revoke(lease_id)
             .await
@@ -469,10 +508,10 @@ impl EtcdLock {
                 lease = session.lease_id,
                 "the etcd session was lost; starting a new one"
             );
-            let new_session = Arc::new(Session::start(&self.client, self.ttl_seconds, deadline).await?);
+            let new_session = Arc::new(Session::start(&self.queues.client, self.ttl_seconds, deadline).await?);
             let lost = std::mem::replace(&mut *session, new_session);
             revoke_in_background(
-                self.client.clone(),
+                self.queues.client.clone(),
                 lost.lease_id,
                 Duration::from_secs(2 * self.ttl_seconds as u64),
             );
@@ -512,7 +551,7 @@ impl EtcdLock {
                 TxnOp::get(prefix.clone(), Some(the_queue())),
             ]);
         let response = match retry_transient(deadline, || {
-            let (mut client, txn) = (self.client.clone(), txn.clone());
+            let (mut client, txn) = (self.queues.client.clone(), txn.clone());
             async move { client.txn(txn).await }
         })
         .await
@@ -546,6 +585,17 @@ impl EtcdLock {
         }))
     }
 
+    /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
+    fn delete_in_background(&self, own_key: String, session: &Arc<Session>, turn: Turn) {
+        delete_in_background(self.queues.client.clone(), own_key, Arc::downgrade(session), Some(turn));
+    }
+
+    fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
+        self.queues.grant(key, queued, session, turn)
+    }
+}
+
+impl Queues {
     /// Step 4: waits until no key older than ours is left under the prefix, or our session
     /// is lost: on the kept watch (`news`) while it lasts, then on looks and a watch of
     /// our own. A watch that breaks (its member died) is opened again, so the caller
@@ -671,15 +721,13 @@ impl EtcdLock {
         kept.listen()
     }
 
-    /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
-    fn delete_in_background(&self, own_key: String, session: &Arc<Session>, turn: Turn) {
-        delete_in_background(self.client.clone(), own_key, Arc::downgrade(session), Some(turn));
-    }
-
-    fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
+    /// The grant of the key `queued` holds, first in the queue of lock `key`.
+    fn grant(self: &Arc<Self>, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
         let grant = EtcdGrant {
-            client: self.client.clone(),
+            queues: self.clone(),
+            key: key.to_owned(),
             own_key: Some((queued.own_key, turn)),
+            own_revision: queued.own_revision,
             session: Arc::downgrade(session),
         };
         LockGuard::new(key, grant)
@@ -696,6 +744,15 @@ fn prefix_of(key: &str) -> String {
 /// The session's own key in the queue of lock `key`: named after its lease (step 2).
 fn own_key_of(key: &str, session: &Session) -> String {
     format!("{}{:x}", prefix_of(key), session.lease_id)
+}
+
+/// The session's other key in the same queue (step 7): a release that queues the next
+/// owner puts this one as it deletes `own_key`, since a transaction may write a key once.
+fn other_key_of(own_key: &str) -> String {
+    match own_key.strip_suffix(OTHER_KEY_SUFFIX) {
+        Some(first) => first.to_owned(),
+        None => format!("{own_key}{OTHER_KEY_SUFFIX}"),
+    }
 }
 
 /// A queue key, or none because the session's lease is gone on the server.
@@ -904,7 +961,12 @@ impl Release for EtcdGrant {
             return Ok(());
         };
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
-        let deleting = delete_in_background(self.client.clone(), own_key.clone(), self.session.clone(), Some(turn));
+        let deleting = delete_in_background(
+            self.queues.client.clone(),
+            own_key.clone(),
+            self.session.clone(),
+            Some(turn),
+        );
         match tokio::time::timeout(RETRY_BUDGET, deleting).await {
             Ok(Ok(true)) if session_held => Ok(()),
             Ok(Ok(_)) => Err(LockError::Lost { key: own_key }),
@@ -917,13 +979,145 @@ impl Release for EtcdGrant {
             )),
         }
     }
+
+    /// Step 7: deletes our key and queues `next` at the back, in one transaction.
+    async fn hand_over(mut self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        let Some(session) = self.session.upgrade().filter(|session| session.lease.is_held()) else {
+            return self.release().await.map(|()| HandOver::Released);
+        };
+        let Some((own_key, turn)) = self.own_key.take() else {
+            return Ok(HandOver::Released);
+        };
+        let (prefix, next_key) = (prefix_of(&self.key), other_key_of(&own_key));
+        // Listen before queueing, as an acquire does.
+        let news = self.queues.news_of(&prefix).await;
+        let put = PutOptions::new().with_lease(session.lease_id);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                own_key.clone(),
+                CompareOp::Equal,
+                self.own_revision,
+            )])
+            .and_then([
+                TxnOp::delete(own_key.clone(), None),
+                TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
+                TxnOp::get(prefix.clone(), Some(GetOptions::new().with_prefix().with_keys_only())),
+            ]);
+        let (client, weak) = (self.queues.client.clone(), self.session.clone());
+        let response = match client.clone().txn(txn).await {
+            Ok(response) => response,
+            Err(error) => {
+                // It may have happened: neither key may stay behind.
+                tokio::spawn(async move {
+                    let _ = delete_in_background(client.clone(), own_key, weak.clone(), None).await;
+                    let _ = delete_in_background(client, next_key, weak, Some(turn)).await;
+                });
+                return Err(backend_error(error));
+            }
+        };
+        if !response.succeeded() {
+            // Our key went with our lease: nothing was deleted, nothing queued.
+            return Err(LockError::Lost { key: own_key });
+        }
+        let revision = response.header().map_or(0, |header| header.revision());
+        let ahead = match response.op_responses().get(2) {
+            Some(TxnOpResponse::Get(get)) => get
+                .kvs()
+                .iter()
+                .filter(|kv| kv.create_revision() < revision)
+                .map(|kv| kv.key().to_vec())
+                .collect(),
+            _ => HashSet::new(),
+        };
+        let queued = Queued {
+            prefix,
+            own_key: next_key,
+            own_revision: revision,
+            ahead,
+            revision,
+        };
+        let place = EtcdPlace {
+            queues: self.queues.clone(),
+            key: self.key.clone(),
+            waiting: Some((queued, turn)),
+            news,
+            session: Arc::downgrade(&session),
+        };
+        Ok(HandOver::Queued(QueuedPlace::new(&self.key, place)))
+    }
+}
+
+/// The place a release queued for the next owner (step 7): a key at the back of the
+/// queue, waiting as an acquire's does. Dropped before its grant, the key is deleted.
+struct EtcdPlace {
+    queues: Arc<Queues>,
+    /// The lock's name.
+    key: String,
+    waiting: Option<(Queued, Turn)>,
+    news: Option<broadcast::Receiver<Deletes>>,
+    session: Weak<Session>,
+}
+
+#[async_trait]
+impl AwaitTurn for EtcdPlace {
+    async fn granted(mut self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError> {
+        let (queued, turn) = self.waiting.take().expect("a place is granted once");
+        let Some(session) = self.session.upgrade() else {
+            return Err(LockError::Lost { key: self.key.clone() });
+        };
+        let (news, started) = (self.news.take(), Instant::now());
+        let waited = match queued.holds() {
+            true => Ok(Ok(Wait::First { woken: false })),
+            false => {
+                tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(&queued, news, &session)).await
+            }
+        };
+        match waited {
+            Ok(Ok(Wait::First { woken })) if session.lease.is_held() => {
+                if woken {
+                    self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(self.queues.grant(&self.key, queued, &session, turn))
+            }
+            waited => {
+                delete_in_background(
+                    self.queues.client.clone(),
+                    queued.own_key,
+                    self.session.clone(),
+                    Some(turn),
+                );
+                match waited {
+                    Ok(Err(error)) => Err(error),
+                    Err(_) => Err(LockError::Timeout {
+                        key: self.key.clone(),
+                        waited: started.elapsed(),
+                    }),
+                    Ok(Ok(_)) => Err(LockError::Lost { key: self.key.clone() }),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for EtcdPlace {
+    /// Never granted: the key leaves the queue, guaranteed, as a failed acquire's does.
+    fn drop(&mut self) {
+        if let Some((queued, turn)) = self.waiting.take() {
+            delete_in_background(
+                self.queues.client.clone(),
+                queued.own_key,
+                self.session.clone(),
+                Some(turn),
+            );
+        }
+    }
 }
 
 impl Drop for EtcdGrant {
     /// Dropped without release: delete the key in the background (see the module notes).
     fn drop(&mut self) {
         if let Some((own_key, turn)) = self.own_key.take() {
-            delete_in_background(self.client.clone(), own_key, self.session.clone(), Some(turn));
+            delete_in_background(self.queues.client.clone(), own_key, self.session.clone(), Some(turn));
         }
     }
 }

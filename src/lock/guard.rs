@@ -1,5 +1,7 @@
 //! The guard a grant hands out, and how a backend gives the grant back.
 
+use std::time::Instant;
+
 use async_trait::async_trait;
 
 use crate::lock::{FencingToken, Lease, LockError, Owner};
@@ -9,8 +11,69 @@ use crate::lock::{FencingToken, Lease, LockError, Owner};
 pub enum HandOver {
     /// The key now belongs to the next owner: its grant, made by the same request.
     Granted(LockGuard),
+    /// The key was given back, and the next owner took a place at the back of the
+    /// backend's queue in the same request. A queue lock grants its oldest entry, so the
+    /// place is granted in its turn, after the entries already there.
+    Queued(QueuedPlace),
     /// The key was given back, as a release does: the next owner asks for it as anyone would.
     Released,
+}
+
+/// A place in a queue lock's queue that a release took for the next owner of this
+/// process ([`HandOver::Queued`]). Dropped before its grant, it leaves the queue.
+pub struct QueuedPlace {
+    key: String,
+    turn: Box<dyn AwaitTurn>,
+    /// What a wrapper does to the grant when it comes (the reentrancy count's hold).
+    then: Option<Box<dyn FnOnce(LockGuard) -> LockGuard + Send>>,
+}
+
+/// How a queue lock waits for a place's turn.
+#[async_trait]
+pub trait AwaitTurn: Send {
+    /// Waits until no entry is ahead of the place, or `deadline`: the grant. On any
+    /// failure the place leaves the queue.
+    async fn granted(self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError>;
+}
+
+impl QueuedPlace {
+    pub fn new(key: &str, turn: impl AwaitTurn + 'static) -> Self {
+        QueuedPlace {
+            key: key.to_owned(),
+            turn: Box::new(turn),
+            then: None,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Waits for the place's turn until `deadline`: the grant, as an acquire's would be.
+    pub async fn granted(self, deadline: Instant) -> Result<LockGuard, LockError> {
+        let granted = self.turn.granted(deadline).await?;
+        Ok(match self.then {
+            Some(then) => then(granted),
+            None => granted,
+        })
+    }
+
+    /// The same place, its grant passed through `then` when it comes.
+    pub(crate) fn then(self, then: impl FnOnce(LockGuard) -> LockGuard + Send + 'static) -> Self {
+        assert!(self.then.is_none(), "one wrapper per place");
+        QueuedPlace {
+            then: Some(Box::new(then)),
+            ..self
+        }
+    }
+}
+
+impl std::fmt::Debug for QueuedPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuedPlace")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 /// How a backend gives one grant back. Each backend keeps in it what release needs
@@ -22,7 +85,8 @@ pub trait Release: Send + Sync {
 
     /// Gives the key to `next`, a new owner in this process, in the request that
     /// releases it, where the backend can: one round trip where a release and the next
-    /// acquire take two, and a new grant with a newer fencing token. The default
+    /// acquire take two, and a new grant with a newer fencing token. A queue lock
+    /// queues `next` instead, in the same request ([`HandOver::Queued`]). The default
     /// releases, and the next owner then acquires as anyone would.
     async fn hand_over(self: Box<Self>, _next: &Owner) -> Result<HandOver, LockError> {
         self.release().await.map(|()| HandOver::Released)

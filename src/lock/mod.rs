@@ -60,7 +60,10 @@
 //!    with [`DistributedLock::keeps_reentrancy`].
 //! 8. [`LockGuard::hand_over`] gives the key to a new owner of this process in the
 //!    request that releases it, where the backend can, as a new grant with a newer
-//!    token ([`HandOver::Granted`]). A backend that cannot releases instead
+//!    token ([`HandOver::Granted`]). A queue lock, whose next grant is its oldest
+//!    entry, puts the new owner at the back of its queue in that request instead
+//!    ([`HandOver::Queued`]): a place that is granted in its turn, and leaves the queue
+//!    if it is dropped first. A backend that can do neither releases
 //!    ([`HandOver::Released`]), which is the default. The local queue
 //!    ([`crate::local_queue`]) uses it to pass the lock to its next buyer.
 //!
@@ -101,7 +104,7 @@ pub use critical_path::{Access, Backend, Step};
 pub use distributed_lock::{DistributedLock, LockStats};
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;
-pub use guard::{HandOver, LockGuard, NothingToRelease, Release};
+pub use guard::{AwaitTurn, HandOver, LockGuard, NothingToRelease, QueuedPlace, Release};
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
 pub use token::FencingToken;

@@ -84,6 +84,12 @@ impl Reentrant {
     pub async fn hand_over(&self, guard: LockGuard, next: &Owner) -> Result<HandOver, LockError> {
         match guard.hand_over(next).await? {
             HandOver::Granted(granted) => Ok(HandOver::Granted(self.first_hold(next, granted))),
+            HandOver::Queued(place) => {
+                let (this, next) = (self.clone(), next.clone());
+                Ok(HandOver::Queued(
+                    place.then(move |granted| this.first_hold(&next, granted)),
+                ))
+            }
             HandOver::Released => Ok(HandOver::Released),
         }
     }

@@ -631,7 +631,8 @@ impl Release for EpochGrant {
         }
         let handed = match inner.hand_over(next).await? {
             HandOver::Granted(handed) => handed,
-            HandOver::Released => return Ok(HandOver::Released),
+            // Neither inner lock queues; a place would leave the queue as it is dropped.
+            HandOver::Queued(_) | HandOver::Released => return Ok(HandOver::Released),
         };
         // The hand-over took time: its grant counts only if the epoch still allows it.
         // And a Redis counter that went back would be refused by the stock: release, and
