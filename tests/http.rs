@@ -187,9 +187,9 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
 
 #[tokio::test]
 async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
-    // `--hand-over` is on by default, but a ZooKeeper release cannot grant the next
-    // local buyer (the next grant is the oldest node of the queue), nor queue it.
-    let app = common::instance(Strategy::Zookeeper, 6, 5000).await;
+    // `--hand-over` is on by default, but a Redis lock that waits for replicas cannot
+    // grant the next local buyer in its release: only an acquire waits for them.
+    let app = common::instance_with(Strategy::Redis, 6, |config| config.lock_redis_wait_replicas = 1).await;
     let (_, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(health["hand_over"], false, "{health}");
 }

@@ -159,11 +159,12 @@ async fn an_etcd_waiter_waits_on_its_instances_kept_watch_and_asks_etcd_nothing(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_release_queues_the_next_local_buyer_behind_the_waiters_already_there() {
-    // One transaction deletes the holder's key and puts the next local buyer's at the
-    // back of the queue: another instance's waiter, queued first, is granted first.
-    let (one, two) = (etcd().await, etcd().await);
+/// One request deletes the holder's entry and puts the next local buyer's at the back
+/// of the queue: another instance's waiter, queued first, is granted first.
+async fn assert_a_release_queues_the_next_local_buyer_behind_the_waiters_already_there<L: DistributedLock + 'static>(
+    one: Arc<L>,
+    two: Arc<L>,
+) {
     let key = common::unique_key("queued-over");
     let held = one
         .acquire(&key, &common::owner(), Duration::from_secs(2))
@@ -179,45 +180,66 @@ async fn an_etcd_release_queues_the_next_local_buyer_behind_the_waiters_already_
                 .unwrap();
             order.lock().unwrap().push("the other instance");
             tokio::time::sleep(Duration::from_millis(100)).await;
+            order.lock().unwrap().push("the other instance releases");
             guard.release().await.unwrap();
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await; // the other instance queues
     let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
-        panic!("an etcd release did not queue the next owner");
+        panic!("the release did not queue the next owner");
     };
     let next = place.granted(Instant::now() + Duration::from_secs(5)).await.unwrap();
     order.lock().unwrap().push("the next local buyer");
-    assert!(
-        other.is_finished(),
-        "the next local buyer was granted while the other instance held the lock"
-    );
     next.release().await.unwrap();
     other.await.unwrap();
+    // Granted after the other instance's release, not while it held the lock.
     assert_eq!(
         *order.lock().unwrap(),
-        ["the other instance", "the next local buyer"],
+        [
+            "the other instance",
+            "the other instance releases",
+            "the next local buyer"
+        ],
         "not granted in the queue's order"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_place_nobody_claims_leaves_the_queue() {
-    // A buyer may give up between the release that queued it and its turn: its place,
-    // dropped, must not hold the queue until the session ends.
-    let (one, two) = (etcd().await, etcd().await);
+async fn an_etcd_release_queues_the_next_local_buyer_behind_the_waiters_already_there() {
+    assert_a_release_queues_the_next_local_buyer_behind_the_waiters_already_there(etcd().await, etcd().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_release_queues_the_next_local_buyer_behind_the_waiters_already_there() {
+    assert_a_release_queues_the_next_local_buyer_behind_the_waiters_already_there(zookeeper().await, zookeeper().await)
+        .await;
+}
+
+/// A buyer may give up between the release that queued it and its turn: its place,
+/// dropped, must not hold the queue until the session ends.
+async fn assert_a_place_nobody_claims_leaves_the_queue<L: DistributedLock + 'static>(one: Arc<L>, two: Arc<L>) {
     let key = common::unique_key("place-dropped");
     let held = one
         .acquire(&key, &common::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
-        panic!("an etcd release did not queue the next owner");
+        panic!("the release did not queue the next owner");
     };
     drop(place);
     let granted = two.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
     assert!(granted.is_ok(), "the dropped place still held the queue: {granted:?}");
     granted.unwrap().release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_place_nobody_claims_leaves_the_queue() {
+    assert_a_place_nobody_claims_leaves_the_queue(etcd().await, etcd().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_place_nobody_claims_leaves_the_queue() {
+    assert_a_place_nobody_claims_leaves_the_queue(zookeeper().await, zookeeper().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -136,6 +136,11 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// After a second transient failure in a row, how long to wait before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How long a release that queues the next owner (step 7) waits for its answer before
+/// it deletes both keys instead. Until the answer comes, the next owner's key is in the
+/// queue but nobody here knows it: once it is first, every instance waits for it.
+/// Under `make bench`'s load the answer takes about a millisecond.
+const HAND_OVER_TIMEOUT: Duration = Duration::from_millis(100);
 /// How many watch messages a kept watch holds for a waiter that has not read them yet.
 /// One waiter per instance and lock reads them as they come; one that falls this far
 /// behind has missed some, and looks at the queue instead.
@@ -1004,15 +1009,24 @@ impl Release for EtcdGrant {
                 TxnOp::get(prefix.clone(), Some(GetOptions::new().with_prefix().with_keys_only())),
             ]);
         let (client, weak) = (self.queues.client.clone(), self.session.clone());
-        let response = match client.clone().txn(txn).await {
-            Ok(response) => response,
-            Err(error) => {
-                // It may have happened: neither key may stay behind.
+        let answer = tokio::time::timeout(HAND_OVER_TIMEOUT, client.clone().txn(txn)).await;
+        let response = match answer {
+            Ok(Ok(response)) => response,
+            failed => {
+                // It may have happened: neither key may stay behind, both at once.
                 tokio::spawn(async move {
-                    let _ = delete_in_background(client.clone(), own_key, weak.clone(), None).await;
-                    let _ = delete_in_background(client, next_key, weak, Some(turn)).await;
+                    let _turn = turn;
+                    let ours = delete_in_background(client.clone(), own_key, weak.clone(), None);
+                    let theirs = delete_in_background(client, next_key, weak, None);
+                    let _ = tokio::join!(ours, theirs);
                 });
-                return Err(backend_error(error));
+                return Err(match failed {
+                    Ok(Err(error)) => backend_error(error),
+                    _ => LockError::backend(
+                        BACKEND,
+                        std::io::Error::other("etcd did not answer a release that queued the next buyer in time"),
+                    ),
+                });
             }
         };
         if !response.succeeded() {
