@@ -15,10 +15,11 @@
 //!    newer fencing token, for a lock that has tokens). The grant waits in the queue's
 //!    [`Turn`] for whoever comes next. The locks with a lease of their own can (`redis`
 //!    on one server, `redlock`, `mysql`, `mysql-version`, `redis-degrade`). A queue
-//!    lock's next grant is its oldest entry, often another instance's: `etcd` and
-//!    `zookeeper` put the next buyer at the back of their queue in the release's
-//!    request instead, a place that waits its turn in the [`Turn`] and counts toward
-//!    no bound (the queue is fair by itself).
+//!    lock's next grant is its oldest entry, often another instance's: `etcd` puts the
+//!    next buyer at the back of its queue in the release's request instead, a place
+//!    that waits its turn in the [`Turn`] and counts toward no bound (the queue is
+//!    fair by itself); `zookeeper` releases (putting the next buyer's node in the
+//!    release's `multi` was tried, and sold less).
 //! 3. **A bound, for the other instances.** A local queue hands over at most
 //!    [`HAND_OVERS_IN_A_ROW`] times in a row, then releases as usual and steps aside:
 //!    its next buyer waits [`STEP_ASIDE`] before it asks, so that a waiter of another

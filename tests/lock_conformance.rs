@@ -561,7 +561,7 @@ conformance_suite!(
     zookeeper,
     Traits {
         separate_clients: true,
-        hand_over: HandOverKind::Queues,
+        hand_over: HandOverKind::Releases,
         fencing_tokens: true,
         lease: true,
         // The server expires the session itself; no timeout to wait for.

@@ -209,12 +209,6 @@ async fn an_etcd_release_queues_the_next_local_buyer_behind_the_waiters_already_
     assert_a_release_queues_the_next_local_buyer_behind_the_waiters_already_there(etcd().await, etcd().await).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zookeeper_release_queues_the_next_local_buyer_behind_the_waiters_already_there() {
-    assert_a_release_queues_the_next_local_buyer_behind_the_waiters_already_there(zookeeper().await, zookeeper().await)
-        .await;
-}
-
 /// A buyer may give up between the release that queued it and its turn: its place,
 /// dropped, must not hold the queue until the session ends.
 async fn assert_a_place_nobody_claims_leaves_the_queue<L: DistributedLock + 'static>(one: Arc<L>, two: Arc<L>) {
@@ -235,11 +229,6 @@ async fn assert_a_place_nobody_claims_leaves_the_queue<L: DistributedLock + 'sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_place_nobody_claims_leaves_the_queue() {
     assert_a_place_nobody_claims_leaves_the_queue(etcd().await, etcd().await).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zookeeper_place_nobody_claims_leaves_the_queue() {
-    assert_a_place_nobody_claims_leaves_the_queue(zookeeper().await, zookeeper().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,14 +38,6 @@
 //!    back, until its deadline.
 //! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It
 //!    grows with every write to the ensemble, so with every grant.
-//! 7. **Release and queue again, in one write.** When a buyer of this instance waits
-//!    for the lock (the local queue asks, [`crate::local_queue`]), the release is one
-//!    `multi`: delete our node and create the next buyer's, ephemeral sequential, at
-//!    the back. The delete wakes the waiter behind us, as a release does; the new node
-//!    is the newest, so it waits behind every node already there, as an acquire's does
-//!    ([`crate::lock::HandOver::Queued`]). Under load nearly every release has a local
-//!    buyer behind it, so the ensemble commits one write per grant instead of two (the
-//!    delete, and the next acquire's create). A place nobody claims is deleted.
 //!
 //! ## Limitations
 //! - **Session timeout.** The server bounds it between 2 and 20 ticks (with the 2 s tick
@@ -70,16 +62,13 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use zookeeper_client::{Acls, Client, CreateMode, EventType, MultiWriteError, MultiWriteResult};
+use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{
-    AwaitTurn, DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockError, LockGuard, Owner, QueuedPlace,
-    Release,
-};
+use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "zookeeper";
 
@@ -106,10 +95,6 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 const PROBED_PATH: &str = "/";
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a release that queues the next owner (step 7) waits for its answer before
-/// it deletes both nodes instead. Until the answer comes, the next owner's node is in
-/// the queue but nobody here knows it: once it is first, every instance waits for it.
-const HAND_OVER_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// How a [`ZooKeeperLock`] connects.
 #[derive(Clone, Debug)]
@@ -142,16 +127,9 @@ pub struct ZooKeeperLock {
     session: tokio::sync::Mutex<Arc<Session>>,
     /// Parent nodes already created.
     parents: StdMutex<HashSet<String>>,
-    queues: Arc<Queues>,
-    shut_down: ShutDownSwitch,
-}
-
-/// What the lock shares with its grants, which queue the next owner as they release
-/// (step 7): the nodes held, and the waiters' counts.
-#[derive(Default)]
-struct Queues {
     /// Nodes of grants still held, so `shutdown` can delete them.
-    held: StdMutex<HashSet<String>>,
+    held: Arc<StdMutex<HashSet<String>>>,
+    shut_down: ShutDownSwitch,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: AtomicU64,
     /// How many times a waiter listed the queue to find the node before its own.
@@ -195,8 +173,10 @@ impl ZooKeeperLock {
             options,
             session: tokio::sync::Mutex::new(Arc::new(session)),
             parents: StdMutex::default(),
-            queues: Arc::default(),
+            held: Arc::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
+            wakeups: AtomicU64::new(0),
+            looks: AtomicU64::new(0),
         })
     }
 
@@ -207,12 +187,12 @@ impl ZooKeeperLock {
 
     /// How many times a waiter of this handle was woken by a predecessor's release.
     pub fn wakeups(&self) -> u64 {
-        self.queues.wakeups.load(Ordering::SeqCst)
+        self.wakeups.load(Ordering::SeqCst)
     }
 
     /// How many times a waiter of this handle read the queue (step 3's look).
     pub fn looks(&self) -> u64 {
-        self.queues.looks.load(Ordering::SeqCst)
+        self.looks.load(Ordering::SeqCst)
     }
 
     /// The current session, or a new one if the last one ended, or its lease ran out, or
@@ -270,9 +250,7 @@ impl ZooKeeperLock {
             }
         }
     }
-}
 
-impl Queues {
     /// Steps 2 and 3, until we hold the lock: look, and if a node is before ours, wait
     /// for it to go.
     async fn wait_for_turn(&self, session: &Session, key: &str, parent: &str, own: &str) -> Result<(), LockError> {
@@ -319,14 +297,13 @@ impl Queues {
         }
     }
 
-    fn grant(self: &Arc<Self>, key: &str, session: &Arc<Session>, path: String, czxid: i64) -> LockGuard {
+    fn grant(&self, key: &str, session: &Arc<Session>, path: String, czxid: i64) -> LockGuard {
         unpoisoned(&self.held).insert(path.clone());
         let grant = ZooKeeperGrant {
             client: session.client.clone(),
-            key: key.to_owned(),
             path: Some(path),
             session: Arc::downgrade(session),
-            queues: self.clone(),
+            held: self.held.clone(),
         };
         LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, czxid as u64))
@@ -438,18 +415,16 @@ fn sequence_of(name: &str) -> i64 {
 /// One grant: the own node, deleted on release.
 struct ZooKeeperGrant {
     client: Client,
-    /// The lock's name.
-    key: String,
     path: Option<String>,
     session: Weak<Session>,
-    queues: Arc<Queues>,
+    held: Arc<StdMutex<HashSet<String>>>,
 }
 
 #[async_trait]
 impl Release for ZooKeeperGrant {
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
         let Some(path) = self.path.take() else { return Ok(()) };
-        unpoisoned(&self.queues.held).remove(&path);
+        unpoisoned(&self.held).remove(&path);
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
         match delete_own_node(&self.client, &path).await {
             Ok(()) if session_held => Ok(()),
@@ -458,126 +433,6 @@ impl Release for ZooKeeperGrant {
             }
             Err(error) => Err(backend_error(error)),
         }
-    }
-
-    /// Step 7: deletes our node and creates the next owner's at the back, in one multi.
-    async fn hand_over(mut self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
-        let Some(session) = self.session.upgrade().filter(|session| session.lease.is_held()) else {
-            return self.release().await.map(|()| HandOver::Released);
-        };
-        let Some(path) = self.path.take() else {
-            return Ok(HandOver::Released);
-        };
-        unpoisoned(&self.queues.held).remove(&path);
-        let (parent, protected) = (parent_of(&self.key), protected_name());
-        let client = session.client.clone();
-        let ephemeral = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-        let mut multi = client.new_multi_writer();
-        multi.add_delete(&path, None).map_err(backend_error)?;
-        multi
-            .add_create(&format!("{parent}/{protected}"), next.as_str().as_bytes(), &ephemeral)
-            .map_err(backend_error)?;
-        let created = match tokio::time::timeout(HAND_OVER_TIMEOUT, multi.commit()).await {
-            Ok(Ok(results)) => results.into_iter().nth(1),
-            // Our node went with our session: nothing was deleted, nothing created.
-            Ok(Err(MultiWriteError::OperationFailed {
-                index: 0,
-                source: zookeeper_client::Error::NoNode,
-            })) => return Err(LockError::Lost { key: path }),
-            failed => {
-                // It may have happened: neither node may stay behind.
-                tokio::spawn({
-                    let client = client.clone();
-                    async move { delete_own_node(&client, &path).await }
-                });
-                delete_in_background(client, parent, protected, None);
-                return Err(match failed {
-                    Ok(Err(error)) => backend_error(error.into()),
-                    _ => LockError::backend(
-                        BACKEND,
-                        std::io::Error::other("ZooKeeper did not answer a release that queued the next buyer in time"),
-                    ),
-                });
-            }
-        };
-        let Some(MultiWriteResult::Create { path: created, stat }) = created else {
-            delete_in_background(client, parent, protected, None);
-            return Err(backend_error(zookeeper_client::Error::UnexpectedError(
-                "a multi answered without its create".into(),
-            )));
-        };
-        let name = created.rsplit('/').next().unwrap_or_default().to_owned();
-        // Old servers answer a create inside a multi without its stat (ZOOKEEPER-4026).
-        let czxid = match stat.is_invalid() {
-            false => stat.czxid,
-            true => match client.check_stat(&created).await {
-                Ok(Some(stat)) => stat.czxid,
-                Ok(None) => return Err(LockError::Lost { key: created }),
-                Err(error) => {
-                    delete_in_background(client, parent, protected, Some(name));
-                    return Err(backend_error(error));
-                }
-            },
-        };
-        let place = ZooKeeperPlace {
-            queues: self.queues.clone(),
-            key: self.key.clone(),
-            parent,
-            protected,
-            node: Some((name, czxid)),
-            session: Arc::downgrade(&session),
-        };
-        Ok(HandOver::Queued(QueuedPlace::new(&self.key, place)))
-    }
-}
-
-/// The place a release queued for the next owner (step 7): a node at the back of the
-/// queue, waiting as an acquire's does. Dropped before its grant, the node is deleted.
-struct ZooKeeperPlace {
-    queues: Arc<Queues>,
-    /// The lock's name.
-    key: String,
-    parent: String,
-    protected: String,
-    /// The node's name and czxid, until it is granted or given up.
-    node: Option<(String, i64)>,
-    session: Weak<Session>,
-}
-
-#[async_trait]
-impl AwaitTurn for ZooKeeperPlace {
-    async fn granted(mut self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError> {
-        let (name, czxid) = self.node.take().expect("a place is granted once");
-        let Some(session) = self.session.upgrade() else {
-            return Err(LockError::Lost { key: self.key.clone() }); // the node went with it
-        };
-        let started = Instant::now();
-        let waiting = self.queues.wait_for_turn(&session, &self.key, &self.parent, &name);
-        let error = match tokio::time::timeout_at(deadline.into(), waiting).await {
-            Ok(Ok(())) => {
-                let path = format!("{}/{name}", self.parent);
-                return Ok(self.queues.grant(&self.key, &session, path, czxid));
-            }
-            Ok(Err(error)) => error,
-            Err(_) => LockError::Timeout {
-                key: self.key.clone(),
-                waited: started.elapsed(),
-            },
-        };
-        let (parent, protected) = (self.parent.clone(), self.protected.clone());
-        delete_in_background(session.client.clone(), parent, protected, Some(name));
-        Err(error)
-    }
-}
-
-impl Drop for ZooKeeperPlace {
-    /// Never granted: the node leaves the queue, guaranteed, as a failed acquire's does.
-    fn drop(&mut self) {
-        let (Some((name, _)), Some(session)) = (self.node.take(), self.session.upgrade()) else {
-            return;
-        };
-        let (parent, protected) = (self.parent.clone(), self.protected.clone());
-        delete_in_background(session.client.clone(), parent, protected, Some(name));
     }
 }
 
@@ -601,7 +456,7 @@ impl Drop for ZooKeeperGrant {
     /// Dropped without release: delete the node in the background (see the module notes).
     fn drop(&mut self) {
         if let Some(path) = self.path.take() {
-            unpoisoned(&self.queues.held).remove(&path);
+            unpoisoned(&self.held).remove(&path);
             let client = self.client.clone();
             tokio::spawn(async move { delete_own_node(&client, &path).await });
         }
@@ -622,8 +477,8 @@ impl DistributedLock for ZooKeeperLock {
                 return Err(error);
             }
         };
-        match self.queues.look(client, &parent, &own).await {
-            Ok(None) => Ok(self.queues.grant(key, &session, format!("{parent}/{own}"), czxid)),
+        match self.look(client, &parent, &own).await {
+            Ok(None) => Ok(self.grant(key, &session, format!("{parent}/{own}"), czxid)),
             Ok(Some(_)) => {
                 delete_in_background(client.clone(), parent, protected, Some(own));
                 Err(LockError::Busy { key: key.to_owned() })
@@ -651,14 +506,12 @@ impl DistributedLock for ZooKeeperLock {
                 self.make_parent(client, &parent).await?;
                 let (name, czxid) = self.enqueue(client, key, &parent, &protected, owner).await?;
                 own = Some(name.clone());
-                self.queues.wait_for_turn(&session, key, &parent, &name).await?;
+                self.wait_for_turn(&session, key, &parent, &name).await?;
                 Ok::<_, LockError>((name, czxid))
             };
             let outcome = tokio::time::timeout_at(deadline.into(), attempt).await;
             let error = match outcome {
-                Ok(Ok((name, czxid))) => {
-                    return Ok(self.queues.grant(key, &session, format!("{parent}/{name}"), czxid))
-                }
+                Ok(Ok((name, czxid))) => return Ok(self.grant(key, &session, format!("{parent}/{name}"), czxid)),
                 Ok(Err(error)) => error,
                 Err(_) => LockError::Timeout {
                     key: key.to_owned(),
@@ -680,16 +533,11 @@ impl DistributedLock for ZooKeeperLock {
         }
     }
 
-    /// Step 7: a release queues the next local buyer.
-    fn hands_over(&self) -> bool {
-        true
-    }
-
     /// Deletes every node this handle still holds and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         let client = self.session.lock().await.client.clone();
-        let held: Vec<String> = unpoisoned(&self.queues.held).drain().collect();
+        let held: Vec<String> = unpoisoned(&self.held).drain().collect();
         for path in held {
             match client.delete(&path, None).await {
                 Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
