@@ -386,7 +386,8 @@ impl Sale {
             Some(guard) => guard,
             None => {
                 let owner = Owner::new(&self.seller.instance);
-                let left = deadline.saturating_duration_since(queued);
+                // From now: a step aside or a queued place may have used some of it.
+                let left = deadline.saturating_duration_since(Instant::now());
                 lock.acquire(&lock_key, &owner, left).await?
             }
         };

@@ -37,7 +37,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .await
         .with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
-    // A queue lock cannot hand over (its next grant is another instance's entry).
+    // Some locks cannot hand over: ZooKeeper's next grant is another instance's node.
     let hand_over = config.hand_over && guarding.hands_over();
     let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
     let sale = Sale {

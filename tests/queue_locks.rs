@@ -5,7 +5,9 @@
 //! waiter in the middle of the queue gives up,
 //! grant in the order of requests, never let a waiter whose session died
 //! believe it holds the lock, leave no key or node of a failed acquire in the queue,
-//! and stop trusting a lease the server may no longer keep. Against the etcd and
+//! and stop trusting a lease the server may no longer keep. And etcd's release that
+//! queues the next local buyer (step 7 of src/lock/etcd.rs): behind the waiters already
+//! there, and gone from the queue if nobody claims it. Against the etcd and
 //! ZooKeeper that `make test` starts; a proxy in front of them loses or holds answers.
 
 mod common;
@@ -229,6 +231,43 @@ async fn assert_a_place_nobody_claims_leaves_the_queue<L: DistributedLock + 'sta
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_place_nobody_claims_leaves_the_queue() {
     assert_a_place_nobody_claims_leaves_the_queue(etcd().await, etcd().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_place_whose_wait_is_cut_short_leaves_the_queue() {
+    // A sale that stops (the instance shuts down) drops its wait for a queued place
+    // midway; the place's key must go with it, not wait for the session to end.
+    let (one, two, three) = (etcd().await, etcd().await, etcd().await);
+    let key = common::unique_key("place-cut-short");
+    let held = one
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let other = {
+        let (two, key) = (two.clone(), key.clone());
+        tokio::spawn(async move {
+            let guard = two
+                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            guard.release().await.unwrap();
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await; // the other instance queues
+    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+        panic!("the release did not queue the next owner");
+    };
+    let far = Instant::now() + Duration::from_secs(10);
+    let cut_short = tokio::time::timeout(Duration::from_millis(100), place.granted(far)).await;
+    assert!(
+        cut_short.is_err(),
+        "the place was granted while the other instance held the lock"
+    );
+    other.await.unwrap();
+    let granted = three.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
+    assert!(granted.is_ok(), "the place cut short still held the queue: {granted:?}");
+    granted.unwrap().release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

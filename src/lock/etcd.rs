@@ -105,7 +105,7 @@ use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{
-    AwaitTurn, DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, QueuedPlace, Release,
+    AwaitGrant, DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, QueuedPlace, Release,
 };
 
 const BACKEND: &str = "etcd";
@@ -334,7 +334,10 @@ impl DistributedLock for EtcdLock {
         loop {
             let session = self.current_session(dead_session.as_ref(), deadline).await?;
             // Listen before queueing: every delete after the enqueue's revision is heard.
-            let news = self.queues.news_of(&prefix_of(key)).await;
+            let news = tokio::time::timeout_at(deadline.into(), self.queues.news_of(&prefix_of(key)))
+                .await
+                .ok()
+                .flatten();
             let queued = match self.enqueue(&session, key, owner, deadline).await {
                 Ok(Enqueued::Queued(queued)) => queued,
                 Ok(Enqueued::LeaseGone) => {
@@ -709,7 +712,7 @@ impl Queues {
             Some(kept) => kept,
             None => {
                 self.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
-                let opened = KeptWatch::open(self.watch_client.clone(), prefix, self.requests_while_waiting.clone());
+                let opened = KeptWatch::open(self.watch_client.clone(), prefix);
                 match opened.await {
                     Ok(kept) => {
                         let kept = Arc::new(kept);
@@ -724,6 +727,11 @@ impl Queues {
             }
         };
         kept.listen()
+    }
+
+    /// A receiver of the kept watch under `prefix` if it is open now; never opens one.
+    fn listen(&self, prefix: &str) -> Option<broadcast::Receiver<Deletes>> {
+        unpoisoned(&self.kept_watches).get(prefix)?.listen()
     }
 
     /// The grant of the key `queued` holds, first in the queue of lock `key`.
@@ -806,17 +814,11 @@ type Deletes = Arc<Vec<(Vec<u8>, i64)>>;
 
 impl KeptWatch {
     /// Opens the watch of the deletes under `prefix`, and passes them on from then on.
-    async fn open(mut client: Client, prefix: &str, requests: Arc<AtomicU64>) -> Result<KeptWatch, WatchFailure> {
+    async fn open(mut client: Client, prefix: &str) -> Result<KeptWatch, WatchFailure> {
         let stream = watch_deletes(&mut client, prefix).await?;
         let (sender, _) = broadcast::channel(KEPT_WATCH_BACKLOG);
         let news = Arc::new(StdMutex::new(Some(sender.clone())));
-        let passing_on = tokio::spawn(pass_on(
-            client,
-            prefix.to_owned(),
-            (stream, sender),
-            news.clone(),
-            requests,
-        ));
+        let passing_on = tokio::spawn(pass_on(client, prefix.to_owned(), (stream, sender), news.clone()));
         Ok(KeptWatch { news, passing_on })
     }
 
@@ -840,13 +842,15 @@ async fn pass_on(
     prefix: String,
     (mut stream, mut sender): (WatchStream, broadcast::Sender<Deletes>),
     news: Arc<StdMutex<Option<broadcast::Sender<Deletes>>>>,
-    requests: Arc<AtomicU64>,
 ) {
     let mut pauses = RetryPauses::default();
     loop {
         let broke = loop {
             match stream.message().await {
                 Ok(Some(message)) if !message.canceled() => {
+                    // A watch that delivers is a success: a watch that breaks as soon as
+                    // it opens is opened again after the pauses, not in a spin.
+                    pauses.reset();
                     let deletes: Vec<(Vec<u8>, i64)> = message
                         .events()
                         .iter()
@@ -866,7 +870,6 @@ async fn pass_on(
         tracing::debug!(prefix, error = %broke, "the kept etcd watch broke; opening it again");
         stream = loop {
             pauses.after_a_failure().await;
-            requests.fetch_add(1, Ordering::SeqCst);
             match watch_deletes(&mut client, &prefix).await {
                 Ok(stream) => break stream,
                 Err(error) => {
@@ -874,7 +877,6 @@ async fn pass_on(
                 }
             }
         };
-        pauses.reset();
         sender = broadcast::channel(KEPT_WATCH_BACKLOG).0;
         *unpoisoned(&news) = Some(sender.clone());
     }
@@ -994,15 +996,15 @@ impl Release for EtcdGrant {
             return Ok(HandOver::Released);
         };
         let (prefix, next_key) = (prefix_of(&self.key), other_key_of(&own_key));
-        // Listen before queueing, as an acquire does.
-        let news = self.queues.news_of(&prefix).await;
+        // Listen before queueing, as an acquire does, but open no watch: the lock is
+        // still held. Without a kept watch the place looks at the queue instead.
+        let news = self.queues.listen(&prefix);
         let put = PutOptions::new().with_lease(session.lease_id);
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                own_key.clone(),
-                CompareOp::Equal,
-                self.own_revision,
-            )])
+            .when([
+                Compare::create_revision(own_key.clone(), CompareOp::Equal, self.own_revision),
+                Compare::create_revision(next_key.clone(), CompareOp::Equal, 0),
+            ])
             .and_then([
                 TxnOp::delete(own_key.clone(), None),
                 TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
@@ -1013,13 +1015,8 @@ impl Release for EtcdGrant {
         let response = match answer {
             Ok(Ok(response)) => response,
             failed => {
-                // It may have happened: neither key may stay behind, both at once.
-                tokio::spawn(async move {
-                    let _turn = turn;
-                    let ours = delete_in_background(client.clone(), own_key, weak.clone(), None);
-                    let theirs = delete_in_background(client, next_key, weak, None);
-                    let _ = tokio::join!(ours, theirs);
-                });
+                // It may have happened, or may yet: neither key may stay behind.
+                delete_both_in_background(client, [own_key, next_key], weak, turn);
                 return Err(match failed {
                     Ok(Err(error)) => backend_error(error),
                     _ => LockError::backend(
@@ -1030,8 +1027,11 @@ impl Release for EtcdGrant {
             }
         };
         if !response.succeeded() {
-            // Our key went with our lease: nothing was deleted, nothing queued.
-            return Err(LockError::Lost { key: own_key });
+            // Our key went with our lease (or the other key was left over): nothing was
+            // deleted, nothing queued. Neither key may stay behind.
+            let key = own_key.clone();
+            delete_both_in_background(client, [own_key, next_key], weak, turn);
+            return Err(LockError::Lost { key });
         }
         let revision = response.header().map_or(0, |header| header.revision());
         let ahead = match response.op_responses().get(2) {
@@ -1073,17 +1073,19 @@ struct EtcdPlace {
 }
 
 #[async_trait]
-impl AwaitTurn for EtcdPlace {
+impl AwaitGrant for EtcdPlace {
     async fn granted(mut self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError> {
-        let (queued, turn) = self.waiting.take().expect("a place is granted once");
         let Some(session) = self.session.upgrade() else {
             return Err(LockError::Lost { key: self.key.clone() });
         };
         let (news, started) = (self.news.take(), Instant::now());
+        // The key stays in `self` while it waits: a wait cut short drops the place, and
+        // its `Drop` deletes the key.
+        let (queued, _) = self.waiting.as_ref().expect("a place is granted once");
         let waited = match queued.holds() {
             true => Ok(Ok(Wait::First { woken: false })),
             false => {
-                tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(&queued, news, &session)).await
+                tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(queued, news, &session)).await
             }
         };
         match waited {
@@ -1091,24 +1093,16 @@ impl AwaitTurn for EtcdPlace {
                 if woken {
                     self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
+                let (queued, turn) = self.waiting.take().expect("a place is granted once");
                 Ok(self.queues.grant(&self.key, queued, &session, turn))
             }
-            waited => {
-                delete_in_background(
-                    self.queues.client.clone(),
-                    queued.own_key,
-                    self.session.clone(),
-                    Some(turn),
-                );
-                match waited {
-                    Ok(Err(error)) => Err(error),
-                    Err(_) => Err(LockError::Timeout {
-                        key: self.key.clone(),
-                        waited: started.elapsed(),
-                    }),
-                    Ok(Ok(_)) => Err(LockError::Lost { key: self.key.clone() }),
-                }
-            }
+            // The place is dropped on the way out, and its key deleted.
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(LockError::Timeout {
+                key: self.key.clone(),
+                waited: started.elapsed(),
+            }),
+            Ok(Ok(_)) => Err(LockError::Lost { key: self.key.clone() }),
         }
     }
 }
@@ -1164,6 +1158,26 @@ fn delete_in_background(
             }
         }
     })
+}
+
+/// Deletes both keys of a hand-over that failed or may still happen (step 7), in one
+/// transaction, sent again until it is done or the session's lease is lost. One
+/// transaction, not two deletes: a hand-over still in flight that commits between two
+/// deletes would leave the next owner's key behind. After this one commits, that
+/// hand-over finds our key gone and changes nothing.
+fn delete_both_in_background(client: Client, keys: [String; 2], session: Weak<Session>, turn: Turn) {
+    tokio::spawn(async move {
+        let _turn = turn;
+        let both = Txn::new().and_then(keys.clone().map(|key| TxnOp::delete(key, None)));
+        let mut pauses = RetryPauses::default();
+        while let Err(error) = client.clone().txn(both.clone()).await {
+            if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
+                return;
+            }
+            tracing::debug!(?keys, %error, "the delete of a failed hand-over's keys failed; sending it again");
+            pauses.after_a_failure().await;
+        }
+    });
 }
 
 /// Revokes a lease we count as lost, in the background, so that its keys leave the

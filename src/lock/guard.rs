@@ -23,24 +23,24 @@ pub enum HandOver {
 /// process ([`HandOver::Queued`]). Dropped before its grant, it leaves the queue.
 pub struct QueuedPlace {
     key: String,
-    turn: Box<dyn AwaitTurn>,
+    wait: Box<dyn AwaitGrant>,
     /// What a wrapper does to the grant when it comes (the reentrancy count's hold).
     then: Option<Box<dyn FnOnce(LockGuard) -> LockGuard + Send>>,
 }
 
-/// How a queue lock waits for a place's turn.
+/// How a queue lock waits until a place is first in its queue.
 #[async_trait]
-pub trait AwaitTurn: Send {
+pub trait AwaitGrant: Send {
     /// Waits until no entry is ahead of the place, or `deadline`: the grant. On any
     /// failure the place leaves the queue.
     async fn granted(self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError>;
 }
 
 impl QueuedPlace {
-    pub fn new(key: &str, turn: impl AwaitTurn + 'static) -> Self {
+    pub fn new(key: &str, wait: impl AwaitGrant + 'static) -> Self {
         QueuedPlace {
             key: key.to_owned(),
-            turn: Box::new(turn),
+            wait: Box::new(wait),
             then: None,
         }
     }
@@ -49,9 +49,10 @@ impl QueuedPlace {
         &self.key
     }
 
-    /// Waits for the place's turn until `deadline`: the grant, as an acquire's would be.
+    /// Waits until the place is first in its queue, or `deadline`: the grant, as an
+    /// acquire's would be.
     pub async fn granted(self, deadline: Instant) -> Result<LockGuard, LockError> {
-        let granted = self.turn.granted(deadline).await?;
+        let granted = self.wait.granted(deadline).await?;
         Ok(match self.then {
             Some(then) => then(granted),
             None => granted,

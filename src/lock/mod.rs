@@ -104,7 +104,7 @@ pub use critical_path::{Access, Backend, Step};
 pub use distributed_lock::{DistributedLock, LockStats};
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;
-pub use guard::{AwaitTurn, HandOver, LockGuard, NothingToRelease, QueuedPlace, Release};
+pub use guard::{AwaitGrant, HandOver, LockGuard, NothingToRelease, QueuedPlace, Release};
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
 pub use token::FencingToken;

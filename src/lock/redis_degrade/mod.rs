@@ -514,10 +514,10 @@ impl DistributedLock for DegradingLock {
         poll_until_granted(key, timeout, attempt, wait).await
     }
 
-    /// Through the lock of the mode the grant was made in: MySQL's always can, Redis's
-    /// unless it waits for replicas (step 5).
+    /// As its Redis lock does, in the mode it is meant to run in: not with a replica
+    /// wait. (In MySQL mode a release could always hand over.)
     fn hands_over(&self) -> bool {
-        true
+        self.redis.hands_over()
     }
 
     /// Gives back both locks' grants and this instance's mode lease.
