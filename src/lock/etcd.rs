@@ -575,15 +575,7 @@ impl EtcdLock {
             (false, Some(TxnOpResponse::Get(get))) => get.kvs().first().map_or(0, |kv| kv.create_revision()),
             _ => 0,
         };
-        let ahead = match responses.get(1) {
-            Some(TxnOpResponse::Get(get)) if own_revision != 0 => get
-                .kvs()
-                .iter()
-                .filter(|kv| kv.create_revision() < own_revision)
-                .map(|kv| kv.key().to_vec())
-                .collect(),
-            _ => HashSet::new(),
-        };
+        let ahead = keys_ahead(responses.get(1), own_revision);
         Ok(Enqueued::Queued(Queued {
             prefix,
             own_key,
@@ -765,6 +757,20 @@ fn other_key_of(own_key: &str) -> String {
     match own_key.strip_suffix(OTHER_KEY_SUFFIX) {
         Some(first) => first.to_owned(),
         None => format!("{own_key}{OTHER_KEY_SUFFIX}"),
+    }
+}
+
+/// The keys a transaction's listing of the queue shows ahead of ours: those created
+/// before `own_revision`. None for an unknown revision (0).
+fn keys_ahead(listing: Option<&TxnOpResponse>, own_revision: i64) -> HashSet<Vec<u8>> {
+    match listing {
+        Some(TxnOpResponse::Get(get)) if own_revision != 0 => get
+            .kvs()
+            .iter()
+            .filter(|kv| kv.create_revision() < own_revision)
+            .map(|kv| kv.key().to_vec())
+            .collect(),
+        _ => HashSet::new(),
     }
 }
 
@@ -1034,15 +1040,7 @@ impl Release for EtcdGrant {
             return Err(LockError::Lost { key });
         }
         let revision = response.header().map_or(0, |header| header.revision());
-        let ahead = match response.op_responses().get(2) {
-            Some(TxnOpResponse::Get(get)) => get
-                .kvs()
-                .iter()
-                .filter(|kv| kv.create_revision() < revision)
-                .map(|kv| kv.key().to_vec())
-                .collect(),
-            _ => HashSet::new(),
-        };
+        let ahead = keys_ahead(response.op_responses().get(2), revision);
         let queued = Queued {
             prefix,
             own_key: next_key,
