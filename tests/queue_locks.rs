@@ -6,7 +6,7 @@
 //! grant in the order of requests, never let a waiter whose session died
 //! believe it holds the lock, leave no key or node of a failed acquire in the queue,
 //! and stop trusting a lease the server may no longer keep. And etcd's release that
-//! queues the next local buyer (step 7 of src/lock/etcd.rs): behind the waiters already
+//! queues the next local buyer (step 7, in src/lock/etcd/hand_over.rs): behind the waiters already
 //! there, and gone from the queue if nobody claims it. Against the etcd and
 //! ZooKeeper that `make test` starts; a proxy in front of them loses or holds answers.
 

@@ -4,6 +4,9 @@
 //! *revision*, a number that only grows. Steps 1 to 3, 5 and 6 are the recipe of etcd's
 //! own Go `concurrency.Mutex`; step 4 waits without its read after every event.
 //!
+//! The steps are told here. Two have files of their own: step 4's kept watch
+//! (`kept_watch.rs`) and step 7, the release that queues the next buyer (`hand_over.rs`).
+//!
 //! ## How it works
 //! 1. **A session per instance.** At start the lock grants one lease and keeps it alive
 //!    ([`crate::lock::parts::keepalive`], every `ttl / 3`). Every key this instance creates is
@@ -30,8 +33,8 @@
 //!    open per lock (the [`KeptWatch`]), on the queue's deletes only, opened at the
 //!    lock's first `acquire` and kept for the instance's life. A waiter listens to it
 //!    from before its transaction, so every delete after the transaction's revision
-//!    reaches it, and crosses those keys off as they are deleted, in revision order. The event that
-//!    crosses off the last one is the grant, with no read after it: no key can join
+//!    reaches it, and crosses those keys off as they are deleted, in revision order.
+//!    The event that crosses off the last one is the grant, with no read after it: no key can join
 //!    ahead of ours, as revisions only grow. A waiter sends etcd nothing while it waits.
 //!    If its own key is deleted on the watch, its session was lost while it waited,
 //!    and it queues again. That is the check etcd added after Jepsen found that a
@@ -95,7 +98,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
-    TxnOpResponse, WatchFilterType, WatchOptions, WatchStream,
+    TxnOpResponse,
 };
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -104,9 +107,12 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{
-    AwaitGrant, DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, QueuedPlace, Release,
-};
+use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
+
+mod hand_over;
+mod kept_watch;
+
+use kept_watch::{wait_on_the_kept_watch, watch_deletes, Deletes, KeptWatch};
 
 const BACKEND: &str = "etcd";
 
@@ -136,15 +142,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const RETRY_BUDGET: Duration = Duration::from_secs(3);
 /// After a second transient failure in a row, how long to wait before trying again.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// How long a release that queues the next owner (step 7) waits for its answer before
-/// it deletes both keys instead. Until the answer comes, the next owner's key is in the
-/// queue but nobody here knows it: once it is first, every instance waits for it.
-/// Under `make bench`'s load the answer takes about a millisecond.
-const HAND_OVER_TIMEOUT: Duration = Duration::from_millis(100);
-/// How many watch messages a kept watch holds for a waiter that has not read them yet.
-/// One waiter per instance and lock reads them as they come; one that falls this far
-/// behind has missed some, and looks at the queue instead.
-const KEPT_WATCH_BACKLOG: usize = 1024;
 
 /// The pause before each try again after transient failures. The first try again goes
 /// at once: the client spreads requests over the members, so it most likely reaches one
@@ -805,128 +802,6 @@ enum Look {
     Ahead { revision: i64, keys: HashSet<Vec<u8>> },
 }
 
-/// Step 4's watch of one lock's queue, kept open for the instance's life: the deletes
-/// under the prefix, passed on to whichever waiter of this instance listens. A watch
-/// per wait would cost etcd a watch and a look on every hand-over.
-struct KeptWatch {
-    /// Where the deletes are passed on while the watch is open; `None` while it is
-    /// opened again after a break.
-    news: Arc<StdMutex<Option<broadcast::Sender<Deletes>>>>,
-    passing_on: JoinHandle<()>,
-}
-
-/// The deletes of one watch message: each key with the revision that deleted it.
-type Deletes = Arc<Vec<(Vec<u8>, i64)>>;
-
-impl KeptWatch {
-    /// Opens the watch of the deletes under `prefix`, and passes them on from then on.
-    async fn open(mut client: Client, prefix: &str) -> Result<KeptWatch, WatchFailure> {
-        let stream = watch_deletes(&mut client, prefix).await?;
-        let (sender, _) = broadcast::channel(KEPT_WATCH_BACKLOG);
-        let news = Arc::new(StdMutex::new(Some(sender.clone())));
-        let passing_on = tokio::spawn(pass_on(client, prefix.to_owned(), (stream, sender), news.clone()));
-        Ok(KeptWatch { news, passing_on })
-    }
-
-    /// A receiver of every delete from now on, or `None` while the watch is broken.
-    fn listen(&self) -> Option<broadcast::Receiver<Deletes>> {
-        unpoisoned(&self.news).as_ref().map(broadcast::Sender::subscribe)
-    }
-}
-
-impl Drop for KeptWatch {
-    fn drop(&mut self) {
-        self.passing_on.abort();
-    }
-}
-
-/// Passes each message of the kept watch on, for ever. When the stream breaks, its
-/// sender goes: every receiver of it hears that it is closed (its waiter looks at the
-/// queue instead, as it may have missed a delete), and the watch is opened again.
-async fn pass_on(
-    mut client: Client,
-    prefix: String,
-    (mut stream, mut sender): (WatchStream, broadcast::Sender<Deletes>),
-    news: Arc<StdMutex<Option<broadcast::Sender<Deletes>>>>,
-) {
-    let mut pauses = RetryPauses::default();
-    loop {
-        let broke = loop {
-            match stream.message().await {
-                Ok(Some(message)) if !message.canceled() => {
-                    // A watch that delivers is a success: a watch that breaks as soon as
-                    // it opens is opened again after the pauses, not in a spin.
-                    pauses.reset();
-                    let deletes: Vec<(Vec<u8>, i64)> = message
-                        .events()
-                        .iter()
-                        .filter_map(|event| event.kv())
-                        .map(|deleted| (deleted.key().to_vec(), deleted.mod_revision()))
-                        .collect();
-                    // No receiver: no waiter of this instance at the moment.
-                    let _ = sender.send(Arc::new(deletes));
-                }
-                Ok(Some(_)) => break watch_canceled().source,
-                Ok(None) => break watch_ended().source,
-                Err(error) => break error,
-            }
-        };
-        *unpoisoned(&news) = None;
-        drop(sender);
-        tracing::debug!(prefix, error = %broke, "the kept etcd watch broke; opening it again");
-        stream = loop {
-            pauses.after_a_failure().await;
-            match watch_deletes(&mut client, &prefix).await {
-                Ok(stream) => break stream,
-                Err(error) => {
-                    tracing::debug!(prefix, error = %error.source, "could not open the kept etcd watch again")
-                }
-            }
-        };
-        sender = broadcast::channel(KEPT_WATCH_BACKLOG).0;
-        *unpoisoned(&news) = Some(sender.clone());
-    }
-}
-
-/// A watch of the deletes under `prefix`, from the current revision, once etcd says it
-/// is set up. Only deletes: a key put after ours queues behind it.
-async fn watch_deletes(client: &mut Client, prefix: &str) -> Result<WatchStream, WatchFailure> {
-    let deletes_under_the_prefix = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
-    let mut stream = client.watch(prefix, Some(deletes_under_the_prefix)).await?;
-    loop {
-        match stream.message().await? {
-            Some(message) if message.canceled() => return Err(watch_canceled()),
-            Some(message) if message.created() => return Ok(stream),
-            Some(_) => continue,
-            None => return Err(watch_ended()),
-        }
-    }
-}
-
-/// Step 4 on the kept watch: crosses off the keys the enqueue saw ahead of ours as
-/// their deletes come. `None` when the kept watch broke or this waiter fell behind it:
-/// a delete may have been missed, so the caller looks instead.
-async fn wait_on_the_kept_watch(
-    queued: &Queued,
-    mut news: broadcast::Receiver<Deletes>,
-    session: &Session,
-) -> Option<Wait> {
-    let mut ahead = queued.ahead.clone();
-    let first = async {
-        loop {
-            let deletes = news.recv().await.ok()?;
-            let deletes = deletes.iter().map(|(key, revision)| (key.as_slice(), *revision));
-            if let Some(waited) = cross_off(&mut ahead, queued.own_key.as_bytes(), queued.revision, deletes) {
-                return Some(waited);
-            }
-        }
-    };
-    tokio::select! {
-        first = first => first,
-        () = session.lease.lost() => Some(Wait::SessionLost),
-    }
-}
-
 /// What one watch message of the queue's deletes means for a waiter. Each delete newer
 /// than the revision at which the keys `ahead` were listed (`looked_at`: the enqueue's,
 /// or a look's) crosses its key off them. Our own key among
@@ -994,128 +869,8 @@ impl Release for EtcdGrant {
     }
 
     /// Step 7: deletes our key and queues `next` at the back, in one transaction.
-    async fn hand_over(mut self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
-        let Some(session) = self.session.upgrade().filter(|session| session.lease.is_held()) else {
-            return self.release().await.map(|()| HandOver::Released);
-        };
-        let Some((own_key, turn)) = self.own_key.take() else {
-            return Ok(HandOver::Released);
-        };
-        let (prefix, next_key) = (prefix_of(&self.key), other_key_of(&own_key));
-        // Listen before queueing, as an acquire does, but open no watch: the lock is
-        // still held. Without a kept watch the place looks at the queue instead.
-        let news = self.queues.listen(&prefix);
-        let put = PutOptions::new().with_lease(session.lease_id);
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(own_key.clone(), CompareOp::Equal, self.own_revision),
-                Compare::create_revision(next_key.clone(), CompareOp::Equal, 0),
-            ])
-            .and_then([
-                TxnOp::delete(own_key.clone(), None),
-                TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
-                TxnOp::get(prefix.clone(), Some(GetOptions::new().with_prefix().with_keys_only())),
-            ]);
-        let (client, weak) = (self.queues.client.clone(), self.session.clone());
-        let answer = tokio::time::timeout(HAND_OVER_TIMEOUT, client.clone().txn(txn)).await;
-        let response = match answer {
-            Ok(Ok(response)) => response,
-            failed => {
-                // It may have happened, or may yet: neither key may stay behind.
-                delete_both_in_background(client, [own_key, next_key], weak, turn);
-                return Err(match failed {
-                    Ok(Err(error)) => backend_error(error),
-                    _ => LockError::backend(
-                        BACKEND,
-                        std::io::Error::other("etcd did not answer a release that queued the next buyer in time"),
-                    ),
-                });
-            }
-        };
-        if !response.succeeded() {
-            // Our key went with our lease (or the other key was left over): nothing was
-            // deleted, nothing queued. Neither key may stay behind.
-            let key = own_key.clone();
-            delete_both_in_background(client, [own_key, next_key], weak, turn);
-            return Err(LockError::Lost { key });
-        }
-        let revision = response.header().map_or(0, |header| header.revision());
-        let ahead = keys_ahead(response.op_responses().get(2), revision);
-        let queued = Queued {
-            prefix,
-            own_key: next_key,
-            own_revision: revision,
-            ahead,
-            revision,
-        };
-        let place = EtcdPlace {
-            queues: self.queues.clone(),
-            key: self.key.clone(),
-            waiting: Some((queued, turn)),
-            news,
-            session: Arc::downgrade(&session),
-        };
-        Ok(HandOver::Queued(QueuedPlace::new(&self.key, place)))
-    }
-}
-
-/// The place a release queued for the next owner (step 7): a key at the back of the
-/// queue, waiting as an acquire's does. Dropped before its grant, the key is deleted.
-struct EtcdPlace {
-    queues: Arc<Queues>,
-    /// The lock's name.
-    key: String,
-    waiting: Option<(Queued, Turn)>,
-    news: Option<broadcast::Receiver<Deletes>>,
-    session: Weak<Session>,
-}
-
-#[async_trait]
-impl AwaitGrant for EtcdPlace {
-    async fn granted(mut self: Box<Self>, deadline: Instant) -> Result<LockGuard, LockError> {
-        let Some(session) = self.session.upgrade() else {
-            return Err(LockError::Lost { key: self.key.clone() });
-        };
-        let (news, started) = (self.news.take(), Instant::now());
-        // The key stays in `self` while it waits: a wait cut short drops the place, and
-        // its `Drop` deletes the key.
-        let (queued, _) = self.waiting.as_ref().expect("a place is granted once");
-        let waited = match queued.holds() {
-            true => Ok(Ok(Wait::First { woken: false })),
-            false => {
-                tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(queued, news, &session)).await
-            }
-        };
-        match waited {
-            Ok(Ok(Wait::First { woken })) if session.lease.is_held() => {
-                if woken {
-                    self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
-                }
-                let (queued, turn) = self.waiting.take().expect("a place is granted once");
-                Ok(self.queues.grant(&self.key, queued, &session, turn))
-            }
-            // The place is dropped on the way out, and its key deleted.
-            Ok(Err(error)) => Err(error),
-            Err(_) => Err(LockError::Timeout {
-                key: self.key.clone(),
-                waited: started.elapsed(),
-            }),
-            Ok(Ok(_)) => Err(LockError::Lost { key: self.key.clone() }),
-        }
-    }
-}
-
-impl Drop for EtcdPlace {
-    /// Never granted: the key leaves the queue, guaranteed, as a failed acquire's does.
-    fn drop(&mut self) {
-        if let Some((queued, turn)) = self.waiting.take() {
-            delete_in_background(
-                self.queues.client.clone(),
-                queued.own_key,
-                self.session.clone(),
-                Some(turn),
-            );
-        }
+    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
+        hand_over::queue_the_next_owner(self, next).await
     }
 }
 
@@ -1156,26 +911,6 @@ fn delete_in_background(
             }
         }
     })
-}
-
-/// Deletes both keys of a hand-over that failed or may still happen (step 7), in one
-/// transaction, sent again until it is done or the session's lease is lost. One
-/// transaction, not two deletes: a hand-over still in flight that commits between two
-/// deletes would leave the next owner's key behind. After this one commits, that
-/// hand-over finds our key gone and changes nothing.
-fn delete_both_in_background(client: Client, keys: [String; 2], session: Weak<Session>, turn: Turn) {
-    tokio::spawn(async move {
-        let _turn = turn;
-        let both = Txn::new().and_then(keys.clone().map(|key| TxnOp::delete(key, None)));
-        let mut pauses = RetryPauses::default();
-        while let Err(error) = client.clone().txn(both.clone()).await {
-            if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
-                return;
-            }
-            tracing::debug!(?keys, %error, "the delete of a failed hand-over's keys failed; sending it again");
-            pauses.after_a_failure().await;
-        }
-    });
 }
 
 /// Revokes a lease we count as lost, in the background, so that its keys leave the
