@@ -115,8 +115,8 @@ impl LocalQueue {
         }
     }
 
-    /// Whether its releases may hand the lock over (`--hand-over`); whether the lock can
-    /// is the lock's to say, at each release.
+    /// Whether its releases may hand the lock over: `--hand-over`, and the lock can
+    /// (`DistributedLock::hands_over`, asked once when the sale is built).
     pub fn hands_over(&self) -> bool {
         self.hand_over
     }

@@ -6,13 +6,13 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::sync::broadcast;
 
 use super::kept_watch::Deletes;
 use super::{
-    backend_error, delete_in_background, keys_ahead, other_key_of, prefix_of, EtcdGrant, Queued, Queues, RetryPauses,
-    Session, Turn, Wait, BACKEND,
+    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, EtcdGrant, Queued,
+    Queues, RetryPauses, Session, Turn, Wait, BACKEND,
 };
 use crate::lock::{AwaitGrant, HandOver, LockError, LockGuard, Owner, QueuedPlace, Release};
 
@@ -43,7 +43,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
         .and_then([
             TxnOp::delete(own_key.clone(), None),
             TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
-            TxnOp::get(prefix.clone(), Some(GetOptions::new().with_prefix().with_keys_only())),
+            list_the_queue(&prefix),
         ]);
     let (client, weak) = (grant.queues.client.clone(), grant.session.clone());
     let answer = tokio::time::timeout(HAND_OVER_TIMEOUT, client.clone().txn(txn)).await;

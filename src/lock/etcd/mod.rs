@@ -542,19 +542,14 @@ impl EtcdLock {
     ) -> Result<Enqueued, LockError> {
         let prefix = prefix_of(key);
         let own_key = own_key_of(key, session);
-        // Names and revisions only: a queue of one key per instance is short.
-        let the_queue = || GetOptions::new().with_prefix().with_keys_only();
         let put = PutOptions::new().with_lease(session.lease_id);
         let txn = Txn::new()
             .when([Compare::create_revision(own_key.clone(), CompareOp::Equal, 0)])
             .and_then([
                 TxnOp::put(own_key.clone(), owner.as_str(), Some(put)),
-                TxnOp::get(prefix.clone(), Some(the_queue())),
+                list_the_queue(&prefix),
             ])
-            .or_else([
-                TxnOp::get(own_key.clone(), None),
-                TxnOp::get(prefix.clone(), Some(the_queue())),
-            ]);
+            .or_else([TxnOp::get(own_key.clone(), None), list_the_queue(&prefix)]);
         let response = match retry_transient(deadline, || {
             let (mut client, txn) = (self.queues.client.clone(), txn.clone());
             async move { client.txn(txn).await }
@@ -755,6 +750,12 @@ fn other_key_of(own_key: &str) -> String {
         Some(first) => first.to_owned(),
         None => format!("{own_key}{OTHER_KEY_SUFFIX}"),
     }
+}
+
+/// A transaction's read of the queue under `prefix`, for [`keys_ahead`]: names and
+/// revisions only, since a queue of one key per instance is short.
+fn list_the_queue(prefix: &str) -> TxnOp {
+    TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_keys_only()))
 }
 
 /// The keys a transaction's listing of the queue shows ahead of ours: those created
