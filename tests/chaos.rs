@@ -360,24 +360,6 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     assert!(outcome.other_errors.is_empty(), "{outcome:?}");
 }
 
-/// The member of `members` that leads now.
-async fn etcd_leader(members: &[common::PrivateServer]) -> usize {
-    for (index, member) in members.iter().enumerate() {
-        let endpoint = format!("http://127.0.0.1:{}", member.port);
-        let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else {
-            continue;
-        };
-        let Ok(status) = client.status().await else { continue };
-        if status
-            .header()
-            .is_some_and(|header| header.member_id() == status.leader())
-        {
-            return index;
-        }
-    }
-    panic!("no etcd member says it leads");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_three_dies() {
     let mut members = common::PrivateServer::etcd_cluster(3);
@@ -435,7 +417,7 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
         .collect();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let leader = etcd_leader(&members).await;
+    let leader = common::etcd_leader(&members).await;
     let killed_at = Instant::now();
     members[leader].stop(); // SIGKILL
     tokio::time::sleep(Duration::from_secs(6)).await;

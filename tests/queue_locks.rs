@@ -1,6 +1,7 @@
 //! What only the queue-based locks (etcd, ZooKeeper) must do: wake exactly the next
 //! waiter (an etcd waiter with no request after the release's event, and none while it
-//! waits on its instance's kept watch), grant the only
+//! waits on its instance's kept watch, yet granted by a release made while that watch
+//! was down), grant the only
 //! ZooKeeper waiter on the release's event without another look, grant no one when a
 //! waiter in the middle of the queue gives up,
 //! grant in the order of requests, never let a waiter whose session died
@@ -316,6 +317,36 @@ async fn an_etcd_waiter_whose_kept_watch_broke_is_still_granted_by_the_release()
     assert!(
         waiter.requests_while_waiting() > asked_on_the_kept_watch,
         "the waiter asked etcd nothing after its kept watch broke"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_is_granted_by_a_release_made_while_its_member_was_down() {
+    // The waiter talks to one member of three; the holder to the other two. The holder
+    // releases while the waiter's member is dead, so the delete is committed in the gap:
+    // the kept watch broke before it, and any watch opened again starts after it. Only
+    // a look at the queue can find that the waiter is first.
+    let mut members = common::PrivateServer::etcd_cluster(3);
+    let endpoint = |member: &common::PrivateServer| format!("http://127.0.0.1:{}", member.port);
+    // A follower: its death calls no election, so the holder's release commits at once.
+    let waiters_member = (common::etcd_leader(&members).await + 1) % members.len();
+    let connect_via = |endpoints: Vec<String>| EtcdLock::connect(common::etcd_options_via(endpoints, 10_000));
+    let others = members.iter().enumerate().filter(|(index, _)| *index != waiters_member);
+    let holder = connect_via(others.map(|(_, member)| endpoint(member)).collect())
+        .await
+        .unwrap();
+    let waiter = Arc::new(connect_via(vec![endpoint(&members[waiters_member])]).await.unwrap());
+    let key = common::unique_key("released-in-the-gap");
+    let (held, waiting) = queue_behind_a_holder(&holder, &waiter, &key, Duration::from_secs(20)).await;
+
+    members[waiters_member].stop(); // SIGKILL: the waiter's kept watch breaks
+    held.release().await.expect("two members of three commit the release");
+    members[waiters_member].restart();
+
+    let granted = tokio::time::timeout(Duration::from_secs(15), waiting).await;
+    assert!(
+        matches!(granted, Ok(Ok(Ok(_)))),
+        "the waiter was not granted by a release made while its member was down: {granted:?}"
     );
 }
 

@@ -244,3 +244,26 @@ impl Drop for PrivateServer {
         self.stop();
     }
 }
+
+/// The member of `members` that leads, once one does (a cluster just started elects
+/// one within a few seconds).
+pub async fn etcd_leader(members: &[PrivateServer]) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        for (index, member) in members.iter().enumerate() {
+            let endpoint = format!("http://127.0.0.1:{}", member.port);
+            let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else {
+                continue;
+            };
+            let Ok(status) = client.status().await else { continue };
+            if status
+                .header()
+                .is_some_and(|header| header.member_id() == status.leader())
+            {
+                return index;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no etcd member says it leads after 15 s");
+}

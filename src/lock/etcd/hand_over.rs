@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 
 use super::kept_watch::Deletes;
 use super::{
-    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, EtcdGrant, Queued,
-    Queues, RetryPauses, Session, Turn, Wait, BACKEND,
+    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, Connection, EtcdGrant,
+    Queued, RetryPauses, Session, Turn, Wait, BACKEND,
 };
 use crate::lock::{AwaitGrant, HandOver, LockError, LockGuard, Owner, QueuedPlace, Release};
 
@@ -33,7 +33,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
     let (prefix, next_key) = (prefix_of(&grant.key), other_key_of(&own_key));
     // Listen before queueing, as an acquire does, but open no watch: the lock is
     // still held. Without a kept watch the place looks at the queue instead.
-    let news = grant.queues.listen(&prefix);
+    let news = grant.connection.listen(&prefix);
     let put = PutOptions::new().with_lease(session.lease_id);
     let txn = Txn::new()
         .when([
@@ -45,7 +45,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
             TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
             list_the_queue(&prefix),
         ]);
-    let (client, weak) = (grant.queues.client.clone(), grant.session.clone());
+    let (client, weak) = (grant.connection.client.clone(), grant.session.clone());
     let answer = tokio::time::timeout(HAND_OVER_TIMEOUT, client.clone().txn(txn)).await;
     let response = match answer {
         Ok(Ok(response)) => response,
@@ -78,7 +78,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
         revision,
     };
     let place = EtcdPlace {
-        queues: grant.queues.clone(),
+        connection: grant.connection.clone(),
         key: grant.key.clone(),
         waiting: Some((queued, turn)),
         news,
@@ -90,7 +90,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
 /// The place a release queued for the next owner (step 7): a key at the back of the
 /// queue, waiting as an acquire's does. Dropped before its grant, the key is deleted.
 struct EtcdPlace {
-    queues: Arc<Queues>,
+    connection: Arc<Connection>,
     /// The lock's name.
     key: String,
     waiting: Option<(Queued, Turn)>,
@@ -111,16 +111,20 @@ impl AwaitGrant for EtcdPlace {
         let waited = match queued.holds() {
             true => Ok(Ok(Wait::First { woken: false })),
             false => {
-                tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(queued, news, &session)).await
+                tokio::time::timeout_at(
+                    deadline.into(),
+                    self.connection.wait_until_first(queued, news, &session),
+                )
+                .await
             }
         };
         match waited {
             Ok(Ok(Wait::First { woken })) if session.lease.is_held() => {
                 if woken {
-                    self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
+                    self.connection.wakeups.fetch_add(1, Ordering::SeqCst);
                 }
                 let (queued, turn) = self.waiting.take().expect("a place is granted once");
-                Ok(self.queues.grant(&self.key, queued, &session, turn))
+                Ok(self.connection.grant(&self.key, queued, &session, turn))
             }
             // The place is dropped on the way out, and its key deleted.
             Ok(Err(error)) => Err(error),
@@ -138,7 +142,7 @@ impl Drop for EtcdPlace {
     fn drop(&mut self) {
         if let Some((queued, turn)) = self.waiting.take() {
             delete_in_background(
-                self.queues.client.clone(),
+                self.connection.client.clone(),
                 queued.own_key,
                 self.session.clone(),
                 Some(turn),

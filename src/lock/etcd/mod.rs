@@ -177,7 +177,7 @@ pub struct EtcdLockOptions {
 
 /// A lock whose queue is a set of etcd keys, ordered by revision.
 pub struct EtcdLock {
-    queues: Arc<Queues>,
+    connection: Arc<Connection>,
     ttl_seconds: i64,
     session: tokio::sync::Mutex<Arc<Session>>,
     /// One mutex per lock: this instance's acquires of it take turns (step 2).
@@ -185,9 +185,10 @@ pub struct EtcdLock {
     shut_down: ShutDownSwitch,
 }
 
-/// What the lock shares with its grants, which queue the next owner as they release
-/// (step 7): the clients, the kept watches, and the waiters' counts.
-struct Queues {
+/// This instance's connection to etcd: its two clients, its kept watches and its
+/// waiters' counts. The lock shares it with its grants, which queue the next owner as
+/// they release (step 7).
+struct Connection {
     client: Client,
     /// The kept watches' own client: it asks etcd to end a watch whose member has no
     /// leader (`hasleader`, as etcd's Go client does for its sessions), so a member cut
@@ -217,7 +218,7 @@ struct Session {
 
 /// One grant: the own key, deleted on release, and the turn that goes with it.
 struct EtcdGrant {
-    queues: Arc<Queues>,
+    connection: Arc<Connection>,
     /// The lock's name.
     key: String,
     own_key: Option<(String, Turn)>,
@@ -249,7 +250,7 @@ impl EtcdLock {
         }
         let session = Session::start(&client, ttl_seconds, Instant::now() + RETRY_BUDGET).await?;
         Ok(EtcdLock {
-            queues: Arc::new(Queues {
+            connection: Arc::new(Connection {
                 client,
                 watch_client,
                 kept_watches: StdMutex::default(),
@@ -270,12 +271,12 @@ impl EtcdLock {
 
     /// How many times a waiter of this handle was granted by a holder's release (its event).
     pub fn wakeups(&self) -> u64 {
-        self.queues.wakeups.load(Ordering::SeqCst)
+        self.connection.wakeups.load(Ordering::SeqCst)
     }
 
     /// How many requests the waiters of this handle sent while they waited.
     pub fn requests_while_waiting(&self) -> u64 {
-        self.queues.requests_while_waiting.load(Ordering::SeqCst)
+        self.connection.requests_while_waiting.load(Ordering::SeqCst)
     }
 }
 
@@ -331,7 +332,7 @@ impl DistributedLock for EtcdLock {
         loop {
             let session = self.current_session(dead_session.as_ref(), deadline).await?;
             // Listen before queueing: every delete after the enqueue's revision is heard.
-            let news = tokio::time::timeout_at(deadline.into(), self.queues.news_of(&prefix_of(key)))
+            let news = tokio::time::timeout_at(deadline.into(), self.connection.news_of(&prefix_of(key)))
                 .await
                 .ok()
                 .flatten();
@@ -350,24 +351,26 @@ impl DistributedLock for EtcdLock {
             if queued.holds() {
                 return Ok(self.grant(key, queued, &session, turn));
             }
-            let waited =
-                match tokio::time::timeout_at(deadline.into(), self.queues.wait_until_first(&queued, news, &session))
-                    .await
-                {
-                    Ok(Ok(waited)) => waited,
-                    Ok(Err(error)) => {
-                        self.delete_in_background(queued.own_key, &session, turn);
-                        return Err(error);
-                    }
-                    Err(_) => {
-                        self.delete_in_background(queued.own_key, &session, turn);
-                        return Err(timed_out());
-                    }
-                };
+            let waited = match tokio::time::timeout_at(
+                deadline.into(),
+                self.connection.wait_until_first(&queued, news, &session),
+            )
+            .await
+            {
+                Ok(Ok(waited)) => waited,
+                Ok(Err(error)) => {
+                    self.delete_in_background(queued.own_key, &session, turn);
+                    return Err(error);
+                }
+                Err(_) => {
+                    self.delete_in_background(queued.own_key, &session, turn);
+                    return Err(timed_out());
+                }
+            };
             if let Wait::First { woken } = waited {
                 if session.lease.is_held() {
                     if woken {
-                        self.queues.wakeups.fetch_add(1, Ordering::SeqCst);
+                        self.connection.wakeups.fetch_add(1, Ordering::SeqCst);
                     }
                     return Ok(self.grant(key, queued, &session, turn));
                 }
@@ -375,8 +378,8 @@ impl DistributedLock for EtcdLock {
             // The wait ended otherwise: is our key still there, and our session alive?
             // (Jepsen's finding: a key that vanished with its session is not a grant.)
             let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
-                let (mut client, own_key) = (self.queues.client.clone(), queued.own_key.clone());
-                self.queues.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+                let (mut client, own_key) = (self.connection.client.clone(), queued.own_key.clone());
+                self.connection.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
                 async move { client.get(own_key, None).await }
             })
             .await;
@@ -393,7 +396,7 @@ impl DistributedLock for EtcdLock {
             // In case the lease outlived our view of it. The next key is the new
             // session's, so this delete needs no turn.
             delete_in_background(
-                self.queues.client.clone(),
+                self.connection.client.clone(),
                 queued.own_key,
                 Arc::downgrade(&session),
                 None,
@@ -418,7 +421,7 @@ impl DistributedLock for EtcdLock {
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         let lease_id = self.session.lock().await.lease_id;
-        self.queues
+        self.connection
             .client
             .clone()
             .lease_revoke(lease_id)
@@ -513,10 +516,10 @@ impl EtcdLock {
                 lease = session.lease_id,
                 "the etcd session was lost; starting a new one"
             );
-            let new_session = Arc::new(Session::start(&self.queues.client, self.ttl_seconds, deadline).await?);
+            let new_session = Arc::new(Session::start(&self.connection.client, self.ttl_seconds, deadline).await?);
             let lost = std::mem::replace(&mut *session, new_session);
             revoke_in_background(
-                self.queues.client.clone(),
+                self.connection.client.clone(),
                 lost.lease_id,
                 Duration::from_secs(2 * self.ttl_seconds as u64),
             );
@@ -551,7 +554,7 @@ impl EtcdLock {
             ])
             .or_else([TxnOp::get(own_key.clone(), None), list_the_queue(&prefix)]);
         let response = match retry_transient(deadline, || {
-            let (mut client, txn) = (self.queues.client.clone(), txn.clone());
+            let (mut client, txn) = (self.connection.client.clone(), txn.clone());
             async move { client.txn(txn).await }
         })
         .await
@@ -579,15 +582,20 @@ impl EtcdLock {
 
     /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
     fn delete_in_background(&self, own_key: String, session: &Arc<Session>, turn: Turn) {
-        delete_in_background(self.queues.client.clone(), own_key, Arc::downgrade(session), Some(turn));
+        delete_in_background(
+            self.connection.client.clone(),
+            own_key,
+            Arc::downgrade(session),
+            Some(turn),
+        );
     }
 
     fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
-        self.queues.grant(key, queued, session, turn)
+        self.connection.grant(key, queued, session, turn)
     }
 }
 
-impl Queues {
+impl Connection {
     /// Step 4: waits until no key older than ours is left under the prefix, or our session
     /// is lost: on the kept watch (`news`) while it lasts, then on looks and a watch of
     /// our own. A watch that breaks (its member died) is opened again, so the caller
@@ -721,7 +729,7 @@ impl Queues {
     /// The grant of the key `queued` holds, first in the queue of lock `key`.
     fn grant(self: &Arc<Self>, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
         let grant = EtcdGrant {
-            queues: self.clone(),
+            connection: self.clone(),
             key: key.to_owned(),
             own_key: Some((queued.own_key, turn)),
             own_revision: queued.own_revision,
@@ -851,7 +859,7 @@ impl Release for EtcdGrant {
         };
         let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
         let deleting = delete_in_background(
-            self.queues.client.clone(),
+            self.connection.client.clone(),
             own_key.clone(),
             self.session.clone(),
             Some(turn),
@@ -879,7 +887,12 @@ impl Drop for EtcdGrant {
     /// Dropped without release: delete the key in the background (see the module notes).
     fn drop(&mut self) {
         if let Some((own_key, turn)) = self.own_key.take() {
-            delete_in_background(self.queues.client.clone(), own_key, self.session.clone(), Some(turn));
+            delete_in_background(
+                self.connection.client.clone(),
+                own_key,
+                self.session.clone(),
+                Some(turn),
+            );
         }
     }
 }
