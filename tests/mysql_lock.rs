@@ -343,3 +343,10 @@ async fn a_hand_over_by_an_owner_that_reentered_counts_one_hold_down() {
     second.release().await.unwrap();
     assert_eq!(hold_count(&pool, &name).await, None, "gone with the last hold");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_table_whose_server_went_silent_fails_in_time() {
+    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let lock = MySqlLock::new(common::mysql_pool_through(proxy.port).await, options(5000, true));
+    common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, &proxy).await;
+}

@@ -134,3 +134,18 @@ pub async fn mysql_pool() -> sqlx::MySqlPool {
         .await
         .expect("MariaDB runs (`make services`)")
 }
+
+/// The port of the test database, for a proxy in front of it.
+pub fn mysql_port() -> u16 {
+    let url = mysql_url();
+    let host_and_port = url.rsplit('@').next().and_then(|rest| rest.split('/').next());
+    port_of(host_and_port.unwrap_or_default())
+}
+
+/// A pool on the test database through a proxy on loopback `port`, migrated.
+pub async fn mysql_pool_through(port: u16) -> sqlx::MySqlPool {
+    let url = mysql_url().replace(&format!(":{}/", mysql_port()), &format!(":{port}/"));
+    seckill::mysql_store::connect_checked(&url, 5)
+        .await
+        .expect("MariaDB runs (`make services`), and the proxy relays to it")
+}

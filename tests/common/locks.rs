@@ -1,10 +1,10 @@
 //! Small helpers for the lock tests: options, owners, and the race a lock must close.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use seckill::lock::redis::RedisLockOptions;
-use seckill::lock::{DistributedLock, Owner};
+use seckill::lock::{DistributedLock, LockError, Owner};
 
 use super::test_redis::{connection, unique_key};
 
@@ -77,4 +77,40 @@ pub async fn racing_increments(
         .await
         .unwrap();
     total
+}
+
+/// `lock` talks to MariaDB through `proxy`. It takes a key; then the server goes silent
+/// (nothing passes, and no connection closes), and the release must fail within the
+/// answer timeout, saying so; and so must the next acquire, within the pool's own wait
+/// for a connection (both 2 s). TCP alone would wait about 15 minutes.
+pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
+    lock: &dyn DistributedLock,
+    proxy: &super::AnswerLosingProxy,
+) {
+    let in_time = seckill::mysql_store::ANSWER_TIMEOUT + Duration::from_secs(1);
+    let held = lock
+        .acquire(&unique_key("silent-mysql"), &owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    proxy.cut_off();
+
+    let started = Instant::now();
+    let released = tokio::time::timeout(in_time, held.release()).await;
+    let waited = started.elapsed();
+    let Ok(Err(LockError::Backend { source, .. })) = released else {
+        panic!("the release against a silent MySQL gave {released:?} after {waited:?}");
+    };
+    assert!(source.to_string().contains("did not answer"), "{source}");
+
+    let started = Instant::now();
+    let acquired = tokio::time::timeout(
+        in_time,
+        lock.acquire(&unique_key("silent-mysql"), &owner(), Duration::from_secs(1)),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(acquired, Ok(Err(LockError::Backend { .. }))),
+        "the acquire against a silent MySQL gave {acquired:?} after {waited:?}"
+    );
 }

@@ -18,6 +18,10 @@
 //! answer, the pool's own rule for skipping the ping before a statement
 //! ([`crate::mysql_store`]). Older ones go back to the pool, whose ping on the way back
 //! tests them.
+//!
+//! Every statement waits at most [`ANSWER_TIMEOUT`] for its answer. A connection whose
+//! statement went unanswered is closed, not given back: the pool's ping would wait on
+//! the same silent server, holding a place in the pool.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,7 +35,7 @@ use super::unpoisoned;
 
 /// Between two tries of [`KeptConnections::execute_until_answered`].
 const CLEAN_UP_RETRY_PAUSE: Duration = Duration::from_millis(10);
-use crate::mysql_store::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
+use crate::mysql_store::{error_number, ANSWER_TIMEOUT, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// The connections a lock keeps, in front of its pool. Clones share them.
 #[derive(Clone)]
@@ -66,8 +70,10 @@ impl KeptConnections {
     /// Runs one statement that returns no rows.
     pub async fn execute(&self, statement: Query<'_, MySql, MySqlArguments>) -> Result<MySqlQueryResult, sqlx::Error> {
         let mut connection = self.take().await?;
-        let answer = statement.execute(connection.get()).await;
-        connection.answered(answer)
+        match tokio::time::timeout(ANSWER_TIMEOUT, statement.execute(connection.get())).await {
+            Ok(answer) => connection.answered(answer),
+            Err(_) => Err(connection.unanswered()),
+        }
     }
 
     /// Sends the statement `statement` makes until MySQL answers it, or until `give_up`:
@@ -92,8 +98,10 @@ impl KeptConnections {
         Row: Send + Unpin + for<'row> FromRow<'row, MySqlRow>,
     {
         let mut connection = self.take().await?;
-        let answer = statement.fetch_optional(connection.get()).await;
-        connection.answered(answer)
+        match tokio::time::timeout(ANSWER_TIMEOUT, statement.fetch_optional(connection.get())).await {
+            Ok(answer) => connection.answered(answer),
+            Err(_) => Err(connection.unanswered()),
+        }
     }
 
     /// The most recently answered kept connection, if it is recent enough; else one from
@@ -155,6 +163,22 @@ impl InUse {
             }
         }
         answer
+    }
+
+    /// No answer within [`ANSWER_TIMEOUT`]: the connection is closed and leaves the pool,
+    /// which may open another. The statement may have run, or not; the caller's error
+    /// path treats it as a lost answer.
+    fn unanswered(mut self) -> sqlx::Error {
+        if let Some(connection) = self.connection.take() {
+            drop(connection.detach()); // closes the socket, without a word to the server
+        }
+        sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "MySQL did not answer a lock statement within {ANSWER_TIMEOUT:?}: is it running and reachable? \
+                 (`make status` shows the servers; `make services` starts them)"
+            ),
+        ))
     }
 }
 
