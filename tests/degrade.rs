@@ -1,6 +1,7 @@
 //! What only `redis-degrade` must do: switch to the MySQL version lock when its Redis
 //! dies and back when it heals, and never let a holder of the old mode overlap a holder
-//! of the new one, in either direction. Against a private lock Redis per test and the
+//! of the new one, in either direction; and never hand over with a token counter that
+//! went back. Against a private lock Redis per test and the
 //! MariaDB that `make test` starts. `cargo test --test degrade -- --nocapture` prints
 //! what it measured.
 
@@ -312,6 +313,36 @@ async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_
         "a holder of epoch 1 handed over after the switch: {handed_again:?}"
     );
     let mut connection = lock_redis.client().get_multiplexed_async_connection().await.unwrap();
+    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.unwrap();
+    assert_eq!(value, None, "released in the lock Redis");
+}
+
+/// A lock Redis that forgot part of its count (restored from an older snapshot, say)
+/// still holds our key, but its next token is one the stock may have seen already. The
+/// hand-over sees the counter go back in its epoch and releases instead of granting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_whose_token_counter_went_back_releases_instead() {
+    let lock_redis = PrivateRedis::start();
+    let never = Duration::from_secs(3600); // no switch back within the test
+    let lock = instance(&lock_redis, &common::unique_key("mode"), never).await;
+    let key = common::unique_key("went-back");
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut connection = lock_redis.client().get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("SET")
+        .arg(format!("{key}:fence"))
+        .arg(0)
+        .query_async::<()>(&mut connection)
+        .await
+        .unwrap();
+
+    let handed = held.hand_over(&common::owner()).await.unwrap();
+    assert!(
+        matches!(handed, HandOver::Released),
+        "handed over with a token counter that went back: {handed:?}"
+    );
     let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut connection).await.unwrap();
     assert_eq!(value, None, "released in the lock Redis");
 }
