@@ -3,8 +3,9 @@
 //! MariaDB that restarted meanwhile costs no failed statement. The MySQL locks keep
 //! their connections between statements (`src/lock/parts/kept_connections.rs`), so
 //! they send no ping at all while busy, and a kept connection the server closed fails
-//! one attempt at most. Against a MariaDB of the test's own, whose counters only this
-//! test moves.
+//! one attempt at most; a connection whose statement nobody waits for any more closes
+//! instead of going back to the pool. Against a MariaDB of the test's own, whose
+//! counters only this test moves (the last test: the shared one, through a proxy).
 
 mod common;
 
@@ -178,4 +179,41 @@ async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
         }
     }
     println!("{killed} connections killed, {failed} attempts failed before one succeeded");
+}
+
+/// A statement its caller stopped waiting for (a renewal cut short by its own timeout,
+/// say) closes its connection. Given back, the pool would ping it, and against a
+/// silent server that ping waits as long as TCP does, holding a place in the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_its_caller_stopped_waiting_for_closes_its_connection() {
+    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let pool = common::mysql_pool_through(proxy.port).await;
+    let options = MySqlLockOptions {
+        ttl: Duration::from_secs(5),
+        renew: false,
+        permits: Some(3),
+    };
+    let lock = MySqlLock::new(pool.clone(), options);
+    let held = lock
+        .acquire(
+            &common::unique_key("abandoned"),
+            &common::owner(),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    let open = pool.size();
+    proxy.cut_off();
+
+    let cut_short = tokio::time::timeout(Duration::from_millis(200), held.release()).await;
+    assert!(
+        cut_short.is_err(),
+        "the release should still be waiting on the silent server"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        pool.size(),
+        open - 1,
+        "the abandoned statement's connection is still counted in the pool"
+    );
 }

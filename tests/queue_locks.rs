@@ -329,6 +329,7 @@ async fn an_etcd_waiter_is_granted_by_a_release_made_while_its_member_was_down()
     let mut members = common::PrivateServer::etcd_cluster(3);
     let endpoint = |member: &common::PrivateServer| format!("http://127.0.0.1:{}", member.port);
     // A follower: its death calls no election, so the holder's release commits at once.
+    // (Leadership could still move to it before the kill; see the release below.)
     let waiters_member = (common::etcd_leader(&members).await + 1) % members.len();
     let connect_via = |endpoints: Vec<String>| EtcdLock::connect(common::etcd_options_via(endpoints, 10_000));
     let others = members.iter().enumerate().filter(|(index, _)| *index != waiters_member);
@@ -340,7 +341,11 @@ async fn an_etcd_waiter_is_granted_by_a_release_made_while_its_member_was_down()
     let (held, waiting) = queue_behind_a_holder(&holder, &waiter, &key, Duration::from_secs(20)).await;
 
     members[waiters_member].stop(); // SIGKILL: the waiter's kept watch breaks
-    held.release().await.expect("two members of three commit the release");
+    if let Err(error) = held.release().await {
+        // Only if the killed member led after all (an election on a loaded machine):
+        // the delete is then sent again in the background, maybe after the restart.
+        eprintln!("the release failed ({error}); its delete goes on in the background");
+    }
     members[waiters_member].restart();
 
     let granted = tokio::time::timeout(Duration::from_secs(15), waiting).await;

@@ -55,6 +55,9 @@
 //!   older one.
 //! - **Pauses.** A holder paused past its expiry loses the row to a taker; its release
 //!   then changes nothing, and the stock refuses its older token.
+//! - **A silent server.** A statement waits at most 2 s for its answer
+//!   ([`crate::lock::parts::kept_connections`]). A compare-and-set that timed out gives
+//!   the row back in the background; a release that timed out leaves it to its TTL.
 //!
 //! ## References
 //! - Martin Fowler, "Optimistic Offline Lock": <https://martinfowler.com/eaaCatalog/optimisticOfflineLock.html>

@@ -79,10 +79,11 @@ pub async fn racing_increments(
     total
 }
 
-/// `lock` talks to MariaDB through `proxy`. It takes a key; then the server goes silent
-/// (nothing passes, and no connection closes), and the release must fail within the
-/// answer timeout, saying so; and so must the next acquire, within the pool's own wait
-/// for a connection (both 2 s). TCP alone would wait about 15 minutes.
+/// `lock` talks to MariaDB through `proxy`. It takes a key, then the server goes silent:
+/// nothing passes, and no connection closes. The release must fail within the answer
+/// timeout and a second, and so must the next acquire. TCP alone would wait about 15
+/// minutes. (The error may also be the pool's own: a release that finds no connection
+/// recent enough to skip its ping waits for a new one, at most 2 s.)
 pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
     lock: &dyn DistributedLock,
     proxy: &super::AnswerLosingProxy,
@@ -97,10 +98,10 @@ pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
     let started = Instant::now();
     let released = tokio::time::timeout(in_time, held.release()).await;
     let waited = started.elapsed();
-    let Ok(Err(LockError::Backend { source, .. })) = released else {
-        panic!("the release against a silent MySQL gave {released:?} after {waited:?}");
-    };
-    assert!(source.to_string().contains("did not answer"), "{source}");
+    assert!(
+        matches!(released, Ok(Err(LockError::Backend { .. }))),
+        "the release against a silent MySQL gave {released:?} after {waited:?}"
+    );
 
     let started = Instant::now();
     let acquired = tokio::time::timeout(

@@ -252,10 +252,14 @@ pub async fn etcd_leader(members: &[PrivateServer]) -> usize {
     while Instant::now() < deadline {
         for (index, member) in members.iter().enumerate() {
             let endpoint = format!("http://127.0.0.1:{}", member.port);
-            let Ok(mut client) = etcd_client::Client::connect([endpoint], None).await else {
+            let asking = Duration::from_secs(1); // a member that hangs is asked no longer
+            let Ok(Ok(mut client)) = tokio::time::timeout(asking, etcd_client::Client::connect([endpoint], None)).await
+            else {
                 continue;
             };
-            let Ok(status) = client.status().await else { continue };
+            let Ok(Ok(status)) = tokio::time::timeout(asking, client.status()).await else {
+                continue;
+            };
             if status
                 .header()
                 .is_some_and(|header| header.member_id() == status.leader())

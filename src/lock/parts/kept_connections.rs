@@ -9,19 +9,22 @@
 //!
 //! So the MySQL locks keep their connections. A statement answered with a result, or
 //! with one of the errors a lock expects (a duplicate key, a deadlock victim), keeps its
-//! connection for the lock's next statement, without a ping. Any other outcome lets the
-//! connection go back to the pool, whose ping tests it: a broken connection, a timeout,
-//! a cancelled statement, or a server error after which the server may close the
-//! connection (it shuts down, or someone killed the connection).
+//! connection for the lock's next statement, without a ping. Another error lets the
+//! connection go back to the pool, whose ping tests it: a broken connection, or a server
+//! error after which the server may close the connection (it shuts down, or someone
+//! killed the connection).
 //!
 //! A kept connection is used again only within [`TRUSTED_WITHOUT_A_PING`] of its last
 //! answer, the pool's own rule for skipping the ping before a statement
 //! ([`crate::mysql_store`]). Older ones go back to the pool, whose ping on the way back
 //! tests them.
 //!
-//! Every statement waits at most [`ANSWER_TIMEOUT`] for its answer. A connection whose
-//! statement went unanswered is closed, not given back: the pool's ping would wait on
-//! the same silent server, holding a place in the pool.
+//! Every statement waits at most [`ANSWER_TIMEOUT`] for its answer. A statement left
+//! without an answer closes its connection. It timed out, or its caller stopped waiting
+//! (a renewal cut short by its own timeout, say). The pool's ping on the way back would
+//! wait on the same silent server for as long as TCP does, and hold a place in the pool
+//! meanwhile. The statement itself may still run on the server later, as one whose
+//! answer the network lost.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,9 +36,10 @@ use sqlx::{FromRow, MySql, MySqlPool};
 
 use super::unpoisoned;
 
+use crate::mysql_store::{error_number, ANSWER_TIMEOUT, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
+
 /// Between two tries of [`KeptConnections::execute_until_answered`].
 const CLEAN_UP_RETRY_PAUSE: Duration = Duration::from_millis(10);
-use crate::mysql_store::{error_number, ANSWER_TIMEOUT, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// The connections a lock keeps, in front of its pool. Clones share them.
 #[derive(Clone)]
@@ -72,7 +76,7 @@ impl KeptConnections {
         let mut connection = self.take().await?;
         match tokio::time::timeout(ANSWER_TIMEOUT, statement.execute(connection.get())).await {
             Ok(answer) => connection.answered(answer),
-            Err(_) => Err(connection.unanswered()),
+            Err(_) => Err(no_answer()), // `connection` closes as it drops
         }
     }
 
@@ -100,7 +104,7 @@ impl KeptConnections {
         let mut connection = self.take().await?;
         match tokio::time::timeout(ANSWER_TIMEOUT, statement.fetch_optional(connection.get())).await {
             Ok(answer) => connection.answered(answer),
-            Err(_) => Err(connection.unanswered()),
+            Err(_) => Err(no_answer()), // `connection` closes as it drops
         }
     }
 
@@ -135,8 +139,8 @@ impl KeptConnections {
     }
 }
 
-/// A connection taken for one statement. Dropped without
-/// [`InUse::answered`] (the statement was cancelled), it goes back to the pool.
+/// A connection taken for one statement. Answered, it is kept, or goes back to the
+/// pool; dropped without an answer, it closes (see the module notes).
 struct InUse {
     connection: Option<PoolConnection<MySql>>,
     home: KeptConnections,
@@ -157,29 +161,34 @@ impl InUse {
     /// Keeps the connection after a result or an error the lock expects; anything else
     /// sends it back to the pool, to be tested.
     fn answered<T>(mut self, answer: Result<T, sqlx::Error>) -> Result<T, sqlx::Error> {
-        if answer.as_ref().map_or_else(leaves_the_connection_usable, |_| true) {
-            if let Some(connection) = self.connection.take() {
+        if let Some(connection) = self.connection.take() {
+            if answer.as_ref().map_or_else(leaves_the_connection_usable, |_| true) {
                 self.home.keep(connection);
-            }
+            } // else it goes back to the pool as it drops
         }
         answer
     }
+}
 
-    /// No answer within [`ANSWER_TIMEOUT`]: the connection is closed and leaves the pool,
-    /// which may open another. The statement may have run, or not; the caller's error
-    /// path treats it as a lost answer.
-    fn unanswered(mut self) -> sqlx::Error {
+impl Drop for InUse {
+    /// Still here: its statement got no answer. The socket closes without a word to the
+    /// server, and the pool may open another connection in its place.
+    fn drop(&mut self) {
         if let Some(connection) = self.connection.take() {
-            drop(connection.detach()); // closes the socket, without a word to the server
+            drop(connection.detach());
         }
-        sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!(
-                "MySQL did not answer a lock statement within {ANSWER_TIMEOUT:?}: is it running and reachable? \
-                 (`make status` shows the servers; `make services` starts them)"
-            ),
-        ))
     }
+}
+
+/// The error of a statement MySQL did not answer within [`ANSWER_TIMEOUT`].
+fn no_answer() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "MySQL did not answer a lock statement within {ANSWER_TIMEOUT:?}: is it running and reachable? \
+             (`make status` shows the servers; `make services` starts them)"
+        ),
+    ))
 }
 
 /// The server errors a lock expects (the lock table's "held", a deadlock victim), after
