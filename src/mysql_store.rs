@@ -26,12 +26,6 @@ pub const TRUSTED_WITHOUT_A_PING: Duration = Duration::from_millis(500);
 /// How long that ping may take: a connection whose server went silent is swapped, not
 /// waited on for the whole acquire timeout.
 const PING_TIMEOUT: Duration = Duration::from_millis(500);
-/// How long a lock's statement waits for MySQL's answer, as a Redis command waits for
-/// Redis's ([`crate::redis_store`]). sqlx itself never stops waiting: a server gone
-/// silent (frozen, or cut off by a network that drops packets instead of refusing them)
-/// would hold the statement until TCP gives up, about 15 minutes, and the sale would
-/// hold its instance's turn at the lock all that time.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connects, checks the server answers, and applies the migrations. Two instances
 /// starting at once are fine: the migrator takes a database lock first.

@@ -259,6 +259,11 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_whose_server_went_silent_fails_in_time() {
     let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
-    let lock = MySqlVersionLock::new(common::mysql_pool_through(proxy.port).await, options(Some(3)));
-    common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, &proxy).await;
+    let ttl = Duration::from_secs(2);
+    let options = MySqlVersionLockOptions {
+        ttl,
+        ..options(Some(3))
+    };
+    let lock = MySqlVersionLock::new(common::mysql_pool_through(proxy.port).await, options);
+    common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, ttl, &proxy).await;
 }

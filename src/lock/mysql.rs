@@ -70,9 +70,8 @@
 //!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
 //! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock then
 //!   refuses its older token.
-//! - **A silent server.** A statement waits at most 2 s for its answer
-//!   ([`crate::lock::parts::kept_connections`]). One that timed out may still run on the
-//!   server: an insert or a release then leaves the row to its TTL.
+//! - **A silent server.** A statement waits at most one TTL for its answer
+//!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
 //! - **A server setting.** The tokens need `innodb_autoinc_lock_mode = 0` (step 5),
 //!   which a server takes only at start (`--innodb-autoinc-lock-mode=0`). In that mode
 //!   every insert into the table waits for the one before it to finish its statement,
@@ -245,7 +244,7 @@ impl MySqlLock {
         let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
         MySqlLock {
             grants: Grants {
-                connections: KeptConnections::new(pool),
+                connections: KeptConnections::new(pool, options.ttl),
                 options,
                 counters: Arc::default(),
                 held: HeldGrants::default(),

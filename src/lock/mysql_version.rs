@@ -55,9 +55,8 @@
 //!   older one.
 //! - **Pauses.** A holder paused past its expiry loses the row to a taker; its release
 //!   then changes nothing, and the stock refuses its older token.
-//! - **A silent server.** A statement waits at most 2 s for its answer
-//!   ([`crate::lock::parts::kept_connections`]). A compare-and-set that timed out gives
-//!   the row back in the background; a release that timed out leaves it to its TTL.
+//! - **A silent server.** A statement waits at most one TTL for its answer
+//!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
 //!
 //! ## References
 //! - Martin Fowler, "Optimistic Offline Lock": <https://martinfowler.com/eaaCatalog/optimisticOfflineLock.html>
@@ -193,7 +192,7 @@ impl MySqlVersionLock {
     pub fn new(pool: MySqlPool, options: MySqlVersionLockOptions) -> Self {
         MySqlVersionLock {
             grants: Grants {
-                connections: KeptConnections::new(pool),
+                connections: KeptConnections::new(pool, options.ttl),
                 options,
                 counters: Arc::default(),
                 held: HeldGrants::default(),

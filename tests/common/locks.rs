@@ -79,16 +79,18 @@ pub async fn racing_increments(
     total
 }
 
-/// `lock` talks to MariaDB through `proxy`. It takes a key, then the server goes silent:
-/// nothing passes, and no connection closes. The release must fail within the answer
-/// timeout and a second, and so must the next acquire. TCP alone would wait about 15
-/// minutes. (The error may also be the pool's own: a release that finds no connection
-/// recent enough to skip its ping waits for a new one, at most 2 s.)
+/// `lock`, whose rows live `ttl`, talks to MariaDB through `proxy`. It takes a key, then
+/// the server goes silent: nothing passes, and no connection closes. The release must
+/// fail within a TTL and a second (a statement waits at most one TTL for its answer),
+/// and so must the next acquire. TCP alone would wait about 15 minutes. (The error may
+/// also be the pool's own: a release that finds no connection recent enough to skip
+/// its ping waits for a new one, at most 2 s.)
 pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
     lock: &dyn DistributedLock,
+    ttl: Duration,
     proxy: &super::AnswerLosingProxy,
 ) {
-    let in_time = seckill::mysql_store::ANSWER_TIMEOUT + Duration::from_secs(1);
+    let in_time = ttl.max(Duration::from_secs(2)) + Duration::from_secs(1);
     let held = lock
         .acquire(&unique_key("silent-mysql"), &owner(), Duration::from_secs(1))
         .await

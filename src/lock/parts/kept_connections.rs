@@ -19,7 +19,13 @@
 //! ([`crate::mysql_store`]). Older ones go back to the pool, whose ping on the way back
 //! tests them.
 //!
-//! Every statement waits at most [`ANSWER_TIMEOUT`] for its answer. A statement left
+//! Every statement waits for its answer at most one TTL of the lock that sends it. sqlx
+//! itself never stops waiting: against a server gone silent (frozen, or cut off by a
+//! network that drops packets instead of refusing them) a statement would wait until TCP
+//! gives up, about 15 minutes, and the sale would hold its instance's turn at the lock
+//! all that time. Waiting longer than a TTL buys nothing: every row a lock writes
+//! expires one TTL after `NOW(3)`, the start of the statement that wrote it, so a
+//! statement that answers later wrote a row that has already expired. A statement left
 //! without an answer closes its connection. It timed out, or its caller stopped waiting
 //! (a renewal cut short by its own timeout, say). The pool's ping on the way back would
 //! wait on the same silent server for as long as TCP does, and hold a place in the pool
@@ -36,7 +42,7 @@ use sqlx::{FromRow, MySql, MySqlPool};
 
 use super::unpoisoned;
 
-use crate::mysql_store::{error_number, ANSWER_TIMEOUT, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
+use crate::mysql_store::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// Between two tries of [`KeptConnections::execute_until_answered`].
 const CLEAN_UP_RETRY_PAUSE: Duration = Duration::from_millis(10);
@@ -53,6 +59,8 @@ pub struct KeptConnections {
     /// keeps nothing. Two locks on one pool could keep all of it; the service gives each
     /// MySQL lock a pool of its own.
     max_kept: usize,
+    /// How long a statement waits for its answer: the lock's TTL (see the module notes).
+    answer_timeout: Duration,
 }
 
 /// A kept connection, and when its last statement was answered.
@@ -62,21 +70,23 @@ struct Kept {
 }
 
 impl KeptConnections {
-    pub fn new(pool: MySqlPool) -> Self {
+    /// The connections of a lock whose rows expire `ttl` after they are written.
+    pub fn new(pool: MySqlPool, ttl: Duration) -> Self {
         let max_kept = pool.options().get_max_connections() as usize / 2;
         KeptConnections {
             pool,
             kept: Arc::default(),
             max_kept,
+            answer_timeout: ttl,
         }
     }
 
     /// Runs one statement that returns no rows.
     pub async fn execute(&self, statement: Query<'_, MySql, MySqlArguments>) -> Result<MySqlQueryResult, sqlx::Error> {
         let mut connection = self.take().await?;
-        match tokio::time::timeout(ANSWER_TIMEOUT, statement.execute(connection.get())).await {
+        match tokio::time::timeout(self.answer_timeout, statement.execute(connection.get())).await {
             Ok(answer) => connection.answered(answer),
-            Err(_) => Err(no_answer()), // `connection` closes as it drops
+            Err(_) => Err(no_answer(self.answer_timeout)), // `connection` closes as it drops
         }
     }
 
@@ -102,9 +112,9 @@ impl KeptConnections {
         Row: Send + Unpin + for<'row> FromRow<'row, MySqlRow>,
     {
         let mut connection = self.take().await?;
-        match tokio::time::timeout(ANSWER_TIMEOUT, statement.fetch_optional(connection.get())).await {
+        match tokio::time::timeout(self.answer_timeout, statement.fetch_optional(connection.get())).await {
             Ok(answer) => connection.answered(answer),
-            Err(_) => Err(no_answer()), // `connection` closes as it drops
+            Err(_) => Err(no_answer(self.answer_timeout)), // `connection` closes as it drops
         }
     }
 
@@ -180,12 +190,12 @@ impl Drop for InUse {
     }
 }
 
-/// The error of a statement MySQL did not answer within [`ANSWER_TIMEOUT`].
-fn no_answer() -> sqlx::Error {
+/// The error of a statement MySQL did not answer within `timeout`.
+fn no_answer(timeout: Duration) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
-            "MySQL did not answer a lock statement within {ANSWER_TIMEOUT:?}: is it running and reachable? \
+            "MySQL did not answer a lock statement within {timeout:?}: is it running and reachable? \
              (`make status` shows the servers; `make services` starts them)"
         ),
     ))
