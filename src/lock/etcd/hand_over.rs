@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 
 use super::kept_watch::Deletes;
 use super::{
-    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, Connection, EtcdGrant,
-    Queued, RetryPauses, Session, Turn, Wait, BACKEND,
+    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, send_until_done,
+    Connection, EtcdGrant, Queued, Session, Turn, Wait, BACKEND,
 };
 use crate::lock::{AwaitGrant, HandOver, LockError, LockGuard, Owner, QueuedPlace, Release};
 
@@ -160,13 +160,10 @@ fn delete_both_in_background(client: Client, keys: [String; 2], session: Weak<Se
     tokio::spawn(async move {
         let _turn = turn;
         let both = Txn::new().and_then(keys.clone().map(|key| TxnOp::delete(key, None)));
-        let mut pauses = RetryPauses::default();
-        while let Err(error) = client.clone().txn(both.clone()).await {
-            if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
-                return;
-            }
-            tracing::debug!(?keys, %error, "the delete of a failed hand-over's keys failed; sending it again");
-            pauses.after_a_failure().await;
-        }
+        let delete = || {
+            let (mut client, both) = (client.clone(), both.clone());
+            async move { client.txn(both).await }
+        };
+        send_until_done(&session, &keys, delete).await;
     });
 }

@@ -911,20 +911,34 @@ fn delete_in_background(
 ) -> JoinHandle<bool> {
     tokio::spawn(async move {
         let _turn = turn;
-        let mut pauses = RetryPauses::default();
-        loop {
-            match client.clone().delete(own_key.as_str(), None).await {
-                Ok(deleted) => return deleted.deleted() > 0,
-                Err(error) => {
-                    if !session.upgrade().is_some_and(|session| session.lease.is_held()) {
-                        return false;
-                    }
-                    tracing::debug!(key = own_key, %error, "the delete of our etcd key failed; sending it again");
-                    pauses.after_a_failure().await;
-                }
-            }
-        }
+        let delete = || {
+            let (mut client, own_key) = (client.clone(), own_key.clone());
+            async move { client.delete(own_key, None).await }
+        };
+        let deleted = send_until_done(&session, &own_key, delete).await;
+        deleted.is_some_and(|deleted| deleted.deleted() > 0)
     })
+}
+
+/// Sends a clean-up of our `keys` again after every failure, until etcd has done it
+/// (its answer) or the session's lease is lost (`None`: the keys went with it).
+async fn send_until_done<T, F, Fut>(
+    session: &Weak<Session>,
+    keys: &(impl std::fmt::Debug + ?Sized),
+    request: F,
+) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let lease_held = |error: &etcd_client::Error| {
+        let held = session.upgrade().is_some_and(|session| session.lease.is_held());
+        if held {
+            tracing::debug!(?keys, %error, "the delete of our etcd keys failed; sending it again");
+        }
+        held
+    };
+    send_again_while(request, lease_held).await.ok()
 }
 
 /// Revokes a lease we count as lost, in the background, so that its keys leave the
@@ -974,7 +988,26 @@ fn is_transient(error: &etcd_client::Error) -> bool {
 }
 
 /// Sends a request, and again after each transient failure, until `deadline`.
-async fn retry_transient<T, F, Fut>(deadline: Instant, mut request: F) -> Result<T, etcd_client::Error>
+async fn retry_transient<T, F, Fut>(deadline: Instant, request: F) -> Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let transient = |error: &etcd_client::Error| {
+        let again = is_transient(error) && Instant::now() + RETRY_PAUSE < deadline;
+        if again {
+            tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
+        }
+        again
+    };
+    send_again_while(request, transient).await
+}
+
+/// Sends a request, and again, after a pause, after each failure `again` accepts.
+async fn send_again_while<T, F, Fut>(
+    mut request: F,
+    mut again: impl FnMut(&etcd_client::Error) -> bool,
+) -> Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -982,12 +1015,8 @@ where
     let mut pauses = RetryPauses::default();
     loop {
         match request().await {
-            Ok(answer) => return Ok(answer),
-            Err(error) if is_transient(&error) && Instant::now() + RETRY_PAUSE < deadline => {
-                tracing::debug!(%error, "etcd request failed; trying again, another member may answer");
-                pauses.after_a_failure().await;
-            }
-            Err(error) => return Err(error),
+            Err(error) if again(&error) => pauses.after_a_failure().await,
+            answer => return answer,
         }
     }
 }
