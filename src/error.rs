@@ -6,7 +6,8 @@
 //! answers say what kind of failure it was and hide the details, which are logged once, here.
 //!
 //! What a buyer's error means for the sale:
-//! - every **503** means nothing was sold by that request, and so do **400**
+//! - every **503** means nothing was sold by that request (`sale_reset` included: a
+//!   reset began a new sale between its read and its write), and so do **400**
 //!   `buyer_required` and **409** `already_bought` (`--one-per-buyer`);
 //! - **504** `sale_outcome_unknown` and `request_timeout` mean the outcome is not known;
 //! - **500** `stock_corrupt` means the stored stock is not a number: nothing was sold.
@@ -64,6 +65,14 @@ pub enum AppError {
     /// The write's answer was lost, and Redis confirmed it never committed.
     #[error("the stock's Redis did not confirm the write, and the sale was cancelled; nothing was sold")]
     SaleNotWritten,
+    /// A reset began a new sale between this sale's read and its write. Nothing was sold.
+    #[error("the sale was reset while this purchase was under way; nothing was sold. Buy again: the new sale is on")]
+    SaleReset,
+    /// The write's answer was lost, and a reset erased the sale's outcomes before Redis
+    /// was asked: the write may have run before the reset.
+    #[error("the write's answer was lost and the sale was reset before its outcome was read: sale {sale_id} may or may not have been sold. \
+             With --orders, an order of that id in MySQL means it was")]
+    SaleOutcomeLostInReset { sale_id: String },
     /// The write's answer was lost, and Redis did not answer long enough to find out.
     #[error("the stock's Redis stopped answering during sale {sale_id}: it may or may not have been sold. `GET /stock` shows the counts once Redis is back")]
     SaleOutcomeUnknown { sale_id: String },
@@ -105,7 +114,10 @@ impl AppError {
                 (StatusCode::SERVICE_UNAVAILABLE, "stock_backend_unavailable")
             }
             AppError::SegmentsDisagree { .. } => (StatusCode::SERVICE_UNAVAILABLE, "segments_disagree"),
-            AppError::SaleOutcomeUnknown { .. } => (StatusCode::GATEWAY_TIMEOUT, "sale_outcome_unknown"),
+            AppError::SaleReset => (StatusCode::SERVICE_UNAVAILABLE, "sale_reset"),
+            AppError::SaleOutcomeUnknown { .. } | AppError::SaleOutcomeLostInReset { .. } => {
+                (StatusCode::GATEWAY_TIMEOUT, "sale_outcome_unknown")
+            }
             AppError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             AppError::RequestTimeout => (StatusCode::GATEWAY_TIMEOUT, "request_timeout"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -146,7 +158,7 @@ impl IntoResponse for AppError {
                      Put a sale on with `POST /stock/reset`"
                 )
             }
-            AppError::SaleOutcomeUnknown { .. } => {
+            AppError::SaleOutcomeUnknown { .. } | AppError::SaleOutcomeLostInReset { .. } => {
                 tracing::error!(error = %self, "sale outcome unknown");
                 self.to_string()
             }

@@ -14,12 +14,22 @@
 //! that were overlapped: a holder paused for a second while twenty others were granted
 //! counts once, as the one stale holder whose late write the fence must refuse.
 //!
+//! ## What a run keeps
+//! A grant whose read found its segment empty is not logged: it sold nothing and could
+//! not, and after the sell-out such grants come by the thousand each second. So the log
+//! holds the grants that sold a unit or tried to (a refused read or write, a lost lease,
+//! a failed write), and a reset empties it. The list also keeps only its newest
+//! [`GRANT_LOG_CAP`] grants: a sale whose stock never runs out (a benchmark's) cannot
+//! fill the stock Redis with it.
+//!
 //! ## Limits
 //! - **One clock.** The instances of a demo run on one machine, so their times compare.
 //!   Instances on machines whose clocks differ, or an instance whose clock jumps, make
 //!   the count meaningless; the counts of sold units and refusals stay right.
 //! - **Only released grants.** A holder killed while holding never releases, and its
 //!   grant is not in the log.
+//! - **Only grants that reached for a unit.** Two holders that both read an empty
+//!   segment overlapped without being counted; neither could sell.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +38,9 @@ use crate::stock::{StockError, StockStore};
 
 /// One JSON [`GrantRecord`] per grant a sale held, appended after its release.
 pub const GRANTS_KEY: &str = "stock:grants";
+/// The most grants the log keeps (about 150 bytes each): far more than a sale of a few
+/// thousand units logs, and a bound for a sale that never sells out.
+pub const GRANT_LOG_CAP: i64 = 100_000;
 
 /// One grant, as the sale that held it saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,13 +57,15 @@ pub struct GrantRecord {
     pub released_at_us: u64,
 }
 
-/// Appends `grant` to the log.
+/// Appends `grant` to the log, and drops the oldest grants past [`GRANT_LOG_CAP`].
 pub async fn append(store: &StockStore, grant: &GrantRecord) -> Result<(), StockError> {
     let json = serde_json::to_string(grant).expect("a grant record serializes");
-    redis::cmd("RPUSH")
-        .arg(GRANTS_KEY)
-        .arg(json)
-        .query_async::<i64>(&mut store.connection())
+    redis::pipe()
+        .rpush(GRANTS_KEY, json)
+        .ignore()
+        .ltrim(GRANTS_KEY, -(GRANT_LOG_CAP as isize), -1)
+        .ignore()
+        .query_async::<()>(&mut store.connection())
         .await?;
     Ok(())
 }

@@ -13,7 +13,7 @@
 //! | `seckill_sold_out_from_memory_total` | counter | of those, told by the sold-out flag without asking a lock (`--sold-out-flag`) |
 //! | `seckill_orders_written_total` | counter | `--orders`: orders this instance's writer put into MySQL (one written again after a take-over counts again) |
 //! | `seckill_orders_taken_over_total` | counter | `--orders`: orders it took over from a consumer that left them pending |
-//! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_outcome_unknown`, ...) |
+//! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_reset`, `sale_outcome_unknown`, ...) |
 //! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
 //! | `seckill_sale_step_seconds{step}` | histogram | each step of a sale under a lock: `queued` (for this instance's local queue), `lock` (the lock's acquire, after the queue), `read` and `write` (the stock, fenced), `release` |

@@ -171,7 +171,7 @@ impl OrderWriter {
                 self.create_group().await?;
                 return Ok(Progress::Done);
             }
-            // A reset deleted the stream while this read waited on it: read the new one.
+            // The stream was deleted (by hand: a reset leaves it) while this read waited on it: read the new one.
             Err(error) if error.code() == Some("UNBLOCKED") => return Ok(Progress::Done),
             Err(error) => return Err(error.into()),
         };

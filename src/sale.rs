@@ -17,7 +17,8 @@
 //!    the same script, record the buyer (`--one-per-buyer`, [`crate::buyers`]) and
 //!    append the order (`--orders`, [`crate::orders`]).
 //! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
-//!    and log the grant's interval ([`crate::grant_log`]). With a buyer waiting in the
+//!    and log the grant's interval unless its read found the segment empty
+//!    ([`crate::grant_log`]). With a buyer waiting in the
 //!    local queue, the release hands the lock to that buyer where the backend can: the
 //!    direct hand-over of [`crate::local_queue`].
 //!
@@ -67,7 +68,7 @@ use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::segments::Segment;
 use crate::sold_out::{KnownEmpty, SoldOutMemory};
 use crate::stock::{
-    unix_ms, AtomicOutcome, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
+    unix_ms, AtomicOutcome, SaleName, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
 
 /// How long a sale keeps asking Redis how an unanswered write ended.
@@ -344,9 +345,13 @@ impl Sale {
                 tracing::warn!(%error, "release failed; the lock deletes the grant in the background, or it ends with its lease or session")
             }
         }
-        // Off the lock's path: the next local buyer may already hold it.
-        if let Err(error) = grant_log::append(&self.store, &grant).await {
-            tracing::debug!(%error, "the grant log missed a grant");
+        // Off the lock's path: the next local buyer may already hold it. A grant that read
+        // an empty segment sold nothing and could sell nothing, so it is not logged: after
+        // the sell-out, the log would otherwise grow with every answer.
+        if !empty {
+            if let Err(error) = grant_log::append(&self.store, &grant).await {
+                tracing::debug!(%error, "the grant log missed a grant");
+            }
         }
         next
     }
@@ -418,8 +423,8 @@ impl Sale {
         let reading = Instant::now();
         let read = self.store.read(segment, token, &sale_id).await;
         self.metrics.record_step(SaleStep::Read, reading.elapsed());
-        let stock = match read? {
-            StockRead::Stock(stock) => stock,
+        let (stock, sale) = match read? {
+            StockRead::Stock { units, sale } => (units, sale),
             StockRead::Fenced { newest } => {
                 tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
                 self.metrics.record_fencing_refusal(FencedStep::Read);
@@ -463,7 +468,7 @@ impl Sale {
         )
         .with_buyer(buyer);
         let writing = Instant::now();
-        let written = self.store.write(segment, &record, stock - 1, token).await;
+        let written = self.store.write(segment, &record, stock - 1, &sale, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
         match written {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
@@ -472,21 +477,29 @@ impl Sale {
                 self.metrics.record_fencing_refusal(FencedStep::Write);
                 Err(AppError::LockLost)
             }
+            Ok(WriteOutcome::SaleReset) => {
+                tracing::info!(sale_id, "a reset began a new sale between the read and the write; nothing was written");
+                Err(AppError::SaleReset)
+            }
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
             Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
-            Err(error) => match self.settle(&record.sale_id, error).await? {
+            Err(error) => self.settle(&record.sale_id, Some(&sale), error).await.map(|settled| match settled {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
-            },
+                Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
+                    sale_id: record.sale_id.clone(),
+                }),
+            })?,
         }
     }
 
     /// The write's answer was lost: ask Redis which outcome stands until it answers.
-    async fn settle(&self, sale_id: &str, error: StockError) -> Result<Settled, AppError> {
+    /// `read_from` is the sale the read saw (none for the atomic script).
+    async fn settle(&self, sale_id: &str, read_from: Option<&SaleName>, error: StockError) -> Result<Settled, AppError> {
         tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
         let deadline = Instant::now() + SETTLE_DEADLINE;
         loop {
-            match self.store.settle(sale_id).await {
+            match self.store.settle(sale_id, read_from).await {
                 Ok(settled) => return Ok(settled),
                 Err(error) if Instant::now() >= deadline => {
                     tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
@@ -518,9 +531,9 @@ impl Sale {
                 reset_with,
             }),
             Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
-            Err(error) => match self.settle(&record.sale_id, error).await? {
+            Err(error) => match self.settle(&record.sale_id, None, error).await? {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
-                Settled::NotSold => Err(AppError::SaleNotWritten),
+                Settled::NotSold | Settled::Unknown => Err(AppError::SaleNotWritten),
             },
         }
     }

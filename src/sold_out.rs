@@ -11,7 +11,9 @@
 //! read at 0 under its lock, or written to 0 by the sale that took its last unit. Every
 //! reset draws the sale a new random name (`stock:sale`). Within one sale units never
 //! come back (only a reset puts them there), so a segment once empty stays empty until
-//! the next reset. A name, not the generation counter: a Redis that lost its data counts
+//! the next reset. A write committed under a lock that gives no token (`redlock`,
+//! `--fencing off`) cannot bring them back either: it commits only in the sale its read
+//! saw ([`crate::stock`]), so an old read never becomes a new sale's stock. A name, not the generation counter: a Redis that lost its data counts
 //! generations from 1 again, and an old memory of generation 1 would then pass for the
 //! new sale's.
 //!

@@ -24,13 +24,23 @@
 //! and `write`), so a run can show the fence's work beside the overlaps it caught. Without a token (the `none` and `local` baselines, or
 //! `--fencing off`) the same scripts skip the check, and the race stays open.
 //!
+//! ## A write belongs to the sale it read from
+//! A reset (`POST /stock/reset`) begins a new sale under a new name ([`SALE_NAME_KEY`]).
+//! A seller between its read and its write at that moment read the old sale's stock.
+//! The fence does not stop it when it has no token (`redlock`, the baselines, `--fencing
+//! off`), so the read returns the sale's name with the stock, and the write commits
+//! only while that name is still the current one. Otherwise it writes nothing and
+//! answers `reset`: an old read never becomes the new sale's stock, records or orders.
+//!
 //! ## A sale whose answer was lost
 //! If the write's answer never arrives (a timeout, a broken connection), the seller
 //! cannot know whether Redis ran it. Every write carries a sale id, and Redis keeps
 //! one outcome per id in `stock:outcomes`: the write records `sold` only if no outcome
 //! is there yet, and [`StockStore::settle`] records `aborted` only if none is there yet.
 //! Whichever reaches Redis first decides, so the seller can ask and then tell the
-//! buyer the truth.
+//! buyer the truth. A reset deletes the outcomes, so a settle that finds the sale
+//! renamed cannot know whether the write ran before the reset: it says so
+//! ([`Settled::Unknown`]) and records nothing.
 //!
 //! ## The atomic script
 //! The `atomic` strategy runs the read, the check and the write as one Lua script
@@ -71,13 +81,14 @@ pub const ORDERS_STREAM: &str = "stock:orders";
 pub const FENCE_REFUSALS_KEY: &str = "stock:fence:refusals";
 
 /// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
-/// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset.
+/// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset, `KEYS[5]` =
+/// the sale's name.
 /// `ARGV[1]` = the segment count the seller sells from; `ARGV[2]`, `ARGV[3]` = the
 /// holder's token (epoch, counter), `ARGV[4]` = the sale id; no more ARGV for an
 /// unfenced read. The mark remembers the newest token and the one sale
 /// that read with it: a second sale with the same token is refused, because two grants
 /// that carry one token (a counter that started over, a failover) cannot both be the
-/// newest holder. Returns `{'ok', stock}`, `{'fenced', newest token seen}`, or
+/// newest holder. Returns `{'ok', stock, the sale's name}`, `{'fenced', newest token seen}`, or
 /// `{'segments', the count of the last reset}` when the seller splits the stock otherwise.
 pub const READ_SCRIPT: &str = r#"
 local segments = redis.call('GET', KEYS[4]) or '1'
@@ -94,7 +105,7 @@ if ARGV[2] then
   end
   redis.call('HSET', KEYS[2], 'epoch', ARGV[2], 'counter', ARGV[3], 'sale', ARGV[4])
 end
-return {'ok', redis.call('GET', KEYS[1]) or '0'}
+return {'ok', redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[5]) or ''}
 "#;
 
 /// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
@@ -102,17 +113,20 @@ return {'ok', redis.call('GET', KEYS[1]) or '0'}
 /// who got a unit ([`BUYERS_KEY`]), the orders stream ([`ORDERS_STREAM`]) and the sale's
 /// name. `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale
 /// record as JSON, `ARGV[4]` = the buyer to hold to one unit (empty: no such check),
-/// `ARGV[5]` = `1` to append the sale to the orders stream (empty: no orders), `ARGV[6]`,
-/// `ARGV[7]` = the holder's token (absent when unfenced). The mark must still
+/// `ARGV[5]` = `1` to append the sale to the orders stream (empty: no orders), `ARGV[6]` =
+/// the name of the sale the read saw, `ARGV[7]`, `ARGV[8]` = the holder's token (absent
+/// when unfenced). The sale must still have that name, and the mark must still
 /// be this token and this sale's read. A segment of a split stock takes its unit from
 /// `stock` too, in the same script, so `stock + lucky` stays the initial stock.
-/// Returns `sold`, `fenced` (another holder read since), `aborted` (the seller gave up
-/// on this id) or `repeat` (the buyer already got a unit of this sale).
+/// Returns `sold`, `reset` (a reset began a new sale since the read), `fenced` (another
+/// holder read since), `aborted` (the seller gave up on this id) or `repeat` (the buyer
+/// already got a unit of this sale).
 pub const WRITE_SCRIPT: &str = r#"
+if (redis.call('GET', KEYS[10]) or '') ~= ARGV[6] then return 'reset' end
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
-if ARGV[6] then
+if ARGV[7] then
   local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[6] or seen[2] ~= ARGV[7] or seen[3] ~= ARGV[1] then
+  if seen[1] ~= ARGV[7] or seen[2] ~= ARGV[8] or seen[3] ~= ARGV[1] then
     redis.call('HINCRBY', KEYS[6], 'write', 1)
     return 'fenced'
   end
@@ -129,10 +143,14 @@ end
 return 'sold'
 "#;
 
-/// Settle a sale whose write went unanswered. `KEYS[1]` = outcomes; `ARGV[1]` = sale id.
+/// Settle a sale whose write went unanswered. `KEYS[1]` = outcomes, `KEYS[2]` = the
+/// sale's name; `ARGV[1]` = sale id, `ARGV[2]` = the name of the sale its read saw.
 /// Records `aborted` unless the write got there first; returns the outcome that stands
-/// (`sold:<stock after>` or `aborted`).
+/// (`sold:<stock after>` or `aborted`). Returns `reset`, and records nothing, when a
+/// reset renamed the sale since: its outcomes are gone, and the write may have run.
+/// The atomic script reads nothing before it sells, so it settles without a name.
 pub const SETTLE_SCRIPT: &str = r#"
+if ARGV[2] and (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 'reset' end
 redis.call('HSETNX', KEYS[1], ARGV[1], 'aborted')
 return redis.call('HGET', KEYS[1], ARGV[1])
 "#;
@@ -274,18 +292,25 @@ impl StockSnapshot {
 /// What a fenced read found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum StockRead {
-    /// The stock, read under the holder's token (or unfenced).
-    Stock(i64),
+    /// The stock, read under the holder's token (or unfenced), in the sale named `sale`.
+    Stock { units: i64, sale: SaleName },
     /// A newer token was seen already: this holder's lock is gone. Holds the newest seen.
     Fenced { newest: String },
     /// The sale was last reset into another number of segments than this seller's.
     OtherSegments { reset_with: String },
 }
 
+/// The name a reset gave the sale ([`SALE_NAME_KEY`]); empty for a sale no reset named.
+/// A write carries the name its read saw, so it commits only in that sale.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SaleName(pub String);
+
 /// What a fenced write did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
     Sold,
+    /// A reset began a new sale since the read: nothing was written.
+    SaleReset,
     /// A newer holder read since this holder's read: nothing was written.
     Fenced,
     /// The seller had already settled this sale id as aborted: nothing was written.
@@ -299,6 +324,9 @@ pub enum WriteOutcome {
 pub enum Settled {
     Sold { stock_after: i64 },
     NotSold,
+    /// A reset began a new sale and deleted the outcomes before the settle: whether the
+    /// write ran before the reset is unknown.
+    Unknown,
 }
 
 /// What the atomic script did.
@@ -501,24 +529,33 @@ impl StockStore {
             .key(segment.fence_key())
             .key(FENCE_REFUSALS_KEY)
             .key(SEGMENTS_KEY)
+            .key(SALE_NAME_KEY)
             .arg(segment.of);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
         }
-        let (status, value): (String, String) = invocation.invoke_async(&mut self.connection.clone()).await?;
-        match status.as_str() {
-            "fenced" => Ok(StockRead::Fenced { newest: value }),
-            "segments" => Ok(StockRead::OtherSegments { reset_with: value }),
-            _ => Ok(StockRead::Stock(number(STOCK_KEY, Some(&value))?.unwrap_or(0))),
+        // `{status, value}`, and the sale's name when the status is `ok`.
+        let answer: Vec<String> = invocation.invoke_async(&mut self.connection.clone()).await?;
+        let mut answer = answer.into_iter();
+        let (status, value, sale) = (answer.next(), answer.next().unwrap_or_default(), answer.next());
+        match status.as_deref() {
+            Some("fenced") => Ok(StockRead::Fenced { newest: value }),
+            Some("segments") => Ok(StockRead::OtherSegments { reset_with: value }),
+            _ => Ok(StockRead::Stock {
+                units: number(STOCK_KEY, Some(&value))?.unwrap_or(0),
+                sale: SaleName(sale.unwrap_or_default()),
+            }),
         }
     }
 
-    /// Step 2 of a fenced sale: write `segment`'s `new_stock` and `record` under `token`.
+    /// Step 2 of a fenced sale: write `segment`'s `new_stock` and `record` under `token`,
+    /// in the sale the read saw (`read_from`) and in no other.
     pub async fn write(
         &self,
         segment: Segment,
         record: &SaleRecord,
         new_stock: i64,
+        read_from: &SaleName,
         token: Option<&FencingToken>,
     ) -> Result<WriteOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
@@ -532,12 +569,14 @@ impl StockStore {
             .key(STOCK_KEY);
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
         self.add_sale_rules(&mut invocation, record);
+        invocation.arg(&read_from.0);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
         }
         let outcome: String = invocation.invoke_async(&mut self.connection.clone()).await?;
         Ok(match outcome.as_str() {
             "sold" => WriteOutcome::Sold,
+            "reset" => WriteOutcome::SaleReset,
             "fenced" => WriteOutcome::Fenced,
             "repeat" => WriteOutcome::AlreadyBought,
             _ => WriteOutcome::Aborted,
@@ -545,14 +584,19 @@ impl StockStore {
     }
 
     /// Decides a sale whose write went unanswered: sold if the write got there first,
-    /// otherwise aborted for good (a late write is then refused).
-    pub async fn settle(&self, sale_id: &str) -> Result<Settled, StockError> {
-        let outcome: String = self
-            .settle
-            .key(OUTCOMES_KEY)
-            .arg(sale_id)
-            .invoke_async(&mut self.connection.clone())
-            .await?;
+    /// otherwise aborted for good (a late write is then refused). `read_from` is the sale
+    /// the read saw: once a reset renamed it, the outcome is unknown. The atomic script
+    /// read no name (`None`).
+    pub async fn settle(&self, sale_id: &str, read_from: Option<&SaleName>) -> Result<Settled, StockError> {
+        let mut invocation = self.settle.key(OUTCOMES_KEY);
+        invocation.key(SALE_NAME_KEY).arg(sale_id);
+        if let Some(sale) = read_from {
+            invocation.arg(&sale.0);
+        }
+        let outcome: String = invocation.invoke_async(&mut self.connection.clone()).await?;
+        if outcome == "reset" {
+            return Ok(Settled::Unknown);
+        }
         Ok(match outcome.strip_prefix("sold:") {
             Some(stock_after) => Settled::Sold {
                 stock_after: stock_after.parse().unwrap_or(0),

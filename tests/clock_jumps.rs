@@ -25,7 +25,7 @@ use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, FencingToken};
 use seckill::segments::Segment;
-use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// Long enough that no renewal (every `TTL / 3`) runs during a test: the holder keeps
 /// believing in its lease, as a holder between two renewals does.
@@ -47,7 +47,7 @@ struct Holder<'a> {
     name: &'static str,
     store: &'a StockStore,
     token: Option<FencingToken>,
-    read: Option<i64>,
+    read: Option<(i64, SaleName)>,
 }
 
 impl<'a> Holder<'a> {
@@ -67,15 +67,15 @@ impl<'a> Holder<'a> {
             .read(Segment::WHOLE, self.token.as_ref(), self.name)
             .await
             .unwrap();
-        if let StockRead::Stock(stock) = read {
-            self.read = Some(stock);
+        if let StockRead::Stock { units, sale } = &read {
+            self.read = Some((*units, sale.clone()));
         }
         read
     }
 
     /// Step 2: write one unit less than it read.
     async fn write(&self) -> WriteOutcome {
-        let stock = self.read.expect("read before it writes");
+        let (stock, sale) = self.read.clone().expect("read before it writes");
         let seller = Seller {
             instance: self.name.to_owned(),
             port: 0,
@@ -83,7 +83,7 @@ impl<'a> Holder<'a> {
         };
         let record = SaleRecord::new(&seller, self.name, Segment::WHOLE, stock, self.token.clone(), 0.0, 0);
         self.store
-            .write(Segment::WHOLE, &record, stock - 1, self.token.as_ref())
+            .write(Segment::WHOLE, &record, stock - 1, &sale, self.token.as_ref())
             .await
             .unwrap()
     }

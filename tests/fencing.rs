@@ -6,7 +6,8 @@ mod common;
 
 use seckill::lock::FencingToken;
 use seckill::segments::Segment;
-use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::strategy::Strategy;
 
 // One test Redis database per test, because the stock keys have fixed names (`DATABASES` in tests/common/test_redis.rs).
 const INITIAL: i64 = 10;
@@ -44,22 +45,22 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
         port: 0,
         strategy: "test",
     };
-    let mut read: [Option<i64>; 2] = [None, None];
+    let mut read: [Option<(i64, SaleName)>; 2] = [None, None];
     let mut outcomes = Vec::new();
     for step in order {
         match *step {
             Step::Read(holder) => {
                 let sale_id = format!("{order:?}-{holder}");
-                if let StockRead::Stock(stock) = store
+                if let StockRead::Stock { units, sale } = store
                     .read(Segment::WHOLE, tokens[holder].as_ref(), &sale_id)
                     .await
                     .unwrap()
                 {
-                    read[holder] = Some(stock);
+                    read[holder] = Some((units, sale));
                 }
             }
             Step::Write(holder) => {
-                let Some(stock) = read[holder] else { continue }; // refused at the read: no write
+                let Some((stock, sale)) = read[holder].clone() else { continue }; // refused at the read: no write
                 let record = SaleRecord::new(
                     &seller,
                     &format!("{order:?}-{holder}"),
@@ -71,7 +72,7 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
                 );
                 outcomes.push(
                     store
-                        .write(Segment::WHOLE, &record, stock - 1, tokens[holder].as_ref())
+                        .write(Segment::WHOLE, &record, stock - 1, &sale, tokens[holder].as_ref())
                         .await
                         .unwrap(),
                 );
@@ -81,6 +82,11 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
     let snapshot = store.snapshot().await.unwrap();
     let sold_twice = (snapshot.stock + snapshot.lucky - INITIAL) as usize;
     (sold_twice, outcomes)
+}
+
+/// The name of the sale on now, as a read sees it.
+async fn current_sale(store: &StockStore) -> SaleName {
+    SaleName(store.sale_name().await.unwrap().unwrap_or_default())
 }
 
 fn token(counter: u64) -> Option<FencingToken> {
@@ -123,10 +129,10 @@ async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order()
 async fn an_older_token_is_refused_once_a_newer_one_has_read() {
     let store = store(31).await;
     store.reset(INITIAL).await.unwrap();
-    assert_eq!(
+    assert!(matches!(
         store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap(),
-        StockRead::Stock(INITIAL)
-    );
+        StockRead::Stock { units: INITIAL, .. }
+    ));
     assert!(matches!(
         store.read(Segment::WHOLE, token(33).as_ref(), "a-sale").await.unwrap(),
         StockRead::Fenced { .. }
@@ -138,10 +144,10 @@ async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
     let store = store(32).await;
     store.reset(INITIAL).await.unwrap();
     let switched = Some(FencingToken::new("mysql", 1, 2));
-    assert_eq!(
+    assert!(matches!(
         store.read(Segment::WHOLE, switched.as_ref(), "a-sale").await.unwrap(),
-        StockRead::Stock(INITIAL)
-    );
+        StockRead::Stock { units: INITIAL, .. }
+    ));
     let old_source = Some(FencingToken::new("redis", 0, 1_000));
     assert!(matches!(
         store.read(Segment::WHOLE, old_source.as_ref(), "a-sale").await.unwrap(),
@@ -155,10 +161,10 @@ async fn a_reset_clears_the_high_water_mark_for_a_new_sale() {
     store.reset(INITIAL).await.unwrap();
     store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap();
     store.reset(INITIAL).await.unwrap();
-    assert_eq!(
+    assert!(matches!(
         store.read(Segment::WHOLE, token(1).as_ref(), "a-sale").await.unwrap(),
-        StockRead::Stock(INITIAL)
-    );
+        StockRead::Stock { units: INITIAL, .. }
+    ));
 }
 
 #[tokio::test]
@@ -188,12 +194,13 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
         strategy: "test",
     };
     let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
+    let sale = current_sale(&store).await;
     assert_eq!(
-        store.settle("late-write").await.unwrap(),
+        store.settle("late-write", Some(&sale)).await.unwrap(),
         seckill::stock::Settled::NotSold
     );
     assert_eq!(
-        store.write(Segment::WHOLE, &record, INITIAL - 1, None).await.unwrap(),
+        store.write(Segment::WHOLE, &record, INITIAL - 1, &sale, None).await.unwrap(),
         WriteOutcome::Aborted
     );
     assert_eq!(store.snapshot().await.unwrap().lucky, 0);
@@ -209,12 +216,13 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
         strategy: "test",
     };
     let record = SaleRecord::new(&seller, "early-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
+    let sale = current_sale(&store).await;
     assert_eq!(
-        store.write(Segment::WHOLE, &record, INITIAL - 1, None).await.unwrap(),
+        store.write(Segment::WHOLE, &record, INITIAL - 1, &sale, None).await.unwrap(),
         WriteOutcome::Sold
     );
     assert_eq!(
-        store.settle("early-write").await.unwrap(),
+        store.settle("early-write", Some(&sale)).await.unwrap(),
         seckill::stock::Settled::Sold {
             stock_after: INITIAL - 1
         }
@@ -229,7 +237,6 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
 /// comes back, and then the sale goes on.
 #[tokio::test]
 async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
-    use seckill::strategy::Strategy;
     const SOLD_BEFORE: usize = 20;
     let lock_redis = common::PrivateRedis::start();
     let instance = common::instance_with(Strategy::Redis, 38, |config| {
@@ -258,4 +265,91 @@ async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
         !answers.iter().any(|answer| answer == "503 lock_lost"),
         "the fence refused lawful holders after the restart: {answers:?}"
     );
+}
+
+/// A sale without a token (`redlock`, `--fencing off`) read 5 when a reset put 100 units
+/// on sale. Its write must not become the new sale's stock, records or orders.
+#[tokio::test]
+async fn an_unfenced_write_whose_sale_was_reset_commits_nothing_in_the_new_sale() {
+    let store = store(104).await.with_orders(true);
+    let orders_queued = || async {
+        redis::cmd("XLEN")
+            .arg(seckill::stock::ORDERS_STREAM)
+            .query_async::<i64>(&mut store.connection())
+            .await
+            .unwrap()
+    };
+    // A reset leaves the orders stream alone: count what this sale adds to it.
+    let orders_before = orders_queued().await;
+    store.reset(5).await.unwrap();
+    let StockRead::Stock { units: 5, sale } = store.read(Segment::WHOLE, None, "before-reset").await.unwrap() else {
+        panic!("the read should find the 5 units");
+    };
+    store.reset(100).await.unwrap();
+    let seller = Seller {
+        instance: "reset-test".into(),
+        port: 0,
+        strategy: "test",
+    };
+    let record = SaleRecord::new(&seller, "before-reset", Segment::WHOLE, 5, None, 0.0, 0);
+    assert_eq!(
+        store.write(Segment::WHOLE, &record, 4, &sale, None).await.unwrap(),
+        WriteOutcome::SaleReset
+    );
+    let snapshot = store.snapshot().await.unwrap();
+    assert_eq!(
+        (snapshot.stock, snapshot.lucky, snapshot.sales),
+        (100, 0, 0),
+        "the old read reached the new sale"
+    );
+    assert_eq!(orders_queued().await, orders_before, "a phantom order was queued");
+}
+
+/// The write committed, its answer was lost, and a reset deleted the outcomes before
+/// the seller asked. "Not sold" would be a lie: the unit was sold (and its order queued).
+#[tokio::test]
+async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
+    let store = store(105).await;
+    store.reset(INITIAL).await.unwrap();
+    let StockRead::Stock { units, sale } = store.read(Segment::WHOLE, None, "answer-lost").await.unwrap() else {
+        panic!("the read should find the stock");
+    };
+    let seller = Seller {
+        instance: "settle-test".into(),
+        port: 0,
+        strategy: "test",
+    };
+    let record = SaleRecord::new(&seller, "answer-lost", Segment::WHOLE, units, None, 0.0, 0);
+    assert_eq!(
+        store.write(Segment::WHOLE, &record, units - 1, &sale, None).await.unwrap(),
+        WriteOutcome::Sold
+    );
+    store.reset(INITIAL).await.unwrap();
+    assert_eq!(
+        store.settle("answer-lost", Some(&sale)).await.unwrap(),
+        seckill::stock::Settled::Unknown
+    );
+}
+
+/// The case through the service: a `redlock` sale pauses between its read and
+/// its write (`--chaos-pause-before-write-ms 300`), and a reset to 100 lands in the pause.
+#[tokio::test]
+async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
+    let instance = common::instance_with(Strategy::Redlock, 106, |config| {
+        config.chaos_pause_before_write_ms = Some(300);
+    })
+    .await;
+    common::reset_stock(&instance.url, 5).await;
+    let url = instance.url.clone();
+    let buyer = tokio::spawn(async move { common::buy(&reqwest::Client::new(), &url).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    common::reset_stock(&instance.url, 100).await;
+    assert_eq!(buyer.await.unwrap(), "503 sale_reset");
+    let stock = common::stock(&instance.url).await;
+    assert_eq!(
+        (stock["stock"].as_i64(), stock["lucky"].as_i64(), stock["sales"].as_i64()),
+        (Some(100), Some(0), Some(0)),
+        "the new sale must start whole: {stock}"
+    );
+    instance.stop().await.unwrap();
 }

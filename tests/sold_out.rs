@@ -129,3 +129,40 @@ async fn the_atomic_script_refuses_the_flag_at_start_and_says_why() {
         "{error}"
     );
 }
+
+/// Without the flag every buyer after the sell-out takes a grant and reads an empty
+/// stock. Those grants could sell nothing, so the grant log (`stock:grants`) keeps none
+/// of them: it would otherwise grow by one record per answer for as long as traffic lasts.
+#[tokio::test]
+async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
+    const STOCK: i64 = 10;
+    const ANSWERS_AFTER_THE_SELL_OUT: usize = 20_000;
+    const BUYERS_AT_ONCE: usize = 32;
+    let app = common::instance_with(Strategy::Local, 107, |_| {}).await;
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, STOCK).await;
+    for _ in 0..STOCK {
+        assert_eq!(common::buy(&http, &app.url).await, "sold");
+    }
+    let buyers: Vec<_> = (0..BUYERS_AT_ONCE)
+        .map(|_| {
+            let (http, url) = (http.clone(), app.url.clone());
+            tokio::spawn(async move {
+                for _ in 0..ANSWERS_AFTER_THE_SELL_OUT / BUYERS_AT_ONCE {
+                    assert_eq!(common::buy(&http, &url).await, "sold out");
+                }
+            })
+        })
+        .collect();
+    for buyer in buyers {
+        buyer.await.unwrap();
+    }
+    let mut redis = common::redis_client(107).await.get_multiplexed_async_connection().await.unwrap();
+    let logged: i64 = redis::cmd("LLEN")
+        .arg(seckill::grant_log::GRANTS_KEY)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(logged, STOCK, "one grant per unit sold, none per sold-out answer");
+    app.stop().await.unwrap();
+}

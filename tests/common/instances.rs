@@ -73,6 +73,16 @@ pub async fn healthz(base_url: &str) -> serde_json::Value {
         .expect("/healthz answers JSON")
 }
 
+/// `GET /stock` of a running instance, as JSON: stock, lucky, sales, initial.
+pub async fn stock(base_url: &str) -> serde_json::Value {
+    reqwest::get(format!("{base_url}/stock"))
+        .await
+        .expect("the instance answers")
+        .json()
+        .await
+        .expect("/stock answers JSON")
+}
+
 /// `seckill serve` as a process of its own, for tests that stop it, kill it, or move its
 /// clock; killed (even if stopped) when dropped.
 pub struct ServeProcess {

@@ -52,6 +52,8 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/orders", 98..=100),
     ("loadtest/e2e", 101..=102),
     ("seckill/mysql_token_order", 103..=103),
+    ("seckill/fencing", 104..=106),
+    ("seckill/sold_out", 107..=107),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
