@@ -604,16 +604,22 @@ async fn next_instance_waits(next: Arc<dyn DistributedLock>, key: &str) -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blocking_the_queue() {
     let key = common::unique_key("lost-enqueue");
-    let holder = etcd().await;
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
     let proxy = AnswerLosingProxy::start(common::etcd_port()).await;
     // A long lease, so this instance's session outlives the test: only a delete frees its key.
     let unlucky = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
         .await
         .expect("etcd runs (`make services`)");
+    // Once, so its kept watch is open: the enqueue is the first request below.
+    let first = unlucky
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    first.release().await.unwrap();
+    let holder = etcd().await;
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
     // The enqueue runs on etcd, but its answer stays away past the acquire's deadline.
     proxy.hold_answers();
     let refused = unlucky.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
@@ -736,4 +742,125 @@ async fn an_etcd_renewal_that_timed_out_does_not_count_its_late_answer_as_a_late
         trusted_for <= ttl,
         "trusted for {trusted_for:?} after etcd last heard a renewal, past the lease's TTL of {ttl:?}"
     );
+}
+
+/// A plain etcd client, to change the queue from outside as another party would.
+async fn etcd_client() -> etcd_client::Client {
+    etcd_client::Client::connect(common::etcd_endpoints(), None)
+        .await
+        .expect("etcd runs (`make services`)")
+}
+
+/// The name of `lock`'s key in the queue of `key`, as its current session names it.
+async fn etcd_own_key(lock: &EtcdLock, key: &str) -> String {
+    format!("seckill/locks/{key}/{:x}", lock.lease_id().await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_release_deletes_only_the_key_it_created_not_a_newer_one_of_the_same_name() {
+    // Each acquire of a session reuses its key's name. A delete sent again after a timeout
+    // can land after the next acquire created that name anew. Here the test creates it
+    // anew, from outside, before the release: the release's delete must leave it.
+    let lock = etcd().await;
+    let key = common::unique_key("reused-name");
+    let held = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let (name, lease) = (etcd_own_key(&lock, &key).await, lock.lease_id().await);
+    let mut client = etcd_client().await;
+    client.delete(name.clone(), None).await.unwrap();
+    let with_lease = etcd_client::PutOptions::new().with_lease(lease);
+    let newer = client
+        .put(name.clone(), "a later acquire", Some(with_lease))
+        .await
+        .unwrap();
+    let newer = newer.header().expect("a header").revision();
+
+    let _ = held.release().await; // its key went: the lock was lost, whatever it answers
+    let left = client.get(name.clone(), None).await.unwrap();
+    let left = left.kvs().first().map(|kv| kv.create_revision());
+    client.delete(name, None).await.unwrap();
+    assert_eq!(left, Some(newer), "the release deleted a newer key of the same name");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_waiter_whose_key_someone_else_deleted_keeps_its_instances_other_locks() {
+    // Every lock of an instance hangs on its one lease. A waiter that took its key's delete
+    // for a lost session, and revoked that healthy lease, would free every other lock.
+    let (instance, other) = (etcd().await, etcd().await);
+    let (first, second) = (
+        common::unique_key("own-key-deleted-0"),
+        common::unique_key("own-key-deleted-1"),
+    );
+    let held = instance
+        .acquire(&first, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let lease = instance.lease_id().await;
+    let (blocking, waiting) = queue_behind_a_holder(&*other, &instance, &second, Duration::from_secs(10)).await;
+    let mut client = etcd_client().await;
+    let deleted = client
+        .delete(etcd_own_key(&instance, &second).await, None)
+        .await
+        .unwrap();
+    assert_eq!(deleted.deleted(), 1, "the waiter's key was not in the queue");
+    let deleted_at = deleted.header().expect("a header").revision();
+    blocking.release().await.unwrap();
+
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("granted in time")
+        .unwrap()
+        .expect("the waiter queued again and was granted");
+    assert_eq!(
+        instance.lease_id().await,
+        lease,
+        "the waiter replaced its healthy session"
+    );
+    let first_key = client.get(etcd_own_key(&instance, &first).await, None).await.unwrap();
+    assert_eq!(first_key.kvs().len(), 1, "the other lock's key went with the lease");
+    assert!(held.lease().is_held(), "the other lock of the instance was lost");
+    let token = granted.fencing_token().expect("etcd grants carry a token").counter;
+    assert!(token > deleted_at as u64, "granted on the deleted key: token {token}");
+    granted.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_acquire_answers_by_its_deadline_when_etcd_goes_silent_midway() {
+    // The waiter's session ends (revoked), so its key goes; from then on etcd answers
+    // none of its requests. Every step left must stop at the acquire's deadline.
+    let key = common::unique_key("silent-midway");
+    let proxy = AnswerLosingProxy::start(common::etcd_port()).await;
+    // A long lease: no renewal falls in the test, so only the watch tells of the revoke.
+    let waiter = Arc::new(
+        EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
+            .await
+            .expect("etcd runs (`make services`)"),
+    );
+    let holder = etcd().await;
+    let held = holder
+        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let waiting = start_acquiring(&waiter, &key, Duration::from_secs(1));
+    tokio::time::sleep(Duration::from_millis(300)).await; // the waiter queues
+    let own_key = etcd_own_key(&waiter, &key).await;
+    // Its next request that names its key gets no answer for 4 s, nor does any after it.
+    proxy.arm(own_key.as_bytes(), Duration::from_secs(4));
+    common::revoke_etcd_lease(waiter.lease_id().await).await;
+
+    let answer = waiting.await.unwrap();
+    let answered_after = started.elapsed();
+    assert!(answer.is_err(), "granted on a revoked session: {answer:?}");
+    assert!(
+        answered_after < Duration::from_millis(1500),
+        "an acquire with a 1 s timeout answered after {answered_after:?}: {answer:?}"
+    );
+    held.release().await.unwrap();
+    let waited = next_instance_waits(etcd().await, &key).await;
+    let waited = waited.expect("a key of the late acquire stayed in the queue");
+    assert!(waited < Duration::from_secs(2), "granted only after {waited:?}");
 }

@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 
 use super::kept_watch::Deletes;
 use super::{
-    backend_error, delete_in_background, keys_ahead, list_the_queue, other_key_of, prefix_of, send_until_done,
-    Connection, EtcdGrant, Queued, Session, Turn, Wait, BACKEND,
+    backend_error, delete_in_background, delete_once, keys_ahead, list_the_queue, other_key_of, prefix_of,
+    send_until_done, Connection, EtcdGrant, Queued, Session, Turn, Wait, BACKEND,
 };
 use crate::lock::{AwaitGrant, HandOver, LockError, LockGuard, Owner, QueuedPlace, Release};
 
@@ -51,7 +51,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
         Ok(Ok(response)) => response,
         failed => {
             // It may have happened, or may yet: neither key may stay behind.
-            delete_both_in_background(client, [own_key, next_key], weak, turn);
+            delete_both_in_background(client, (own_key, grant.own_revision), next_key, weak, turn);
             return Err(match failed {
                 Ok(Err(error)) => backend_error(error),
                 _ => LockError::backend(
@@ -65,7 +65,7 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
         // Our key went with our lease (or the other key was left over): nothing was
         // deleted, nothing queued. Neither key may stay behind.
         let key = own_key.clone();
-        delete_both_in_background(client, [own_key, next_key], weak, turn);
+        delete_both_in_background(client, (own_key, grant.own_revision), next_key, weak, turn);
         return Err(LockError::Lost { key });
     }
     let revision = response.header().map_or(0, |header| header.revision());
@@ -144,6 +144,7 @@ impl Drop for EtcdPlace {
             delete_in_background(
                 self.connection.client.clone(),
                 queued.own_key,
+                Some(queued.own_revision),
                 self.session.clone(),
                 Some(turn),
             );
@@ -151,19 +152,23 @@ impl Drop for EtcdPlace {
     }
 }
 
-/// Deletes both keys of a hand-over that failed or may still happen (step 7), in one
-/// transaction, sent again until it is done or the session's lease is lost. One
-/// transaction, not two deletes: a hand-over still in flight that commits between two
-/// deletes would leave the next owner's key behind. After this one commits, that
-/// hand-over finds our key gone and changes nothing.
-fn delete_both_in_background(client: Client, keys: [String; 2], session: Weak<Session>, turn: Turn) {
+/// Deletes both keys of a hand-over that failed or may still happen (step 7), each sent
+/// again until it is done or the session's lease is lost. Our key goes first, guarded by
+/// its revision: once that is done, a hand-over still in flight can no longer commit, as
+/// it needs our key. Then the next owner's key, whatever its revision: the turn is held,
+/// so only the hand-over can have put it. Both deletes are guarded ([`delete_once`]).
+fn delete_both_in_background(
+    client: Client,
+    (own_key, own_revision): (String, i64),
+    next_key: String,
+    session: Weak<Session>,
+    turn: Turn,
+) {
     tokio::spawn(async move {
         let _turn = turn;
-        let both = Txn::new().and_then(keys.clone().map(|key| TxnOp::delete(key, None)));
-        let delete = || {
-            let (mut client, both) = (client.clone(), both.clone());
-            async move { client.txn(both).await }
-        };
-        send_until_done(&session, &keys, delete).await;
+        let ours = || delete_once(client.clone(), own_key.clone(), Some(own_revision));
+        send_until_done(&session, &own_key, ours).await;
+        let next = || delete_once(client.clone(), next_key.clone(), None);
+        send_until_done(&session, &next_key, next).await;
     });
 }

@@ -134,6 +134,6 @@ pub(super) async fn wait_on_the_kept_watch(
     };
     tokio::select! {
         first = first => first,
-        () = session.lease.lost() => Some(Wait::SessionLost),
+        () = session.lease.lost() => Some(Wait::Lost),
     }
 }

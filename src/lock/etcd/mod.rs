@@ -36,9 +36,11 @@
 //!    reaches it, and crosses those keys off as they are deleted, in revision order.
 //!    The event that crosses off the last one is the grant, with no read after it: no key can join
 //!    ahead of ours, as revisions only grow. A waiter sends etcd nothing while it waits.
-//!    If its own key is deleted on the watch, its session was lost while it waited,
-//!    and it queues again. That is the check etcd added after Jepsen found that a
-//!    waiter could believe it held a lock its expired session had lost. (etcd's Go
+//!    If its own key is deleted on the watch, it never held the lock, and it queues
+//!    again. That is the check etcd added after Jepsen found that a waiter could believe
+//!    it held a lock its expired session had lost. It queues on the same session unless
+//!    its lease is lost: someone else may have deleted the key, and the lease carries
+//!    this instance's other grants. If etcd ended the lease, the enqueue says so. (etcd's Go
 //!    client opens a watch per wait, reads after every event to find the next key to
 //!    watch, and once more at the end for this check.) When the kept watch breaks (its
 //!    member died, or has had no leader for three election timeouts: etcd then ends a
@@ -55,6 +57,9 @@
 //!    or the session's lease is lost. A key left behind would move up the queue and block
 //!    every instance for as long as our session lives. The instance's turn is held
 //!    until the delete is done, so its next acquire cannot reuse a key about to go.
+//!    Every delete is a transaction that compares the key's create revision with the one
+//!    our put created. The session reuses its keys' names, and a delete that timed out
+//!    may still land after the next acquire put the name anew: it must not delete that key.
 //! 6. **Fencing token**: the own key's create revision. It grows with every grant,
 //!    across every key and instance, because etcd's revision does.
 //! 7. **Release and queue again, in one write.** When a buyer of this instance waits
@@ -303,21 +308,21 @@ impl DistributedLock for EtcdLock {
                 ))
             }
             Err(error) => {
-                self.delete_in_background(own_key_of(key, &session), &session, turn);
+                self.delete_in_background(own_key_of(key, &session), None, &session, turn);
                 return Err(error);
             }
         };
         if queued.holds() {
             return Ok(self.grant(key, queued, &session, turn));
         }
-        self.delete_in_background(queued.own_key, &session, turn);
+        let revision = queued.known_revision();
+        self.delete_in_background(queued.own_key, revision, &session, turn);
         Err(LockError::Busy { key: key.to_owned() })
     }
 
     /// Queues, then waits until no key older than ours is left (step 4) instead of polling.
-    /// A waiter whose session ended while it waited (a lease lost to a pause or to a
-    /// leader election) never held the lock: it queues again on a new session, at the
-    /// back, until its deadline. Every way out but a grant deletes our key (step 5).
+    /// Every step runs within the deadline: an acquire answers by then, and a grant that
+    /// came later is given back. Every way out but a grant deletes our key (step 5).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -328,88 +333,24 @@ impl DistributedLock for EtcdLock {
         let turn = tokio::time::timeout_at(deadline.into(), self.turns_of(key).lock_owned())
             .await
             .map_err(|_| timed_out())?;
-        let mut dead_session = None;
-        loop {
-            let session = self.current_session(dead_session.as_ref(), deadline).await?;
-            // Listen before queueing: every delete after the enqueue's revision is heard.
-            let news = tokio::time::timeout_at(deadline.into(), self.connection.news_of(&prefix_of(key)))
-                .await
-                .ok()
-                .flatten();
-            let queued = match self.enqueue(&session, key, owner, deadline).await {
-                Ok(Enqueued::Queued(queued)) => queued,
-                Ok(Enqueued::LeaseGone) => {
-                    dead_session = Some(session);
-                    continue;
-                }
-                // The put may have happened even so: its answer may be what was lost.
-                Err(error) => {
-                    self.delete_in_background(own_key_of(key, &session), &session, turn);
-                    return Err(error);
-                }
-            };
-            if queued.holds() {
-                return Ok(self.grant(key, queued, &session, turn));
-            }
-            let waited = match tokio::time::timeout_at(
-                deadline.into(),
-                self.connection.wait_until_first(&queued, news, &session),
-            )
-            .await
-            {
-                Ok(Ok(waited)) => waited,
-                Ok(Err(error)) => {
-                    self.delete_in_background(queued.own_key, &session, turn);
-                    return Err(error);
-                }
-                Err(_) => {
-                    self.delete_in_background(queued.own_key, &session, turn);
-                    return Err(timed_out());
-                }
-            };
-            if let Wait::First { woken } = waited {
-                if session.lease.is_held() {
-                    if woken {
-                        self.connection.wakeups.fetch_add(1, Ordering::SeqCst);
-                    }
-                    return Ok(self.grant(key, queued, &session, turn));
-                }
-            }
-            // The wait ended otherwise: is our key still there, and our session alive?
-            // (Jepsen's finding: a key that vanished with its session is not a grant.)
-            let own = retry_transient(deadline.max(Instant::now() + RETRY_BUDGET), || {
-                let (mut client, own_key) = (self.connection.client.clone(), queued.own_key.clone());
-                self.connection.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
-                async move { client.get(own_key, None).await }
-            })
-            .await;
-            let own = match own {
-                Ok(own) => own,
-                Err(error) => {
-                    self.delete_in_background(queued.own_key, &session, turn);
-                    return Err(backend_error(error));
-                }
-            };
-            if !own.kvs().is_empty() && session.lease.is_held() {
-                return Ok(self.grant(key, queued, &session, turn));
-            }
-            // In case the lease outlived our view of it. The next key is the new
-            // session's, so this delete needs no turn.
-            delete_in_background(
-                self.connection.client.clone(),
-                queued.own_key,
-                Arc::downgrade(&session),
-                None,
-            );
-            dead_session = Some(session);
-            if Instant::now() >= deadline {
-                return Err(LockError::Lost { key: key.to_owned() });
-            }
-            tracing::info!(
-                key,
-                "the etcd session ended while waiting; queueing again on a new session"
-            );
+        // The key this acquire may have put, for the clean-up of every way out but a grant.
+        let mut sent = None;
+        let waited =
+            tokio::time::timeout_at(deadline.into(), self.queue_and_wait(key, owner, deadline, &mut sent)).await;
+        let answer = match waited {
+            Ok(Ok(first)) if Instant::now() <= deadline => return Ok(self.grant_first(key, first, turn)),
+            Ok(Ok(_)) | Err(_) => Err(timed_out()),
+            Ok(Err(error)) => Err(error),
+        };
+        if let Some(SentKey {
+            own_key,
+            revision,
+            session,
+        }) = sent
+        {
+            delete_in_background(self.connection.client.clone(), own_key, revision, session, Some(turn));
         }
+        answer
     }
 
     /// Step 7: a release queues the next local buyer.
@@ -580,14 +521,111 @@ impl EtcdLock {
         }))
     }
 
+    /// Steps 2 to 4 of an acquire. The caller cuts them off at `deadline`, wherever they
+    /// are. `sent` names the key they may have put, for the caller's clean-up. (A session
+    /// start cut off leaves a lease nobody renews: it runs out, with no key on it.)
+    /// A waiter whose key went while it waited never held the lock, and queues again at
+    /// the back. It takes a new session only if its lease is lost: someone else may have
+    /// deleted the key, and the lease holds this instance's other grants too.
+    async fn queue_and_wait(
+        &self,
+        key: &str,
+        owner: &Owner,
+        deadline: Instant,
+        sent: &mut Option<SentKey>,
+    ) -> Result<First, LockError> {
+        let mut dead_session: Option<Arc<Session>> = None;
+        loop {
+            let session = self.current_session(dead_session.take().as_ref(), deadline).await?;
+            // Listen before queueing: every delete after the enqueue's revision is heard.
+            let news = self.connection.news_of(&prefix_of(key)).await;
+            // The put may happen even if its answer is lost; its revision is then unknown.
+            *sent = Some(SentKey {
+                own_key: own_key_of(key, &session),
+                revision: None,
+                session: Arc::downgrade(&session),
+            });
+            let queued = match self.enqueue(&session, key, owner, deadline).await? {
+                Enqueued::Queued(queued) => queued,
+                Enqueued::LeaseGone => {
+                    // etcd refused the put with its lease: no key was made.
+                    *sent = None;
+                    dead_session = Some(session);
+                    continue;
+                }
+            };
+            sent.replace(SentKey {
+                own_key: queued.own_key.clone(),
+                revision: queued.known_revision(),
+                session: Arc::downgrade(&session),
+            });
+            if queued.holds() {
+                return Ok(First::new(queued, session, false));
+            }
+            let waited = self.connection.wait_until_first(&queued, news, &session).await?;
+            if let Wait::First { woken } = waited {
+                if session.lease.is_held() {
+                    return Ok(First::new(queued, session, woken));
+                }
+            }
+            // The wait ended otherwise: is our key still there, and our session alive?
+            // (Jepsen's finding: a key that vanished with its session is not a grant.)
+            let own = retry_transient(deadline, || {
+                let (mut client, own_key) = (self.connection.client.clone(), queued.own_key.clone());
+                self.connection.requests_while_waiting.fetch_add(1, Ordering::SeqCst);
+                async move { client.get(own_key, None).await }
+            })
+            .await
+            .map_err(backend_error)?;
+            let ours = own
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == queued.own_revision);
+            if ours && session.lease.is_held() {
+                return Ok(First::new(queued, session, false));
+            }
+            *sent = None;
+            if session.lease.is_held() {
+                // Someone deleted our key, or etcd ended our lease and we have not heard
+                // yet. The next enqueue on this session tells which (`LeaseGone`).
+                tracing::info!(key, "our etcd key was deleted while we waited; queueing again");
+                continue;
+            }
+            // In case the lease outlived our view of it. The delete is guarded by our
+            // key's revision, so it needs no turn: it cannot touch a later key of that name.
+            delete_in_background(
+                self.connection.client.clone(),
+                queued.own_key,
+                Some(queued.own_revision),
+                Arc::downgrade(&session),
+                None,
+            );
+            dead_session = Some(session);
+            tracing::info!(
+                key,
+                "the etcd session ended while waiting; queueing again on a new session"
+            );
+        }
+    }
+
     /// Step 5 for an acquire that failed: our key goes, guaranteed, in the background.
-    fn delete_in_background(&self, own_key: String, session: &Arc<Session>, turn: Turn) {
+    /// `revision` is the one our put created, `None` if its answer was lost.
+    fn delete_in_background(&self, own_key: String, revision: Option<i64>, session: &Arc<Session>, turn: Turn) {
         delete_in_background(
             self.connection.client.clone(),
             own_key,
+            revision,
             Arc::downgrade(session),
             Some(turn),
         );
+    }
+
+    /// The grant of an acquire's key that is first in its queue.
+    fn grant_first(&self, key: &str, first: First, turn: Turn) -> LockGuard {
+        if first.woken {
+            self.connection.wakeups.fetch_add(1, Ordering::SeqCst);
+        }
+        self.grant(key, first.queued, &first.session, turn)
     }
 
     fn grant(&self, key: &str, queued: Queued, session: &Arc<Session>, turn: Turn) -> LockGuard {
@@ -669,7 +707,7 @@ impl Connection {
         };
         tokio::select! {
             first = first => first,
-            () = session.lease.lost() => Ok(Wait::SessionLost),
+            () = session.lease.lost() => Ok(Wait::Lost),
         }
     }
 
@@ -686,7 +724,7 @@ impl Connection {
         let response = client.get(queued.prefix.clone(), Some(up_to_ours)).await?;
         let mut keys: HashSet<Vec<u8>> = response.kvs().iter().map(|kv| kv.key().to_vec()).collect();
         if !keys.remove(queued.own_key.as_bytes()) {
-            return Ok(Look::Decided(Wait::SessionLost));
+            return Ok(Look::Decided(Wait::Lost));
         }
         if keys.is_empty() {
             return Ok(Look::Decided(Wait::First { woken: false }));
@@ -801,6 +839,33 @@ impl Queued {
     fn holds(&self) -> bool {
         self.own_revision != 0 && self.ahead.is_empty()
     }
+
+    /// The revision our put created, if the enqueue learned it.
+    fn known_revision(&self) -> Option<i64> {
+        (self.own_revision != 0).then_some(self.own_revision)
+    }
+}
+
+/// A key of ours that no key is ahead of: an acquire's grant, once the turn goes with it.
+struct First {
+    queued: Queued,
+    session: Arc<Session>,
+    /// A watch event told us (a holder released), not the enqueue or a look.
+    woken: bool,
+}
+
+impl First {
+    fn new(queued: Queued, session: Arc<Session>, woken: bool) -> Self {
+        First { queued, session, woken }
+    }
+}
+
+/// The key an acquire may have put, so the acquire can delete it if it ends without a grant.
+struct SentKey {
+    own_key: String,
+    /// The revision our put created; `None` while its answer has not come.
+    revision: Option<i64>,
+    session: Weak<Session>,
 }
 
 /// What one look at the queue saw.
@@ -831,7 +896,7 @@ fn cross_off<'a>(
         ahead.remove(key);
     }
     if own_key_deleted {
-        Some(Wait::SessionLost)
+        Some(Wait::Lost)
     } else if ahead.is_empty() {
         Some(Wait::First { woken: true })
     } else {
@@ -845,8 +910,8 @@ enum Wait {
     /// No key older than ours is left: we hold the lock. `woken` when a watch event told
     /// us (a holder released), not the look.
     First { woken: bool },
-    /// Our lease ended while we waited: our key is gone with it.
-    SessionLost,
+    /// Our key was deleted, or our lease lost, while we waited: no grant.
+    Lost,
 }
 
 #[async_trait]
@@ -861,6 +926,7 @@ impl Release for EtcdGrant {
         let deleting = delete_in_background(
             self.connection.client.clone(),
             own_key.clone(),
+            Some(self.own_revision),
             self.session.clone(),
             Some(turn),
         );
@@ -890,6 +956,7 @@ impl Drop for EtcdGrant {
             delete_in_background(
                 self.connection.client.clone(),
                 own_key,
+                Some(self.own_revision),
                 self.session.clone(),
                 Some(turn),
             );
@@ -903,21 +970,39 @@ impl Drop for EtcdGrant {
 /// every instance for as long as our session lives. The task keeps the instance's
 /// `turn` until then, so its next acquire cannot reuse a key that is about to go.
 /// Answers whether it deleted the key (not: it was gone already, or went with its lease).
+/// Every try is guarded by `revision` ([`delete_once`]): a try that lands late cannot
+/// delete a later key of the same name.
 fn delete_in_background(
     client: Client,
     own_key: String,
+    revision: Option<i64>,
     session: Weak<Session>,
     turn: Option<Turn>,
 ) -> JoinHandle<bool> {
     tokio::spawn(async move {
         let _turn = turn;
-        let delete = || {
-            let (mut client, own_key) = (client.clone(), own_key.clone());
-            async move { client.delete(own_key, None).await }
-        };
-        let deleted = send_until_done(&session, &own_key, delete).await;
-        deleted.is_some_and(|deleted| deleted.deleted() > 0)
+        let delete = || delete_once(client.clone(), own_key.clone(), revision);
+        send_until_done(&session, &own_key, delete).await.unwrap_or(false)
     })
+}
+
+/// One try at deleting our key `own_key`: the one our put created at `revision`, in a
+/// transaction that compares its create revision. A session reuses its keys' names, so
+/// a plain delete sent again could land after the next acquire put the name anew, and
+/// delete that key. When `revision` is unknown (the put's answer was lost) it is read
+/// first. The turn is then held, so the key found is this acquire's.
+/// Answers whether it deleted the key.
+async fn delete_once(mut client: Client, own_key: String, revision: Option<i64>) -> Result<bool, etcd_client::Error> {
+    let revision = match revision {
+        Some(revision) => revision,
+        None => match client.get(own_key.clone(), None).await?.kvs().first() {
+            Some(found) => found.create_revision(),
+            None => return Ok(false),
+        },
+    };
+    let ours = Compare::create_revision(own_key.clone(), CompareOp::Equal, revision);
+    let delete = Txn::new().when([ours]).and_then([TxnOp::delete(own_key, None)]);
+    Ok(client.txn(delete).await?.succeeded())
 }
 
 /// Sends a clean-up of our `keys` again after every failure, until etcd has done it
@@ -1102,6 +1187,6 @@ mod tests {
         // A lease that ends deletes every key of its session in one revision.
         let mut ahead = keys(&["q/a"]);
         let deletes = [(&b"q/a"[..], 11), (OURS, 11)];
-        assert_eq!(cross_off(&mut ahead, OURS, 10, deletes), Some(Wait::SessionLost));
+        assert_eq!(cross_off(&mut ahead, OURS, 10, deletes), Some(Wait::Lost));
     }
 }
