@@ -40,7 +40,9 @@
 //! Whichever reaches Redis first decides, so the seller can ask and then tell the
 //! buyer the truth. A reset deletes the outcomes, so a settle that finds the sale
 //! renamed cannot know whether the write ran before the reset: it says so
-//! ([`Settled::Unknown`]) and records nothing.
+//! ([`Settled::Unknown`]) and records nothing. (The atomic script reads nothing before
+//! it sells, so it has no name to carry: its settle cannot see a reset that came between
+//! its lost answer and the settle, and answers "not sold" then.)
 //!
 //! ## The atomic script
 //! The `atomic` strategy runs the read, the check and the write as one Lua script
