@@ -291,3 +291,38 @@ async fn a_hand_over_without_a_majority_says_lost_and_leaves_no_value_behind() {
         "the taker keeps its three masters, and the other two are free"
     );
 }
+
+/// A master paused (SIGSTOP) during an acquire reads the set only when it resumes, long
+/// after its vote was counted silent and the release, answered by the others, sent its
+/// delete. That delete must run after the late set: otherwise the set keeps the key on
+/// that master for a whole TTL, with no holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_a_paused_master_runs_late_is_deleted_after_it_by_the_release() {
+    let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
+    let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
+    let key = common::unique_key("late-set");
+
+    masters[0].freeze();
+    let guard = lock
+        .try_acquire(&key, &common::owner())
+        .await
+        .expect("four masters grant");
+    guard.release().await.expect("four masters delete");
+    // Past the node timeouts of the paused master's set and of its delete: both silent.
+    tokio::time::sleep(NODE_TIMEOUT * 4).await;
+    masters[0].thaw();
+
+    let mut paused = masters[0].client().get_multiplexed_async_connection().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut paused).await.unwrap();
+        if left == -2 {
+            break; // no such key
+        }
+        assert!(
+            Instant::now() < deadline,
+            "1 s after it resumed, the paused master still holds the released key, for {left} ms more"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

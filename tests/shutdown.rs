@@ -1,13 +1,17 @@
 //! The end of a sale and the end of an instance, in the order that keeps a sale whole:
 //! a buyer is answered from the sale's write, not after the release; and a stopping
-//! instance gives its lock back only once the sales it granted have written.
+//! instance gives its lock back only once the sales it granted have written, and leaves
+//! no ZooKeeper node of a buyer it turned away.
 //! Its Redis database is in `DATABASES` in tests/common/test_redis.rs.
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
+use seckill::lock::zookeeper::ZooKeeperLock;
+use seckill::lock::DistributedLock;
 use seckill::strategy::{Fencing, Strategy};
 
 /// One database per test: both reset and sell the stock.
@@ -113,4 +117,124 @@ async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lo
         answered_after < Duration::from_millis(1_600),
         "answered {answered_after:?} after the buy: the buyer waited for the release, not for the write"
     );
+}
+
+/// The names in the ZooKeeper queue of lock `key`.
+async fn zookeeper_queue(observer: &zookeeper_client::Client, key: &str) -> Vec<String> {
+    match observer.list_children(&format!("/seckill/locks/{key}")).await {
+        Ok(children) => children,
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        Err(error) => panic!("ZooKeeper answers: {error}"),
+    }
+}
+
+/// Waits (up to 5 s) until the ZooKeeper queue of `key` holds `nodes` nodes.
+async fn wait_until_queued(observer: &zookeeper_client::Client, key: &str, nodes: usize) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while zookeeper_queue(observer, key).await.len() != nodes {
+        assert!(Instant::now() < deadline, "the queue of {key} never held {nodes} nodes");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How long instance A's next buyer waits, from A's release, for lock `key`.
+async fn next_grant_after(a: &ZooKeeperLock, held: seckill::lock::LockGuard, key: &str) -> Duration {
+    held.release().await.expect("A still holds");
+    let released = Instant::now();
+    let next = a
+        .acquire(key, &common::owner(), Duration::from_secs(10))
+        .await
+        .expect("A's next buyer is served");
+    let waited = released.elapsed();
+    next.release().await.unwrap();
+    waited
+}
+
+/// Instance B's buyer is turned away while it waits behind A (the sale drops its acquire,
+/// as at shutdown), yet B goes on. Its node must leave the queue at once: A's next buyer
+/// would otherwise wait behind it for as long as B's session lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zookeeper_waiter_dropped_before_its_turn_takes_its_node_out_of_the_queue() {
+    let key = common::unique_key("zk-dropped-waiter");
+    let observer = zookeeper_client::Client::connect(&common::zookeeper_connect())
+        .await
+        .unwrap();
+    let a = ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap();
+    let b = Arc::new(ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap());
+    let held = a.try_acquire(&key, &common::owner()).await.expect("a new key is free");
+
+    let waiter = tokio::spawn({
+        let (b, key) = (b.clone(), key.clone());
+        async move { b.acquire(&key, &common::owner(), Duration::from_secs(30)).await }
+    });
+    wait_until_queued(&observer, &key, 2).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+
+    let waited = next_grant_after(&a, held, &key).await;
+    assert!(
+        waited < Duration::from_secs(1),
+        "A's next buyer waited {waited:?} after A's release, behind the node of B's dropped waiter"
+    );
+}
+
+/// Instance A holds; B's buyer queues behind it; B stops: the sale drops the waiting
+/// acquire, then shuts the lock down, and the process exits. B runs on a runtime of its
+/// own, shut down after the lock's shutdown as the exit would: nothing B did not send by
+/// then is sent. A session that is not closed stays until it expires (4 s to 40 s), and
+/// with it any node of B's still in the queue. So the shutdown must close the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_zookeeper_instance_closes_its_session_so_no_node_of_it_stays_queued() {
+    let key = common::unique_key("zk-stopping");
+    let observer = zookeeper_client::Client::connect(&common::zookeeper_connect())
+        .await
+        .unwrap();
+    let a = ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap();
+    let held = a.try_acquire(&key, &common::owner()).await.expect("a new key is free");
+
+    let b_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let b = b_runtime
+        .spawn(ZooKeeperLock::connect(common::zookeeper_options(4_000)))
+        .await
+        .unwrap()
+        .map(Arc::new)
+        .unwrap();
+    let waiter = b_runtime.spawn({
+        let (b, key) = (b.clone(), key.clone());
+        async move { b.acquire(&key, &common::owner(), Duration::from_secs(30)).await }
+    });
+    wait_until_queued(&observer, &key, 2).await;
+    let b_session = b.client().await.state_watcher();
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let stopping = b.clone();
+    b_runtime
+        .spawn(async move { stopping.shutdown().await })
+        .await
+        .unwrap()
+        .expect("B's lock shuts down");
+    let b_session_after_shutdown = b_session.peek_state();
+    b_runtime.shutdown_background();
+    let queue_after_shutdown = zookeeper_queue(&observer, &key).await;
+
+    let waited = next_grant_after(&a, held, &key).await;
+    assert!(
+        waited < Duration::from_secs(1),
+        "A's next buyer waited {waited:?} after A's release, behind a node of the stopped B"
+    );
+    assert_eq!(
+        queue_after_shutdown.len(),
+        1,
+        "B's node outlived its shutdown: {queue_after_shutdown:?}"
+    );
+    assert_eq!(
+        b_session_after_shutdown,
+        zookeeper_client::SessionState::Closed,
+        "B's shutdown did not close its session"
+    );
+    drop(b);
 }

@@ -7,6 +7,8 @@
 //! ## How it works
 //! 1. **N masters** (default 5, `--redlock-urls`). Each is asked with a small timeout of
 //!    its own, far below the TTL, so a dead master costs one short timeout, not the wait.
+//!    A command past its timeout is counted silent but still runs: each master has one
+//!    connection, replaced only when it fails, so its commands run in the order sent.
 //! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all
 //!    N at once, and notes when it started.
 //! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left. The other
@@ -17,8 +19,9 @@
 //!    (the sale checks [`LockGuard::is_held`] before its write).
 //! 4. **On failure** it deletes its value on *every* master at once (also those that
 //!    did not answer yes: a yes may have been lost on the way back), each after that
-//!    master's set has answered, then the waiter retries after a random delay (the
-//!    trait's jittered backoff).
+//!    master's set has answered or timed out. It goes on the set's connection, so even
+//!    a set still unread there (the master was paused) runs first. Then the waiter
+//!    retries after a random delay (the trait's jittered backoff).
 //! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
 //!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
 //!    drift`, counted from that renewal's start), a majority that no longer holds our
@@ -64,13 +67,14 @@
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 //! - Salvatore Sanfilippo, "Is Redlock safe?": <http://antirez.com/news/101>
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
+use redis::AsyncConnectionConfig;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
@@ -148,12 +152,17 @@ impl Default for RedlockOptions {
     }
 }
 
-/// One master: its address, and a connection opened when first needed and dropped
-/// after any failure, so that a master that comes back is reconnected on the next call.
+/// One master: its address, and the one connection every command to it goes on. It is
+/// opened when first needed and replaced only after it failed, never because an answer
+/// was slow (see [`Master::ask`]).
 struct Master {
     client: redis::Client,
     address: String,
-    connection: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// The connection, with its number: the number tells a failed connection from the
+    /// one that replaced it.
+    connection: tokio::sync::Mutex<Option<(u64, MultiplexedConnection)>>,
+    /// How many connections were opened, to number them.
+    opened: AtomicU64,
 }
 
 /// One master's answer to one command.
@@ -172,30 +181,60 @@ impl Master {
             client,
             address,
             connection: tokio::sync::Mutex::new(None),
+            opened: AtomicU64::new(0),
         })
     }
 
     /// Runs `command` within `timeout` (connecting first if needed); an integer 1 or
     /// `OK` is a yes.
+    ///
+    /// A command not answered in time still runs: the master may only be slow. So it is
+    /// not dropped but left to finish in the background, and the connection is kept.
+    /// A master runs one connection's commands in the order sent, so the clean-up delete
+    /// that follows a silent set on the same connection runs after that set. On a new
+    /// connection it could run first, and the late set would keep the key for a TTL.
     async fn ask(&self, timeout: Duration, command: &redis::Cmd) -> Vote {
-        let asked = tokio::time::timeout(timeout, async {
-            let mut connection = self.connection().await?;
-            match command.query_async::<redis::Value>(&mut connection).await {
-                // The master restarted since we last spoke: one new connection, same timeout.
-                Err(error) if error.is_unrecoverable_error() => {
-                    *self.connection.lock().await = None;
-                    command.query_async::<redis::Value>(&mut self.connection().await?).await
-                }
-                answered => answered,
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut answered = self.ask_once(deadline, command).await;
+        // The master restarted since we last spoke: one new connection, same deadline.
+        if matches!(&answered, Some(Err(error)) if error.is_unrecoverable_error()) {
+            answered = self.ask_once(deadline, command).await;
+        }
+        match answered {
+            Some(Ok(redis::Value::Okay)) | Some(Ok(redis::Value::Int(1))) => Vote::Yes,
+            Some(Ok(_)) => Vote::No,
+            Some(Err(_)) | None => Vote::Silent,
+        }
+    }
+
+    /// One try of [`Master::ask`]: the answer, or `None` if none came by `deadline`.
+    async fn ask_once(
+        &self,
+        deadline: tokio::time::Instant,
+        command: &redis::Cmd,
+    ) -> Option<redis::RedisResult<redis::Value>> {
+        let (number, mut connection) = match tokio::time::timeout_at(deadline, self.connection()).await {
+            Ok(Ok(opened)) => opened,
+            Ok(Err(error)) => return Some(Err(error)),
+            Err(_) => return None,
+        };
+        let command = command.clone();
+        let mut answer = Box::pin(async move { command.query_async::<redis::Value>(&mut connection).await });
+        match tokio::time::timeout_at(deadline, &mut answer).await {
+            // Broken: replaced at the next command. (An error answer from the master
+            // leaves the connection as good as it was.)
+            Ok(Err(error))
+                if error.is_unrecoverable_error() || !matches!(error.kind(), redis::ErrorKind::Server(_)) =>
+            {
+                self.forget(number).await;
+                Some(Err(error))
             }
-        })
-        .await;
-        match asked {
-            Ok(Ok(redis::Value::Okay)) | Ok(Ok(redis::Value::Int(1))) => Vote::Yes,
-            Ok(Ok(_)) => Vote::No,
-            Ok(Err(_)) | Err(_) => {
-                *self.connection.lock().await = None; // reconnect next time
-                Vote::Silent
+            Ok(answered) => Some(answered),
+            Err(_) => {
+                // The connection skips a command whose caller is gone, so someone must
+                // wait for the answer, or a clean-up delete might never be sent.
+                tokio::spawn(answer);
+                None
             }
         }
     }
@@ -204,21 +243,39 @@ impl Master {
     async fn answers_ping(&self, timeout: Duration) -> bool {
         let ping = redis::cmd("PING");
         let pinged = tokio::time::timeout(timeout, async {
-            let mut connection = self.connection().await?;
+            let (_, mut connection) = self.connection().await?;
             ping.query_async::<String>(&mut connection).await
         })
         .await;
         matches!(pinged, Ok(Ok(_)))
     }
 
-    async fn connection(&self) -> redis::RedisResult<MultiplexedConnection> {
+    /// The connection and its number, opened if there is none.
+    async fn connection(&self) -> redis::RedisResult<(u64, MultiplexedConnection)> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref() {
             return Ok(connection.clone());
         }
-        let connection = self.client.get_multiplexed_async_connection().await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
+        // No timeouts of the client's own: the node timeout is ours, and a request the
+        // client timed out could be skipped unsent (see `ask_once`).
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None);
+        let connection = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let number = self.opened.fetch_add(1, Ordering::SeqCst);
+        *slot = Some((number, connection.clone()));
+        Ok((number, connection))
+    }
+
+    /// Drops connection `number` after it failed, unless another replaced it already.
+    async fn forget(&self, number: u64) {
+        let mut slot = self.connection.lock().await;
+        if slot.as_ref().is_some_and(|(current, _)| *current == number) {
+            *slot = None;
+        }
     }
 }
 

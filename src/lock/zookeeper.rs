@@ -23,7 +23,8 @@
 //!    is every hand-over: the event is the grant, with no listing after it.
 //! 4. **Release** deletes the own node; so does an acquire that failed at any step
 //!    after sending its create (a timeout, an error, a lost answer: then the node is
-//!    found by its protected name first). The delete is *guaranteed*, as Curator's
+//!    found by its protected name first), or whose caller dropped it while it waited.
+//!    The delete is *guaranteed*, as Curator's
 //!    `guaranteed()`: sent again, in the background, until it is done or the session
 //!    ended. A node left behind would move up the queue and block every instance for as
 //!    long as our session lives.
@@ -38,6 +39,10 @@
 //!    back, until its deadline.
 //! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It
 //!    grows with every write to the ensemble, so with every grant.
+//! 7. **Shutdown closes the session**, after the waiters still queued gave up. The
+//!    server then deletes every node of the session at once, held or queued. A process
+//!    that exits without closing leaves its session to expire, a whole session timeout
+//!    later, and every instance waits behind its nodes until then.
 //!
 //! ## Limitations
 //! - **Session timeout.** The server bounds it between 2 and 20 ticks (with the 2 s tick
@@ -62,6 +67,7 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
@@ -95,6 +101,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 const PROBED_PATH: &str = "/";
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the shutdown waits for the server to close the session.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How a [`ZooKeeperLock`] connects.
 #[derive(Clone, Debug)]
@@ -124,12 +132,13 @@ struct Before {
 /// A lock whose queue is a parent node's ephemeral sequential children.
 pub struct ZooKeeperLock {
     options: ZooKeeperLockOptions,
-    session: tokio::sync::Mutex<Arc<Session>>,
+    /// The session; `None` once the shutdown closed it.
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// Parent nodes already created.
     parents: StdMutex<HashSet<String>>,
-    /// Nodes of grants still held, so `shutdown` can delete them.
-    held: Arc<StdMutex<HashSet<String>>>,
     shut_down: ShutDownSwitch,
+    /// Cancelled at shutdown: the acquires still waiting give up (step 7).
+    closing: CancellationToken,
     /// How many times a waiter was woken by its predecessor's deletion.
     wakeups: AtomicU64,
     /// How many times a waiter listed the queue to find the node before its own.
@@ -171,18 +180,20 @@ impl ZooKeeperLock {
         }
         Ok(ZooKeeperLock {
             options,
-            session: tokio::sync::Mutex::new(Arc::new(session)),
+            session: tokio::sync::Mutex::new(Some(Arc::new(session))),
             parents: StdMutex::default(),
-            held: Arc::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
+            closing: CancellationToken::new(),
             wakeups: AtomicU64::new(0),
             looks: AtomicU64::new(0),
         })
     }
 
     /// The current session's client (tests use its session to expire it from outside).
+    /// A client kept keeps the session open. Panics once the lock is shut down.
     pub async fn client(&self) -> Client {
-        self.session.lock().await.client.clone()
+        let session = self.session.lock().await;
+        session.as_ref().expect("the lock is shut down").client.clone()
     }
 
     /// How many times a waiter of this handle was woken by a predecessor's release.
@@ -200,10 +211,13 @@ impl ZooKeeperLock {
     /// it, and its nodes go with it.
     async fn current_session(&self, dead: Option<&Arc<Session>>) -> Result<Arc<Session>, LockError> {
         self.shut_down.refuse_if_shut_down()?;
-        let mut session = self.session.lock().await;
+        let mut slot = self.session.lock().await;
+        let Some(session) = slot.as_mut() else {
+            return Err(self.shut_down.refusal()); // closed at shutdown
+        };
         if session.client.state().is_terminated()
             || !session.lease.is_held()
-            || dead.is_some_and(|dead| Arc::ptr_eq(dead, &session))
+            || dead.is_some_and(|dead| Arc::ptr_eq(dead, session))
         {
             tracing::warn!("the ZooKeeper session ended; starting a new one");
             *session = Arc::new(Session::start(&self.options).await?);
@@ -298,12 +312,9 @@ impl ZooKeeperLock {
     }
 
     fn grant(&self, key: &str, session: &Arc<Session>, path: String, czxid: i64) -> LockGuard {
-        unpoisoned(&self.held).insert(path.clone());
         let grant = ZooKeeperGrant {
-            client: session.client.clone(),
             path: Some(path),
             session: Arc::downgrade(session),
-            held: self.held.clone(),
         };
         LockGuard::new(key, grant)
             .with_fencing_token(FencingToken::new(BACKEND, 0, czxid as u64))
@@ -384,19 +395,64 @@ async fn find_own_node(
     }
 }
 
-/// Step 4 for an acquire that failed: our node goes, guaranteed, in the background. If
-/// its name is unknown (the create's answer was lost), it is found by its protected name.
-fn delete_in_background(client: Client, parent: String, protected: String, name: Option<String>) {
-    tokio::spawn(async move {
-        let name = match name {
-            Some(name) => name,
-            None => match find_own_node(&client, &parent, &protected).await {
-                Ok(Some((name, _))) => name,
-                Ok(None) | Err(_) => return, // never created, or gone with the session
-            },
-        };
-        let _ = delete_own_node(&client, &format!("{parent}/{name}")).await;
-    });
+/// One acquire's node until it is granted. Dropped before that, it deletes the node
+/// (step 4): whether the acquire failed, timed out, or was itself dropped by its caller
+/// (a buyer turned away at shutdown), since a dropped future runs no clean-up after it.
+struct Queued {
+    client: Client,
+    parent: String,
+    protected: String,
+    /// The node's name, once the create has answered.
+    name: Option<String>,
+    granted: bool,
+}
+
+impl Queued {
+    fn new(client: &Client, parent: &str) -> Self {
+        Queued {
+            client: client.clone(),
+            parent: parent.to_owned(),
+            protected: protected_name(),
+            name: None,
+            granted: false,
+        }
+    }
+}
+
+impl Drop for Queued {
+    /// Step 4 for an acquire that ended without a grant: our node goes, guaranteed, in
+    /// the background. If its name is unknown (the create's answer was lost, or had not
+    /// come yet), it is found by its protected name: the listing goes out after the
+    /// create, and the server runs one session's requests in order.
+    fn drop(&mut self) {
+        if self.granted {
+            return;
+        }
+        let (client, parent, protected, name) = (
+            self.client.clone(),
+            self.parent.clone(),
+            self.protected.clone(),
+            self.name.take(),
+        );
+        spawn_if_running(async move {
+            let name = match name {
+                Some(name) => name,
+                None => match find_own_node(&client, &parent, &protected).await {
+                    Ok(Some((name, _))) => name,
+                    Ok(None) | Err(_) => return, // never created, or gone with the session
+                },
+            };
+            let _ = delete_own_node(&client, &format!("{parent}/{name}")).await;
+        });
+    }
+}
+
+/// Spawns `task` if a runtime runs: a drop outside one has nobody to send it, and the
+/// session's end takes the node instead.
+fn spawn_if_running(task: impl std::future::Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(task);
+    }
 }
 
 /// The parent node of lock `key`: its queue.
@@ -412,21 +468,22 @@ fn sequence_of(name: &str) -> i64 {
         .unwrap_or(i64::MAX)
 }
 
-/// One grant: the own node, deleted on release.
+/// One grant: the own node, deleted on release. It does not keep the session open: a
+/// session the lock dropped (replaced, or closed at shutdown) took the node with it.
 struct ZooKeeperGrant {
-    client: Client,
     path: Option<String>,
     session: Weak<Session>,
-    held: Arc<StdMutex<HashSet<String>>>,
 }
 
 #[async_trait]
 impl Release for ZooKeeperGrant {
     async fn release(mut self: Box<Self>) -> Result<(), LockError> {
         let Some(path) = self.path.take() else { return Ok(()) };
-        unpoisoned(&self.held).remove(&path);
-        let session_held = self.session.upgrade().is_some_and(|session| session.lease.is_held());
-        match delete_own_node(&self.client, &path).await {
+        let Some(session) = self.session.upgrade() else {
+            return Err(LockError::Lost { key: path });
+        };
+        let session_held = session.lease.is_held();
+        match delete_own_node(&session.client, &path).await {
             Ok(()) if session_held => Ok(()),
             Ok(()) | Err(zookeeper_client::Error::NoNode | zookeeper_client::Error::SessionExpired) => {
                 Err(LockError::Lost { key: path })
@@ -455,10 +512,11 @@ async fn delete_own_node(client: &Client, path: &str) -> Result<(), zookeeper_cl
 impl Drop for ZooKeeperGrant {
     /// Dropped without release: delete the node in the background (see the module notes).
     fn drop(&mut self) {
-        if let Some(path) = self.path.take() {
-            unpoisoned(&self.held).remove(&path);
-            let client = self.client.clone();
-            tokio::spawn(async move { delete_own_node(&client, &path).await });
+        if let (Some(path), Some(session)) = (self.path.take(), self.session.upgrade()) {
+            let client = session.client.clone();
+            spawn_if_running(async move {
+                let _ = delete_own_node(&client, &path).await;
+            });
         }
     }
 }
@@ -468,30 +526,22 @@ impl DistributedLock for ZooKeeperLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         let session = self.current_session(None).await?;
         let client = &session.client;
-        let (parent, protected) = (parent_of(key), protected_name());
+        let parent = parent_of(key);
         self.make_parent(client, &parent).await?;
-        let (own, czxid) = match self.enqueue(client, key, &parent, &protected, owner).await {
-            Ok(queued) => queued,
-            Err(error) => {
-                delete_in_background(client.clone(), parent, protected, None);
-                return Err(error);
+        let mut queued = Queued::new(client, &parent);
+        let (own, czxid) = self.enqueue(client, key, &parent, &queued.protected, owner).await?;
+        queued.name = Some(own.clone());
+        match self.look(client, &parent, &own).await? {
+            None => {
+                queued.granted = true;
+                Ok(self.grant(key, &session, format!("{parent}/{own}"), czxid))
             }
-        };
-        match self.look(client, &parent, &own).await {
-            Ok(None) => Ok(self.grant(key, &session, format!("{parent}/{own}"), czxid)),
-            Ok(Some(_)) => {
-                delete_in_background(client.clone(), parent, protected, Some(own));
-                Err(LockError::Busy { key: key.to_owned() })
-            }
-            Err(error) => {
-                delete_in_background(client.clone(), parent, protected, Some(own));
-                Err(error)
-            }
+            Some(_) => Err(LockError::Busy { key: key.to_owned() }),
         }
     }
 
     /// Queues, then waits for the predecessor's deletion (step 3) instead of polling.
-    /// Every way out but a grant deletes our node (step 4).
+    /// Every way out but a grant deletes our node (step 4), even this future's drop.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -499,26 +549,31 @@ impl DistributedLock for ZooKeeperLock {
         loop {
             let session = self.current_session(dead_session.as_ref()).await?;
             let client = &session.client;
-            let (parent, protected) = (parent_of(key), protected_name());
-            // Our node's name, once the create has answered.
-            let mut own = None;
+            let parent = parent_of(key);
+            let mut queued = Queued::new(client, &parent);
             let attempt = async {
                 self.make_parent(client, &parent).await?;
-                let (name, czxid) = self.enqueue(client, key, &parent, &protected, owner).await?;
-                own = Some(name.clone());
+                let (name, czxid) = self.enqueue(client, key, &parent, &queued.protected, owner).await?;
+                queued.name = Some(name.clone());
                 self.wait_for_turn(&session, key, &parent, &name).await?;
                 Ok::<_, LockError>((name, czxid))
             };
-            let outcome = tokio::time::timeout_at(deadline.into(), attempt).await;
+            let outcome = tokio::select! {
+                outcome = tokio::time::timeout_at(deadline.into(), attempt) => outcome,
+                () = self.closing.cancelled() => Ok(Err(self.shut_down.refusal())),
+            };
             let error = match outcome {
-                Ok(Ok((name, czxid))) => return Ok(self.grant(key, &session, format!("{parent}/{name}"), czxid)),
+                Ok(Ok((name, czxid))) => {
+                    queued.granted = true;
+                    return Ok(self.grant(key, &session, format!("{parent}/{name}"), czxid));
+                }
                 Ok(Err(error)) => error,
                 Err(_) => LockError::Timeout {
                     key: key.to_owned(),
                     waited: started.elapsed(),
                 },
             };
-            delete_in_background(client.clone(), parent, protected, own);
+            drop(queued); // deletes our node (step 4)
             match error {
                 // Our session ended while we waited, so our node is gone or going: queue again.
                 LockError::Lost { .. } if Instant::now() < deadline => {
@@ -533,17 +588,29 @@ impl DistributedLock for ZooKeeperLock {
         }
     }
 
-    /// Deletes every node this handle still holds and refuses later acquires.
+    /// Step 7: closes the session, which deletes every node of it at once, held or
+    /// queued, and refuses later acquires.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
-        let client = self.session.lock().await.client.clone();
-        let held: Vec<String> = unpoisoned(&self.held).drain().collect();
-        for path in held {
-            match client.delete(&path, None).await {
-                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
-                Err(error) => return Err(backend_error(error)),
+        self.closing.cancel();
+        let Some(session) = self.session.lock().await.take() else {
+            return Ok(()); // closed by an earlier shutdown
+        };
+        let mut state = session.client.state_watcher();
+        drop(session);
+        let closed = tokio::time::timeout(CLOSE_TIMEOUT, async {
+            while !state.state().is_terminated() {
+                state.changed().await;
             }
-        }
-        Ok(())
+        })
+        .await;
+        closed.map_err(|_| {
+            LockError::backend(
+                BACKEND,
+                std::io::Error::other(format!(
+                    "the ZooKeeper session did not close within {CLOSE_TIMEOUT:?}; its nodes go when it expires"
+                )),
+            )
+        })
     }
 }
