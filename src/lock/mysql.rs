@@ -28,7 +28,11 @@
 //!    instance talk to MySQL at once (a semaphore, as the articles put in front of MySQL,
 //!    see [`crate::lock::parts::permits`]), so a crowd of waiters cannot take every pooled
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
-//!    bound away, to measure what it saves.
+//!    bound away, to measure what it saves. Every attempt ends by the acquire's
+//!    deadline, however long the TTL: its wait for a permit, and its wait for MySQL's
+//!    answer. The statements go on in a task of their own ([`crate::lock::parts::polling::answer_by`]),
+//!    and a grant answered after the deadline is given back at once (the new row deleted,
+//!    the extra hold taken off), never handed to a buyer who has given up.
 //! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
 //!    AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a
 //!    name's next row is inserted only after its last one is gone. So a later grant has
@@ -72,6 +76,7 @@
 //!   refuses its older token.
 //! - **A silent server.** A statement waits at most one TTL for its answer
 //!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
+//!   The buyer waits only until its acquire's deadline (step 4).
 //! - **A server setting.** The tokens need `innodb_autoinc_lock_mode = 0` (step 5),
 //!   which a server takes only at start (`--innodb-autoinc-lock-mode=0`). In that mode
 //!   every insert into the table waits for the one before it to finish its statement,
@@ -98,6 +103,7 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::Permits;
+use crate::lock::parts::polling::answer_by;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::{DistributedLock, FencingToken, HandOver, LockError, LockGuard, LockStats, Owner, Release};
 
@@ -231,6 +237,7 @@ fn backend_error(error: sqlx::Error) -> LockError {
 }
 
 /// How a row was granted.
+#[derive(Clone, Copy)]
 enum Granted {
     /// A new grant (inserted, or taken over from an expired holder): a new token.
     Fresh,
@@ -265,74 +272,46 @@ impl MySqlLock {
         self
     }
 
-    /// Steps 1 to 3: `None` if someone else holds `name`.
-    ///
-    /// InnoDB may pick this transaction as a deadlock victim when several buyers insert
-    /// the same name while its holder deletes it (a known pattern of duplicate-key
-    /// checks); the server has rolled it back by then, and it counts as "held": the
-    /// caller backs off and tries again.
-    async fn grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
-        match self.try_grant_row(name, owner).await {
-            Err(error) if is_deadlock(&error) => Ok(None),
-            granted_or_failed => granted_or_failed,
-        }
-    }
-
-    async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
-        // Each statement runs on its own (autocommit), so a waiter's attempt holds row
-        // locks only for one statement, never across the next: waiters cannot queue up
-        // behind each other on the holder's row.
-        if let Some(grant_id) = self.insert_row(name, owner).await? {
-            return Ok(Some((Granted::Fresh, RowGrant::inserted(grant_id))));
-        }
-        // Held: one read says by whom and until when, so that a refused attempt costs a
-        // write and a read, and only the rare re-entry or take-over writes again.
-        let holder: Option<(String, i64, u64, u64)> = self
-            .grants
-            .connections
-            .fetch_optional(sqlx::query_as(READ_HOLDER).bind(name))
-            .await?;
-        match holder {
-            Some((holder, expired, grant_id, hand_overs)) if holder == owner.as_str() && expired == 0 => {
-                let reentered = self
-                    .grants
-                    .connections
-                    .execute(sqlx::query(REENTER).bind(name).bind(owner.as_str()))
-                    .await?;
-                let row = RowGrant { grant_id, hand_overs };
-                Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, row)))
+    /// One attempt. With a `deadline` (an acquire's, step 4), the wait for a permit ends
+    /// there, and so does the wait for MySQL's answer. The statements go on in their
+    /// own task, and a grant answered after the deadline is given back.
+    async fn attempt(&self, key: &str, owner: &Owner, deadline: Option<Instant>) -> Result<LockGuard, LockError> {
+        self.shut_down.refuse_if_shut_down()?;
+        let pass = match deadline {
+            None => self.permits.enter().await,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), self.permits.enter()).await {
+                Ok(pass) => pass,
+                // Our turn did not come in time: as for a held row, the poll times out.
+                Err(_) => return Err(LockError::Busy { key: key.to_owned() }),
+            },
+        };
+        let pass = pass.ok_or(self.shut_down.refusal())?;
+        let sent = Instant::now();
+        self.grants.counters.attempt();
+        let granted = match deadline {
+            None => {
+                let granted = self.grants.grant_row(key, owner).await;
+                drop(pass);
+                granted
             }
-            Some((_, expired, _, _)) if expired != 0 => {
-                self.grants
-                    .connections
-                    .execute(sqlx::query(DELETE_EXPIRED).bind(name))
-                    .await?;
-                // Another taker may insert first; then its row is the grant, and ours is "held".
-                let inserted = self.insert_row(name, owner).await?;
-                Ok(inserted.map(|grant_id| (Granted::Fresh, RowGrant::inserted(grant_id))))
+            Some(deadline) => {
+                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+                let granting = async move {
+                    let granted = grants.grant_row(&name, &owned).await;
+                    drop(pass); // the permit is held as long as the statements run
+                    granted
+                };
+                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+                let undo = move |late| grants.give_back_late(&name, &owned, late);
+                let answered = answer_by(deadline, granting, undo).await;
+                // No answer by the deadline: as for a held row, the poll times out.
+                answered.unwrap_or(Ok(None))
             }
-            Some(_) => Ok(None), // held, and alive
-            None => Ok(None),    // released since our insert: the next attempt finds it free
-        }
-    }
-
-    /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
-    async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
-        let inserted = self
-            .grants
-            .connections
-            .execute(
-                sqlx::query(INSERT_ROW)
-                    .bind(name)
-                    .bind(owner.as_str())
-                    .bind(micros(self.grants.options.ttl)),
-            )
-            .await;
-        match inserted {
-            Ok(inserted) => Ok(Some(inserted.last_insert_id())),
-            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => Ok(None),
-            Err(error) => Err(error),
-        }
+        };
+        let Some((granted, row)) = granted.map_err(backend_error)? else {
+            return Err(LockError::Busy { key: key.to_owned() });
+        };
+        Ok(self.grants.guard(key, owner, row, granted, sent))
     }
 }
 
@@ -367,6 +346,93 @@ impl Drop for MySqlLock {
 }
 
 impl Grants {
+    /// Steps 1 to 3: `None` if someone else holds `name`.
+    ///
+    /// InnoDB may pick this transaction as a deadlock victim when several buyers insert
+    /// the same name while its holder deletes it (a known pattern of duplicate-key
+    /// checks); the server has rolled it back by then, and it counts as "held": the
+    /// caller backs off and tries again.
+    async fn grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
+        match self.try_grant_row(name, owner).await {
+            Err(error) if is_deadlock(&error) => Ok(None),
+            granted_or_failed => granted_or_failed,
+        }
+    }
+
+    async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
+        // Each statement runs on its own (autocommit), so a waiter's attempt holds row
+        // locks only for one statement, never across the next: waiters cannot queue up
+        // behind each other on the holder's row.
+        if let Some(grant_id) = self.insert_row(name, owner).await? {
+            return Ok(Some((Granted::Fresh, RowGrant::inserted(grant_id))));
+        }
+        // Held: one read says by whom and until when, so that a refused attempt costs a
+        // write and a read, and only the rare re-entry or take-over writes again.
+        let holder: Option<(String, i64, u64, u64)> = self
+            .connections
+            .fetch_optional(sqlx::query_as(READ_HOLDER).bind(name))
+            .await?;
+        match holder {
+            Some((holder, expired, grant_id, hand_overs)) if holder == owner.as_str() && expired == 0 => {
+                let reentered = self
+                    .connections
+                    .execute(sqlx::query(REENTER).bind(name).bind(owner.as_str()))
+                    .await?;
+                let row = RowGrant { grant_id, hand_overs };
+                Ok((reentered.rows_affected() == 1).then_some((Granted::Reentered, row)))
+            }
+            Some((_, expired, _, _)) if expired != 0 => {
+                self.connections.execute(sqlx::query(DELETE_EXPIRED).bind(name)).await?;
+                // Another taker may insert first; then its row is the grant, and ours is "held".
+                let inserted = self.insert_row(name, owner).await?;
+                Ok(inserted.map(|grant_id| (Granted::Fresh, RowGrant::inserted(grant_id))))
+            }
+            Some(_) => Ok(None), // held, and alive
+            None => Ok(None),    // released since our insert: the next attempt finds it free
+        }
+    }
+
+    /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
+    async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
+        let inserted = self
+            .connections
+            .execute(
+                sqlx::query(INSERT_ROW)
+                    .bind(name)
+                    .bind(owner.as_str())
+                    .bind(micros(self.options.ttl)),
+            )
+            .await;
+        match inserted {
+            Ok(inserted) => Ok(Some(inserted.last_insert_id())),
+            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Step 4: an attempt answered after its acquire's deadline granted nothing to
+    /// anyone, so what it did goes back: the new row, or the extra hold.
+    fn give_back_late(&self, name: &str, owner: &Owner, late: Result<Option<(Granted, RowGrant)>, sqlx::Error>) {
+        let Ok(Some((granted, row))) = late else { return };
+        let statement = match granted {
+            Granted::Fresh => DELETE_LAST_HOLD,
+            Granted::Reentered => RELEASE_ONE_HOLD,
+        };
+        let (grants, name, owner) = (self.clone(), name.to_owned(), owner.as_str().to_owned());
+        let give_up = Instant::now() + self.options.ttl;
+        tracing::info!(
+            name,
+            "a grant was answered after its acquire's deadline: giving it back"
+        );
+        tokio::spawn(async move {
+            let give_back = || sqlx::query(statement).bind(&name).bind(&owner).bind(row.grant_id);
+            grants.connections.execute_until_answered(give_back, give_up).await;
+            if let (Granted::Fresh, Some(notices)) = (granted, &grants.notices) {
+                notices.announce(&name);
+            }
+        });
+    }
+
     /// A grant of row `row` of `name`, asked for at `sent`: held here until released
     /// (a fresh one), renewed, with its fencing token.
     fn guard(&self, name: &str, owner: &Owner, row: RowGrant, granted: Granted, sent: Instant) -> LockGuard {
@@ -548,22 +614,15 @@ impl Release for MySqlGrant {
 #[async_trait]
 impl DistributedLock for MySqlLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        self.shut_down.refuse_if_shut_down()?;
-        let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
-        let sent = Instant::now();
-        self.grants.counters.attempt();
-        let granted = self.grant_row(key, owner).await;
-        drop(pass);
-        let Some((granted, row)) = granted.map_err(backend_error)? else {
-            return Err(LockError::Busy { key: key.to_owned() });
-        };
-        Ok(self.grants.guard(key, owner, row, granted, sent))
+        self.attempt(key, owner, None).await
     }
 
-    /// Polls; with release notices, each pause ends when a release of `key` is announced.
+    /// Polls (step 4); with release notices, each pause ends when a release of `key` is
+    /// announced. Every attempt ends by the deadline.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let deadline = Instant::now() + timeout;
         poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, || {
-            self.try_acquire(key, owner)
+            self.attempt(key, owner, Some(deadline))
         })
         .await
     }

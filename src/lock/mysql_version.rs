@@ -28,9 +28,13 @@
 //!    with a compare-and-set on its version ([`crate::lock::parts::keepalive`]), and a row past
 //!    `expires_at` is free for the next compare-and-set (step 2), so a vanished holder
 //!    blocks the key for at most one TTL. Nothing needs sweeping: the row stays.
-//! 5. **The semaphore.** At most `--mysql-permits` attempts of one instance talk to
-//!    MySQL at once ([`crate::lock::parts::permits`]); `--mysql-permits 0` takes the bound away, to
-//!    measure what it saves.
+//! 5. **The semaphore, and the deadline.** At most `--mysql-permits` attempts of one
+//!    instance talk to MySQL at once ([`crate::lock::parts::permits`]); `--mysql-permits 0`
+//!    takes the bound away, to measure what it saves. Every attempt of an acquire ends
+//!    by its deadline, however long the TTL: its wait for a permit, and its wait for
+//!    MySQL's answer. The statements go on in a task of their own
+//!    ([`crate::lock::parts::polling::answer_by`]), and a grant answered after the
+//!    deadline is given back at once, never handed to a buyer who has given up.
 //!
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
 //!    ([`crate::local_queue`]) gives the row to that buyer in one compare-and-set, on
@@ -57,6 +61,7 @@
 //!   then changes nothing, and the stock refuses its older token.
 //! - **A silent server.** A statement waits at most one TTL for its answer
 //!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
+//!   The buyer waits only until its acquire's deadline (step 5).
 //!
 //! ## References
 //! - Martin Fowler, "Optimistic Offline Lock": <https://martinfowler.com/eaaCatalog/optimisticOfflineLock.html>
@@ -80,7 +85,7 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::Permits;
-use crate::lock::parts::polling::poll_until_granted;
+use crate::lock::parts::polling::{answer_by, poll_until_granted};
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, LockStats, Owner, Release};
@@ -133,8 +138,6 @@ pub struct MySqlVersionLock {
     grants: Grants,
     permits: Permits,
     shut_down: ShutDownSwitch,
-    /// How many times this handle read a row (step 2).
-    rows_read: AtomicU64,
 }
 
 /// What making a grant and giving it back need, shared by the lock and its guards: a
@@ -152,6 +155,8 @@ struct Grants {
     /// Per row, the version this handle gave it back at (step 3): free at that version
     /// unless another instance took it since. The next try compares and sets at it.
     given_back: GivenBack,
+    /// How many times this handle read a row (step 2).
+    rows_read: Arc<AtomicU64>,
 }
 
 type GivenBack = Arc<StdMutex<HashMap<String, u64>>>;
@@ -181,6 +186,8 @@ enum Attempt {
     },
     /// The row was free when read, and someone else's write came first.
     Conflict,
+    /// MySQL did not answer by the acquire's deadline (step 5).
+    Unanswered,
 }
 
 fn backend_error(error: sqlx::Error) -> LockError {
@@ -198,17 +205,17 @@ impl MySqlVersionLock {
                 held: HeldGrants::default(),
                 notices: None,
                 given_back: GivenBack::default(),
+                rows_read: Arc::default(),
             },
             permits: Permits::new(options.permits),
             shut_down: ShutDownSwitch::new(BACKEND),
-            rows_read: AtomicU64::new(0),
         }
     }
 
     /// How many times this handle read a row (step 2): a waiter woken by a release
     /// notice compares and sets without one.
     pub fn rows_read(&self) -> u64 {
-        self.rows_read.load(Ordering::Relaxed)
+        self.grants.rows_read.load(Ordering::Relaxed)
     }
 
     /// Announces this handle's releases and wakes its waiters through `notices`
@@ -220,12 +227,20 @@ impl MySqlVersionLock {
         self
     }
 
+    /// One try that ends by `deadline` (step 5), for a lock built around this one that
+    /// runs its own polling loop.
+    pub async fn try_acquire_by(&self, key: &str, owner: &Owner, deadline: Instant) -> Result<LockGuard, LockError> {
+        self.try_once(key, owner, &Seen::default(), Some(deadline)).await
+    }
+
     /// The signal an announced release of `key` fires, with notices; for a lock built
     /// around this one.
     pub fn release_signal(&self, key: &str) -> Option<Arc<tokio::sync::Notify>> {
         self.grants.notices.as_ref().map(|notices| notices.signal(key))
     }
+}
 
+impl Grants {
     /// Steps 1 and 2: one read, and one compare-and-set if the row was free. With
     /// `likely_free_at`, the compare-and-set at that version goes first.
     async fn attempt(&self, name: &str, owner: &Owner, likely_free_at: Option<u64>) -> Result<Attempt, sqlx::Error> {
@@ -236,7 +251,6 @@ impl MySqlVersionLock {
         }
         self.rows_read.fetch_add(1, Ordering::Relaxed);
         let read = self
-            .grants
             .connections
             .fetch_optional(sqlx::query_as::<_, Row>(READ_ROW).bind(name))
             .await?;
@@ -245,10 +259,7 @@ impl MySqlVersionLock {
             None => {
                 // Whoever creates it, it starts free at version 0; if someone took it
                 // meanwhile, our compare-and-set below is a conflict like any other.
-                self.grants
-                    .connections
-                    .execute(sqlx::query(CREATE_ROW).bind(name))
-                    .await?;
+                self.connections.execute(sqlx::query(CREATE_ROW).bind(name)).await?;
                 Row {
                     version: 0,
                     owner: String::new(),
@@ -271,25 +282,22 @@ impl MySqlVersionLock {
     /// Step 2's compare-and-set at `version`: whether it granted.
     async fn take(&self, name: &str, owner: &Owner, version: u64) -> Result<bool, sqlx::Error> {
         let taken = self
-            .grants
             .connections
             .execute(
                 sqlx::query(TAKE_IF_UNCHANGED)
                     .bind(owner.as_str())
-                    .bind(micros(self.grants.options.ttl))
+                    .bind(micros(self.options.ttl))
                     .bind(name)
                     .bind(version),
             )
             .await
             .inspect_err(|_| {
                 let granted = (version + 1, owner.as_str().to_owned());
-                self.grants.give_back_in_background(name, &[granted]);
+                self.give_back_in_background(name, &[granted]);
             })?;
         Ok(taken.rows_affected() == 1)
     }
-}
 
-impl Grants {
     /// A grant of `name` at `version`, asked for at `sent`: held here until released,
     /// renewed (step 4), with the version as its fencing token.
     fn guard(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> LockGuard {
@@ -321,6 +329,18 @@ impl Grants {
                 connections.execute_until_answered(give_back, give_up).await;
             }
         });
+    }
+
+    /// Step 5: an attempt answered after its acquire's deadline granted the row to
+    /// nobody who waits for it, so the row goes back.
+    fn give_back_late(&self, name: &str, owner: &Owner, late: Result<Attempt, sqlx::Error>) {
+        if let Ok(Attempt::Granted { version }) = late {
+            tracing::info!(
+                name,
+                "a grant was answered after its acquire's deadline: giving it back"
+            );
+            self.give_back_in_background(name, &[(version, owner.as_str().to_owned())]);
+        }
     }
 
     /// Step 4: a lease renewed every `ttl / 3`, or a fixed one.
@@ -441,16 +461,51 @@ impl MySqlVersionLock {
     /// One try. The compare-and-set goes first, without a read, at the version this
     /// handle gave the row back at (one try uses it), or after a read that showed the
     /// row held and an announced release, at the version it was held at.
-    async fn try_once(&self, key: &str, owner: &Owner, seen: &Seen) -> Result<LockGuard, LockError> {
+    ///
+    /// With a `deadline` (an acquire's, step 5), the wait for a permit ends there, and
+    /// so does the wait for MySQL's answer. The statements go on in their own task, and
+    /// a grant answered after the deadline is given back.
+    async fn try_once(
+        &self,
+        key: &str,
+        owner: &Owner,
+        seen: &Seen,
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
-        let pass = self.permits.enter().await.ok_or(self.shut_down.refusal())?;
+        let pass = match deadline {
+            None => self.permits.enter().await,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), self.permits.enter()).await {
+                Ok(pass) => pass,
+                // Our turn did not come in time: as for a held row, the poll times out.
+                Err(_) => return Err(LockError::Busy { key: key.to_owned() }),
+            },
+        };
+        let pass = pass.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
         self.grants.counters.attempt();
         let released_since = seen.release_announced.swap(false, Ordering::SeqCst);
         let held_at = unpoisoned(&seen.held_at).take().filter(|_| released_since);
         let free_at = unpoisoned(&self.grants.given_back).remove(key).or(held_at);
-        let attempt = self.attempt(key, owner, free_at).await;
-        drop(pass);
+        let attempt = match deadline {
+            None => {
+                let attempt = self.grants.attempt(key, owner, free_at).await;
+                drop(pass);
+                attempt
+            }
+            Some(deadline) => {
+                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+                let attempting = async move {
+                    let attempt = grants.attempt(&name, &owned, free_at).await;
+                    drop(pass); // the permit is held as long as the statements run
+                    attempt
+                };
+                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+                let undo = move |late| grants.give_back_late(&name, &owned, late);
+                let answered = answer_by(deadline, attempting, undo).await;
+                answered.unwrap_or(Ok(Attempt::Unanswered))
+            }
+        };
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
             Attempt::Held { version } => {
@@ -461,6 +516,7 @@ impl MySqlVersionLock {
                 self.grants.counters.conflict();
                 return Err(LockError::Busy { key: key.to_owned() });
             }
+            Attempt::Unanswered => return Err(LockError::Busy { key: key.to_owned() }),
         };
         Ok(self.grants.guard(key, owner, version, sent))
     }
@@ -469,12 +525,14 @@ impl MySqlVersionLock {
 #[async_trait]
 impl DistributedLock for MySqlVersionLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        self.try_once(key, owner, &Seen::default()).await
+        self.try_once(key, owner, &Seen::default(), None).await
     }
 
     /// Polls; with release notices, each pause ends when a release of `key` is announced,
     /// and the try after it compares and sets at the version last seen held (step 2).
+    /// Every try ends by the deadline (step 5).
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
+        let deadline = Instant::now() + timeout;
         let seen = &Seen::default();
         let released = self.release_signal(key);
         let wait = |pause: Duration| {
@@ -485,7 +543,7 @@ impl DistributedLock for MySqlVersionLock {
                 }
             }
         };
-        poll_until_granted(key, timeout, || self.try_once(key, owner, seen), wait).await
+        poll_until_granted(key, timeout, || self.try_once(key, owner, seen, Some(deadline)), wait).await
     }
 
     fn hands_over(&self) -> bool {

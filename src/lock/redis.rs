@@ -14,10 +14,12 @@
 //!    stock's fence lives (`INCR lock:stock:fence:epochs` on the stock Redis, which
 //!    forgets that count only together with the fence's marks), stores it with `SET NX`
 //!    (the first instance to do so wins), and tries again. Every token of the new server
-//!    outranks every token of the old one. The same happens on a master that Sentinel
-//!    promoted (step 7): its counter may lag the old master's, so the first time this
-//!    handle grants there, it begins a new epoch too (an epoch only ever grows: the
-//!    script stores it only over a smaller one).
+//!    outranks every token of the old one. Behind Sentinels (step 7), a handle also
+//!    begins a new epoch on the first master it grants on, and again after every move:
+//!    that master may be a promoted replica whose counter lags the old master's, and a
+//!    handle that started after the failover cannot tell. That costs two round trips
+//!    per key and master, not per grant (an epoch only ever grows: the script stores
+//!    it only over a smaller one).
 //! 2. **Renew.** While the lock is held, a background task runs every `ttl / 3`:
 //!    "if the key still holds my token, `PEXPIRE` it". A slow critical section keeps
 //!    its lock; a crashed holder stops renewing and the key expires.
@@ -258,7 +260,7 @@ struct EpochsBegun {
     /// How many this handle began.
     count: AtomicU64,
     /// The master (counted in the connection's moves) where it began the last one:
-    /// after a failover, one more on the new master.
+    /// behind Sentinels, one on the first master, and one more after every move.
     on_master: StdMutex<Option<u64>>,
     /// One beginning at a time.
     turn: tokio::sync::Mutex<()>,
@@ -428,11 +430,12 @@ impl RedisLock {
         LockError::backend(BACKEND, error)
     }
 
-    /// Whether the connection moved to a new master since this handle last began
-    /// `key`'s epoch: that master's counter may lag the old one's (step 1).
+    /// Whether, behind Sentinels, this handle has not yet begun `key`'s epoch on the
+    /// master of the moment (step 1). Its first master counts too: a handle that starts
+    /// after a failover cannot tell whether that master is a promoted replica whose
+    /// counter lags the old master's.
     fn on_a_new_master(&self, begun: &EpochsBegun) -> bool {
-        let master = self.granting.moves();
-        master > 0 && *unpoisoned(&begun.on_master) != Some(master)
+        self.granting.follows_sentinels() && *unpoisoned(&begun.on_master) != Some(self.granting.moves())
     }
 
     /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.

@@ -9,18 +9,21 @@
 //! so a test and the load test can see the bound hold.
 //!
 //! Only acquire attempts pass through it. Renewals and releases do not: a holder must
-//! never wait behind the crowd that waits for it.
+//! never wait behind the crowd that waits for it. An acquire waits for a permit only
+//! until its deadline. An attempt keeps its permit until its statements are answered,
+//! even one that runs on after its acquire's deadline.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// At most `limit` acquire attempts of one instance talk to the database at once.
 pub struct Permits {
     limit: Option<usize>,
-    semaphore: Option<Semaphore>,
-    in_flight: AtomicUsize,
+    semaphore: Option<Arc<Semaphore>>,
+    in_flight: Arc<AtomicUsize>,
     peak_in_flight: AtomicUsize,
 }
 
@@ -33,10 +36,11 @@ pub struct PermitStats {
     pub peak_in_flight: usize,
 }
 
-/// One attempt let through; dropping it lets the next one in.
-pub struct Pass<'a> {
-    _permit: Option<SemaphorePermit<'a>>,
-    in_flight: &'a AtomicUsize,
+/// One attempt let through; dropping it lets the next one in. It owns its permit, so
+/// an attempt that goes on after its waiter's deadline keeps it to the end.
+pub struct Pass {
+    _permit: Option<OwnedSemaphorePermit>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Permits {
@@ -44,23 +48,23 @@ impl Permits {
     pub fn new(limit: Option<usize>) -> Self {
         Permits {
             limit,
-            semaphore: limit.map(Semaphore::new),
-            in_flight: AtomicUsize::new(0),
+            semaphore: limit.map(|limit| Arc::new(Semaphore::new(limit))),
+            in_flight: Arc::default(),
             peak_in_flight: AtomicUsize::new(0),
         }
     }
 
     /// Waits for a permit. `None` once [`close`](Self::close)d.
-    pub async fn enter(&self) -> Option<Pass<'_>> {
+    pub async fn enter(&self) -> Option<Pass> {
         let permit = match &self.semaphore {
-            Some(semaphore) => Some(semaphore.acquire().await.ok()?),
+            Some(semaphore) => Some(semaphore.clone().acquire_owned().await.ok()?),
             None => None,
         };
         let now_in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.peak_in_flight.fetch_max(now_in_flight, Ordering::SeqCst);
         Some(Pass {
             _permit: permit,
-            in_flight: &self.in_flight,
+            in_flight: self.in_flight.clone(),
         })
     }
 
@@ -80,7 +84,7 @@ impl Permits {
     }
 }
 
-impl Drop for Pass<'_> {
+impl Drop for Pass {
     fn drop(&mut self) {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
