@@ -279,8 +279,16 @@ impl DegradingLock {
         *self.view.borrow()
     }
 
-    /// One attempt in the mode `lease` says, bounded by that lease.
-    async fn attempt(&self, lease: ModeLease, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
+    /// One attempt in the mode `lease` says, bounded by that lease, and in MySQL mode by
+    /// the caller's `deadline` if it has one (a MySQL attempt may wait for a permit, then
+    /// for each statement).
+    async fn attempt(
+        &self,
+        lease: ModeLease,
+        key: &str,
+        owner: &Owner,
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard, LockError> {
         let sent = Instant::now();
         let inner = match lease.mode {
             Mode::Redis => match self.redis.try_acquire(key, owner).await {
@@ -300,7 +308,10 @@ impl DegradingLock {
                     guard
                 }
             },
-            Mode::Mysql => self.mysql.try_acquire(key, owner).await?,
+            Mode::Mysql => match deadline {
+                Some(deadline) => self.mysql.try_acquire_by(key, owner, deadline).await?,
+                None => self.mysql.try_acquire(key, owner).await?,
+            },
         };
         // The grant took time: it counts only if the epoch's lease still allows it.
         if !epoch_allows_grants(&self.view, lease.epoch) {
@@ -458,7 +469,7 @@ impl DistributedLock for DegradingLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         match self.current() {
-            Some(lease) if lease.allows_grants_at(Instant::now()) => self.attempt(lease, key, owner).await,
+            Some(lease) if lease.allows_grants_at(Instant::now()) => self.attempt(lease, key, owner, None).await,
             Some(lease) if Instant::now() < lease.grants_from => Err(LockError::Busy { key: key.to_owned() }),
             _ => Err(no_mode_lease()),
         }
@@ -473,7 +484,7 @@ impl DistributedLock for DegradingLock {
             let busy = || Err(LockError::Busy { key: key.to_owned() });
             let now = Instant::now();
             match self.current() {
-                Some(lease) if lease.allows_grants_at(now) => match self.attempt(lease, key, owner).await {
+                Some(lease) if lease.allows_grants_at(now) => match self.attempt(lease, key, owner, Some(deadline)).await {
                     Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => busy(),
                     granted_busy_or_failed => granted_busy_or_failed,
                 },
