@@ -268,13 +268,6 @@ async fn a_version_lock_whose_server_went_silent_fails_in_time() {
     common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, ttl, &proxy).await;
 }
 
-/// How long a buyer waits for the lock in the slow-MySQL test, and how late its
-/// answer may come (a scheduler's slack, far below a statement's TTL-long bound).
-const BUYER_TIMEOUT: Duration = Duration::from_secs(1);
-const ANSWER_SLACK: Duration = Duration::from_millis(300);
-/// How late MySQL answers the first statement that names the slow test's key.
-const LATE_BY: Duration = Duration::from_secs(3);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_against_a_slow_mysql_answers_by_its_deadline_and_gives_its_late_grant_back() {
     let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
@@ -285,40 +278,13 @@ async fn a_version_lock_against_a_slow_mysql_answers_by_its_deadline_and_gives_i
     };
     let lock = MySqlVersionLock::new(common::mysql_pool_through(proxy.port).await, options);
     let name = common::unique_key("slow-mysql-version");
-
-    // MySQL runs the read at once, but its answer comes 3 s late: a slow server, as the
-    // buyer sees it.
-    proxy.arm(name.as_bytes(), LATE_BY);
-    let asked = std::time::Instant::now();
-    let cut_short = tokio::time::timeout(
-        Duration::from_secs(5),
-        lock.acquire(&name, &common::owner(), BUYER_TIMEOUT),
-    )
-    .await;
-    let waited = asked.elapsed();
-    assert!(
-        matches!(cut_short, Ok(Err(LockError::Timeout { .. }))) && waited < BUYER_TIMEOUT + ANSWER_SLACK,
-        "an acquire must answer by its deadline, not a statement's TTL later: {:?} after {waited:?}",
-        cut_short.map(|acquired| acquired.map(|_| "granted"))
-    );
-
-    // The first attempt still holds the only permit, waiting for its answer: the next
-    // buyer's wait for its turn ends by its own deadline too.
-    let started = std::time::Instant::now();
-    let other = common::unique_key("slow-mysql-version");
-    let no_turn = lock.acquire(&other, &common::owner(), BUYER_TIMEOUT).await;
-    let waited = started.elapsed();
-    assert!(
-        matches!(no_turn, Err(LockError::Timeout { .. })) && waited < BUYER_TIMEOUT + ANSWER_SLACK,
-        "the wait for a permit must end by the deadline: {:?} after {waited:?}",
-        no_turn.map(|_| "granted")
-    );
+    let asked = common::mysql_acquires_answer_by_their_deadline(&lock, &name, &proxy).await;
 
     // The answer arrives, the attempt goes on and its compare-and-set grants version 1:
     // nobody waits for that grant any more, so the row is given back.
     while version_and_owner(&pool, &name).await != Some((1, String::new())) {
         assert!(
-            asked.elapsed() < LATE_BY + Duration::from_secs(2),
+            asked.elapsed() < common::SLOW_MYSQL_LATE_BY + Duration::from_secs(2),
             "a grant answered after its buyer gave up must be given back, not kept for a TTL: {:?}",
             version_and_owner(&pool, &name).await
         );

@@ -102,7 +102,7 @@ use crate::mysql_store::{error_number, micros, ER_LOCK_DEADLOCK};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
-use crate::lock::parts::permits::Permits;
+use crate::lock::parts::permits::{Permits, Turn};
 use crate::lock::parts::polling::answer_by;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
 use crate::lock::{DistributedLock, FencingToken, HandOver, LockError, LockGuard, LockStats, Owner, Release};
@@ -277,15 +277,12 @@ impl MySqlLock {
     /// own task, and a grant answered after the deadline is given back.
     async fn attempt(&self, key: &str, owner: &Owner, deadline: Option<Instant>) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
-        let pass = match deadline {
-            None => self.permits.enter().await,
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), self.permits.enter()).await {
-                Ok(pass) => pass,
-                // Our turn did not come in time: as for a held row, the poll times out.
-                Err(_) => return Err(LockError::Busy { key: key.to_owned() }),
-            },
+        let pass = match self.permits.enter_by(deadline).await {
+            Turn::Pass(pass) => pass,
+            // Our turn did not come in time: as for a held row, the poll times out.
+            Turn::Late => return Err(LockError::Busy { key: key.to_owned() }),
+            Turn::Closed => return Err(self.shut_down.refusal()),
         };
-        let pass = pass.ok_or(self.shut_down.refusal())?;
         let sent = Instant::now();
         self.grants.counters.attempt();
         let granted = match deadline {

@@ -118,3 +118,48 @@ pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
         "the acquire against a silent MySQL gave {acquired:?} after {waited:?}"
     );
 }
+
+/// How long a buyer waits for the lock in the slow-MySQL tests, and how late its
+/// answer may come (a scheduler's slack, far below a statement's TTL-long bound).
+pub const SLOW_MYSQL_BUYER_TIMEOUT: Duration = Duration::from_secs(1);
+const SLOW_MYSQL_ANSWER_SLACK: Duration = Duration::from_millis(300);
+/// How late MySQL answers the first statement that names the slow test's key.
+pub const SLOW_MYSQL_LATE_BY: Duration = Duration::from_secs(3);
+
+/// `lock`, with one permit, talks to MariaDB through `proxy`. MySQL runs the first
+/// statement that names `name` at once, but its answer comes [`SLOW_MYSQL_LATE_BY`] late:
+/// a slow server, as the buyer sees it. The acquire must answer by its deadline, and so
+/// must the next buyer's wait for the permit the first attempt still holds. Returns when
+/// the first acquire was asked, for the caller's check of the late grant.
+pub async fn mysql_acquires_answer_by_their_deadline(
+    lock: &dyn DistributedLock,
+    name: &str,
+    proxy: &super::AnswerLosingProxy,
+) -> Instant {
+    proxy.arm(name.as_bytes(), SLOW_MYSQL_LATE_BY);
+    let asked = Instant::now();
+    let cut_short = tokio::time::timeout(
+        Duration::from_secs(5),
+        lock.acquire(name, &owner(), SLOW_MYSQL_BUYER_TIMEOUT),
+    )
+    .await;
+    let waited = asked.elapsed();
+    assert!(
+        matches!(cut_short, Ok(Err(LockError::Timeout { .. })))
+            && waited < SLOW_MYSQL_BUYER_TIMEOUT + SLOW_MYSQL_ANSWER_SLACK,
+        "an acquire must answer by its deadline, not a statement's TTL later: {:?} after {waited:?}",
+        cut_short.map(|acquired| acquired.map(|_| "granted"))
+    );
+
+    let started = Instant::now();
+    let no_turn = lock
+        .acquire(&unique_key("slow-mysql-other"), &owner(), SLOW_MYSQL_BUYER_TIMEOUT)
+        .await;
+    let waited = started.elapsed();
+    assert!(
+        matches!(no_turn, Err(LockError::Timeout { .. })) && waited < SLOW_MYSQL_BUYER_TIMEOUT + SLOW_MYSQL_ANSWER_SLACK,
+        "the wait for a permit must end by the deadline: {:?} after {waited:?}",
+        no_turn.map(|_| "granted")
+    );
+    asked
+}

@@ -36,6 +36,15 @@ pub struct PermitStats {
     pub peak_in_flight: usize,
 }
 
+/// How a wait for a permit by a deadline ended ([`Permits::enter_by`]).
+pub enum Turn {
+    Pass(Pass),
+    /// The deadline passed first.
+    Late,
+    /// The permits were closed: the lock is shutting down.
+    Closed,
+}
+
 /// One attempt let through; dropping it lets the next one in. It owns its permit, so
 /// an attempt that goes on after its waiter's deadline keeps it to the end.
 pub struct Pass {
@@ -52,6 +61,19 @@ impl Permits {
             in_flight: Arc::default(),
             peak_in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// Waits for a permit until `deadline`, if there is one. `Turn::Late` if the permit
+    /// did not come by then, `Turn::Closed` once [`close`](Self::close)d.
+    pub async fn enter_by(&self, deadline: Option<std::time::Instant>) -> Turn {
+        let entered = match deadline {
+            None => self.enter().await,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), self.enter()).await {
+                Ok(entered) => entered,
+                Err(_) => return Turn::Late,
+            },
+        };
+        entered.map_or(Turn::Closed, Turn::Pass)
     }
 
     /// Waits for a permit. `None` once [`close`](Self::close)d.
