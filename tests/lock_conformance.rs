@@ -574,7 +574,7 @@ conformance_suite!(
             let lock = ZooKeeperLock::connect(common::zookeeper_options(4000))
                 .await
                 .expect("ZooKeeper runs");
-            let session = lock.client().await;
+            let session = lock.client().await.expect("the session is open");
             let vanished_session = session.clone();
             contenders.push(Contender {
                 lock: Arc::new(lock),

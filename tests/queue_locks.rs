@@ -522,7 +522,7 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
     let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(90)).await;
     // The waiter's node: the later of the two in the queue.
     let parent = format!("/seckill/locks/{key}");
-    let observer = holder.client().await;
+    let observer = holder.client().await.expect("the session is open");
     let mut queue = observer.list_children(&parent).await.expect("the queue exists");
     queue.sort_by_key(|node| node.rsplit('-').next().unwrap_or_default().to_owned());
     let dead_node = format!("{parent}/{}", queue.last().expect("two nodes"));
@@ -532,7 +532,7 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
         .unwrap()
         .expect("the waiter's node")
         .czxid;
-    let expired = waiter.client().await;
+    let expired = waiter.client().await.expect("the session is open");
     common::expire_zookeeper_session(&expired).await;
     held.release().await.unwrap();
 
@@ -548,7 +548,7 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
         "granted on the node of the expired session: token {token}, node {dead_czxid}"
     );
     assert_ne!(
-        waiter.client().await.session().id(),
+        waiter.client().await.expect("the session is open").session().id(),
         expired.session().id(),
         "the grant must be on a new session"
     );
@@ -564,7 +564,7 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
         .acquire(&key, &common::owner(), Duration::from_secs(2))
         .await
         .unwrap();
-    common::expire_zookeeper_session(&holder.client().await).await;
+    common::expire_zookeeper_session(&holder.client().await.expect("the session is open")).await;
 
     let started = Instant::now();
     let granted = next
@@ -687,7 +687,7 @@ async fn a_zookeeper_holder_cut_off_stops_trusting_its_lock_within_a_session_tim
     let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
         .await
         .expect("ZooKeeper runs (`make services`)");
-    let session_timeout = lock.client().await.session_timeout();
+    let session_timeout = lock.client().await.expect("the session is open").session_timeout();
     let held = lock
         .acquire(&key, &common::owner(), Duration::from_secs(2))
         .await

@@ -208,7 +208,7 @@ async fn a_stopping_zookeeper_instance_closes_its_session_so_no_node_of_it_stays
         async move { b.acquire(&key, &common::owner(), Duration::from_secs(30)).await }
     });
     wait_until_queued(&observer, &key, 2).await;
-    let b_session = b.client().await.state_watcher();
+    let b_session = b.client().await.expect("the session is open").state_watcher();
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     let stopping = b.clone();

@@ -189,11 +189,11 @@ impl ZooKeeperLock {
         })
     }
 
-    /// The current session's client (tests use its session to expire it from outside).
-    /// A client kept keeps the session open. Panics once the lock is shut down.
-    pub async fn client(&self) -> Client {
+    /// The current session's client (tests use its session to expire it from outside),
+    /// `None` once the lock is shut down. A client kept keeps the session open.
+    pub async fn client(&self) -> Option<Client> {
         let session = self.session.lock().await;
-        session.as_ref().expect("the lock is shut down").client.clone()
+        session.as_ref().map(|session| session.client.clone())
     }
 
     /// How many times a waiter of this handle was woken by a predecessor's release.
