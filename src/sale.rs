@@ -483,7 +483,7 @@ impl Sale {
             }
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
             Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
-            Err(error) => self.settle(&record.sale_id, Some(&sale), error).await.map(|settled| match settled {
+            Err(error) => self.settle(&record.sale_id, &sale, error).await.map(|settled| match settled {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
                 Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
@@ -494,8 +494,8 @@ impl Sale {
     }
 
     /// The write's answer was lost: ask Redis which outcome stands until it answers.
-    /// `read_from` is the sale the read saw (none for the atomic script).
-    async fn settle(&self, sale_id: &str, read_from: Option<&SaleName>, error: StockError) -> Result<Settled, AppError> {
+    /// `read_from` is the sale the read saw, or the one the atomic script was sent to.
+    async fn settle(&self, sale_id: &str, read_from: &SaleName, error: StockError) -> Result<Settled, AppError> {
         tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
         let deadline = Instant::now() + SETTLE_DEADLINE;
         loop {
@@ -521,6 +521,8 @@ impl Sale {
             lock_wait_ms: 0.0,
             fencing_token: None,
         };
+        // Taken before the script goes: the settle of a lost answer needs it (see `crate::stock`).
+        let sent_to = self.store.sale_seen_by_atomic();
         match self.store.sell_atomically(&record).await {
             Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
             Ok(AtomicOutcome::SoldOut) => Ok(SaleOutcome::sold_out(0.0, None)),
@@ -531,9 +533,12 @@ impl Sale {
                 reset_with,
             }),
             Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
-            Err(error) => match self.settle(&record.sale_id, None, error).await? {
+            Err(error) => match self.settle(&record.sale_id, &sent_to, error).await? {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
-                Settled::NotSold | Settled::Unknown => Err(AppError::SaleNotWritten),
+                Settled::NotSold => Err(AppError::SaleNotWritten),
+                Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
+                    sale_id: record.sale_id.clone(),
+                }),
             },
         }
     }

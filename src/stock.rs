@@ -40,15 +40,15 @@
 //! Whichever reaches Redis first decides, so the seller can ask and then tell the
 //! buyer the truth. A reset deletes the outcomes, so a settle that finds the sale
 //! renamed cannot know whether the write ran before the reset: it says so
-//! ([`Settled::Unknown`]) and records nothing. (The atomic script reads nothing before
-//! it sells, so it has no name to carry: its settle cannot see a reset that came between
-//! its lost answer and the settle, and answers "not sold" then.)
+//! ([`Settled::Unknown`]) and records nothing. The atomic script reads nothing before it
+//! sells: it carries the name the last atomic answer gave, and every answer gives it.
 //!
 //! ## The atomic script
 //! The `atomic` strategy runs the read, the check and the write as one Lua script
 //! ([`ATOMIC_SALE_SCRIPT`]) inside Redis, which executes scripts one at a time. No lock,
 //! one round trip: the speed ceiling.
 
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::aio::ConnectionManager;
@@ -147,34 +147,38 @@ return 'sold'
 
 /// Settle a sale whose write went unanswered. `KEYS[1]` = outcomes, `KEYS[2]` = the
 /// sale's name; `ARGV[1]` = sale id, `ARGV[2]` = the name of the sale its read saw.
-/// Records `aborted` unless the write got there first; returns the outcome that stands
-/// (`sold:<stock after>` or `aborted`). Returns `reset`, and records nothing, when a
-/// reset renamed the sale since: its outcomes are gone, and the write may have run.
-/// The atomic script reads nothing before it sells, so it settles without a name.
+/// Returns the outcome that stands (`sold:<stock after>` or `aborted`), and records
+/// `aborted` if there is none yet. Returns `reset`, and records nothing, when no outcome
+/// is there and a reset renamed the sale since: the outcomes are gone, and the write may
+/// have run before it.
 pub const SETTLE_SCRIPT: &str = r#"
-if ARGV[2] and (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 'reset' end
-redis.call('HSETNX', KEYS[1], ARGV[1], 'aborted')
-return redis.call('HGET', KEYS[1], ARGV[1])
+local outcome = redis.call('HGET', KEYS[1], ARGV[1])
+if outcome then return outcome end
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 'reset' end
+redis.call('HSET', KEYS[1], ARGV[1], 'aborted')
+return 'aborted'
 "#;
 
 /// The whole sale in one script. KEYS = stock, lucky, sales, outcomes, the segment count
 /// of the last reset, the buyers who got a unit, the orders stream and the sale's name;
 /// `ARGV[1]` = the sale record as JSON, which the script completes with `stock_before`;
 /// `ARGV[2]` = sale id; `ARGV[3]` = the buyer to hold to one unit (empty: no such
-/// check); `ARGV[4]` = `1` to append the sale to the orders stream (empty: no orders). Returns the stock it found, -1
-/// when sold out, -2 when the id was settled as aborted, -3 when the buyer already got a
-/// unit; a `NOTANUMBER` error when the stock is not a
+/// check); `ARGV[4]` = `1` to append the sale to the orders stream (empty: no orders).
+/// Returns `{code, the sale's name}`: the code is the stock it found, -1 when sold out,
+/// -2 when the id was settled as aborted, -3 when the buyer already got a unit. The name
+/// is what a later sale carries to its settle. A `NOTANUMBER` error when the stock is not a
 /// number, a `SEGMENTS` error when the sale was split into segments (whose units `stock`
 /// only counts: the locks that guard them would sell them again).
 pub const ATOMIC_SALE_SCRIPT: &str = r#"
 local segments = redis.call('GET', KEYS[5]) or '1'
 if segments ~= '1' then return redis.error_reply('SEGMENTS ' .. segments) end
-if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return -2 end
+local name = redis.call('GET', KEYS[8]) or ''
+if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return {-2, name} end
 local raw = redis.call('GET', KEYS[1]) or '0'
 local stock = tonumber(raw)
 if not stock then return redis.error_reply('NOTANUMBER ' .. raw) end
-if stock <= 0 then return -1 end
-if ARGV[3] ~= '' and redis.call('SADD', KEYS[6], ARGV[3]) == 0 then return -3 end
+if stock <= 0 then return {-1, name} end
+if ARGV[3] ~= '' and redis.call('SADD', KEYS[6], ARGV[3]) == 0 then return {-3, name} end
 redis.call('HSET', KEYS[4], ARGV[2], 'sold:' .. (stock - 1))
 redis.call('SET', KEYS[1], stock - 1)
 redis.call('INCR', KEYS[2])
@@ -183,9 +187,9 @@ record['stock_before'] = stock
 local json = cjson.encode(record)
 redis.call('RPUSH', KEYS[3], json)
 if ARGV[4] ~= '' then
-  redis.call('XADD', KEYS[7], '*', 'sale', redis.call('GET', KEYS[8]) or '', 'record', json)
+  redis.call('XADD', KEYS[7], '*', 'sale', name, 'record', json)
 end
-return stock
+return {stock, name}
 "#;
 
 /// Who sold a unit, when, and under which lock grant.
@@ -373,6 +377,9 @@ pub struct StockStore {
     one_per_buyer: bool,
     /// Whether each sale appends an order to the orders stream (`--orders`, [`crate::orders`]).
     orders: bool,
+    /// The sale's name as the last answer of the atomic script gave it, for the settle
+    /// of a sale whose answer is lost (see [`StockStore::sale_seen_by_atomic`]).
+    atomic_sale_seen: Arc<StdMutex<SaleName>>,
     /// Keys that other parts of the service keep per sale (the dashboard's refusals,
     /// the grant log):
     /// a reset deletes them in the same transaction.
@@ -390,6 +397,7 @@ impl StockStore {
             segments: Segments::ONE,
             one_per_buyer: false,
             orders: false,
+            atomic_sale_seen: Arc::default(),
             also_reset: Vec::new(),
         }
     }
@@ -587,15 +595,17 @@ impl StockStore {
 
     /// Decides a sale whose write went unanswered: sold if the write got there first,
     /// otherwise aborted for good (a late write is then refused). `read_from` is the sale
-    /// the read saw: once a reset renamed it, the outcome is unknown. The atomic script
-    /// read no name (`None`).
-    pub async fn settle(&self, sale_id: &str, read_from: Option<&SaleName>) -> Result<Settled, StockError> {
-        let mut invocation = self.settle.key(OUTCOMES_KEY);
-        invocation.key(SALE_NAME_KEY).arg(sale_id);
-        if let Some(sale) = read_from {
-            invocation.arg(&sale.0);
-        }
-        let outcome: String = invocation.invoke_async(&mut self.connection.clone()).await?;
+    /// the read saw (for the atomic script, [`StockStore::sale_seen_by_atomic`] before it
+    /// was sent): once a reset renamed it, an outcome not found is unknown.
+    pub async fn settle(&self, sale_id: &str, read_from: &SaleName) -> Result<Settled, StockError> {
+        let outcome: String = self
+            .settle
+            .key(OUTCOMES_KEY)
+            .key(SALE_NAME_KEY)
+            .arg(sale_id)
+            .arg(&read_from.0)
+            .invoke_async(&mut self.connection.clone())
+            .await?;
         if outcome == "reset" {
             return Ok(Settled::Unknown);
         }
@@ -605,6 +615,17 @@ impl StockStore {
             },
             None => Settled::NotSold,
         })
+    }
+
+    /// The sale's name as this store's last atomic sale saw it (empty before the first).
+    /// A sale takes it before it sends the script, and settles with it if the answer is
+    /// lost: names never come back, so if it is still the sale's name at the settle, no
+    /// reset erased the outcomes since the script was sent.
+    pub fn sale_seen_by_atomic(&self) -> SaleName {
+        self.atomic_sale_seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The whole sale as one script.
@@ -619,8 +640,11 @@ impl StockStore {
             .arg(json)
             .arg(&record.sale_id);
         self.add_sale_rules(&mut invocation, record);
-        let answer: redis::RedisResult<i64> = invocation.invoke_async(&mut self.connection.clone()).await;
-        match answer {
+        let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut self.connection.clone()).await;
+        if let Ok((_, sale)) = &answer {
+            *self.atomic_sale_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = SaleName(sale.clone());
+        }
+        match answer.map(|(code, _)| code) {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
             Ok(-2) => Ok(AtomicOutcome::Aborted),
             Ok(-3) => Ok(AtomicOutcome::AlreadyBought),

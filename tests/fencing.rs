@@ -196,7 +196,7 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
     let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     let sale = current_sale(&store).await;
     assert_eq!(
-        store.settle("late-write", Some(&sale)).await.unwrap(),
+        store.settle("late-write", &sale).await.unwrap(),
         seckill::stock::Settled::NotSold
     );
     assert_eq!(
@@ -222,7 +222,7 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
         WriteOutcome::Sold
     );
     assert_eq!(
-        store.settle("early-write", Some(&sale)).await.unwrap(),
+        store.settle("early-write", &sale).await.unwrap(),
         seckill::stock::Settled::Sold {
             stock_after: INITIAL - 1
         }
@@ -326,7 +326,7 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
     );
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
-        store.settle("answer-lost", Some(&sale)).await.unwrap(),
+        store.settle("answer-lost", &sale).await.unwrap(),
         seckill::stock::Settled::Unknown
     );
 }
@@ -352,4 +352,40 @@ async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
         "the new sale must start whole: {stock}"
     );
     instance.stop().await.unwrap();
+}
+
+/// The atomic script's answer was lost, and a reset came before the settle. The script
+/// read nothing before it sold, so it carries the sale's name its store last saw.
+#[tokio::test]
+async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold() {
+    let store = store(108).await;
+    store.reset(INITIAL).await.unwrap();
+    let seller = Seller {
+        instance: "atomic-settle-test".into(),
+        port: 0,
+        strategy: "atomic",
+    };
+    let first = SaleRecord::new(&seller, "atomic-first", Segment::WHOLE, 0, None, 0.0, 0);
+    store.sell_atomically(&first).await.unwrap();
+    // The next sale takes the name before it sends the script, as the service does.
+    let sent_to = store.sale_seen_by_atomic();
+    let lost = SaleRecord::new(&seller, "atomic-answer-lost", Segment::WHOLE, 0, None, 0.0, 0);
+    assert!(matches!(
+        store.sell_atomically(&lost).await.unwrap(),
+        seckill::stock::AtomicOutcome::Sold { .. }
+    ));
+    store.reset(INITIAL).await.unwrap();
+    assert_eq!(
+        store.settle("atomic-answer-lost", &sent_to).await.unwrap(),
+        seckill::stock::Settled::Unknown
+    );
+    // Once an answer told the store the new name, an id that never reached Redis, with
+    // no reset since, is settled as not sold.
+    let after_reset = SaleRecord::new(&seller, "atomic-after-reset", Segment::WHOLE, 0, None, 0.0, 0);
+    store.sell_atomically(&after_reset).await.unwrap();
+    let sent_to = store.sale_seen_by_atomic();
+    assert_eq!(
+        store.settle("atomic-never-sent", &sent_to).await.unwrap(),
+        seckill::stock::Settled::NotSold
+    );
 }

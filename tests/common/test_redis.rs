@@ -54,6 +54,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/mysql_token_order", 103..=103),
     ("seckill/fencing", 104..=106),
     ("seckill/sold_out", 107..=107),
+    ("seckill/fencing", 108..=108),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.
