@@ -285,26 +285,16 @@ impl MySqlLock {
         };
         let sent = Instant::now();
         self.grants.counters.attempt();
-        let granted = match deadline {
-            None => {
-                let granted = self.grants.grant_row(key, owner).await;
-                drop(pass);
-                granted
-            }
-            Some(deadline) => {
-                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
-                let granting = async move {
-                    let granted = grants.grant_row(&name, &owned).await;
-                    drop(pass); // the permit is held as long as the statements run
-                    granted
-                };
-                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
-                let undo = move |late| grants.give_back_late(&name, &owned, late);
-                let answered = answer_by(deadline, granting, undo).await;
-                // No answer by the deadline: as for a held row, the poll times out.
-                answered.unwrap_or(Ok(None))
-            }
+        let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+        let granting = async move {
+            let granted = grants.grant_row(&name, &owned).await;
+            drop(pass); // the permit is held as long as the statements run
+            granted
         };
+        let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+        let undo = move |late| grants.give_back_late(&name, &owned, late);
+        // No answer by the deadline: as for a held row, the poll times out.
+        let granted = answer_by(deadline, granting, undo).await.unwrap_or(Ok(None));
         let Some((granted, row)) = granted.map_err(backend_error)? else {
             return Err(LockError::Busy { key: key.to_owned() });
         };

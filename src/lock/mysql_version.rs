@@ -484,25 +484,15 @@ impl MySqlVersionLock {
         let released_since = seen.release_announced.swap(false, Ordering::SeqCst);
         let held_at = unpoisoned(&seen.held_at).take().filter(|_| released_since);
         let free_at = unpoisoned(&self.grants.given_back).remove(key).or(held_at);
-        let attempt = match deadline {
-            None => {
-                let attempt = self.grants.attempt(key, owner, free_at).await;
-                drop(pass);
-                attempt
-            }
-            Some(deadline) => {
-                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
-                let attempting = async move {
-                    let attempt = grants.attempt(&name, &owned, free_at).await;
-                    drop(pass); // the permit is held as long as the statements run
-                    attempt
-                };
-                let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
-                let undo = move |late| grants.give_back_late(&name, &owned, late);
-                let answered = answer_by(deadline, attempting, undo).await;
-                answered.unwrap_or(Ok(Attempt::Unanswered))
-            }
+        let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+        let attempting = async move {
+            let attempt = grants.attempt(&name, &owned, free_at).await;
+            drop(pass); // the permit is held as long as the statements run
+            attempt
         };
+        let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
+        let undo = move |late| grants.give_back_late(&name, &owned, late);
+        let attempt = answer_by(deadline, attempting, undo).await.unwrap_or(Ok(Attempt::Unanswered));
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
             Attempt::Held { version } => {

@@ -62,13 +62,17 @@ where
 /// Runs `attempt` in a task of its own and waits for its answer until `deadline`;
 /// `None` if it had none by then. The attempt goes on within its own bounds, and an
 /// answer that comes too late goes to `undo`, which gives back what it granted. So
-/// does an answer whose waiter went away (its buyer's request was cut short).
-pub async fn answer_by<T, Attempt, Undo>(deadline: Instant, attempt: Attempt, undo: Undo) -> Option<T>
+/// does an answer whose waiter went away (its buyer's request was cut short). Without
+/// a deadline (a try-acquire), the attempt simply runs here.
+pub async fn answer_by<T, Attempt, Undo>(deadline: Option<Instant>, attempt: Attempt, undo: Undo) -> Option<T>
 where
     T: Send + 'static,
     Attempt: Future<Output = T> + Send + 'static,
     Undo: Fn(T) + Send + Sync + 'static,
 {
+    let Some(deadline) = deadline else {
+        return Some(attempt.await);
+    };
     let undo = Arc::new(undo);
     let (answer, answered) = oneshot::channel();
     let undo_late = undo.clone();
