@@ -40,11 +40,7 @@ async fn store(db: u8) -> StockStore {
 /// found stock. Returns the units sold twice and what each write did.
 async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToken>; 2]) -> (usize, Vec<WriteOutcome>) {
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller {
-        instance: "fencing-test".into(),
-        port: 0,
-        strategy: "test",
-    };
+    let seller = seller("fencing-test", "test");
     let mut read: [Option<(i64, SaleName)>; 2] = [None, None];
     let mut outcomes = Vec::new();
     for step in order {
@@ -82,6 +78,15 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
     let snapshot = store.snapshot().await.unwrap();
     let sold_twice = (snapshot.stock + snapshot.lucky - INITIAL) as usize;
     (sold_twice, outcomes)
+}
+
+/// A seller on no port, for sale records written straight to the store.
+fn seller(instance: &str, strategy: &'static str) -> Seller {
+    Seller {
+        instance: instance.into(),
+        port: 0,
+        strategy,
+    }
 }
 
 /// The name of the sale on now, as a read sees it.
@@ -188,11 +193,7 @@ async fn without_tokens_the_same_interleavings_sell_a_unit_twice() {
 async fn a_sale_settled_as_aborted_cannot_be_written_later() {
     let store = store(35).await;
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller {
-        instance: "settle-test".into(),
-        port: 0,
-        strategy: "test",
-    };
+    let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     let sale = current_sale(&store).await;
     assert_eq!(
@@ -210,11 +211,7 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
 async fn a_sale_written_before_it_is_settled_settles_as_sold() {
     let store = store(36).await;
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller {
-        instance: "settle-test".into(),
-        port: 0,
-        strategy: "test",
-    };
+    let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "early-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     let sale = current_sale(&store).await;
     assert_eq!(
@@ -286,11 +283,7 @@ async fn an_unfenced_write_whose_sale_was_reset_commits_nothing_in_the_new_sale(
         panic!("the read should find the 5 units");
     };
     store.reset(100).await.unwrap();
-    let seller = Seller {
-        instance: "reset-test".into(),
-        port: 0,
-        strategy: "test",
-    };
+    let seller = seller("reset-test", "test");
     let record = SaleRecord::new(&seller, "before-reset", Segment::WHOLE, 5, None, 0.0, 0);
     assert_eq!(
         store.write(Segment::WHOLE, &record, 4, &sale, None).await.unwrap(),
@@ -314,11 +307,7 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
     let StockRead::Stock { units, sale } = store.read(Segment::WHOLE, None, "answer-lost").await.unwrap() else {
         panic!("the read should find the stock");
     };
-    let seller = Seller {
-        instance: "settle-test".into(),
-        port: 0,
-        strategy: "test",
-    };
+    let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "answer-lost", Segment::WHOLE, units, None, 0.0, 0);
     assert_eq!(
         store.write(Segment::WHOLE, &record, units - 1, &sale, None).await.unwrap(),
@@ -360,11 +349,7 @@ async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
 async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold() {
     let store = store(108).await;
     store.reset(INITIAL).await.unwrap();
-    let seller = Seller {
-        instance: "atomic-settle-test".into(),
-        port: 0,
-        strategy: "atomic",
-    };
+    let seller = seller("atomic-settle-test", "atomic");
     let first = SaleRecord::new(&seller, "atomic-first", Segment::WHOLE, 0, None, 0.0, 0);
     store.sell_atomically(&first).await.unwrap();
     // The next sale takes the name before it sends the script, as the service does.

@@ -65,22 +65,21 @@ pub async fn reset_stock(base_url: &str, stock: i64) {
 
 /// `GET /healthz` of a running instance, as JSON.
 pub async fn healthz(base_url: &str) -> serde_json::Value {
-    reqwest::get(format!("{base_url}/healthz"))
-        .await
-        .expect("the instance answers")
-        .json()
-        .await
-        .expect("/healthz answers JSON")
+    get_json(base_url, "/healthz").await
 }
 
 /// `GET /stock` of a running instance, as JSON: stock, lucky, sales, initial.
 pub async fn stock(base_url: &str) -> serde_json::Value {
-    reqwest::get(format!("{base_url}/stock"))
+    get_json(base_url, "/stock").await
+}
+
+async fn get_json(base_url: &str, path: &str) -> serde_json::Value {
+    reqwest::get(format!("{base_url}{path}"))
         .await
         .expect("the instance answers")
         .json()
         .await
-        .expect("/stock answers JSON")
+        .unwrap_or_else(|error| panic!("{path} answers JSON: {error}"))
 }
 
 /// `seckill serve` as a process of its own, for tests that stop it, kill it, or move its
