@@ -147,17 +147,20 @@ pub struct Config {
     /// Whether an instance that has seen every segment of the stock empty answers "sold
     /// out" without a lock, after one read of the sale's name (`src/sold_out.rs`).
     /// Off by default: a stock changed by hand in Redis, without a reset, is not seen.
-    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub sold_out_flag: bool,
     /// Whether the sale refuses a second unit to a buyer (`?buyer=` on
     /// `/stock/reduce`, which it then requires), in the script that takes the unit
     /// (`src/buyers.rs`). Every instance of one sale must say the same.
-    #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub one_per_buyer: bool,
     /// Whether each unit sold also becomes an order row in MySQL (`seckill_orders`): the
     /// script that takes the unit appends it to the Redis Stream `stock:orders`, and a
     /// consumer group of the instances writes it (`src/orders.rs`). Needs --mysql-url.
-    #[arg(long, env = "SECKILL_ORDERS", default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_ORDERS", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub orders: bool,
     /// With --orders: an order another instance read but left unwritten this long (it
     /// died, say) is taken over (`XAUTOCLAIM`), in milliseconds.
@@ -167,18 +170,21 @@ pub struct Config {
     /// Whether the buyers of this instance queue in process first, so that only the head
     /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.
-    #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub local_queue: bool,
     /// Whether a release hands the lock to the next buyer in the local queue in its own
     /// request, where the backend can (not the queue locks; see `src/local_queue.rs`).
     /// `false` releases and lets that buyer acquire, to measure what the hand-over saves.
-    #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub hand_over: bool,
     /// Whether the locks whose backend cannot wake a waiter (`mysql`, `mysql-version`,
     /// `redlock`) announce each release on the stock Redis, so that a waiter of another
     /// instance tries at once instead of at its next poll (`src/lock/parts/release_notices.rs`).
     /// `false` leaves them polling, to measure what the notices save.
-    #[arg(long, env = "SECKILL_RELEASE_NOTICES", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "SECKILL_RELEASE_NOTICES", default_value_t = true, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
     pub release_notices: bool,
     /// Whether the stock checks the lock's fencing token on every read and write.
     /// `off` exists for the lesson that shows two holders selling one unit.

@@ -397,3 +397,25 @@ fn the_load_scripts_take_exactly_the_segment_counts_seckill_serve_takes() {
         }
     }
 }
+
+/// The docs write `--orders` and `--one-per-buyer` bare, as switches; `--orders false`
+/// must still turn one off, and a bare switch must not swallow the flag after it.
+#[test]
+fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
+    use clap::Parser;
+    use seckill::config::{Cli, Command};
+
+    let parse = |args: &[&str]| {
+        let Command::Serve(config) = Cli::try_parse_from(["seckill", "serve"].iter().chain(args))
+            .unwrap_or_else(|error| panic!("{args:?} was refused: {error}"))
+            .command;
+        config
+    };
+    let bare = parse(&["--orders", "--one-per-buyer", "--sold-out-flag", "--port", "8091"]);
+    assert!(bare.orders && bare.one_per_buyer && bare.sold_out_flag, "bare switches stay off: {bare:?}");
+    assert_eq!(bare.port, 8091, "a bare switch took the next flag as its value");
+
+    let valued = parse(&["--orders", "false", "--local-queue", "false", "--hand-over=false"]);
+    assert!(!valued.orders && !valued.local_queue && !valued.hand_over, "values ignored: {valued:?}");
+    assert!(parse(&["--local-queue"]).local_queue);
+}

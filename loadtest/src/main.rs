@@ -29,8 +29,8 @@ struct Cli {
     users: usize,
     /// The share of the requests (0 to 0.5) sent by a buyer who already sent one
     /// (`?buyer=`), at the same moment through another instance: what `--one-per-buyer`
-    /// refuses.
-    #[arg(long, env = "LOADTEST_REPEAT_BUYERS", default_value_t = 0.1)]
+    /// refuses. None by default, so that the first lesson's crowd is one request per buyer.
+    #[arg(long, env = "LOADTEST_REPEAT_BUYERS", default_value_t = 0.0)]
     repeat_buyers: f64,
     /// Stock to put on sale before the attack.
     #[arg(long, env = "LOADTEST_STOCK", default_value_t = 300)]

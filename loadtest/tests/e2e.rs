@@ -383,6 +383,30 @@ async fn a_host_with_no_service_is_named_with_how_to_start_one() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
+/// The lessons start both instances in the background and the load test right after
+/// them, as a reader types it: a host that is not listening yet is asked again.
+#[tokio::test]
+async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
+    let instance = start(Strategy::Atomic, 109).await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let late_port = free.local_addr().unwrap().port();
+    drop(free);
+    // A port that starts listening 700 ms from now, and forwards to the instance.
+    let forwarder = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", late_port)).await.unwrap();
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let mut server = tokio::net::TcpStream::connect(("127.0.0.1", instance.port)).await.unwrap();
+            tokio::spawn(async move { tokio::io::copy_bidirectional(&mut client, &mut server).await });
+        }
+    });
+    let target = loadtest::verdict::crowd::target_of(&[format!("http://127.0.0.1:{late_port}")]).await;
+    forwarder.abort();
+    let target = target.unwrap_or_else(|error| panic!("the late host was not waited for: {error:#}"));
+    assert_eq!(target.strategy, "atomic");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;

@@ -55,6 +55,7 @@ pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
     ("seckill/fencing", 104..=106),
     ("seckill/sold_out", 107..=107),
     ("seckill/fencing", 108..=108),
+    ("loadtest/e2e", 109..=109),
 ];
 
 /// The test file this code is compiled into, as [`DATABASES`] names it.

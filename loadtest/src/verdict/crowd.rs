@@ -194,14 +194,27 @@ pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     Ok(target)
 }
 
+/// `GET /healthz` of a host that may still be starting: the lessons start the instances
+/// in the background and the load test right after them, as a reader types it, so a
+/// refused connection is asked again until [`HEALTH_TIMEOUT`] has passed.
+async fn health_of_starting(http: &reqwest::Client, host: &str) -> reqwest::Result<reqwest::Response> {
+    let started = Instant::now();
+    loop {
+        match http.get(format!("{host}/healthz")).send().await {
+            Err(error) if error.is_connect() && started.elapsed() < HEALTH_TIMEOUT => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 /// What every host runs; they must agree. Reads only, changes nothing.
 pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
     let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let mut targets: Vec<Target> = Vec::new();
     for host in hosts {
-        let target: Target = http
-            .get(format!("{host}/healthz"))
-            .send()
+        let target: Target = health_of_starting(&http, host)
             .await
             .and_then(|response| response.error_for_status())
             .with_context(|| {
