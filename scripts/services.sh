@@ -52,12 +52,13 @@ die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"
 source "$ROOT/scripts/lib/packages.sh" # install_packages
 
-# The browser test's driver (playwright-core, pinned in tests/browser/package-lock.json),
-# from the npm registry with the machine's Node.js; it drives Debian's chromium.
+# The browser tests' packages (playwright-core, which drives Debian's chromium, and mermaid,
+# which renders the docs' diagrams; both pinned in tests/browser/package-lock.json), from the
+# npm registry with the machine's Node.js. A checkout missing either gets both again.
 install_browser_driver() {
-  [[ -d $ROOT/tests/browser/node_modules/playwright-core ]] && return 0
-  command -v npm >/dev/null || die "npm is missing: the dashboard's browser test needs Node.js 20 or newer with npm"
-  say "installing playwright-core for the browser test (npm ci in tests/browser)"
+  [[ -d $ROOT/tests/browser/node_modules/playwright-core && -d $ROOT/tests/browser/node_modules/mermaid ]] && return 0
+  command -v npm >/dev/null || die "npm is missing: the browser tests (dashboard, diagrams) need Node.js 20 or newer with npm"
+  say "installing playwright-core and mermaid for the browser tests (npm ci in tests/browser)"
   npm ci --prefix "$ROOT/tests/browser" --no-audit --no-fund >>"$LOGS/npm.log" 2>&1 ||
     die "npm ci in tests/browser failed; see $LOGS/npm.log"
 }

@@ -1,0 +1,68 @@
+// The docs' Mermaid diagrams, rendered by Mermaid itself in Debian's headless chromium.
+//
+//   node tests/browser/diagrams.mjs < diagrams.json
+//
+// Reads a JSON list of diagrams, `[{"page": "README.md", "line": 12, "source": "flowchart LR ..."}]`,
+// loads Mermaid's browser bundle (pinned in package-lock.json) into a blank page and
+// renders each diagram with `mermaid.render`, as GitHub does when it shows the page.
+// Prints `rendered N diagrams` and exits 0. Exits 1 naming every diagram that failed:
+// `page:line: Mermaid's error`, at the line of the error when Mermaid gives one.
+// Run by tests/diagrams.rs, which finds the diagrams.
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { chromium } from "playwright-core";
+
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+// The self-contained browser bundle: it sets `mermaid` on the page and fetches nothing.
+const MERMAID = createRequire(import.meta.url).resolve("mermaid/dist/mermaid.min.js");
+
+const diagrams = JSON.parse(readFileSync(0, "utf8"));
+if (!Array.isArray(diagrams) || diagrams.length === 0) {
+  console.error("diagrams: no diagrams on stdin; expected a JSON list of {page, line, source}");
+  process.exit(2);
+}
+
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"],
+});
+let failures;
+try {
+  const page = await browser.newPage();
+  // Nothing may come from the network: the bundle is read from node_modules.
+  await page.route("**/*", (route) => route.abort());
+  await page.setContent("<!doctype html><html><body></body></html>");
+  await page.addScriptTag({ path: MERMAID });
+  failures = await page.evaluate(async (diagrams) => {
+    // startOnLoad off: nothing renders but what is asked for, one diagram at a time.
+    window.mermaid.initialize({ startOnLoad: false, securityLevel: "strict" });
+    const failed = [];
+    for (const [index, diagram] of diagrams.entries()) {
+      try {
+        const { svg } = await window.mermaid.render(`diagram-${index}`, diagram.source);
+        // Mermaid draws some syntax errors as a picture instead of throwing.
+        if (svg.includes("Syntax error in text")) throw new Error("Mermaid drew its syntax-error picture");
+      } catch (error) {
+        failed.push({ ...diagram, error: String(error?.message ?? error) });
+      }
+      // A failed render can leave its half-drawn element behind.
+      document.getElementById(`ddiagram-${index}`)?.remove();
+    }
+    return failed;
+  }, diagrams);
+} finally {
+  await browser.close();
+}
+if (failures.length) {
+  for (const { page, line, error } of failures) {
+    // `line` is the fence's; Mermaid counts the diagram's own lines, from the one after it.
+    const at = /on line (\d+)/.exec(error);
+    const where = at ? `${page}:${line + Number(at[1])} (the diagram whose fence opens at line ${line})` : `${page}:${line}`;
+    console.error(`${where}: ${error.trim()}`);
+  }
+  console.error(`diagrams: ${failures.length} of ${diagrams.length} failed to render`);
+  process.exit(1);
+}
+console.log(`rendered ${diagrams.length} diagrams`);

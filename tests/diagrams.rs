@@ -1,0 +1,158 @@
+//! Every Mermaid diagram in the docs renders. GitHub draws a ```` ```mermaid ```` block as a
+//! picture, and a block Mermaid cannot parse as an error box, so this test finds every
+//! such block in README.md and every `.md` under docs/ (by scanning: new pages and new
+//! diagrams are found without a list) and renders each one with Mermaid's own package,
+//! in Debian's headless chromium (`tests/browser/diagrams.mjs`, Mermaid pinned in
+//! `tests/browser/package-lock.json`). A failure names the page, the line and Mermaid's
+//! error. No server needed.
+//!
+//! The pages are read as Markdown (pulldown-cmark), so a fence inside another block, or
+//! the word `mermaid` in prose, is not taken for a diagram.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md and every `.md` under docs/, as paths from the root.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![PathBuf::from("README.md")];
+    let mut folders = vec![PathBuf::from("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
+            let path = folder.join(entry.unwrap().file_name());
+            if root().join(&path).is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// One diagram: where its fence opens, and what is inside it.
+#[derive(Debug, PartialEq)]
+struct Diagram {
+    page: String,
+    line: usize,
+    source: String,
+}
+
+/// The code blocks of `text` whose info string is `mermaid`, as GitHub picks them.
+fn diagrams_in(page: &str, text: &str) -> Vec<Diagram> {
+    let mut found = Vec::new();
+    let mut open: Option<Diagram> = None;
+    for (event, range) in Parser::new(text).into_offset_iter() {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info)))
+                if info.split_whitespace().next() == Some("mermaid") =>
+            {
+                open = Some(Diagram {
+                    page: page.to_owned(),
+                    line: text[..range.start].matches('\n').count() + 1,
+                    source: String::new(),
+                });
+            }
+            Event::Text(text) => {
+                if let Some(diagram) = &mut open {
+                    diagram.source.push_str(&text);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => found.extend(open.take()),
+            _ => {}
+        }
+    }
+    found
+}
+
+#[test]
+fn the_finder_takes_mermaid_fences_only_with_the_line_they_open_on() {
+    let text = "# A page\n\nThe word mermaid, and `mermaid` in a span.\n\n\
+                ```mermaid\nflowchart LR\n  A --> B\n```\n\n\
+                ```rust\nlet x = 1;\n```\n\n\
+                > ```mermaid\n> sequenceDiagram\n>   A->>B: hi\n> ```\n";
+    let found = diagrams_in("page.md", text);
+    assert_eq!(
+        found,
+        [
+            Diagram {
+                page: "page.md".into(),
+                line: 5,
+                source: "flowchart LR\n  A --> B\n".into()
+            },
+            Diagram {
+                page: "page.md".into(),
+                line: 14,
+                source: "sequenceDiagram\n  A->>B: hi\n".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn every_mermaid_diagram_in_the_docs_renders() {
+    let browser = root().join("tests/browser");
+    assert!(
+        ["mermaid", "playwright-core"]
+            .iter()
+            .all(|package| browser.join("node_modules").join(package).is_dir())
+            && Path::new("/usr/bin/chromium").exists(),
+        "the diagrams test needs Debian's chromium, playwright-core and mermaid: \
+         `scripts/services.sh install` installs all three"
+    );
+    let pages = pages();
+    let diagrams: Vec<Diagram> = pages
+        .iter()
+        .flat_map(|page| {
+            let text = std::fs::read_to_string(root().join(page)).unwrap();
+            diagrams_in(&page.display().to_string(), &text)
+        })
+        .collect();
+    assert!(
+        !diagrams.is_empty(),
+        "no ```mermaid block in any of the {} pages (README.md and docs/); \
+         the finder is broken, or the diagrams are gone",
+        pages.len()
+    );
+
+    let input = serde_json::Value::Array(
+        diagrams
+            .iter()
+            .map(|diagram| serde_json::json!({"page": diagram.page, "line": diagram.line, "source": diagram.source}))
+            .collect(),
+    );
+    let mut node = Command::new("node")
+        .arg(browser.join("diagrams.mjs"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node runs (Node.js 20 or newer)");
+    node.stdin
+        .take()
+        .unwrap()
+        .write_all(input.to_string().as_bytes())
+        .unwrap();
+    let output = node.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success(),
+        "Mermaid could not render every diagram (page:line of the fence, then Mermaid's error):\n{stderr}{stdout}"
+    );
+    assert_eq!(
+        stdout.trim(),
+        format!("rendered {} diagrams", diagrams.len()),
+        "the script renders every diagram it is given"
+    );
+    println!("{} diagrams in {} pages rendered", diagrams.len(), pages.len());
+}
