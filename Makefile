@@ -1,10 +1,16 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
 	COMMAND_AS="make demo" scripts/demo.sh
+
+## make lessons: every lesson's commands (scripts/lessons/) run again on the current build,
+## each output rewritten where the pages show it (the lessons in both languages, the README),
+## dated, with the commit. `scripts/lessons.sh 3 10` for some.
+lessons:
+	scripts/lessons.sh
 
 ## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
 ## 3000 buyers and started again, the verdict, and each instance's mode over time.

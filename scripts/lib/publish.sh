@@ -23,7 +23,42 @@ publish_results() {
     echo "publish: $table is empty: this run made no table, so $page is left as it was" >&2
     return 1
   fi
-  local begins ends
+  local block
+  block=$(mktemp)
+  {
+    echo "$begin (\`PUBLISH=1 $command\` rewrites this block; edit outside it) -->"
+    echo
+    echo "Latest run: \`$command\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(this_build)."
+    echo
+    cat "$table"
+    echo
+    echo "$end"
+  } >"$block"
+  replace_block "$page" "$begin" "$end" "$block" && echo "publish: the latest $name is now in $page"
+  local status=$?
+  rm -f "$block"
+  return $status
+}
+
+# this_build: the commit and the machine a run was made on, for the line that dates it:
+# `commit 1a2b3c4, 2 cores (AMD EPYC 7B13), release build`. A commit with changes not yet
+# committed says so (`1a2b3c4 + changes`): that run is not reproducible from the commit.
+this_build() {
+  local commit cpu
+  if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+    git diff --quiet HEAD -- src loadtest scripts || commit+=" + changes"
+  else
+    commit="unknown"
+  fi
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+  echo "commit $commit, $(nproc) cores ($cpu), release build"
+}
+
+# replace_block PAGE BEGIN END BLOCK: writes the file BLOCK into PAGE in place of the lines
+# from the one starting with BEGIN to the line END, both included. Refuses, changing
+# nothing, unless PAGE has exactly one of each.
+replace_block() {
+  local page=$1 begin=$2 end=$3 block=$4 begins ends
   begins=$(awk -v b="$begin" 'index($0, b) == 1' "$page" | wc -l)
   ends=$(grep -cxF -- "$end" "$page")
   if ((begins != 1 || ends != 1)); then
@@ -31,24 +66,10 @@ publish_results() {
       "around the block to replace (it has $begins and $ends); $page is left as it was" >&2
     return 1
   fi
-  local cpu block
-  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-  block=$(mktemp)
-  {
-    echo "$begin (\`PUBLISH=1 $command\` rewrites this block; edit outside it) -->"
-    echo
-    echo "Latest run: \`$command\`, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($cpu), release build."
-    echo
-    cat "$table"
-    echo
-    echo "$end"
-  } >"$block"
   awk -v begin="$begin" -v end="$end" -v block="$block" '
     index($0, begin) == 1 { while ((getline line < block) > 0) print line; skipping = 1; next }
     skipping && $0 == end { skipping = 0; next }
     !skipping { print }' "$page" >"$page.publishing" && mv "$page.publishing" "$page"
-  rm -f "$block"
-  echo "publish: the latest $name is now in $page"
 }
 
 # command_line VARIABLE... -- WORDS...: the command as a reader would type it again, with
