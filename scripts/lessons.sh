@@ -12,6 +12,9 @@
 #   scripts/lessons.sh          every lesson (make lessons)
 #   scripts/lessons.sh 3 10     lessons 3 and 10
 #
+# Run for every lesson, it also writes how long each script took into the course's index
+# (docs/lessons/README.md, and the Chinese one), as the block `latest lessons`.
+#
 # A script's `# Needs:` line says what it needs. This starts the servers of
 # `make services` first; the scripts of the cluster lessons start their own. A lesson
 # that needs root is refused, by name, when not run as root. A script that fails (exit
@@ -66,6 +69,8 @@ export PATH="$ROOT/target/release:$PATH"
 mkdir -p .run/lessons
 
 failed=()
+timings=$(mktemp)
+printf '| script | needs | seconds |\n| --- | --- | ---: |\n' >"$timings"
 started_all=$SECONDS
 for script in "${SCRIPTS[@]}"; do
   name=$(basename "$script" .sh)
@@ -107,9 +112,17 @@ for script in "${SCRIPTS[@]}"; do
   done
   rm -f "$block"
   say "$script: $took s, in $(pages_showing "$name" | tr '\n' ' ')"
+  printf '| `%s` | %s | %s |\n' "$script" "$(sed -n 's/^# Needs: //p' "$script")" "$took" >>"$timings"
 done
 
-say "${#SCRIPTS[@]} scripts in $((SECONDS - started_all)) s"
+total=$((SECONDS - started_all))
+say "${#SCRIPTS[@]} scripts in $total s"
 if ((${#failed[@]} > 0)); then
   die "failed: ${failed[*]}"
 fi
+if (($# == 0)); then
+  printf '| all %s, one after another | | %s |\n' "${#SCRIPTS[@]}" "$total" >>"$timings"
+  PUBLISH=1 publish_results "$ROOT/docs/lessons/README.md" lessons "make lessons" "$timings"
+  PUBLISH=1 publish_results "$ROOT/docs/zh-CN/lessons/README.md" lessons "make lessons" "$timings"
+fi
+rm -f "$timings"

@@ -10,3 +10,6 @@ echo "--- fencing off: 8080's nemesis"
 cat $run-nemesis-8080.log
 echo "--- fencing off: what 8080 logged"
 cut -c1-220 $run-8080.log
+echo "--- fencing off: the grants the stock Redis logged within 1 s of the cut, in the order logged"
+cut_at=$(sed -n 's/.* at \([0-9]*\) ms (unix): Partition.*/\1/p' $run-nemesis-8080.log | head -n 1)
+redis-cli -p 6479 lrange stock:grants 0 -1 | jq -c --argjson at "$cut_at" 'select((.granted_at_us / 1000 - $at) | fabs < 1000)'

@@ -1,0 +1,309 @@
+//! The course shows what its commands print today. Each lesson's commands are a script
+//! of `scripts/lessons/`, and `scripts/lessons.sh` writes the script and its output into
+//! the pages between `<!-- output NAME: begin -->` and `<!-- output NAME: end -->`.
+//! These tests fail when a page and the code have drifted apart:
+//!
+//! - every script is shown, as it is now, in its English and its Chinese lesson, and every
+//!   block on a page belongs to a script;
+//! - the quick lessons (`# Needs: redis`) run for real, on the debug build, and print the
+//!   same labelled lines as their pages show (the figures may differ);
+//! - the longer lessons' outputs are newer than the last change to the load test's report.
+//!
+//! After a change that fails them: `scripts/lessons.sh N` (or `make lessons`).
+
+use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The scripts of scripts/lessons/, by name (`01-none`).
+fn scripts() -> BTreeMap<String, String> {
+    let mut scripts = BTreeMap::new();
+    for entry in std::fs::read_dir(root().join("scripts/lessons")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "sh") {
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            scripts.insert(name, std::fs::read_to_string(&path).unwrap());
+        }
+    }
+    assert!(!scripts.is_empty(), "no script in scripts/lessons/");
+    scripts
+}
+
+/// README.md and every page under docs/.
+fn pages() -> Vec<PathBuf> {
+    let mut pages = vec![PathBuf::from("README.md")];
+    let mut folders = vec![PathBuf::from("docs")];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
+            let path = folder.join(entry.unwrap().file_name());
+            if root().join(&path).is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages
+}
+
+/// One published block: the script it shows, the line that dates it, and the output.
+struct Block {
+    page: PathBuf,
+    name: String,
+    text: String,
+    script: String,
+    dated: Option<String>,
+    output: String,
+}
+
+/// Every block of every page; a begin marker without its end is a failure.
+fn blocks() -> Vec<Block> {
+    let mut blocks = Vec::new();
+    for page in pages() {
+        let text = std::fs::read_to_string(root().join(&page)).unwrap();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("<!-- output ") {
+            let after = &rest[at + "<!-- output ".len()..];
+            let name = after.split(':').next().unwrap().to_owned();
+            let end = format!("<!-- output {name}: end -->");
+            let Some(length) = after.find(&end) else {
+                panic!("{}: the block `{name}` has no `{end}` line", page.display());
+            };
+            let inside = &after[..length];
+            blocks.push(Block {
+                page: page.clone(),
+                name: name.clone(),
+                text: inside.to_owned(),
+                script: fenced(inside, "```sh\n").unwrap_or_default(),
+                dated: inside
+                    .lines()
+                    .find_map(|line| line.strip_prefix("Output on ").map(|date| date.chars().take(20).collect())),
+                output: fenced(inside.split("Output on ").nth(1).unwrap_or_default(), "```\n").unwrap_or_default(),
+            });
+            rest = &after[length + end.len()..];
+        }
+    }
+    blocks
+}
+
+/// The text of the first code block that opens with `opening`.
+fn fenced(text: &str, opening: &str) -> Option<String> {
+    let start = text.find(opening)? + opening.len();
+    let length = text[start..].find("```")?;
+    Some(text[start..start + length].to_owned())
+}
+
+/// `3` for `03-holder-paused`: what `scripts/lessons.sh` takes.
+fn lesson_number(name: &str) -> &str {
+    name[..2].trim_start_matches('0')
+}
+
+fn lesson_page(folder: &str, name: &str) -> PathBuf {
+    let number = &name[..2];
+    let entries = std::fs::read_dir(root().join(folder)).unwrap();
+    let file = entries
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .find(|file| file.starts_with(number) && file.ends_with(".md"))
+        .unwrap_or_else(|| panic!("no lesson {number} in {folder}"));
+    Path::new(folder).join(file)
+}
+
+#[test]
+fn every_lesson_script_is_shown_as_it_is_in_both_languages_and_every_block_has_a_script() {
+    let scripts = scripts();
+    let blocks = blocks();
+    let mut wrong = Vec::new();
+    for block in &blocks {
+        let Some(script) = scripts.get(&block.name) else {
+            wrong.push(format!("{}: the block `{}` has no script scripts/lessons/{}.sh", block.page.display(), block.name, block.name));
+            continue;
+        };
+        let shown = script.split_once('\n').map_or("", |(_, rest)| rest);
+        if block.script != shown || block.dated.is_none() {
+            wrong.push(format!(
+                "{}: the block `{}` does not show scripts/lessons/{}.sh as it is now, with its output: run `scripts/lessons.sh {}`",
+                block.page.display(),
+                block.name,
+                block.name,
+                lesson_number(&block.name)
+            ));
+        }
+    }
+    for name in scripts.keys() {
+        for folder in ["docs/lessons", "docs/zh-CN/lessons"] {
+            let page = lesson_page(folder, name);
+            let count = blocks.iter().filter(|b| &b.name == name && b.page == page).count();
+            if count != 1 {
+                wrong.push(format!("{}: shows the block `{name}` {count} times, not once", page.display()));
+            }
+        }
+        let texts: Vec<&Block> = blocks.iter().filter(|b| &b.name == name).collect();
+        if let Some(different) = texts.iter().find(|b| b.text != texts[0].text) {
+            wrong.push(format!(
+                "the block `{name}` differs between {} and {}: only scripts/lessons.sh writes it",
+                texts[0].page.display(),
+                different.page.display()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// What must stay the same between two runs of one script: the labels of the load test's
+/// report lines, its header and verdict, the keys of a JSON answer, the script's own
+/// `--- ` lines, and that an exit code was printed. Figures, log lines and the reasons
+/// under a verdict are left out: they change from run to run.
+fn labels(output: &str) -> Vec<String> {
+    let mut labels = Vec::new();
+    for line in output.lines() {
+        if let Some(rest) = line.strip_prefix("  ").filter(|rest| !rest.starts_with([' ', '-'])) {
+            labels.push(format!("report line `{}`", rest.split("  ").next().unwrap().trim_end()));
+        } else if line.starts_with("== seckill load test") || line.starts_with("--- ") {
+            labels.push(line.to_owned());
+        } else if line.starts_with("verdict: ") {
+            labels.push("verdict".to_owned());
+        } else if line.contains("exited with code") {
+            labels.push(line.split(" exited with code").next().unwrap().to_owned() + " exited with code …");
+        } else if line.starts_with('{') {
+            if let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(line) {
+                labels.push(format!("JSON {{{}}}", fields.keys().cloned().collect::<Vec<_>>().join(", ")));
+            }
+        }
+    }
+    labels
+}
+
+#[test]
+fn labels_keep_the_report_lines_and_leave_out_figures_logs_and_reasons() {
+    let output = "2026-11-27T07:24:12Z  INFO seckill is serving\n== seckill load test: strategy `none` ==\n  \
+                  hosts                 http://127.0.0.1:8080\n  buyers with 2+ units  3\n  - 500 buyers got a unit out of 300\n\
+                  verdict: OVERSOLD\n{\"stock\":300,\"lucky\":0}\nloadtest exited with code 1\n";
+    assert_eq!(
+        labels(output),
+        [
+            "== seckill load test: strategy `none` ==",
+            "report line `hosts`",
+            "report line `buyers with 2+ units`",
+            "verdict",
+            "JSON {lucky, stock}",
+            "loadtest exited with code …"
+        ]
+    );
+}
+
+/// Runs one lesson script with the debug build first on the PATH; its output.
+fn run_quick(name: &str) -> String {
+    let binaries = Path::new(env!("CARGO_BIN_EXE_seckill")).parent().unwrap();
+    assert!(
+        binaries.join("loadtest").exists(),
+        "{} is missing: build it with `cargo build --workspace --all-targets` (make test does)",
+        binaries.join("loadtest").display()
+    );
+    let path = format!("{}:{}", binaries.display(), std::env::var("PATH").unwrap_or_default());
+    let mut child = Command::new("bash")
+        .arg(format!("scripts/lessons/{name}.sh"))
+        .current_dir(root())
+        .env("PATH", path)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0) // so that what it started can be stopped with it
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(180) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: a plain kill(2) of the process group this test started.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(status.is_some_and(|s| s.success()), "scripts/lessons/{name}.sh failed or ran past 180 s:\n{text}");
+    text
+}
+
+#[test]
+fn the_quick_lessons_print_the_lines_their_pages_show() {
+    let redis = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    redis
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .unwrap_or_else(|error| panic!("the quick lessons sell from the Redis on 6379 ({error}): start it with `make services`"));
+    for port in [8080, 8090] {
+        assert!(
+            std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "port {port} is taken: the lessons' instances listen on 8080 and 8090"
+        );
+    }
+    let blocks = blocks();
+    let quick: Vec<String> = scripts()
+        .into_iter()
+        .filter(|(_, script)| script.lines().any(|line| line == "# Needs: redis"))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(quick.len() >= 4, "the quick lessons are gone from scripts/lessons/: {quick:?}");
+    let mut wrong = Vec::new();
+    for name in &quick {
+        let printed = labels(&run_quick(name));
+        let block = blocks.iter().find(|b| &b.name == name).expect("every script is shown");
+        let shown = labels(&block.output);
+        if printed != shown {
+            wrong.push(format!(
+                "{}: the block `{name}` shows lines a run no longer prints; run `scripts/lessons.sh {}`.\n  shown:   {shown:?}\n  printed: {printed:?}",
+                block.page.display(),
+                lesson_number(name)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// When the load test's report last changed, as `YYYY-MM-DD HH:MM` in UTC.
+fn report_format_changed() -> String {
+    let output = Command::new("git")
+        .args(["log", "-1", "--date=format-local:%Y-%m-%d %H:%M", "--format=%cd", "--", "loadtest/src/render/text.rs"])
+        .env("TZ", "UTC")
+        .current_dir(root())
+        .output()
+        .expect("git runs");
+    let date = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert!(date.len() == 16, "git log gave no date for loadtest/src/render/text.rs: {output:?}");
+    date
+}
+
+#[test]
+fn every_output_with_a_load_test_report_is_newer_than_the_reports_last_change() {
+    let changed = report_format_changed();
+    let stale: Vec<String> = blocks()
+        .iter()
+        .filter(|block| block.output.contains("== seckill load test"))
+        .filter(|block| block.dated.as_deref().is_none_or(|dated| dated[..16] < *changed))
+        .map(|block| {
+            format!(
+                "{}: the block `{}` was made on {:?}, before the report changed ({changed} UTC): run `scripts/lessons.sh {}`",
+                block.page.display(),
+                block.name,
+                block.dated,
+                lesson_number(&block.name)
+            )
+        })
+        .collect();
+    assert!(stale.is_empty(), "{}", stale.join("\n"));
+}
