@@ -8,4 +8,4 @@ echo "--- stock:grants, by epoch (seconds from the first grant)"
 redis-cli --raw lrange stock:grants 0 -1 | jq -rs '
   (map(.granted_at_us) | min) as $start
   | group_by(.fencing_token.epoch)[]
-  | "epoch \(.[0].fencing_token.epoch): \(length) grants, tokens \(map(.fencing_token.counter) | min)..\(map(.fencing_token.counter) | max), from \((map(.granted_at_us) | min) - $start | . / 1e6) s to \((map(.granted_at_us) | max) - $start | . / 1e6) s"'
+  | "epoch \(.[0].fencing_token.epoch): \(length) grants, tokens \(map(.fencing_token.counter) | min)..\(map(.fencing_token.counter) | max), from \((map(.granted_at_us) | min) - $start | . / 1000 | round / 1000) s to \((map(.granted_at_us) | max) - $start | . / 1000 | round / 1000) s"'

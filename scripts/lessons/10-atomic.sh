@@ -3,9 +3,9 @@
 # writes), then with the Redis lock, back to back, to compare.
 # Needs: redis
 for lock in atomic redis; do
-  seckill serve --port 8080 --lock $lock &
-  seckill serve --port 8090 --lock $lock &
+  seckill serve --port 8080 --lock $lock & first=$!
+  seckill serve --port 8090 --lock $lock & second=$!
   loadtest
   echo "loadtest exited with code $?"
-  kill %1 %2; wait
+  kill $first $second; wait
 done

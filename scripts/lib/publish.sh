@@ -59,6 +59,10 @@ this_build() {
 # nothing, unless PAGE has exactly one of each.
 replace_block() {
   local page=$1 begin=$2 end=$3 block=$4 begins ends
+  if [[ ! -s $block ]]; then
+    echo "publish: the block for $page is empty or gone; $page is left as it was" >&2
+    return 1
+  fi
   begins=$(awk -v b="$begin" 'index($0, b) == 1' "$page" | wc -l)
   ends=$(grep -cxF -- "$end" "$page")
   if ((begins != 1 || ends != 1)); then
