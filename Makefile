@@ -33,11 +33,11 @@ bench:
 ## 1, 16 and 64 contenders, on one key and on a key each; then the recipes people use on the
 ## same servers (Curator, etcd's concurrency.Mutex, redis-py, python-redis-lock, pottery's
 ## Redlock; each installed on first use, loadtest/peers/) and ours against each;
-## JSON in .run/results/lockbench.json; with PUBLISH=1 the tables also go into docs/results/bench.md.
+## JSON in .run/results/lockbench.json; with PUBLISH=1 the tables also go into docs/results/lockbench.md.
 lockbench: services
 	cargo build --release -p loadtest --bin lockbench
 	set -o pipefail; target/release/lockbench --json .run/results/lockbench.json | tee .run/results/lockbench.md
-	scripts/lib/publish.sh docs/results/bench.md lockbench "make lockbench" .run/results/lockbench.md
+	scripts/lib/publish.sh docs/results/lockbench.md lockbench "make lockbench" .run/results/lockbench.md
 
 ## make chaos: holders paused and killed, leaders and quorums lost, Redlock masters and
 ## the stock Redis and MariaDB killed, one instance cut off from its lock (partitioned,

@@ -2,7 +2,7 @@
 # The benchmark behind the README's performance tables: for every strategy, two
 # instances on ports 8080 and 8090, then `bench measure` (the 500-buyer crowd N times,
 # one serial client, a sustained keep-alive load, the bound of the lock's critical
-# path and who used the CPU); then one table, the ordering found, and an HTML report.
+# path and who used the CPU); then the tables, the ordering found, and an HTML report.
 #
 #   scripts/bench.sh [RUN...]          default: every strategy
 #   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
@@ -16,13 +16,15 @@
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
 # the lock every 100 ms as redis-py does by default, `python-peer+poll-Nms` every N ms.
-# The default, 100 ms, is its best setting here: a sweep of 100, 20, 5 and 1 ms sold
-# 754, 587, 332 and 102 units/s sustained (2026-11-24, docs/results/bench.md). Starts the backing
-# servers it needs (and stops the ones it started), builds in release mode, and leaves
-# one JSON per run, the tables (tables.md) and report.html in .run/results/bench/.
-# The report includes the chaos table and the lock benchmark when `make chaos` and
-# `make lockbench` have left theirs in .run/results/. With PUBLISH=1 the tables also go
-# into docs/results/bench.md (scripts/lib/publish.sh).
+# The default, 100 ms, is its best setting here: the sweep is in docs/notes/bench.md, in the
+# notes on the run of 2026-11-24. Starts the backing servers it needs (and stops the ones it
+# started), builds in release mode, and leaves one JSON per run, the tables (tables.md) and
+# report.html in .run/results/bench/. The report includes the chaos table and the lock
+# benchmark when `make chaos` and `make lockbench` have left theirs in .run/results/.
+# With PUBLISH=1 the tables also go into docs/results/ (scripts/lib/publish.sh), each part
+# into the page that shows it (PAGE_PARTS below), all from this run. Every part must be
+# there, so publish a run with a lock and a `+segments-N`, as the default set is; a run
+# without publishes nothing and says what it lacks.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +40,67 @@ STRATEGIES=("$@")
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
               mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
               redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag)
+
+# The pages of docs/results/ that show the tables, and the sentence that opens the paragraph
+# above each table in tables.md (`tables::bench` in loadtest/src/render/tables.rs).
+# A paragraph and its table go to the page of its opening, in the order of tables.md.
+PAGE_PARTS=(
+  "bench|The crowd: "
+  "bench|Sales per second against the bound: "
+  "bench-servers|The same round trips under sustained load: "
+  "bench-breakdown|Where the time goes under sustained load, "
+  "bench-breakdown|One client alone, where a sale's time goes, "
+  "bench-servers|What the servers answered per unit sold "
+  "bench|Ordering by sustained sales/s: "
+  "bench-past-one-lock|Past one lock: "
+  "bench-past-one-lock|After the sell-out: "
+)
+
+# split_tables TABLES FOLDER: writes the parts of TABLES into FOLDER/PAGE.md, one file a
+# page. A paragraph is a line after a blank one that is not a table's; each must open with
+# a sentence of PAGE_PARTS. Fails, naming them, if one is missing or one is unknown: a
+# page would otherwise be published empty, or hold a table that belongs elsewhere.
+split_tables() {
+  local tables=$1 folder=$2
+  mkdir -p "$folder" && rm -f "$folder"/*.md
+  awk -v folder="$folder" -v parts="$(printf '%s\n' "${PAGE_PARTS[@]}")" '
+    BEGIN {
+      n = split(parts, lines, "\n")
+      for (i = 1; i <= n; i++) if (lines[i] != "") {
+        count++; bar = index(lines[i], "|")
+        page[count] = substr(lines[i], 1, bar - 1); opening[count] = substr(lines[i], bar + 1)
+      }
+      after_blank = 1
+    }
+    # The part read so far, without its trailing blank lines, after a blank line if its
+    # page already has one.
+    function flush() {
+      if (current == "") return
+      while (kept > 0 && held[kept] == "") kept--
+      if (current in written) print "" > current
+      for (j = 1; j <= kept; j++) print held[j] > current
+      written[current] = 1; kept = 0
+    }
+    {
+      if (after_blank && $0 != "" && substr($0, 1, 1) != "|") {
+        found = 0
+        for (i = 1; i <= count; i++) if (index($0, opening[i]) == 1) found = i
+        if (!found) { printf "split: a paragraph no page shows: \"%.60s...\"; add its opening to PAGE_PARTS\n", $0 > "/dev/stderr"; bad = 1 }
+        else { flush(); current = folder "/" page[found] ".md"; seen[found] = 1 }
+      }
+      if (current != "") held[++kept] = $0
+      else if ($0 != "" && !bad) { print "split: a table before any paragraph" > "/dev/stderr"; bad = 1 }
+      after_blank = ($0 == "")
+    }
+    END {
+      flush()
+      for (i = 1; i <= count; i++) if (!seen[i]) {
+        printf "split: no paragraph opens with \"%s\" (for %s.md): this run did not measure it\n", opening[i], page[i] > "/dev/stderr"
+        bad = 1
+      }
+      exit bad
+    }' "$tables"
+}
 
 say() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
@@ -117,7 +180,14 @@ headline="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model na
 say "$headline"
 target/release/bench report "${results[@]}" --headline "$headline" --markdown "$RESULTS/tables.md" \
   --html "$RESULTS/report.html" --chaos "$RUN/results/chaos/table.md" --lockbench "$RUN/results/lockbench.json" || true
-publish_results "$ROOT/docs/results/bench.md" bench "$COMMAND" "$RESULTS/tables.md"
+if [[ ${PUBLISH:-0} == 1 ]]; then
+  split_tables "$RESULTS/tables.md" "$RESULTS/pages" ||
+    die "$RESULTS/tables.md does not hold every part its pages show (above), so no page was published"
+  publish_results "$ROOT/docs/results/bench.md" bench "$COMMAND" "$RESULTS/pages/bench.md"
+  publish_results "$ROOT/docs/results/bench-servers.md" bench-servers "$COMMAND" "$RESULTS/pages/bench-servers.md"
+  publish_results "$ROOT/docs/results/bench-breakdown.md" bench-breakdown "$COMMAND" "$RESULTS/pages/bench-breakdown.md"
+  publish_results "$ROOT/docs/results/bench-past-one-lock.md" bench-past-one-lock "$COMMAND" "$RESULTS/pages/bench-past-one-lock.md"
+fi
 if ((${#failed[@]} > 0)); then
   die "strategies that did not keep their promise (see their rows): ${failed[*]}"
 fi

@@ -330,7 +330,16 @@ fn published_blocks() -> Vec<(String, String, String)> {
 fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_command() {
     let blocks = published_blocks();
     let names: BTreeSet<&str> = blocks.iter().map(|(_, _, name)| name.as_str()).collect();
-    for expected in ["demo", "bench", "lockbench", "chaos", "clock-jump"] {
+    for expected in [
+        "demo",
+        "bench",
+        "bench-servers",
+        "bench-breakdown",
+        "bench-past-one-lock",
+        "lockbench",
+        "chaos",
+        "clock-jump",
+    ] {
         assert!(
             names.contains(expected),
             "no script publishes `{expected}` (found {names:?})"
