@@ -266,7 +266,8 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
         let shown = labels(&block.output);
         if printed != shown {
             wrong.push(format!(
-                "{}: the block `{name}` shows lines a run no longer prints; run `scripts/lessons.sh {}`.\n  shown:   {shown:?}\n  printed: {printed:?}",
+                "{}: the block `{name}` shows lines a run no longer prints; run `scripts/lessons.sh {}` \
+                 (or, if this test ran alone, the debug loadtest may be older than the code: `cargo build -p loadtest`).\n  shown:   {shown:?}\n  printed: {printed:?}",
                 block.page.display(),
                 lesson_number(name)
             ));
