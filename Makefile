@@ -13,7 +13,7 @@ lessons:
 	scripts/lessons.sh
 
 ## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
-## 3000 buyers and started again, the verdict, and each instance's mode over time.
+## 8000 buyers and started again, the verdict, and each instance's mode over time.
 demo-degrade:
 	scripts/demo-degrade.sh
 

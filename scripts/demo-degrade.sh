@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Redis -> MySQL downgrade, played live: two instances of `--lock redis-degrade`
-# (lock in the lock Redis on 6380, stock in the Redis on 6379), a crowd of 3000 buyers
-# for 3000 units, the lock Redis killed once 200 units are sold and started again 4 s later.
+# (lock in the lock Redis on 6380, stock in the Redis on 6379), a crowd of 8000 buyers
+# for 8000 units, the lock Redis killed once 200 units are sold and started again 4 s later.
 # Prints the load test's verdict and each instance's mode over time.
 #
 #   scripts/demo-degrade.sh
@@ -12,7 +12,7 @@ RUN="$ROOT/.run"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
 LOCK_REDIS_PORT=6380
-BUYERS=3000
+BUYERS=8000
 
 say() { printf '[demo-degrade] %s\n' "$*"; }
 die() { printf '[demo-degrade] error: %s\n' "$*" >&2; exit 1; }

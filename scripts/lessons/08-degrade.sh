@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lesson 8: the lock Redis killed under 3000 buyers and started again (`make demo-degrade`),
+# Lesson 8: the lock Redis killed under 8000 buyers and started again (`make demo-degrade`),
 # then the grant log the load test checked, grouped by epoch.
 # Needs: make services, jq
 scripts/demo-degrade.sh
