@@ -42,9 +42,10 @@
 //!    it, and a replica promoted in between grants the lock again. With
 //!    `--lock-redis-wait-replicas N`, every grant and renewal is followed by
 //!    `WAIT N timeout`, and counts only when N replicas acknowledged it; otherwise the
-//!    grant is taken back (step 5) and the buyer told. Redisson does the same on
-//!    acquire (`checkLockSyncedSlaves`, on by default, `slavesSyncTimeout` 1 s), and
-//!    refuses only when *none* of the connected replicas acknowledged.
+//!    grant is taken back (step 5) and the buyer told. Redisson waits too, after every
+//!    acquire, renewal and unlock script (`checkLockSyncedSlaves`, on by default,
+//!    `slavesSyncTimeout` 1 s), and refuses only when *none* of the connected replicas
+//!    acknowledged.
 //! 8. **Direct hand-over.** A release whose local queue has a buyer waiting
 //!    ([`crate::local_queue`]) runs one script instead: if the key still holds our
 //!    token, it takes the next buyer's, with a full lease, and `INCR` hands out that
