@@ -139,20 +139,20 @@ pub struct Config {
           value_parser = clap::value_parser!(i64).range(0..=MAX_STOCK))]
     pub initial_stock: i64,
     /// Into how many segments a reset splits the stock, each behind a lock key of its
-    /// own (`src/segments.rs`); every instance of one sale must say the same. Not for
+    /// own (`src/sale/segments.rs`); every instance of one sale must say the same. Not for
     /// `--lock atomic`, which takes no lock.
     #[arg(long, env = "SECKILL_STOCK_SEGMENTS", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=MAX_SEGMENTS as i64))]
     pub stock_segments: u32,
     /// Whether an instance that has seen every segment of the stock empty answers "sold
-    /// out" without a lock, after one read of the sale's name (`src/sold_out.rs`).
+    /// out" without a lock, after one read of the sale's name (`src/sale/sold_out.rs`).
     /// Off by default: a stock changed by hand in Redis, without a reset, is not seen.
     #[arg(long, env = "SECKILL_SOLD_OUT_FLAG", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub sold_out_flag: bool,
     /// Whether the sale refuses a second unit to a buyer (`?buyer=` on
     /// `/stock/reduce`, which it then requires), in the script that takes the unit
-    /// (`src/buyers.rs`). Every instance of one sale must say the same.
+    /// (`src/sale/buyers.rs`). Every instance of one sale must say the same.
     #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub one_per_buyer: bool,
@@ -168,13 +168,13 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub orders_claim_idle_ms: u64,
     /// Whether the buyers of this instance queue in process first, so that only the head
-    /// of that queue asks the distributed lock (see `src/sale.rs`). `false` lets every
+    /// of that queue asks the distributed lock (see `src/sale/mod.rs`). `false` lets every
     /// buyer ask the backend, to measure what the queue saves.
     #[arg(long, env = "SECKILL_LOCAL_QUEUE", default_value_t = true, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub local_queue: bool,
     /// Whether a release hands the lock to the next buyer in the local queue in its own
-    /// request, where the backend can (not the queue locks; see `src/local_queue.rs`).
+    /// request, where the backend can (not the queue locks; see `src/sale/local_queue.rs`).
     /// `false` releases and lets that buyer acquire, to measure what the hand-over saves.
     #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
@@ -199,7 +199,7 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub shutdown_grace_ms: u64,
     /// Bearer token that `POST /stock/reset` requires. Without one, resets are allowed
-    /// only while the service listens on loopback (see `src/admin.rs`).
+    /// only while the service listens on loopback (see `src/http/admin.rs`).
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = non_empty_token)]
     pub admin_token: Option<String>,
     /// For the chaos lessons only: every sale waits this long between its lease check

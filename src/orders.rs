@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::stock::{SaleRecord, ORDERS_STREAM};
+use crate::sale::stock::{SaleRecord, ORDERS_STREAM};
 
 /// The consumer group of the instances that write the orders.
 pub const ORDERS_GROUP: &str = "orders";

@@ -6,29 +6,29 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::admin::ResetAccess;
 use crate::config::Config;
+use crate::http::admin::ResetAccess;
 use crate::http::{app, AppState, Limits};
-use crate::local_queue::LocalQueue;
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
-use crate::redis_store;
+use crate::sale::local_queue::LocalQueue;
+use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, STEPS_AFTER_ACQUIRE_BUDGET};
-use crate::stock::{Seller, StockStore};
+use crate::store;
 use crate::wiring;
 
 /// Connects to every backend `config` needs and builds the app state.
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
-    let (client, connection) = redis_store::connect_checked(&config.redis_url).await?;
+    let (client, connection) = store::redis::connect_checked(&config.redis_url).await?;
     let segments = wiring::segments(config)?;
     let sold_out = wiring::sold_out_memory(config, segments)?;
     let store = StockStore::new(connection)
         .with_segments(segments)
         .with_one_per_buyer(config.one_per_buyer)
         .with_orders(config.orders)
-        .also_reset(crate::dashboard::REFUSALS_KEY)
-        .also_reset(crate::grant_log::GRANTS_KEY);
+        .also_reset(crate::http::dashboard::REFUSALS_KEY)
+        .also_reset(crate::sale::grant_log::GRANTS_KEY);
     store
         .seed_if_missing(config.initial_stock)
         .await

@@ -2,7 +2,7 @@
 //!
 //! Every strategy but one is a lock around the read-check-write (see [`crate::lock`]).
 //! `atomic` is not a lock: it moves the whole check-and-decrement into one Redis
-//! script (see [`crate::stock`]), which is why it is the speed ceiling.
+//! script (see [`crate::sale::stock`]), which is why it is the speed ceiling.
 
 use crate::lock::critical_path::Backend;
 use crate::lock::{self, Step};
@@ -51,7 +51,7 @@ impl Strategy {
     }
 
     /// Whether the buyers of an instance line up in process before this strategy's lock
-    /// (`src/sale.rs`, step 0). Not for the baselines, whose lesson is the race.
+    /// (`src/sale/mod.rs`, step 0). Not for the baselines, whose lesson is the race.
     /// `redis-degrade` takes one too: it judges an outage by time as well as by failures
     /// in a row, so one attempt at a time still notices a frozen Redis at its first
     /// timeout (`src/lock/redis_degrade/outage.rs`).

@@ -25,9 +25,9 @@ use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
+use crate::sale::segments::Segments;
+use crate::sale::sold_out::SoldOutMemory;
 use crate::sale::Guarding;
-use crate::segments::Segments;
-use crate::sold_out::SoldOutMemory;
 use crate::strategy::Strategy;
 
 /// The options of the `redis` lock, as `config` sets them.
@@ -231,10 +231,10 @@ pub async fn order_writer(
     if !config.orders {
         return Ok(None);
     }
-    let redis = crate::redis_store::connection_manager(stock_redis)
+    let redis = crate::store::redis::connection_manager(stock_redis)
         .await
         .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
-    let mysql = crate::mysql_store::connect_checked(&config.mysql_url, crate::orders::WRITER_CONNECTIONS)
+    let mysql = crate::store::mysql::connect_checked(&config.mysql_url, crate::orders::WRITER_CONNECTIONS)
         .await
         .context("--orders writes every order into MySQL")?;
     Ok(Some(OrderWriter::new(
@@ -264,13 +264,13 @@ async fn connect_mysql(config: &Config) -> anyhow::Result<sqlx::MySqlPool> {
             "--mysql-permits 0: no semaphore in front of MySQL; every waiter polls it, up to the pool's size"
         );
     }
-    crate::mysql_store::connect_checked(&config.mysql_url, config.mysql_pool).await
+    crate::store::mysql::connect_checked(&config.mysql_url, config.mysql_pool).await
 }
 
 /// Refuses a MySQL server on which the lock table's tokens could come out of the grants'
 /// order (src/lock/mysql.rs, step 5): a buyer would then be refused by the stock's fence.
 async fn refuse_out_of_order_tokens(config: &Config, pool: &sqlx::MySqlPool) -> anyhow::Result<()> {
-    let url = crate::mysql_store::without_password(&config.mysql_url);
+    let url = crate::store::mysql::without_password(&config.mysql_url);
     let mode = crate::lock::mysql::autoinc_lock_mode(pool)
         .await
         .with_context(|| format!("reading innodb_autoinc_lock_mode from MySQL at {url}"))?;
@@ -343,7 +343,7 @@ async fn lock_redis(config: &Config, stock_redis: &::redis::Client) -> anyhow::R
     }
     match &config.lock_redis_url {
         None => Ok(stock_redis.clone()),
-        Some(url) => Ok(crate::redis_store::connect_checked(url)
+        Some(url) => Ok(crate::store::redis::connect_checked(url)
             .await
             .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
             .0),

@@ -24,7 +24,7 @@ use common::ServeProcess;
 use loadtest::nemesis::{Fault, LinkSpec, Nemesis};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, LockError};
-use seckill::stock::SaleRecord;
+use seckill::sale::stock::SaleRecord;
 
 const STOCK: i64 = 100;
 /// Three leases of 500 ms; and shorter than the service's 2 s Redis response timeout,
@@ -112,12 +112,12 @@ impl Crowd {
             .get("stock")
             .get("lucky")
             .lrange("sales", 0, -1)
-            .lrange(seckill::grant_log::GRANTS_KEY, 0, -1)
-            .hgetall(seckill::stock::FENCE_REFUSALS_KEY)
+            .lrange(seckill::sale::grant_log::GRANTS_KEY, 0, -1)
+            .hgetall(seckill::sale::stock::FENCE_REFUSALS_KEY)
             .query_async(redis)
             .await
             .unwrap();
-        let grants: Vec<seckill::grant_log::GrantRecord> = grants
+        let grants: Vec<seckill::sale::grant_log::GrantRecord> = grants
             .iter()
             .map(|grant| serde_json::from_str(grant).unwrap())
             .collect();
@@ -131,7 +131,7 @@ impl Crowd {
         let count = |kind: &str| answers.iter().filter(|answer| *answer == kind).count();
         Outcome {
             units_sold_twice,
-            holders_overlapped: seckill::grant_log::overlapping_holders(&grants),
+            holders_overlapped: seckill::sale::grant_log::overlapping_holders(&grants),
             fence_refusals: refusals.values().sum(),
             stock,
             lucky,
@@ -290,7 +290,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     wait_until_holds_mid_sale(&a, &mut stock_redis, &mut lock_holder).await;
     nemesis.strike(Fault::Partition);
     tokio::time::sleep(PAUSE).await;
-    let healed_at = seckill::stock::unix_ms();
+    let healed_at = seckill::sale::stock::unix_ms();
     nemesis.strike(Fault::Healed);
     let outcome = crowd.outcome(&mut stock_redis).await;
     println!("{outcome:?}");

@@ -412,10 +412,16 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
         config
     };
     let bare = parse(&["--orders", "--one-per-buyer", "--sold-out-flag", "--port", "8091"]);
-    assert!(bare.orders && bare.one_per_buyer && bare.sold_out_flag, "bare switches stay off: {bare:?}");
+    assert!(
+        bare.orders && bare.one_per_buyer && bare.sold_out_flag,
+        "bare switches stay off: {bare:?}"
+    );
     assert_eq!(bare.port, 8091, "a bare switch took the next flag as its value");
 
     let valued = parse(&["--orders", "false", "--local-queue", "false", "--hand-over=false"]);
-    assert!(!valued.orders && !valued.local_queue && !valued.hand_over, "values ignored: {valued:?}");
+    assert!(
+        !valued.orders && !valued.local_queue && !valued.hand_over,
+        "values ignored: {valued:?}"
+    );
     assert!(parse(&["--local-queue"]).local_queue);
 }

@@ -24,8 +24,8 @@ use common::{PrivateRedis, ServeProcess, WallClock};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, FencingToken};
-use seckill::segments::Segment;
-use seckill::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::sale::segments::Segment;
+use seckill::sale::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// Long enough that no renewal (every `TTL / 3`) runs during a test: the holder keeps
 /// believing in its lease, as a holder between two renewals does.
@@ -327,7 +327,7 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
         .iter()
         .map(|record| serde_json::from_str::<SaleRecord>(record).unwrap().sold_at_ms as i64)
         .collect();
-    let now_ms = seckill::stock::unix_ms() as i64;
+    let now_ms = seckill::sale::stock::unix_ms() as i64;
     let hours_off = |record_ms: &i64| ((record_ms - now_ms) as f64 / HOUR_MS as f64).round() as i64;
     let mut clocks_seen: Vec<i64> = sold_at.iter().map(hours_off).collect();
     clocks_seen.dedup();

@@ -129,7 +129,7 @@ fn percent_decoded(text: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// `docs/reference/../../src/http.rs` as `src/http.rs`.
+/// `docs/reference/../../src/http/mod.rs` as `src/http/mod.rs`.
 fn normalized(path: &Path) -> PathBuf {
     let mut normal = PathBuf::new();
     for component in path.components() {

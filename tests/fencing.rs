@@ -5,8 +5,8 @@
 mod common;
 
 use seckill::lock::FencingToken;
-use seckill::segments::Segment;
-use seckill::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::sale::segments::Segment;
+use seckill::sale::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 use seckill::strategy::Strategy;
 
 // One test Redis database per test, because the stock keys have fixed names (`DATABASES` in tests/common/test_redis.rs).
@@ -56,7 +56,9 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
                 }
             }
             Step::Write(holder) => {
-                let Some((stock, sale)) = read[holder].clone() else { continue }; // refused at the read: no write
+                let Some((stock, sale)) = read[holder].clone() else {
+                    continue;
+                }; // refused at the read: no write
                 let record = SaleRecord::new(
                     &seller,
                     &format!("{order:?}-{holder}"),
@@ -198,10 +200,13 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
     let sale = current_sale(&store).await;
     assert_eq!(
         store.settle("late-write", &sale).await.unwrap(),
-        seckill::stock::Settled::NotSold
+        seckill::sale::stock::Settled::NotSold
     );
     assert_eq!(
-        store.write(Segment::WHOLE, &record, INITIAL - 1, &sale, None).await.unwrap(),
+        store
+            .write(Segment::WHOLE, &record, INITIAL - 1, &sale, None)
+            .await
+            .unwrap(),
         WriteOutcome::Aborted
     );
     assert_eq!(store.snapshot().await.unwrap().lucky, 0);
@@ -215,12 +220,15 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
     let record = SaleRecord::new(&seller, "early-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     let sale = current_sale(&store).await;
     assert_eq!(
-        store.write(Segment::WHOLE, &record, INITIAL - 1, &sale, None).await.unwrap(),
+        store
+            .write(Segment::WHOLE, &record, INITIAL - 1, &sale, None)
+            .await
+            .unwrap(),
         WriteOutcome::Sold
     );
     assert_eq!(
         store.settle("early-write", &sale).await.unwrap(),
-        seckill::stock::Settled::Sold {
+        seckill::sale::stock::Settled::Sold {
             stock_after: INITIAL - 1
         }
     );
@@ -271,7 +279,7 @@ async fn an_unfenced_write_whose_sale_was_reset_commits_nothing_in_the_new_sale(
     let store = store(104).await.with_orders(true);
     let orders_queued = || async {
         redis::cmd("XLEN")
-            .arg(seckill::stock::ORDERS_STREAM)
+            .arg(seckill::sale::stock::ORDERS_STREAM)
             .query_async::<i64>(&mut store.connection())
             .await
             .unwrap()
@@ -310,13 +318,16 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
     let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "answer-lost", Segment::WHOLE, units, None, 0.0, 0);
     assert_eq!(
-        store.write(Segment::WHOLE, &record, units - 1, &sale, None).await.unwrap(),
+        store
+            .write(Segment::WHOLE, &record, units - 1, &sale, None)
+            .await
+            .unwrap(),
         WriteOutcome::Sold
     );
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
         store.settle("answer-lost", &sale).await.unwrap(),
-        seckill::stock::Settled::Unknown
+        seckill::sale::stock::Settled::Unknown
     );
 }
 
@@ -336,7 +347,11 @@ async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
     assert_eq!(buyer.await.unwrap(), "503 sale_reset");
     let stock = common::stock(&instance.url).await;
     assert_eq!(
-        (stock["stock"].as_i64(), stock["lucky"].as_i64(), stock["sales"].as_i64()),
+        (
+            stock["stock"].as_i64(),
+            stock["lucky"].as_i64(),
+            stock["sales"].as_i64()
+        ),
         (Some(100), Some(0), Some(0)),
         "the new sale must start whole: {stock}"
     );
@@ -357,12 +372,12 @@ async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold(
     let lost = SaleRecord::new(&seller, "atomic-answer-lost", Segment::WHOLE, 0, None, 0.0, 0);
     assert!(matches!(
         store.sell_atomically(&lost).await.unwrap(),
-        seckill::stock::AtomicOutcome::Sold { .. }
+        seckill::sale::stock::AtomicOutcome::Sold { .. }
     ));
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
         store.settle("atomic-answer-lost", &sent_to).await.unwrap(),
-        seckill::stock::Settled::Unknown
+        seckill::sale::stock::Settled::Unknown
     );
     // Once an answer told the store the new name, an id that never reached Redis, with
     // no reset since, is settled as not sold.
@@ -371,6 +386,6 @@ async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold(
     let sent_to = store.sale_seen_by_atomic();
     assert_eq!(
         store.settle("atomic-never-sent", &sent_to).await.unwrap(),
-        seckill::stock::Settled::NotSold
+        seckill::sale::stock::Settled::NotSold
     );
 }

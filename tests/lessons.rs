@@ -81,9 +81,10 @@ fn blocks() -> Vec<Block> {
                 name: name.clone(),
                 text: inside.to_owned(),
                 script: fenced(inside, "```sh\n").unwrap_or_default(),
-                dated: inside
-                    .lines()
-                    .find_map(|line| line.strip_prefix("Output on ").map(|date| date.chars().take(20).collect())),
+                dated: inside.lines().find_map(|line| {
+                    line.strip_prefix("Output on ")
+                        .map(|date| date.chars().take(20).collect())
+                }),
                 output: fenced(inside.split("Output on ").nth(1).unwrap_or_default(), "```\n").unwrap_or_default(),
             });
             rest = &after[length + end.len()..];
@@ -121,7 +122,12 @@ fn every_lesson_script_is_shown_as_it_is_in_both_languages_and_every_block_has_a
     let mut wrong = Vec::new();
     for block in &blocks {
         let Some(script) = scripts.get(&block.name) else {
-            wrong.push(format!("{}: the block `{}` has no script scripts/lessons/{}.sh", block.page.display(), block.name, block.name));
+            wrong.push(format!(
+                "{}: the block `{}` has no script scripts/lessons/{}.sh",
+                block.page.display(),
+                block.name,
+                block.name
+            ));
             continue;
         };
         let shown = script.split_once('\n').map_or("", |(_, rest)| rest);
@@ -140,7 +146,10 @@ fn every_lesson_script_is_shown_as_it_is_in_both_languages_and_every_block_has_a
             let page = lesson_page(folder, name);
             let count = blocks.iter().filter(|b| &b.name == name && b.page == page).count();
             if count != 1 {
-                wrong.push(format!("{}: shows the block `{name}` {count} times, not once", page.display()));
+                wrong.push(format!(
+                    "{}: shows the block `{name}` {count} times, not once",
+                    page.display()
+                ));
             }
         }
         let texts: Vec<&Block> = blocks.iter().filter(|b| &b.name == name).collect();
@@ -172,7 +181,10 @@ fn labels(output: &str) -> Vec<String> {
             labels.push(line.split(" exited with code").next().unwrap().to_owned() + " exited with code …");
         } else if line.starts_with('{') {
             if let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(line) {
-                labels.push(format!("JSON {{{}}}", fields.keys().cloned().collect::<Vec<_>>().join(", ")));
+                labels.push(format!(
+                    "JSON {{{}}}",
+                    fields.keys().cloned().collect::<Vec<_>>().join(", ")
+                ));
             }
         }
     }
@@ -236,7 +248,10 @@ fn run_quick(name: &str) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(status.is_some_and(|s| s.success()), "scripts/lessons/{name}.sh failed or ran past 180 s:\n{text}");
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "scripts/lessons/{name}.sh failed or ran past 180 s:\n{text}"
+    );
     text
 }
 
@@ -245,7 +260,9 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
     let redis = redis::Client::open("redis://127.0.0.1:6379").unwrap();
     redis
         .get_connection_with_timeout(Duration::from_secs(2))
-        .unwrap_or_else(|error| panic!("the quick lessons sell from the Redis on 6379 ({error}): start it with `make services`"));
+        .unwrap_or_else(|error| {
+            panic!("the quick lessons sell from the Redis on 6379 ({error}): start it with `make services`")
+        });
     for port in [8080, 8090] {
         assert!(
             std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
@@ -258,7 +275,10 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
         .filter(|(_, script)| script.lines().any(|line| line == "# Needs: redis"))
         .map(|(name, _)| name)
         .collect();
-    assert!(quick.len() >= 4, "the quick lessons are gone from scripts/lessons/: {quick:?}");
+    assert!(
+        quick.len() >= 4,
+        "the quick lessons are gone from scripts/lessons/: {quick:?}"
+    );
     let mut wrong = Vec::new();
     for name in &quick {
         let printed = labels(&run_quick(name));
@@ -279,13 +299,23 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
 /// When the load test's report last changed, as `YYYY-MM-DD HH:MM` in UTC.
 fn report_format_changed() -> String {
     let output = Command::new("git")
-        .args(["log", "-1", "--date=format-local:%Y-%m-%d %H:%M", "--format=%cd", "--", "loadtest/src/render/text.rs"])
+        .args([
+            "log",
+            "-1",
+            "--date=format-local:%Y-%m-%d %H:%M",
+            "--format=%cd",
+            "--",
+            "loadtest/src/render/text.rs",
+        ])
         .env("TZ", "UTC")
         .current_dir(root())
         .output()
         .expect("git runs");
     let date = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    assert!(date.len() == 16, "git log gave no date for loadtest/src/render/text.rs: {output:?}");
+    assert!(
+        date.len() == 16,
+        "git log gave no date for loadtest/src/render/text.rs: {output:?}"
+    );
     date
 }
 

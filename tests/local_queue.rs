@@ -1,4 +1,4 @@
-//! The local queue (`src/local_queue.rs`): the buyers of one instance line up in
+//! The local queue (`src/sale/local_queue.rs`): the buyers of one instance line up in
 //! process, and only the head of the queue asks the distributed lock. Seen from the
 //! backend: at most one acquire attempt of an instance is ever in flight, where without
 //! the local queue the crowd fills the semaphore in front of MySQL; and a release hands
@@ -11,9 +11,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seckill::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
 use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
 use seckill::lock::parts::reentrant::Reentrant;
+use seckill::sale::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
 use seckill::strategy::Strategy;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 

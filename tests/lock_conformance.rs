@@ -33,8 +33,8 @@ use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
-use seckill::segments::Segment;
-use seckill::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use seckill::sale::segments::Segment;
+use seckill::sale::stock::{SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 
 /// What a hand-over does on a backend.
 #[derive(Clone, Copy, Debug, PartialEq)]

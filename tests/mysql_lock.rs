@@ -114,7 +114,9 @@ async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_at_the_same_time_apply_the_migrations_without_tripping() {
     let url = common::mysql_url();
-    let starts: Vec<_> = (0..4).map(|_| seckill::mysql_store::connect_checked(&url, 2)).collect();
+    let starts: Vec<_> = (0..4)
+        .map(|_| seckill::store::mysql::connect_checked(&url, 2))
+        .collect();
     for started in futures_util::future::join_all(starts).await {
         started.expect("every instance starts");
     }

@@ -1,4 +1,4 @@
-//! The MySQL pool of `src/mysql_store.rs`: a connection used a moment ago goes to the
+//! The MySQL pool of `src/store/mysql.rs`: a connection used a moment ago goes to the
 //! next statement without a ping first, and one idle long enough is pinged, so a
 //! MariaDB that restarted meanwhile costs no failed statement. The MySQL locks keep
 //! their connections between statements (`src/lock/parts/kept_connections.rs`), so
@@ -29,7 +29,7 @@ async fn pings(pool: &MySqlPool) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pool_sends_no_ping_before_each_statement() {
     let mariadb = common::PrivateServer::mariadb();
-    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 4)
+    let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 4)
         .await
         .unwrap();
     const STATEMENTS: u64 = 200;
@@ -55,7 +55,7 @@ async fn a_busy_pool_sends_no_ping_before_each_statement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_past_the_window_is_pinged_and_replaced_after_a_restart() {
     let mut mariadb = common::PrivateServer::mariadb();
-    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 2)
+    let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 2)
         .await
         .unwrap();
     sqlx::query("SELECT 1").execute(&pool).await.unwrap();
@@ -105,7 +105,7 @@ async fn pings_per_grant(pool: &MySqlPool, lock: &dyn DistributedLock, key: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_locks_send_no_ping_while_busy() {
     let mariadb = common::PrivateServer::mariadb();
-    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 8)
+    let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 8)
         .await
         .unwrap();
     let table = MySqlLock::new(
@@ -130,7 +130,7 @@ async fn the_mysql_locks_send_no_ping_while_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
     let mariadb = common::PrivateServer::mariadb();
-    let pool = seckill::mysql_store::connect_checked(&mariadb.mysql_url(), 8)
+    let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 8)
         .await
         .unwrap();
     let lock = version_lock(&pool);

@@ -198,7 +198,7 @@ async fn take(
 
 /// X's insert stops just after its id; meanwhile Y tries the lock. Then X goes on.
 async fn race(server: &PrivateServer) -> Race {
-    let pool = seckill::mysql_store::connect_checked(&server.mysql_url(), 8)
+    let pool = seckill::store::mysql::connect_checked(&server.mysql_url(), 8)
         .await
         .unwrap();
     let (lock_x, lock_y) = (MySqlLock::new(pool.clone(), options()), MySqlLock::new(pool, options()));

@@ -22,7 +22,7 @@ fn options(permits: Option<usize>) -> MySqlVersionLockOptions {
 }
 
 async fn pool_of(size: u32) -> MySqlPool {
-    seckill::mysql_store::connect_checked(&common::mysql_url(), size)
+    seckill::store::mysql::connect_checked(&common::mysql_url(), size)
         .await
         .expect("MariaDB runs (`make services`)")
 }

@@ -1,4 +1,4 @@
-//! One unit per buyer (`--one-per-buyer`, `src/buyers.rs`), against the project's test
+//! One unit per buyer (`--one-per-buyer`, `src/sale/buyers.rs`), against the project's test
 //! Redis: one buyer's requests racing on two instances and four stock segments get one
 //! unit between them; the atomic script holds the rule too; a request that names no
 //! buyer, or a malformed one, is refused before any lock; a reset forgets the buyers;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use seckill::orders::ORDERS_GROUP;
+use seckill::sale::stock::ORDERS_STREAM;
 use seckill::server::Instance;
-use seckill::stock::ORDERS_STREAM;
 use seckill::strategy::Strategy;
 
 async fn instance(db: u8, mysql_url: String) -> Instance {

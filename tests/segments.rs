@@ -1,4 +1,4 @@
-//! The stock split into segments (`--stock-segments`, `src/segments.rs`), against the
+//! The stock split into segments (`--stock-segments`, `src/sale/segments.rs`), against the
 //! project's test Redis: how a reset shares the units out, that a buyer is told "sold
 //! out" only after every segment was read empty, and that an instance that splits the
 //! stock otherwise is refused instead of selling from keys nobody else guards.
@@ -7,7 +7,7 @@
 mod common;
 
 use redis::AsyncCommands;
-use seckill::segments::Segments;
+use seckill::sale::segments::Segments;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 

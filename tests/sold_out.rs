@@ -1,4 +1,4 @@
-//! The sold-out flag (`--sold-out-flag`, `src/sold_out.rs`), against the project's test
+//! The sold-out flag (`--sold-out-flag`, `src/sale/sold_out.rs`), against the project's test
 //! Redis: a buyer after the sell-out asks no lock with it and walks every segment
 //! without it; a reset through another instance ends the flag for the very next buyer;
 //! `atomic` refuses it at start.
@@ -157,9 +157,13 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
     for buyer in buyers {
         buyer.await.unwrap();
     }
-    let mut redis = common::redis_client(107).await.get_multiplexed_async_connection().await.unwrap();
+    let mut redis = common::redis_client(107)
+        .await
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
     let logged: i64 = redis::cmd("LLEN")
-        .arg(seckill::grant_log::GRANTS_KEY)
+        .arg(seckill::sale::grant_log::GRANTS_KEY)
         .query_async(&mut redis)
         .await
         .unwrap();

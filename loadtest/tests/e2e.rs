@@ -397,7 +397,9 @@ async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", late_port)).await.unwrap();
         loop {
             let (mut client, _) = listener.accept().await.unwrap();
-            let mut server = tokio::net::TcpStream::connect(("127.0.0.1", instance.port)).await.unwrap();
+            let mut server = tokio::net::TcpStream::connect(("127.0.0.1", instance.port))
+                .await
+                .unwrap();
             tokio::spawn(async move { tokio::io::copy_bidirectional(&mut client, &mut server).await });
         }
     });
@@ -418,7 +420,7 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
     };
     // Someone else resets the sale while the 500 buyers are queueing for the lock.
     let client = common::redis_client(db).await;
-    let store = seckill::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
+    let store = seckill::sale::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
     tokio::time::sleep(Duration::from_millis(150)).await;
     store.reset(300).await.unwrap();
     let error = crowd

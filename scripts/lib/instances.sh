@@ -20,11 +20,11 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #   +no-semaphore    for mysql and mysql-version: no local queue and no semaphore in front of
 #                    MySQL (`--mysql-permits 0`, a pool of 64), so every waiter polls it
 #   +segments-N      `--stock-segments N`: the stock split into N segments, each behind a
-#                    lock key of its own (src/segments.rs)
+#                    lock key of its own (src/sale/segments.rs)
 #   +sold-out-flag   `--sold-out-flag true`: once every segment is known empty, "sold out"
-#                    without a lock (src/sold_out.rs)
+#                    without a lock (src/sale/sold_out.rs)
 #   +one-per-buyer   `--one-per-buyer true`: a buyer gets one unit at most, checked in the
-#                    script that takes it (src/buyers.rs)
+#                    script that takes it (src/sale/buyers.rs)
 #   +orders          `--orders true`: each unit sold becomes an order row in MySQL, through
 #                    the Redis Stream stock:orders and the instances' consumer group (src/orders.rs)
 # Variants add up: `redis+segments-16+sold-out-flag`.

@@ -30,7 +30,7 @@
 //!
 //! Both paths are the chain between holders on two instances: a release, a wake-up, a
 //! grant. Within one instance a release can grant the next buyer of the same local
-//! queue in its own request ([`crate::local_queue`], the direct hand-over): one write
+//! queue in its own request ([`crate::sale::local_queue`], the direct hand-over): one write
 //! where the chain has a release and a grant. The locks whose grant is a key or a row
 //! of their own do, for most grants under load, so they can pass both bounds; `make bench`'s breakdown shows the gap
 //! within an instance and across instances apart.

@@ -1,6 +1,6 @@
 //! Why a lock could not be taken or given back: the lock layer's one error type.
 //!
-//! The HTTP layer turns each variant into one answer (see `crate::error`).
+//! The HTTP layer turns each variant into one answer (see `crate::sale::error`).
 
 use std::time::Duration;
 

@@ -19,7 +19,7 @@
 //! | `redis-degrade` | [`redis_degrade`] | `redis`, switching to `mysql-version` while Redis is down, and back | yes |
 //!
 //! `atomic`, the tenth strategy, takes no lock: one Redis script does the whole sale
-//! (see [`crate::stock`]).
+//! (see [`crate::sale::stock`]).
 //!
 //! ## Reading order
 //! 1. The contract, one concept a file: [`distributed_lock`] (the trait),
@@ -65,7 +65,7 @@
 //!    ([`HandOver::Queued`]): a place that is granted in its turn, and leaves the queue
 //!    if it is dropped first. A backend that can do neither releases
 //!    ([`HandOver::Released`]), which is the default. The local queue
-//!    ([`crate::local_queue`]) uses it to pass the lock to its next buyer.
+//!    ([`crate::sale::local_queue`]) uses it to pass the lock to its next buyer.
 //!
 //! ## The conformance suite
 //! `tests/lock_conformance.rs` runs the same tests against every strategy; a new

@@ -52,7 +52,7 @@
 //!    epoch 0, and `grant_id` alone was epoch 1; the tokens of step 6 are epoch 2, so
 //!    they outrank every older one at the stock's fence.
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::local_queue`]) gives the row to that buyer in one statement:
+//!    ([`crate::sale::local_queue`]) gives the row to that buyer in one statement:
 //!    `UPDATE ... SET owner = ?, hand_overs = hand_overs + 1 WHERE name = ? AND owner = ?
 //!    AND grant_id = ? AND hold_count = 1`. One durable write where a delete and the next
 //!    insert take two. An UPDATE takes no new AUTO_INCREMENT id, so the row counts its
@@ -97,7 +97,7 @@ use tokio::task::JoinHandle;
 use crate::lock::parts::counters::AttemptCounters;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::mysql_store::{error_number, micros, ER_LOCK_DEADLOCK};
+use crate::store::mysql::{error_number, micros, ER_LOCK_DEADLOCK};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
@@ -246,7 +246,7 @@ enum Granted {
 }
 
 impl MySqlLock {
-    /// Uses `pool` (migrated already, see [`crate::mysql_store`]) and starts the sweeper.
+    /// Uses `pool` (migrated already, see [`crate::store::mysql`]) and starts the sweeper.
     pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
         let sweeper = tokio::spawn(sweep_expired_rows(pool.clone(), options.ttl));
         MySqlLock {

@@ -37,7 +37,7 @@
 //!    deadline is given back at once, never handed to a buyer who has given up.
 //!
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::local_queue`]) gives the row to that buyer in one compare-and-set, on
+//!    ([`crate::sale::local_queue`]) gives the row to that buyer in one compare-and-set, on
 //!    the holder's version and owner: `UPDATE ... SET version = version + 1, owner = ?`.
 //!    The new version is the new grant's token. One durable write where a release and
 //!    the next compare-and-set take two, and no release notice: the row never came free.
@@ -79,7 +79,7 @@ use sqlx::mysql::MySqlPool;
 use crate::lock::parts::counters::AttemptCounters;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::mysql_store::micros;
+use crate::store::mysql::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
@@ -195,7 +195,7 @@ fn backend_error(error: sqlx::Error) -> LockError {
 }
 
 impl MySqlVersionLock {
-    /// Uses `pool`, migrated already (see [`crate::mysql_store`]).
+    /// Uses `pool`, migrated already (see [`crate::store::mysql`]).
     pub fn new(pool: MySqlPool, options: MySqlVersionLockOptions) -> Self {
         MySqlVersionLock {
             grants: Grants {
@@ -492,7 +492,9 @@ impl MySqlVersionLock {
         };
         let (grants, name, owned) = (self.grants.clone(), key.to_owned(), owner.clone());
         let undo = move |late| grants.give_back_late(&name, &owned, late);
-        let attempt = answer_by(deadline, attempting, undo).await.unwrap_or(Ok(Attempt::Unanswered));
+        let attempt = answer_by(deadline, attempting, undo)
+            .await
+            .unwrap_or(Ok(Attempt::Unanswered));
         let version = match attempt.map_err(backend_error)? {
             Attempt::Granted { version } => version,
             Attempt::Held { version } => {

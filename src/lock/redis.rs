@@ -47,7 +47,7 @@
 //!    `slavesSyncTimeout` 1 s), and refuses only when *none* of the connected replicas
 //!    acknowledged.
 //! 8. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::local_queue`]) runs one script instead: if the key still holds our
+//!    ([`crate::sale::local_queue`]) runs one script instead: if the key still holds our
 //!    token, it takes the next buyer's, with a full lease, and `INCR` hands out that
 //!    grant's fencing token in the same epoch. No `PUBLISH`: the key never came free.
 //!    On a lock Redis followed through Sentinels, or with `--lock-redis-wait-replicas`,
@@ -64,7 +64,7 @@
 //!   VM) loses the lock without knowing and may still write. Renewal narrows the
 //!   window; the guard's `is_held()` narrows it more; the fencing token closes it,
 //!   because the stock Redis refuses a read or write with an older token
-//!   (see [`crate::stock`]).
+//!   (see [`crate::sale::stock`]).
 //! - **A failed acquire's clean-up** is sent once Redis answers again; an acquire still
 //!   stuck on a broken connection that Redis reads even later expires with its TTL.
 //! - **Clocks.** Expiry is measured by the Redis server's clock; a jump in that clock

@@ -28,7 +28,7 @@
 //!    value ends it. **Release** runs the owner-checked delete everywhere, and is done
 //!    when a majority has answered (the slower masters finish in the background).
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::local_queue`]) runs an owner-checked script everywhere instead, which
+//!    ([`crate::sale::local_queue`]) runs an owner-checked script everywhere instead, which
 //!    replaces our value with the next buyer's, with a full lease. On no master is the
 //!    key free in between, so the next buyer is granted as an acquire would be: when a
 //!    majority has answered yes, with its validity counted from the hand-over's start.

@@ -130,7 +130,7 @@ pub fn redlock_urls() -> Vec<String> {
 
 /// A pool on the test database, migrated.
 pub async fn mysql_pool() -> sqlx::MySqlPool {
-    seckill::mysql_store::connect_checked(&mysql_url(), 5)
+    seckill::store::mysql::connect_checked(&mysql_url(), 5)
         .await
         .expect("MariaDB runs (`make services`)")
 }
@@ -145,7 +145,7 @@ pub fn mysql_port() -> u16 {
 /// A pool on the test database through a proxy on loopback `port`, migrated.
 pub async fn mysql_pool_through(port: u16) -> sqlx::MySqlPool {
     let url = mysql_url().replace(&format!(":{}/", mysql_port()), &format!(":{port}/"));
-    seckill::mysql_store::connect_checked(&url, 5)
+    seckill::store::mysql::connect_checked(&url, 5)
         .await
         .expect("MariaDB runs (`make services`), and the proxy relays to it")
 }

@@ -123,10 +123,10 @@ impl Drop for ServeProcess {
 }
 
 /// The sale records in the test Redis database `db`, in the order they were written.
-pub async fn sale_records(db: u8) -> Vec<seckill::stock::SaleRecord> {
+pub async fn sale_records(db: u8) -> Vec<seckill::sale::stock::SaleRecord> {
     use redis::AsyncCommands;
     let mut redis = super::connection(&super::redis_client(db).await).await;
-    let lines: Vec<String> = redis.lrange(seckill::stock::SALES_KEY, 0, -1).await.unwrap();
+    let lines: Vec<String> = redis.lrange(seckill::sale::stock::SALES_KEY, 0, -1).await.unwrap();
     lines
         .iter()
         .map(|line| serde_json::from_str(line).expect("a sale record"))

@@ -157,7 +157,8 @@ pub async fn mysql_acquires_answer_by_their_deadline(
         .await;
     let waited = started.elapsed();
     assert!(
-        matches!(no_turn, Err(LockError::Timeout { .. })) && waited < SLOW_MYSQL_BUYER_TIMEOUT + SLOW_MYSQL_ANSWER_SLACK,
+        matches!(no_turn, Err(LockError::Timeout { .. }))
+            && waited < SLOW_MYSQL_BUYER_TIMEOUT + SLOW_MYSQL_ANSWER_SLACK,
         "the wait for a permit must end by the deadline: {:?} after {waited:?}",
         no_turn.map(|_| "granted")
     );

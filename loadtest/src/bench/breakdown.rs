@@ -5,22 +5,22 @@
 //!   `seckill::metrics`): queued in the instance's local queue, the lock's acquire, the
 //!   stock's read and write, the release. Scraped before and after the sustained
 //!   windows; the difference of sums over the difference of counts is each step's mean.
-//! - **The hand-over**, from the grant log (`seckill::grant_log`): every grant's start and
+//! - **The hand-over**, from the grant log (`seckill::sale::grant_log`): every grant's start and
 //!   the moment its release was sent, on the machine's one clock. Sorted by start, a
 //!   grant's *hold* runs from its start to its release, and the **hand-over gap** from
 //!   its release to the next grant's start, whichever instance got it.
 //!
 //! Under contention the lock serializes the sales, so hold + gap is one sale of the
 //! critical path: their means add up to about 1 / sales per second. With the stock in
-//! N segments ([`seckill::segments`]) each segment's lock serializes its own sales: the
+//! N segments ([`seckill::sale::segments`]) each segment's lock serializes its own sales: the
 //! hand-overs are taken within each segment, and hold + gap is about N / sales per second. The gap is the
 //! lock's share (the release's way to the backend, the wake-up, the next acquire), the
 //! hold the sale's (read, write, and the service's own work between them).
 
 use serde::{Deserialize, Serialize};
 
-use seckill::grant_log::GrantRecord;
 use seckill::metrics::SaleStep;
+use seckill::sale::grant_log::GrantRecord;
 
 /// One step's mean over the sales of the sustained windows.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -94,7 +94,7 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
         bail!("the sustained load sends no buyer ids, so a sale with --one-per-buyer would refuse every request; bench it without +one-per-buyer");
     }
     // Grants logged before this window (a peer that keeps no grant log resets none) are not its hand-overs.
-    let window_opened_us = seckill::grant_log::unix_us();
+    let window_opened_us = seckill::sale::grant_log::unix_us();
     let tally = Arc::new(Mutex::new(Tally::default()));
     let window = Arc::new(Mutex::new(Window::default()));
     let counted_from = Instant::now() + WARM_UP;

@@ -130,7 +130,7 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
     ];
     if benches.iter().any(|bench| bench.stock_segments > 1) {
         blocks.push(Block::Text(
-            "Past one lock: the stock split into N segments (`--stock-segments N`, `src/segments.rs`), each \
+            "Past one lock: the stock split into N segments (`--stock-segments N`, `src/sale/segments.rs`), each \
              behind a lock key of its own, so N holders sell at once. The bound is N times one lock's backend \
              bound at the round trips of that run: what segments could give if nothing else ran out. The \
              speed-up is against the same strategy with the stock in one piece, in the same report."
@@ -145,7 +145,7 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              `loadtest/src/bench/sustained.rs`). Without the sold-out flag each of those buyers reads the stock \
              under a lock, every segment of it; a run ending in `+sold-out-flag` answers from memory once every \
              segment is known empty, after one read of the sale's name, which every reset draws anew \
-             (`src/sold_out.rs`)."
+             (`src/sale/sold_out.rs`)."
         )));
         blocks.push(Block::Table(after_the_sell_out(benches)));
     }

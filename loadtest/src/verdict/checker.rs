@@ -12,7 +12,7 @@
 //!   buyer refused a second unit (409 `already_bought`) who has no sale record.
 //!
 //! And what explains a verdict, without deciding it: the holders that overlapped (from
-//! the grant log, [`seckill::grant_log`]) and the reads and writes the fence refused.
+//! the grant log, [`seckill::sale::grant_log`]) and the reads and writes the fence refused.
 //! With fencing on, overlaps may happen and the fence refuses them; with it off, they
 //! are the units sold twice.
 //!
@@ -24,9 +24,9 @@ use std::collections::{BTreeMap, HashSet};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use seckill::grant_log::{overlapping_holders, GrantRecord, GRANTS_KEY};
-use seckill::segments::{Segments, SEGMENTS_KEY};
-use seckill::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
+use seckill::sale::grant_log::{overlapping_holders, GrantRecord, GRANTS_KEY};
+use seckill::sale::segments::{Segments, SEGMENTS_KEY};
+use seckill::sale::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
 use seckill::strategy::FencingStatus;
 
 use super::crowd::{Tally, Target};

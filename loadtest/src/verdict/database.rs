@@ -84,7 +84,7 @@ pub async fn snapshot(hosts: &[String], mysql_url: &str) -> anyhow::Result<Snaps
     let lock_stats = lock_stats(&http, hosts).await?;
     let statements = server_statements(mysql_url)
         .await
-        .map_err(|error| format!("{}: {error:#}", seckill::mysql_store::without_password(mysql_url)));
+        .map_err(|error| format!("{}: {error:#}", seckill::store::mysql::without_password(mysql_url)));
     Ok(Snapshot { lock_stats, statements })
 }
 

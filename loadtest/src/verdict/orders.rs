@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use seckill::orders::ORDERS_GROUP;
-use seckill::stock::{SaleRecord, ORDERS_STREAM, SALE_NAME_KEY};
+use seckill::sale::stock::{SaleRecord, ORDERS_STREAM, SALE_NAME_KEY};
 
 use super::crowd::Target;
 

@@ -63,7 +63,7 @@
 //! 6. **Fencing token**: the own key's create revision. It grows with every grant,
 //!    across every key and instance, because etcd's revision does.
 //! 7. **Release and queue again, in one write.** When a buyer of this instance waits
-//!    for the lock (the local queue asks, [`crate::local_queue`]), the release is one
+//!    for the lock (the local queue asks, [`crate::sale::local_queue`]), the release is one
 //!    transaction: if our key is still ours, delete it and put the session's other
 //!    key (`<lease>.1`, or back to `<lease>`: a transaction may write a key once) for
 //!    the next buyer, and list the queue. The delete grants the oldest waiter, as a
@@ -114,8 +114,8 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
-mod hand_over;
 mod kept_watch;
+mod hand_over;
 
 use kept_watch::{wait_on_the_kept_watch, watch_deletes, Deletes, KeptWatch};
 

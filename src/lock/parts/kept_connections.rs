@@ -16,7 +16,7 @@
 //!
 //! A kept connection is used again only within [`TRUSTED_WITHOUT_A_PING`] of its last
 //! answer, the pool's own rule for skipping the ping before a statement
-//! ([`crate::mysql_store`]). Older ones go back to the pool, whose ping on the way back
+//! ([`crate::store::mysql`]). Older ones go back to the pool, whose ping on the way back
 //! tests them.
 //!
 //! Every statement waits for its answer at most one TTL of the lock that sends it. sqlx
@@ -42,7 +42,7 @@ use sqlx::{FromRow, MySql, MySqlPool};
 
 use super::unpoisoned;
 
-use crate::mysql_store::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
+use crate::store::mysql::{error_number, ER_DUP_ENTRY, ER_LOCK_DEADLOCK, TRUSTED_WITHOUT_A_PING};
 
 /// Between two tries of [`KeptConnections::execute_until_answered`].
 const CLEAN_UP_RETRY_PAUSE: Duration = Duration::from_millis(10);

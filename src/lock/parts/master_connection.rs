@@ -234,7 +234,7 @@ impl MasterConnection {
 
 impl Current {
     async fn open(client: redis::Client) -> RedisResult<Self> {
-        let connection = crate::redis_store::connection_manager(&client).await?;
+        let connection = crate::store::redis::connection_manager(&client).await?;
         Ok(Current {
             client,
             connection,

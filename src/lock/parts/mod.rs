@@ -13,12 +13,12 @@
 //! | [`counters`] | attempts, grants and conflicts, for `/healthz` | `mysql`, `mysql-version` |
 //! | [`shutdown`] | the switch that refuses acquires once a lock is shut down | every lock that shuts down |
 
-pub mod counters;
 pub mod held_grants;
 pub mod keepalive;
 pub mod kept_connections;
 pub mod master_connection;
 pub mod permits;
+pub mod counters;
 pub mod polling;
 pub mod release_notices;
 pub mod reentrant;

@@ -34,7 +34,7 @@
 //!    token)`, so the stock refuses any holder of an older epoch once a newer one has
 //!    read: the safety net, should the timing assumptions below ever fail.
 //! 5. **A hand-over is a grant too.** A release that hands the key to the next buyer of
-//!    the local queue ([`crate::local_queue`]) goes through the inner lock's hand-over
+//!    the local queue ([`crate::sale::local_queue`]) goes through the inner lock's hand-over
 //!    only while the grant's epoch allows grants, before and after it, and the handed
 //!    grant is bound by the epoch as in steps 1 and 4. A Redis token that went back (a
 //!    lock Redis that lost its last writes) is released instead, and the next acquire,
@@ -484,10 +484,12 @@ impl DistributedLock for DegradingLock {
             let busy = || Err(LockError::Busy { key: key.to_owned() });
             let now = Instant::now();
             match self.current() {
-                Some(lease) if lease.allows_grants_at(now) => match self.attempt(lease, key, owner, Some(deadline)).await {
-                    Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => busy(),
-                    granted_busy_or_failed => granted_busy_or_failed,
-                },
+                Some(lease) if lease.allows_grants_at(now) => {
+                    match self.attempt(lease, key, owner, Some(deadline)).await {
+                        Err(LockError::Backend { .. }) if lease.mode == Mode::Redis => busy(),
+                        granted_busy_or_failed => granted_busy_or_failed,
+                    }
+                }
                 // Step 3: the new epoch starts at `grants_from`; `wait` sleeps until then.
                 Some(lease) if now < lease.grants_from => busy(),
                 // No trusted mode lease: MySQL does not answer the renewals.

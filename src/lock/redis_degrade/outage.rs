@@ -8,7 +8,7 @@
 //!   from the send of the first failed one (or from the last answer, if that came later).
 //!   Behind the local queue an instance has one attempt out at a time (per stock
 //!   segment), and against a frozen Redis each fails only at the client's response
-//!   timeout ([`crate::redis_store`]): by count, three timeouts in a row; by time, the first.
+//!   timeout ([`crate::store::redis`]): by count, three timeouts in a row; by time, the first.
 //!
 //! Any answer (a grant, or "busy") ends the run of failures: Redis is up.
 

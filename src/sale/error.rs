@@ -18,7 +18,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::lock::LockError;
-use crate::stock::StockError;
+use crate::sale::stock::StockError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {

@@ -3,7 +3,7 @@
 //!
 //! A unit sold twice is the damage; two holders at once is the cause. With fencing on,
 //! the cause can happen without the damage: the fence refuses the late holder's read or
-//! write ([`crate::stock`] counts those refusals). To show the fence at work, a run must
+//! write ([`crate::sale::stock`] counts those refusals). To show the fence at work, a run must
 //! report both. So every sale under a lock appends its grant to `stock:grants` after
 //! its release: the token, when the guard was handed to the sale and when the sale sent
 //! its release, in microseconds of the machine's clock.
@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::lock::FencingToken;
-use crate::stock::{StockError, StockStore};
+use crate::sale::stock::{StockError, StockStore};
 
 /// One JSON [`GrantRecord`] per grant a sale held, appended after its release.
 pub const GRANTS_KEY: &str = "stock:grants";
@@ -46,7 +46,7 @@ pub const GRANT_LOG_CAP: i64 = 100_000;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantRecord {
     pub instance: String,
-    /// The segment whose lock it was, when the stock is split ([`crate::segments`]).
+    /// The segment whose lock it was, when the stock is split ([`crate::sale::segments`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -5,7 +5,7 @@
 //! When every sale was exclusive, `stock + lucky` equals the initial stock, `sales`
 //! has exactly `lucky` entries, and no `stock_before` value appears twice. With
 //! `--one-per-buyer` the set `stock:buyers` holds every buyer who got a unit
-//! ([`crate::buyers`]).
+//! ([`crate::sale::buyers`]).
 //!
 //! ## Fencing a read-modify-write
 //! A fencing token protects a single write: the storage remembers the highest token it
@@ -55,9 +55,9 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
-use crate::buyers::{BuyerId, BUYERS_KEY};
 use crate::lock::FencingToken;
-use crate::segments::{Segment, Segments, SEGMENTS_KEY};
+use crate::sale::buyers::{BuyerId, BUYERS_KEY};
+use crate::sale::segments::{Segment, Segments, SEGMENTS_KEY};
 
 /// Units left.
 pub const STOCK_KEY: &str = "stock";
@@ -206,10 +206,10 @@ pub struct SaleRecord {
     /// the same unit.
     #[serde(default)]
     pub stock_before: i64,
-    /// The segment it was sold from, when the stock is split ([`crate::segments`]).
+    /// The segment it was sold from, when the stock is split ([`crate::sale::segments`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment: Option<u32>,
-    /// The buyer, when the request named one (`?buyer=`, [`crate::buyers`]).
+    /// The buyer, when the request named one (`?buyer=`, [`crate::sale::buyers`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub buyer: Option<String>,
     /// The lock grant's fencing token, when the strategy gives one.
@@ -328,7 +328,9 @@ pub enum WriteOutcome {
 /// How a sale whose answer was lost ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Settled {
-    Sold { stock_after: i64 },
+    Sold {
+        stock_after: i64,
+    },
     NotSold,
     /// A reset began a new sale and deleted the outcomes before the settle: whether the
     /// write ran before the reset is unknown.
@@ -373,7 +375,7 @@ pub struct StockStore {
     atomic_sale: Script,
     /// How many segments a reset splits the stock into.
     segments: Segments,
-    /// Whether the sale holds every buyer to one unit (`--one-per-buyer`, [`crate::buyers`]).
+    /// Whether the sale holds every buyer to one unit (`--one-per-buyer`, [`crate::sale::buyers`]).
     one_per_buyer: bool,
     /// Whether each sale appends an order to the orders stream (`--orders`, [`crate::orders`]).
     orders: bool,
@@ -402,7 +404,7 @@ impl StockStore {
         }
     }
 
-    /// A reset splits the stock into `segments` ([`crate::segments`]).
+    /// A reset splits the stock into `segments` ([`crate::sale::segments`]).
     pub fn with_segments(mut self, segments: Segments) -> Self {
         self.segments = segments;
         self
@@ -642,7 +644,10 @@ impl StockStore {
         self.add_sale_rules(&mut invocation, record);
         let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut self.connection.clone()).await;
         if let Ok((_, sale)) = &answer {
-            *self.atomic_sale_seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = SaleName(sale.clone());
+            *self
+                .atomic_sale_seen
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = SaleName(sale.clone());
         }
         match answer.map(|(code, _)| code) {
             Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),

@@ -2,7 +2,7 @@
 //!
 //! ## The decrement under a lock
 //! 0. Queue in process: the buyers of one instance line up (first come, first served)
-//!    in the local queue of the lock key ([`crate::local_queue`]), and only the head of
+//!    in the local queue of the lock key ([`crate::sale::local_queue`]), and only the head of
 //!    the queue asks the distributed lock. Two instances then put two contenders before
 //!    the backend instead of hundreds: a release is followed at once by the next local
 //!    buyer's acquire (or hands it the lock, step 4), instead of by a crowd that polls
@@ -11,18 +11,18 @@
 //!    instances. (`--local-queue false` takes it away, to measure it.)
 //! 1. Acquire the lock (wait at most the acquire timeout, the local queue included),
 //!    unless the last holder handed it to this buyer's turn (step 4).
-//! 2. Read the stock, fenced by the grant's token (see [`crate::stock`]). If it is 0,
+//! 2. Read the stock, fenced by the grant's token (see [`crate::sale::stock`]). If it is 0,
 //!    the sale is over: sold out.
 //! 3. Write `stock - 1`, `lucky + 1` and the sale record, fenced by the same token; in
-//!    the same script, record the buyer (`--one-per-buyer`, [`crate::buyers`]) and
+//!    the same script, record the buyer (`--one-per-buyer`, [`crate::sale::buyers`]) and
 //!    append the order (`--orders`, [`crate::orders`]).
 //! 4. Answer the buyer from 2 and 3, then release the lock, whatever happened there,
 //!    and log the grant's interval unless its read found the segment empty
-//!    ([`crate::grant_log`]). With a buyer waiting in the
+//!    ([`crate::sale::grant_log`]). With a buyer waiting in the
 //!    local queue, the release hands the lock to that buyer where the backend can: the
-//!    direct hand-over of [`crate::local_queue`].
+//!    direct hand-over of [`crate::sale::local_queue`].
 //!
-//! With the stock split into segments ([`crate::segments`], `--stock-segments`), steps 0
+//! With the stock split into segments ([`crate::sale::segments`], `--stock-segments`), steps 0
 //! to 4 run in one segment, under its own local queue and lock key, and again in the
 //! next while the segment read is empty. "Sold out" means every segment was read empty.
 //!
@@ -49,6 +49,14 @@
 //! turned away is nobody's: it ends with its lease, or with the session the lock's
 //! shutdown closes.)
 
+pub mod buyers;
+pub mod segments;
+pub mod stock;
+pub mod sold_out;
+pub mod grant_log;
+pub mod local_queue;
+pub mod error;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,17 +65,17 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::buyers::BuyerId;
-use crate::error::AppError;
-use crate::grant_log::{self, unix_us, GrantRecord};
-use crate::local_queue::{self, LocalQueue};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{FencingToken, LockError, LockGuard, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
-use crate::segments::Segment;
-use crate::sold_out::{KnownEmpty, SoldOutMemory};
-use crate::stock::{
+use crate::sale::buyers::BuyerId;
+use crate::sale::error::AppError;
+use crate::sale::grant_log::{unix_us, GrantRecord};
+use crate::sale::local_queue::LocalQueue;
+use crate::sale::segments::Segment;
+use crate::sale::sold_out::{KnownEmpty, SoldOutMemory};
+use crate::sale::stock::{
     unix_ms, AtomicOutcome, SaleName, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
 
@@ -173,7 +181,7 @@ impl Sale {
     /// Sells one unit to `buyer` if any is left, in a task of its own (see the module
     /// notes), and answers as soon as the outcome is known; the task may still be
     /// releasing the lock. With `--one-per-buyer` a buyer must be named, and one who
-    /// already got a unit gets none (see [`crate::buyers`]).
+    /// already got a unit gets none (see [`crate::sale::buyers`]).
     pub async fn sell_one(self: &Arc<Self>, buyer: Option<BuyerId>) -> Result<SaleOutcome, AppError> {
         if self.store.one_per_buyer() && buyer.is_none() {
             return Err(AppError::BuyerRequired);
@@ -216,7 +224,7 @@ impl Sale {
         self.guarding.shutdown().await;
     }
 
-    /// Steps 0 to 4, in one segment after another (see [`crate::segments`]) until one
+    /// Steps 0 to 4, in one segment after another (see [`crate::sale::segments`]) until one
     /// has a unit or every one was read empty. The answer goes out as soon as the
     /// buyer's outcome is known, each release after it.
     async fn sell_under_lock(
@@ -255,7 +263,7 @@ impl Sale {
     }
 
     /// With the sold-out flag, the sale's name and the segments known empty in it, read
-    /// before any segment is (see [`crate::sold_out`]). Nothing without the flag, for a
+    /// before any segment is (see [`crate::sale::sold_out`]). Nothing without the flag, for a
     /// sale no reset named, or when Redis does not answer (the sale then says what failed).
     async fn known_empty(&self) -> KnownEmpty {
         let Some(memory) = &self.sold_out else {
@@ -310,7 +318,7 @@ impl Sale {
             .decrement(&guard, segment, lock_wait_ms, purchase.buyer.as_ref())
             .await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
-        // Read empty, or emptied by this sale: the flag learns it (see `crate::sold_out`).
+        // Read empty, or emptied by this sale: the flag learns it (see `crate::sale::sold_out`).
         if let (Some(memory), Some(sale), Ok(SaleOutcome { stock_after: 0, .. })) =
             (&self.sold_out, &purchase.sale_name, &outcome)
         {
@@ -478,18 +486,24 @@ impl Sale {
                 Err(AppError::LockLost)
             }
             Ok(WriteOutcome::SaleReset) => {
-                tracing::info!(sale_id, "a reset began a new sale between the read and the write; nothing was written");
+                tracing::info!(
+                    sale_id,
+                    "a reset began a new sale between the read and the write; nothing was written"
+                );
                 Err(AppError::SaleReset)
             }
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
             Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
-            Err(error) => self.settle(&record.sale_id, &sale, error).await.map(|settled| match settled {
-                Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
-                Settled::NotSold => Err(AppError::SaleNotWritten),
-                Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
-                    sale_id: record.sale_id.clone(),
-                }),
-            })?,
+            Err(error) => self
+                .settle(&record.sale_id, &sale, error)
+                .await
+                .map(|settled| match settled {
+                    Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
+                    Settled::NotSold => Err(AppError::SaleNotWritten),
+                    Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
+                        sale_id: record.sale_id.clone(),
+                    }),
+                })?,
         }
     }
 
@@ -521,7 +535,7 @@ impl Sale {
             lock_wait_ms: 0.0,
             fencing_token: None,
         };
-        // Taken before the script goes: the settle of a lost answer needs it (see `crate::stock`).
+        // Taken before the script goes: the settle of a lost answer needs it (see `crate::sale::stock`).
         let sent_to = self.store.sale_seen_by_atomic();
         match self.store.sell_atomically(&record).await {
             Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),

@@ -3,7 +3,7 @@
 //!
 //! The tail of a flash sale is most of its traffic: thousands of buyers arrive after the
 //! last unit went. Without the flag each of them queues for a lock and reads the stock,
-//! one segment after another ([`crate::segments`]): N grants to learn what the instance
+//! one segment after another ([`crate::sale::segments`]): N grants to learn what the instance
 //! knew already. With it, a buyer costs one read of the sale's name.
 //!
 //! ## What the instance remembers
@@ -13,7 +13,7 @@
 //! come back (only a reset puts them there), so a segment once empty stays empty until
 //! the next reset. A write committed under a lock that gives no token (`redlock`,
 //! `--fencing off`) cannot bring them back either: it commits only in the sale its read
-//! saw ([`crate::stock`]), so an old read never becomes a new sale's stock. A name, not the generation counter: a Redis that lost its data counts
+//! saw ([`crate::sale::stock`]), so an old read never becomes a new sale's stock. A name, not the generation counter: a Redis that lost its data counts
 //! generations from 1 again, and an old memory of generation 1 would then pass for the
 //! new sale's.
 //!
@@ -38,7 +38,7 @@
 use std::sync::Mutex;
 
 use crate::lock::parts::unpoisoned;
-use crate::segments::{Segment, Segments};
+use crate::sale::segments::{Segment, Segments};
 
 /// What one instance knows about the empty segments of the current sale.
 pub struct SoldOutMemory {

@@ -8,7 +8,7 @@
 //! | `GET /healthz` | the process is up, which strategy it runs, whether the sale is fenced and queued locally, and what a database lock counted |
 //! | `GET /readyz` | Redis answers a `PING` |
 //! | `GET /metrics` | Prometheus's text format ([`crate::metrics`]) |
-//! | `GET /` and `GET /events` | the live dashboard and its event stream ([`crate::dashboard`]) |
+//! | `GET /` and `GET /events` | the live dashboard and its event stream ([`crate::http::dashboard`]) |
 //!
 //! In front of every route, as axum's examples do it: a bound on requests in flight
 //! (more are shed at once with 503 `overloaded`), a request timeout (504), and the
@@ -18,6 +18,9 @@
 //! site can make a browser send a plain form post anywhere, but not a JSON one without
 //! the server's consent (CORS), and this service gives none: so no other page can reset
 //! the sale. `/stock/reduce` stays open to a plain `GET`, which the demo's `curl` needs.
+
+pub mod admin;
+pub mod dashboard;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,17 +38,17 @@ use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::admin::{Denied, ResetAccess};
-use crate::buyers::BuyerId;
 use crate::config::MAX_STOCK;
-use crate::dashboard::{self, Banner};
-use crate::error::{errors_as_json, json_error, AppError};
-use crate::local_queue::LocalQueue;
+use crate::http::admin::{Denied, ResetAccess};
+use crate::http::dashboard::Banner;
 use crate::lock::FencingToken;
 use crate::orders::RunningWriter;
+use crate::sale::buyers::BuyerId;
+use crate::sale::error::{errors_as_json, json_error, AppError};
+use crate::sale::local_queue::LocalQueue;
+use crate::sale::stock::StockSnapshot;
 use crate::sale::Guarding;
 use crate::sale::{Sale, SaleOutcome};
-use crate::stock::StockSnapshot;
 use crate::strategy::{FencingStatus, Strategy};
 
 /// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.

@@ -22,7 +22,7 @@ use axum::response::Html;
 use futures_util::Stream;
 use serde::Serialize;
 
-use crate::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore, GENERATION_KEY, SALES_KEY};
+use crate::sale::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore, GENERATION_KEY, SALES_KEY};
 
 /// How often the page is told.
 const TICK: Duration = Duration::from_millis(250);
@@ -186,7 +186,7 @@ impl Cursor {
     fn tick(
         &self,
         reset: bool,
-        snapshot: &crate::stock::StockSnapshot,
+        snapshot: &crate::sale::stock::StockSnapshot,
         sales: Vec<SoldUnit>,
         refusals: Vec<(String, i64)>,
     ) -> Event {
@@ -198,7 +198,7 @@ impl Cursor {
             initial: snapshot.initial,
             sales,
             refusals,
-            now_ms: crate::stock::unix_ms(),
+            now_ms: crate::sale::stock::unix_ms(),
         };
         Event::default()
             .event("tick")
