@@ -196,15 +196,14 @@ mkdir -p "$RESULTS" "$LOGS"
 REPLICATION_CUT=
 trap 'stop_instances; stop_nemeses; [[ -z $REPLICATION_CUT ]] || heal_replication' EXIT
 
-field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
-# The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
+# field REPORT NAME: one figure of a load test's report (--report-file), empty if absent.
+field() { jq -r --arg name "$2" '.[$name] // empty' "$1"; }
 # The reads and writes the fence refused in a run ($1 the report).
-fence_refusals() { { grep -o '"fence_refused":{[^}]*}' "$1" || true; } | { grep -o '[0-9][0-9]*' || true; } |
-  awk '{ n += $1 } END { print n + 0 }'; }
-answers() { { grep -o '"errors":{[^}]*}' "$1" || true; } | { grep -o "\"$2[^\"]*\":[0-9]*" || true; } |
-  awk -F: '{ n += $2 } END { print n + 0 }'; }
+fence_refusals() { jq '[(.fence_refused // {})[]] | add // 0' "$1"; }
+# The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
+answers() { jq --arg kind "$2" '[(.errors // {}) | to_entries[] | select(.key | startswith($kind)) | .value] | add // 0' "$1"; }
 now_ms() { date +%s%3N; }
-sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | grep -o '"sold_at_ms":[0-9]*' | cut -d: -f2 | sort -n; }
+sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | jq -r '.sold_at_ms // empty' | sort -n; }
 
 # Waits (up to 2 s) until instance 1 holds the lock, where Redis can tell: the lock's
 # value starts with its holder's instance name (for Redlock, on the first master). Under a

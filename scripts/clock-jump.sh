@@ -169,10 +169,10 @@ jump_the_instances() {
   done
 }
 
-field() { { grep -o "\"$2\":[^,}]*" "$1" || true; } | head -1 | cut -d: -f2 | tr -d '"'; }
+# field REPORT NAME: one figure of a load test's report (--report-file), empty if absent.
+field() { jq -r --arg name "$2" '.[$name] // empty' "$1"; }
 # The number of answers whose kind starts with $2 ("503 lock_lost", ...), from the report's errors.
-answers() { { grep -o '"errors":{[^}]*}' "$1" || true; } | { grep -o "\"$2[^\"]*\":[0-9]*" || true; } |
-  awk -F: '{ n += $2 } END { print n + 0 }'; }
+answers() { jq --arg kind "$2" '[(.errors // {}) | to_entries[] | select(.key | startswith($kind)) | .value] | add // 0' "$1"; }
 
 # play LABEL JUMPER: the load test against the running instances of row ROW, JUMPER striking
 # meanwhile; its report is $RESULTS/LABEL.json. Adds the row to the table.
@@ -189,7 +189,7 @@ play() {
   local twice overlapped refused lost fencing
   twice=$(field "$report" units_sold_twice)
   overlapped=$(field "$report" holders_overlapped)
-  refused=$(field "$report" writes)
+  refused=$(jq '.fence_refused.writes' "$report")
   lost=$(answers "$report" "503 lock_lost")
   fencing=$(field "$report" fencing)
   # An instance's jump makes the grant log's times (wall clock) meaningless.

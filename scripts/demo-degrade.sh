@@ -52,8 +52,8 @@ mkdir -p "$RUN/results"
   while true; do
     for port in "${PORTS[@]}"; do
       health=$(curl -s --max-time 1 "http://127.0.0.1:$port/healthz" || true)
-      mode=$(grep -o '"mode":"[a-z]*"' <<<"$health" | cut -d'"' -f4 || true)
-      epoch=$(grep -o '"epoch":[0-9]*' <<<"$health" | cut -d: -f2 || true)
+      mode=$(jq -r '.lock_stats.degrade.mode // empty' <<<"$health" 2>/dev/null || true)
+      epoch=$(jq -r '.lock_stats.degrade.epoch // empty' <<<"$health" 2>/dev/null || true)
       now="${mode:-?} (epoch ${epoch:-?})"
       if [[ ${last[$port]:-} != "$now" ]]; then
         stamp "instance $port: $now" >>"$timeline"

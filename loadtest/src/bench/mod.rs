@@ -247,7 +247,7 @@ fn round_trips_of(path: Option<&[Step]>) -> Option<f64> {
     path.map(|path| path.iter().map(|step| step.round_trips).sum())
 }
 
-/// Measures one strategy whose two instances are running (see the module notes).
+/// Measures one strategy whose two instances are running, in the steps of the module notes.
 pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     // Only what the instances run: each crowd run resets the sale itself.
     let target = crate::verdict::crowd::target_of(&options.crowd.hosts).await?;
@@ -262,60 +262,17 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     // and the quickest median of each kept: one stall of this shared machine during one
     // probe must not move the bound.
     let mut round_trips = bound::measure_round_trips(strategy, &options.config).await?;
-
-    let mut crowd_runs = Vec::new();
-    for _ in 0..options.runs.max(1) {
-        crowd_runs.push(crate::verdict::run(&options.crowd).await?);
-    }
-    let mut lock_waits_ms: Vec<f64> = crowd_runs
-        .iter()
-        .flat_map(|run| run.lock_waits_ms.iter().copied())
-        .collect();
-    lock_waits_ms.sort_by(f64::total_cmp);
-    let waits = Latencies::of_ms(lock_waits_ms.iter().copied());
-    let crowd = CrowdSummary {
-        runs: crowd_runs.len(),
-        runs_passed: crowd_runs.iter().filter(|run| run.passed()).count(),
-        units_sold: Spread::of(crowd_runs.iter().map(|run| run.lucky as f64)),
-        requests_per_second: Spread::of(crowd_runs.iter().map(|run| run.requests_per_second)),
-        p50_ms: Spread::of(crowd_runs.iter().map(|run| run.p50_ms)),
-        p95_ms: Spread::of(crowd_runs.iter().map(|run| run.p95_ms)),
-        p99_ms: Spread::of(crowd_runs.iter().map(|run| run.p99_ms)),
-        lock_wait_p50_ms: waits.percentile_ms(0.5),
-        lock_wait_p99_ms: waits.percentile_ms(0.99),
-    };
-
+    let crowd = crowd_runs(options).await?;
+    bound::keep_quickest(
+        &mut round_trips,
+        bound::measure_round_trips(strategy, &options.config).await?,
+    );
+    let serial = serial_windows(options).await?;
     bound::keep_quickest(
         &mut round_trips,
         bound::measure_round_trips(strategy, &options.config).await?,
     );
 
-    let one_client = Options {
-        hosts: options.crowd.hosts[..1].to_vec(),
-        ..options.crowd.clone()
-    };
-    let one_connection = Load {
-        connections: 1,
-        seconds: options.serial_seconds,
-    };
-    let serial_steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
-    let mut serial_windows = Vec::new();
-    for _ in 0..options.sustained_runs.max(1) {
-        serial_windows.push(sustained::measure(&one_client, &one_connection).await?);
-    }
-    let serial = median_window(serial_windows, None);
-    let serial_steps = steps_between(serial_steps_before, &options.crowd.hosts).await;
-    let serial_turnaround_ms = match turnaround::measure(&one_client.hosts[0]).await {
-        Ok(mean) => Some(mean.as_secs_f64() * 1000.0),
-        Err(error) => {
-            eprintln!("bench: no HTTP turnaround for {}: {error:#}", one_client.hosts[0]);
-            None
-        }
-    };
-    bound::keep_quickest(
-        &mut round_trips,
-        bound::measure_round_trips(strategy, &options.config).await?,
-    );
     // N segments are N locks, each with its own critical path: at most N times one.
     let segments = f64::from(target.stock_segments);
     let sustained_bound = |path: &Option<Vec<Step>>, round_trips: &[RoundTrip]| {
@@ -330,6 +287,129 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let serial_bound_sales_per_second =
         bound::serial_path(strategy).and_then(|path| bound::bound_sales_per_second(&path, &round_trips));
 
+    let sustained = sustained_windows(strategy, options).await?;
+    let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
+    let backend_bound_under_load_sales_per_second = sustained_bound(&backend_path, &round_trips_under_load);
+    // The tail of a sale: only a lock has anything to save there.
+    let sold_out_window = match strategy.expected_to_oversell() || strategy == Strategy::Atomic {
+        true => None,
+        false => Some(sustained::measure_sold_out(&options.crowd, &options.sustained).await?),
+    };
+
+    Ok(StrategyBench {
+        label: options.label.clone(),
+        strategy: target.strategy,
+        fencing: target.fencing,
+        stock_segments: target.stock_segments,
+        sold_out_flag: target.sold_out_flag,
+        expected_to_oversell: strategy.expected_to_oversell(),
+        crowd: crowd.summary,
+        crowd_runs: crowd.runs,
+        lock_waits_ms: crowd.lock_waits_ms,
+        round_trips,
+        critical_path,
+        bound_sales_per_second,
+        backend_path,
+        backend_bound_sales_per_second,
+        serial_bound_sales_per_second,
+        round_trips_under_load,
+        backend_bound_under_load_sales_per_second,
+        sustained: median_window(sustained.windows, Some(&probed)),
+        probed_window: Some(probed),
+        sold_out_window,
+        serial: serial.window,
+        sustained_spread: sustained.spread,
+        sustained_windows: options.sustained_runs.max(1),
+        sustained_cpu: sustained.cpu,
+        serial_steps: serial.steps,
+        serial_turnaround_ms: serial.turnaround_ms,
+        sustained_steps: sustained.steps,
+        sustained_requests: sustained.requests,
+    })
+}
+
+/// Step 2: the crowd runs, and every lock wait they saw, sorted.
+struct Crowd {
+    runs: Vec<Report>,
+    lock_waits_ms: Vec<f64>,
+    summary: CrowdSummary,
+}
+
+async fn crowd_runs(options: &BenchOptions) -> anyhow::Result<Crowd> {
+    let mut runs = Vec::new();
+    for _ in 0..options.runs.max(1) {
+        runs.push(crate::verdict::run(&options.crowd).await?);
+    }
+    let mut lock_waits_ms: Vec<f64> = runs.iter().flat_map(|run| run.lock_waits_ms.iter().copied()).collect();
+    lock_waits_ms.sort_by(f64::total_cmp);
+    let waits = Latencies::of_ms(lock_waits_ms.iter().copied());
+    let summary = CrowdSummary {
+        runs: runs.len(),
+        runs_passed: runs.iter().filter(|run| run.passed()).count(),
+        units_sold: Spread::of(runs.iter().map(|run| run.lucky as f64)),
+        requests_per_second: Spread::of(runs.iter().map(|run| run.requests_per_second)),
+        p50_ms: Spread::of(runs.iter().map(|run| run.p50_ms)),
+        p95_ms: Spread::of(runs.iter().map(|run| run.p95_ms)),
+        p99_ms: Spread::of(runs.iter().map(|run| run.p99_ms)),
+        lock_wait_p50_ms: waits.percentile_ms(0.5),
+        lock_wait_p99_ms: waits.percentile_ms(0.99),
+    };
+    Ok(Crowd {
+        runs,
+        lock_waits_ms,
+        summary,
+    })
+}
+
+/// Step 3, serial: one keep-alive client alone on the first instance.
+struct Serial {
+    /// The median window.
+    window: Throughput,
+    steps: Vec<StepTime>,
+    turnaround_ms: Option<f64>,
+}
+
+async fn serial_windows(options: &BenchOptions) -> anyhow::Result<Serial> {
+    let one_client = Options {
+        hosts: options.crowd.hosts[..1].to_vec(),
+        ..options.crowd.clone()
+    };
+    let one_connection = Load {
+        connections: 1,
+        seconds: options.serial_seconds,
+    };
+    let steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
+    let mut windows = Vec::new();
+    for _ in 0..options.sustained_runs.max(1) {
+        windows.push(sustained::measure(&one_client, &one_connection).await?);
+    }
+    let window = median_window(windows, None);
+    let steps = steps_between(steps_before, &options.crowd.hosts).await;
+    let turnaround_ms = match turnaround::measure(&one_client.hosts[0]).await {
+        Ok(mean) => Some(mean.as_secs_f64() * 1000.0),
+        Err(error) => {
+            eprintln!("bench: no HTTP turnaround for {}: {error:#}", one_client.hosts[0]);
+            None
+        }
+    };
+    Ok(Serial {
+        window,
+        steps,
+        turnaround_ms,
+    })
+}
+
+/// Step 3, sustained: many connections on both instances, with what the servers answered,
+/// the CPU each watched process used, and each step's time over all the windows.
+struct Sustained {
+    windows: Vec<Throughput>,
+    spread: Spread,
+    requests: Vec<RequestRate>,
+    cpu: CpuReport,
+    steps: Vec<StepTime>,
+}
+
+async fn sustained_windows(strategy: Strategy, options: &BenchOptions) -> anyhow::Result<Sustained> {
     let mut watched = options.watched.clone();
     watched.push(Watched {
         name: "load generator".into(),
@@ -345,54 +425,18 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     }
     let requests_after = server_requests::read(strategy, &options.config).await;
     let sold_in_windows = windows.iter().map(|window| window.sold).sum();
-    let sustained_requests = server_requests::per_sale(&requests_before, &requests_after, sold_in_windows);
-    let sustained_spread = Spread::of(windows.iter().map(|window| window.sales_per_second));
-    let sustained_cpu = cpu::between(
+    let cpu = cpu::between(
         &watched,
         &before,
         &cpu::sample(&watched),
         started.elapsed().as_secs_f64(),
     );
-    let sustained_steps = steps_between(steps_before, &options.crowd.hosts).await;
-
-    let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
-    let backend_bound_under_load_sales_per_second = sustained_bound(&backend_path, &round_trips_under_load);
-    let sustained = median_window(windows, Some(&probed));
-    // The tail of a sale: only a lock has anything to save there.
-    let sold_out_window = match strategy.expected_to_oversell() || strategy == Strategy::Atomic {
-        true => None,
-        false => Some(sustained::measure_sold_out(&options.crowd, &options.sustained).await?),
-    };
-
-    Ok(StrategyBench {
-        label: options.label.clone(),
-        strategy: target.strategy,
-        fencing: target.fencing,
-        stock_segments: target.stock_segments,
-        sold_out_flag: target.sold_out_flag,
-        expected_to_oversell: strategy.expected_to_oversell(),
-        crowd,
-        crowd_runs,
-        lock_waits_ms,
-        round_trips,
-        critical_path,
-        bound_sales_per_second,
-        backend_path,
-        backend_bound_sales_per_second,
-        serial_bound_sales_per_second,
-        round_trips_under_load,
-        backend_bound_under_load_sales_per_second,
-        probed_window: Some(probed),
-        sold_out_window,
-        serial,
-        sustained,
-        sustained_spread,
-        sustained_windows: options.sustained_runs.max(1),
-        sustained_cpu,
-        serial_steps,
-        serial_turnaround_ms,
-        sustained_steps,
-        sustained_requests,
+    Ok(Sustained {
+        spread: Spread::of(windows.iter().map(|window| window.sales_per_second)),
+        requests: server_requests::per_sale(&requests_before, &requests_after, sold_in_windows),
+        cpu,
+        steps: steps_between(steps_before, &options.crowd.hosts).await,
+        windows,
     })
 }
 

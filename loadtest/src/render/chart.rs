@@ -166,42 +166,14 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
     const FONT: f64 = 11.0;
     const ROW: f64 = 18.0;
     const PLOT: f64 = 500.0;
-    let max = rows
-        .iter()
-        .flat_map(|(_, values)| values.iter().copied())
-        .fold(0.0, f64::max)
-        .max(1e-9);
-    let min_positive = rows
-        .iter()
-        .flat_map(|(_, values)| values.iter().copied())
-        .filter(|v| *v > 0.0)
-        .fold(max, f64::min);
-    let floor = (min_positive / 2.0).log10().floor();
-    let x = |value: f64| -> f64 {
-        match scale {
-            Scale::Linear => value / max * PLOT,
-            Scale::Log if value <= 0.0 => 0.0,
-            Scale::Log => ((value.log10() - floor) / (max.log10() - floor)).clamp(0.0, 1.0) * PLOT,
-        }
-    };
-    // No value (a baseline has no bound): a dash, without a unit.
-    let shown = |value: f64| -> String {
-        let text = if value == 0.0 {
-            "—".to_owned()
-        } else if value >= 100.0 {
-            format!("{value:.0} {unit}")
-        } else {
-            format!("{value:.2} {unit}")
-        };
-        text.trim().to_owned()
-    };
+    let axis = Axis::of(rows, scale, PLOT);
     let label_width = label_column(rows, FONT);
     let right_edge = rows
         .iter()
         .flat_map(|(_, values)| {
             values
                 .iter()
-                .map(|value| x(*value) + 4.0 + text_width(&shown(*value), FONT))
+                .map(|value| axis.x(*value) + 4.0 + text_width(&bar_value(*value, unit), FONT))
         })
         .fold(PLOT, f64::max);
     let legend_edge = legend_width(series, FONT) + if scale == Scale::Log { 80.0 } else { 0.0 };
@@ -229,7 +201,7 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         );
         for (i, value) in values.iter().enumerate() {
             let y = top + i as f64 * ROW;
-            let bar = x(*value);
+            let bar = axis.x(*value);
             let _ = writeln!(
                 svg,
                 "<rect x=\"{label_width:.1}\" y=\"{y}\" width=\"{bar:.1}\" height=\"{}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{}\">{}</text>",
@@ -237,12 +209,12 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
                 COLORS[i % COLORS.len()],
                 label_width + bar + 4.0,
                 y + ROW - 7.0,
-                escape(&shown(*value))
+                escape(&bar_value(*value, unit))
             );
         }
     }
     if let Some(at) = line_at {
-        let left = label_width + x(at);
+        let left = label_width + axis.x(at);
         let _ = writeln!(
             svg,
             "<line x1=\"{left:.1}\" y1=\"20\" x2=\"{left:.1}\" y2=\"{height}\" stroke=\"#c03a3a\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{}\" fill=\"#c03a3a\">{at}</text>",
@@ -252,6 +224,51 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// A bar chart's value axis: where a value ends, from 0 to `length`.
+struct Axis {
+    scale: Scale,
+    max: f64,
+    /// The log axis starts at the power of ten below half the smallest value, so it shows.
+    floor: f64,
+    length: f64,
+}
+
+impl Axis {
+    fn of(rows: &[(String, Vec<f64>)], scale: Scale, length: f64) -> Self {
+        let values = || rows.iter().flat_map(|(_, values)| values.iter().copied());
+        let max = values().fold(0.0, f64::max).max(1e-9);
+        let min_positive = values().filter(|v| *v > 0.0).fold(max, f64::min);
+        Axis {
+            scale,
+            max,
+            floor: (min_positive / 2.0).log10().floor(),
+            length,
+        }
+    }
+
+    fn x(&self, value: f64) -> f64 {
+        match self.scale {
+            Scale::Linear => value / self.max * self.length,
+            Scale::Log if value <= 0.0 => 0.0,
+            Scale::Log => {
+                ((value.log10() - self.floor) / (self.max.log10() - self.floor)).clamp(0.0, 1.0) * self.length
+            }
+        }
+    }
+}
+
+/// The figure written at a bar's end. No value (a baseline has no bound): a dash, without a unit.
+fn bar_value(value: f64, unit: &str) -> String {
+    let text = if value == 0.0 {
+        "—".to_owned()
+    } else if value >= 100.0 {
+        format!("{value:.0} {unit}")
+    } else {
+        format!("{value:.2} {unit}")
+    };
+    text.trim().to_owned()
 }
 
 /// Horizontal stacked bars: one bar per row, one segment per series, the total at the end.

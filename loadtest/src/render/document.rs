@@ -4,6 +4,8 @@
 
 use std::fmt::Write;
 
+use pulldown_cmark::{Alignment, Event, Options, Parser, Tag, TagEnd};
+
 use super::escape;
 
 /// How a column's cells line up.
@@ -83,46 +85,76 @@ impl Table {
     }
 
     /// Reads a document written by another tool (`make chaos` writes only Markdown):
-    /// its tables, and its sentences as text.
+    /// its tables, and the text of its other blocks, with pulldown-cmark's GitHub tables.
     pub fn parse_markdown(markdown: &str) -> Vec<Block> {
-        let mut blocks = Vec::new();
-        let mut lines = markdown.lines().map(str::trim).peekable();
-        while let Some(line) = lines.next() {
-            if !line.starts_with('|') {
-                if !line.is_empty() {
-                    blocks.push(Block::Text(line.to_owned()));
-                }
-                continue;
-            }
-            let cells = |line: &str| -> Vec<String> {
-                line.trim_matches('|')
-                    .split('|')
-                    .map(|cell| cell.trim().replace("**", ""))
-                    .collect()
-            };
-            let header = cells(line);
-            let aligns = match lines.peek() {
-                Some(next) if next.starts_with('|') && next.chars().all(|c| matches!(c, '|' | '-' | ':' | ' ')) => {
-                    let aligns = cells(lines.next().unwrap_or_default());
-                    aligns
-                        .iter()
-                        .map(|a| if a.ends_with(':') { Align::Right } else { Align::Left })
-                        .collect()
-                }
-                _ => vec![Align::Left; header.len()],
-            };
-            let columns: Vec<(&str, Align)> = header
-                .iter()
-                .map(String::as_str)
-                .zip(aligns.into_iter().chain(std::iter::repeat(Align::Left)))
-                .collect();
-            let mut table = Table::new(&columns);
-            while let Some(row) = lines.next_if(|line| line.starts_with('|')) {
-                table.push(cells(row));
-            }
-            blocks.push(Block::Table(table));
+        let mut reading = Reading::default();
+        for event in Parser::new_ext(markdown, Options::ENABLE_TABLES) {
+            reading.read(event);
         }
-        blocks
+        reading.blocks
+    }
+}
+
+/// What [`Table::parse_markdown`] has read so far.
+#[derive(Default)]
+struct Reading {
+    blocks: Vec<Block>,
+    /// The paragraph or the cell being read.
+    text: String,
+    /// The alignment row of the table being read.
+    aligns: Vec<Align>,
+    row: Vec<String>,
+    table: Option<Table>,
+}
+
+impl Reading {
+    fn read(&mut self, event: Event) {
+        match event {
+            Event::Start(Tag::Table(alignments)) => {
+                self.aligns = alignments
+                    .iter()
+                    .map(|align| match align {
+                        Alignment::Right => Align::Right,
+                        _ => Align::Left,
+                    })
+                    .collect();
+            }
+            Event::End(TagEnd::TableCell) => {
+                let cell = std::mem::take(&mut self.text);
+                self.row.push(cell.trim().to_owned());
+            }
+            Event::End(TagEnd::TableHead) => {
+                let header = std::mem::take(&mut self.row);
+                let aligns = self.aligns.iter().copied().chain(std::iter::repeat(Align::Left));
+                let columns = header.into_iter().zip(aligns).collect();
+                self.table = Some(Table {
+                    columns,
+                    rows: Vec::new(),
+                });
+            }
+            Event::End(TagEnd::TableRow) => {
+                let row = std::mem::take(&mut self.row);
+                if let Some(table) = &mut self.table {
+                    table.push(row);
+                }
+            }
+            Event::End(TagEnd::Table) => self.blocks.extend(self.table.take().map(Block::Table)),
+            Event::End(
+                TagEnd::Paragraph | TagEnd::Heading(_) | TagEnd::Item | TagEnd::CodeBlock | TagEnd::HtmlBlock,
+            ) => {
+                let text = std::mem::take(&mut self.text);
+                if !text.trim().is_empty() {
+                    self.blocks.push(Block::Text(text.trim().to_owned()));
+                }
+            }
+            // Emphasis goes; code keeps its backticks, as the Markdown showed them.
+            Event::Text(text) | Event::InlineHtml(text) | Event::Html(text) => self.text.push_str(&text),
+            Event::Code(code) => {
+                let _ = write!(self.text, "`{code}`");
+            }
+            Event::SoftBreak | Event::HardBreak => self.text.push('\n'),
+            _ => {}
+        }
     }
 }
 
@@ -200,6 +232,19 @@ mod tests {
             format!("Some words.\n\n{}\nMore.\nAnd more.\n", table().markdown())
         );
         assert!(html(&blocks).contains("<p>More.</p>\n<p>And more.</p>"));
+    }
+
+    #[test]
+    fn two_tables_read_back_apart_with_their_cells_unescaped_and_unemphasized() {
+        let markdown = "| fault | sold |\n| --- | ---: |\n| a \\| b | **300** |\n\n| scenario |\n| --- |\n| `jump` |\n";
+        let mut first = Table::new(&[("fault", Align::Left), ("sold", Align::Right)]);
+        first.push(vec!["a | b".into(), "300".into()]);
+        let mut second = Table::new(&[("scenario", Align::Left)]);
+        second.push(vec!["`jump`".into()]);
+        assert_eq!(
+            Table::parse_markdown(markdown),
+            [Block::Table(first), Block::Table(second)]
+        );
     }
 
     #[test]

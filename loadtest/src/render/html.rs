@@ -2,11 +2,15 @@
 //! Self-contained: the charts are inline SVG drawn here, no script, no font, no
 //! address outside the file, so it opens the same offline, attached to a mail, or years later.
 //!
-//! Sections: units sold against the stock line; sales per second against the bound;
-//! the crowd's latencies; the lock-wait distributions; the bound ratios; the tables;
-//! and, when those runs exist, the chaos table and the raw lock benchmark.
+//! The page is the template `loadtest/templates/report.html`, which holds the sections'
+//! titles and notes. Askama escapes what it puts in, so a headline cannot break the page.
+//! Each function below draws one section's chart or table, in the page's order:
+//! units sold against the stock line; sales per second against the bound;
+//! the bound ratios; where the time goes; the stock segments; the crowd's latencies;
+//! the lock-wait distributions; the tables; and, when those runs exist, the chaos
+//! table and the raw lock benchmark.
 
-use std::fmt::Write;
+use askama::Template;
 
 use crate::bench::breakdown::mean_ms;
 use crate::bench::lockbench::Run;
@@ -14,17 +18,7 @@ use crate::bench::{runs_over_segments, StrategyBench, TARGET_RATIO};
 
 use super::chart::{bars, comparison_svg, lock_wait_curves, stacked_bars, Scale};
 use super::document::{self, Table};
-use super::{escape, tables};
-
-/// The page's look. A chart wider than the column shrinks to fit it (each has a `viewBox`).
-const STYLE: &str = "\
-body { font: 14px/1.45 system-ui, sans-serif; max-width: 980px; margin: 2em auto; padding: 0 1em; color: #222 }
-table { border-collapse: collapse; margin: 1em 0; font-size: 12px }
-th, td { border: 1px solid #ccc; padding: 3px 6px; text-align: right }
-th:first-child, td:first-child, td.text { text-align: left }
-svg { display: block; margin: 0.5em 0 1.5em; max-width: 100%; height: auto }
-.note { color: #555 }
-";
+use super::tables;
 
 /// What the report is made of, besides the benchmark itself.
 pub struct Extras {
@@ -36,19 +30,55 @@ pub struct Extras {
     pub lockbench: Option<Vec<Run>>,
 }
 
-pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
-    let mut page = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>seckill benchmark</title>\n\
-         <style>\n{STYLE}</style></head><body>\n"
-    );
-    let _ = writeln!(
-        page,
-        "<h1>seckill: distributed locks guarding a flash sale</h1>\n<p class=\"note\">{}</p>",
-        escape(&extras.headline)
-    );
+/// The page's values. Every chart and table is HTML drawn by `render`, already escaped;
+/// a section that is `None` is left out.
+#[derive(Template)]
+#[template(path = "report.html")]
+struct Page<'a> {
+    headline: &'a str,
+    units_sold: String,
+    rates: String,
+    ratios: String,
+    time_spent: Option<String>,
+    segments: Option<String>,
+    latency: String,
+    lock_waits: String,
+    figures: String,
+    chaos: Option<String>,
+    lockbench: Option<String>,
+    recipes: Option<String>,
+}
 
-    // Each row under the name the benchmark gave its run (the Python peer's instances
-    // say they run `redis`).
+/// A chart's rows: a label, then one value per series.
+type Rows = Vec<(String, Vec<f64>)>;
+
+pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
+    let runs = extras.lockbench.as_deref();
+    let page = Page {
+        headline: &extras.headline,
+        units_sold: units_sold(benches),
+        rates: rates(benches),
+        ratios: ratios(benches),
+        time_spent: time_spent(benches),
+        segments: segments(benches),
+        latency: latency(benches),
+        lock_waits: lock_wait_curves(benches),
+        figures: document::html(&tables::bench(benches)),
+        chaos: extras
+            .chaos_table
+            .as_deref()
+            .map(|table| document::html(&Table::parse_markdown(table))),
+        lockbench: runs.map(|runs| tables::lockbench(runs).html()),
+        recipes: runs
+            .filter(|runs| runs.iter().any(|run| run.recipe_of.is_some()))
+            .map(|runs| tables::against_recipes(runs).html()),
+    };
+    page.render().expect("the template writes only to a String")
+}
+
+/// One crowd run per strategy, each under the name the benchmark gave its run
+/// (the Python peer's instances say they run `redis`).
+fn units_sold(benches: &[StrategyBench]) -> String {
     let crowd: Vec<_> = benches
         .iter()
         .filter_map(|bench| {
@@ -59,11 +89,12 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             Some(run)
         })
         .collect();
-    section(&mut page, "Units sold against the stock", "One crowd run per strategy: 500 buyers, 300 units, two instances. Red is oversold: units sold beyond the stock.");
-    page.push_str(&comparison_svg(&crowd));
+    comparison_svg(&crowd)
+}
 
-    section(&mut page, "Sales per second against the bounds", "Serial: one client alone. Sustained: many keep-alive connections on both instances. Protocol bound: one sale per lock's own critical path at the measured round-trip times. Backend bound: one sale per the fewest round trips any correct lock on that backend needs.");
-    let rows: Vec<(String, Vec<f64>)> = benches
+/// Serial and sustained sales per second beside the two bounds.
+fn rates(benches: &[StrategyBench]) -> String {
+    let rows: Rows = benches
         .iter()
         .map(|b| {
             (
@@ -77,20 +108,18 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             )
         })
         .collect();
-    page.push_str(&bars(
+    bars(
         &rows,
         &["serial", "sustained", "protocol bound", "backend bound"],
         "sales/s",
         Scale::Log,
         None,
-    ));
+    )
+}
 
-    section(
-        &mut page,
-        "Fraction of the bounds",
-        "Serial over the serial bound (goal 0.8), sustained over the backend bound (goal 0.7: the dashed line) and over the lock's own protocol bound. The baselines have no bound.",
-    );
-    let rows: Vec<(String, Vec<f64>)> = benches
+/// The rates over their bounds, against the goal's dashed line; the baselines have no bound.
+fn ratios(benches: &[StrategyBench]) -> String {
+    let rows: Rows = benches
         .iter()
         .filter(|b| b.bound_sales_per_second.is_some())
         .map(|b| {
@@ -104,7 +133,7 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             )
         })
         .collect();
-    page.push_str(&bars(
+    bars(
         &rows,
         &[
             "serial / serial bound",
@@ -114,9 +143,13 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         "",
         Scale::Linear,
         Some(TARGET_RATIO),
-    ));
+    )
+}
 
-    let rows: Vec<(String, Vec<f64>)> = benches
+/// One sale's mean time on the critical path, split into its steps and the hand-over gap.
+/// `None` for results written before the service timed its steps.
+fn time_spent(benches: &[StrategyBench]) -> Option<String> {
+    let rows: Rows = benches
         .iter()
         .filter(|b| b.critical_path.is_some())
         .filter_map(|b| {
@@ -127,85 +160,13 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
             Some((b.label.clone(), vec![read, write, rest, hand_over.mean_gap_ms]))
         })
         .collect();
-    // Results written before the service timed its steps have nothing to show here.
-    if !rows.is_empty() {
-        section(
-            &mut page,
-            "Where the time goes",
-            "Under sustained load, the mean of one sale on the critical path, in ms: the stock's read and write and the rest of the hold (the service's own work between grant and release), then the hand-over gap from the release to the next grant, on either instance (the lock's share: the release's way to the backend, the wake-up, the next acquire).",
-        );
-        page.push_str(&stacked_bars(
-            &rows,
-            &["read", "write", "rest of the hold", "hand-over gap"],
-            "ms",
-        ));
-    }
-
-    let rows = segment_rows(benches);
-    if !rows.is_empty() {
-        section(
-            &mut page,
-            "Past one lock: stock segments",
-            "The stock split into N segments, each behind a lock of its own: sustained sales per second against N times one lock's backend bound. The bars climb with N as long as nothing else (a server, the cores) runs out first.",
-        );
-        page.push_str(&bars(
-            &rows,
-            &["sustained", "N x one lock's backend bound"],
-            "sales/s",
-            Scale::Log,
-            None,
-        ));
-    }
-
-    section(
-        &mut page,
-        "The crowd's latency",
-        "Median over the runs of each percentile: how long a buyer waited for an answer.",
-    );
-    let rows: Vec<(String, Vec<f64>)> = benches
-        .iter()
-        .map(|b| {
-            (
-                b.label.clone(),
-                vec![b.crowd.p50_ms.median, b.crowd.p95_ms.median, b.crowd.p99_ms.median],
-            )
-        })
-        .collect();
-    page.push_str(&bars(&rows, &["p50", "p95", "p99"], "ms", Scale::Log, None));
-
-    section(&mut page, "How long buyers waited for the lock", "Every answer of every crowd run: the fraction of buyers (up) who waited at most that long (right). A fair queue rises steadily; a lock that lets the releaser win again leaves a long tail.");
-    page.push_str(&lock_wait_curves(benches));
-
-    section(&mut page, "The figures", "");
-    page.push_str(&document::html(&tables::bench(benches)));
-
-    if let Some(table) = &extras.chaos_table {
-        section(&mut page, "Chaos: faults under load (make chaos)", "");
-        page.push_str(&document::html(&Table::parse_markdown(table)));
-    }
-    if let Some(runs) = &extras.lockbench {
-        section(
-            &mut page,
-            "The locks alone (make lockbench)",
-            "Acquire+release pairs per second, without the sale.",
-        );
-        page.push_str(&tables::lockbench(runs).html());
-        if runs.iter().any(|run| run.recipe_of.is_some()) {
-            section(
-                &mut page,
-                "Ours against the recipes people use",
-                "Each canonical recipe (loadtest/peers/) beside our lock on the same backend, one key, the same contenders, measured in the same run.",
-            );
-            page.push_str(&tables::against_recipes(runs).html());
-        }
-    }
-    page.push_str("</body></html>\n");
-    page
+    (!rows.is_empty()).then(|| stacked_bars(&rows, &["read", "write", "rest of the hold", "hand-over gap"], "ms"))
 }
 
-/// One row per run of a strategy that was also run over several segments, by segments.
-fn segment_rows(benches: &[StrategyBench]) -> Vec<(String, Vec<f64>)> {
-    runs_over_segments(benches)
+/// One row per run of a strategy that was also run over several segments, by segments;
+/// `None` if no strategy was.
+fn segments(benches: &[StrategyBench]) -> Option<String> {
+    let rows: Rows = runs_over_segments(benches)
         .into_iter()
         .map(|b| {
             (
@@ -216,12 +177,106 @@ fn segment_rows(benches: &[StrategyBench]) -> Vec<(String, Vec<f64>)> {
                 ],
             )
         })
-        .collect()
+        .collect();
+    (!rows.is_empty()).then(|| {
+        bars(
+            &rows,
+            &["sustained", "N x one lock's backend bound"],
+            "sales/s",
+            Scale::Log,
+            None,
+        )
+    })
 }
 
-fn section(page: &mut String, title: &str, note: &str) {
-    let _ = writeln!(page, "<h2>{}</h2>", escape(title));
-    if !note.is_empty() {
-        let _ = writeln!(page, "<p class=\"note\">{}</p>", escape(note));
+/// The crowd's percentiles, each the median over the runs.
+fn latency(benches: &[StrategyBench]) -> String {
+    let rows: Rows = benches
+        .iter()
+        .map(|b| {
+            (
+                b.label.clone(),
+                vec![b.crowd.p50_ms.median, b.crowd.p95_ms.median, b.crowd.p99_ms.median],
+            )
+        })
+        .collect();
+    bars(&rows, &["p50", "p95", "p99"], "ms", Scale::Log, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(strategy: &str, recipe_of: Option<&str>) -> Run {
+        Run {
+            strategy: strategy.into(),
+            contenders: 16,
+            keys: "one".into(),
+            pairs: 100,
+            errors: 0,
+            pairs_per_second: 50.0,
+            median_pair_ms: 1.0,
+            p99_pair_ms: 2.0,
+            first_error: None,
+            recipe_of: recipe_of.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_report_escapes_what_it_is_given_and_holds_every_section() {
+        let extras = Extras {
+            headline: "run at <noon> & \"here\"".into(),
+            chaos_table: Some("| fault | verdicts |\n| --- | --- |\n| a <b> & c | held |\n".into()),
+            lockbench: Some(vec![run("redis", None), run("redis-py", Some("redis"))]),
+        };
+        let page = report(&[], &extras);
+        assert!(
+            page.contains("<p class=\"note\">run at &#60;noon&#62; &#38; &#34;here&#34;</p>"),
+            "{page}"
+        );
+        assert!(page.contains("<td>a &lt;b&gt; &amp; c</td>"), "{page}");
+        assert!(!page.contains("<noon>") && !page.contains("<b>"), "{page}");
+        for section in [
+            "Units sold against the stock",
+            "Sales per second against the bounds",
+            "Fraction of the bounds",
+            "The crowd's latency",
+            "How long buyers waited for the lock",
+            "The figures",
+            "Chaos: faults under load (make chaos)",
+            "The locks alone (make lockbench)",
+            "Ours against the recipes people use",
+        ] {
+            assert!(
+                page.contains(&format!("<h2>{section}</h2>")),
+                "no section {section}: {page}"
+            );
+        }
+        assert!(
+            page.starts_with("<!doctype html>") && page.ends_with("</body></html>\n"),
+            "{page}"
+        );
+    }
+
+    #[test]
+    fn sections_without_their_runs_are_left_out() {
+        let extras = Extras {
+            headline: String::new(),
+            chaos_table: None,
+            lockbench: Some(vec![run("redis", None)]),
+        };
+        let page = report(&[], &extras);
+        assert!(page.contains("<h2>The locks alone (make lockbench)</h2>"), "{page}");
+        for absent in [
+            "Chaos",
+            "Ours against the recipes",
+            "Where the time goes",
+            "Past one lock",
+        ] {
+            assert!(
+                !page.contains(&format!("<h2>{absent}")),
+                "{absent} without its runs: {page}"
+            );
+        }
     }
 }

@@ -1,11 +1,14 @@
 //! What a reader sees. The verdict and the benchmark only measure; every table, chart
-//! and page is drawn here, with one [`escape`] for all of them.
+//! and page is drawn here. Tables and charts are escaped by one [`escape`]; the report's
+//! page is an askama template, which escapes what it is given.
 //!
-//! 1. [`document`]: sentences and tables, written as Markdown or as HTML.
+//! 1. [`document`]: sentences and tables, written as Markdown or as HTML, and read back
+//!    from Markdown by pulldown-cmark.
 //! 2. [`text`]: the verdict of one run, as the terminal prints it.
 //! 3. [`tables`]: the tables that compare runs, strategies and locks.
 //! 4. [`chart`]: the SVG charts, hand-written and self-contained.
-//! 5. [`html`]: the benchmark's report, one HTML file that loads nothing.
+//! 5. [`html`]: the benchmark's report, one HTML file that loads nothing
+//!    (`loadtest/templates/report.html`).
 
 pub mod document;
 
