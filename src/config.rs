@@ -44,6 +44,11 @@ pub struct Config {
     /// Redis holding the stock (and the lock, for `--lock redis`).
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
+    /// What every key of the sale starts with (`stock`, `lucky`, `lock:stock`...), so two
+    /// sales can share one Redis; empty: the names the lessons' `redis-cli` commands read.
+    /// Up to 64 letters, digits, `-`, `_`, `.`, `:`, `{` or `}`.
+    #[arg(long, env = "SECKILL_KEY_PREFIX", default_value = "", value_parser = key_prefix)]
+    pub key_prefix: String,
     /// The Redis that holds the lock of `--lock redis` and `--lock redis-degrade`;
     /// default: the stock's Redis (--redis-url). For `--lock redis`, also
     /// `redis-sentinel://host:port,host:port[/db]#master-name`: the master that those
@@ -260,6 +265,18 @@ fn non_empty_token(token: &str) -> Result<String, String> {
         );
     }
     Ok(token.to_owned())
+}
+
+/// A key prefix becomes part of Redis keys, etcd keys, ZooKeeper node names and MySQL
+/// lock names, so it keeps to characters all four take as they are (no `/`).
+pub fn key_prefix(prefix: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-_.:{}".contains(c);
+    if prefix.len() > 64 || !prefix.chars().all(allowed) {
+        return Err(format!(
+            "the key prefix must be up to 64 letters, digits, '-', '_', '.', ':', '{{' or '}}', got {prefix:?}"
+        ));
+    }
+    Ok(prefix.to_owned())
 }
 
 fn non_empty_name(name: &str) -> Result<String, String> {

@@ -3,7 +3,7 @@
 //!
 //! 1. **In the same step as the unit.** The script that takes the unit (the fenced write,
 //!    or the atomic script) also appends the sale to the stock's Redis Stream
-//!    [`ORDERS_STREAM`] (`XADD`). Redis runs a script whole, so there is no unit sold
+//!    `stock:orders` (`XADD`, [`crate::sale::keys::Keys::orders`]). Redis runs a script whole, so there is no unit sold
 //!    without its entry, and no entry without its unit.
 //! 2. **A consumer group.** Every instance runs an [`OrderWriter`], one consumer of the
 //!    group [`ORDERS_GROUP`]. It reads entries (`XREADGROUP`), writes them into the
@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
-use crate::sale::stock::{SaleRecord, ORDERS_STREAM};
+use crate::sale::stock::SaleRecord;
 
 /// The consumer group of the instances that write the orders.
 pub const ORDERS_GROUP: &str = "orders";
@@ -59,6 +59,8 @@ pub struct OrderWriter {
     /// A connection of its own: a blocking read would hold up every sale's command on a
     /// shared one.
     redis: ConnectionManager,
+    /// The stream's key: `stock:orders`, after the sale's key prefix.
+    stream: String,
     mysql: MySqlPool,
     /// The consumer's name in the group: the instance's.
     consumer: String,
@@ -88,6 +90,7 @@ impl ReadFrom {
 impl OrderWriter {
     pub fn new(
         redis: ConnectionManager,
+        stream: String,
         mysql: MySqlPool,
         consumer: String,
         claim_idle: Duration,
@@ -95,6 +98,7 @@ impl OrderWriter {
     ) -> Self {
         OrderWriter {
             redis,
+            stream,
             mysql,
             consumer,
             claim_idle,
@@ -159,7 +163,7 @@ impl OrderWriter {
         }
         let read: redis::RedisResult<Option<StreamReadReply>> = self
             .redis
-            .xread_options(&[ORDERS_STREAM], &[read_from.id()], &options)
+            .xread_options(&[&self.stream], &[read_from.id()], &options)
             .await;
         let entries: Vec<StreamId> = match read {
             Ok(reply) => reply
@@ -187,7 +191,7 @@ impl OrderWriter {
             let claimed: redis::RedisResult<StreamAutoClaimReply> = self
                 .redis
                 .xautoclaim_options(
-                    ORDERS_STREAM,
+                    &self.stream,
                     ORDERS_GROUP,
                     &self.consumer,
                     self.claim_idle.as_millis() as u64,
@@ -217,10 +221,7 @@ impl OrderWriter {
 
     /// The group, created at the stream's start (and the stream with it) if it is gone.
     async fn create_group(&mut self) -> Result<(), OrderError> {
-        let created: redis::RedisResult<()> = self
-            .redis
-            .xgroup_create_mkstream(ORDERS_STREAM, ORDERS_GROUP, "0")
-            .await;
+        let created: redis::RedisResult<()> = self.redis.xgroup_create_mkstream(&self.stream, ORDERS_GROUP, "0").await;
         match created {
             Err(error) if error.code() != Some("BUSYGROUP") => Err(error.into()),
             _ => Ok(()),
@@ -246,8 +247,8 @@ impl OrderWriter {
         let ids: Vec<&str> = entries.iter().map(|entry| entry.id.as_str()).collect();
         redis::pipe()
             .atomic()
-            .xack(ORDERS_STREAM, ORDERS_GROUP, &ids)
-            .xdel(ORDERS_STREAM, &ids)
+            .xack(&self.stream, ORDERS_GROUP, &ids)
+            .xdel(&self.stream, &ids)
             .query_async::<()>(&mut self.redis)
             .await?;
         let taken_over = if source == Source::TakenOver { orders.len() } else { 0 };

@@ -11,6 +11,7 @@ use crate::http::admin::ResetAccess;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
+use crate::sale::keys::Keys;
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, STEPS_AFTER_ACQUIRE_BUDGET};
@@ -27,8 +28,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .with_segments(segments)
         .with_one_per_buyer(config.one_per_buyer)
         .with_orders(config.orders)
-        .also_reset(crate::http::dashboard::REFUSALS_KEY)
-        .also_reset(crate::sale::grant_log::GRANTS_KEY);
+        .with_keys(Keys::with_prefix(&config.key_prefix));
     store
         .seed_if_missing(config.initial_stock)
         .await

@@ -25,6 +25,7 @@ use crate::lock::zookeeper::{ZooKeeperLock, ZooKeeperLockOptions};
 use crate::lock::{local, none, DistributedLock};
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
+use crate::sale::keys::Keys;
 use crate::sale::segments::Segments;
 use crate::sale::sold_out::SoldOutMemory;
 use crate::sale::Guarding;
@@ -239,6 +240,7 @@ pub async fn order_writer(
         .context("--orders writes every order into MySQL")?;
     Ok(Some(OrderWriter::new(
         redis,
+        Keys::with_prefix(&config.key_prefix).orders(),
         mysql,
         config.instance_name(),
         Duration::from_millis(config.orders_claim_idle_ms),

@@ -15,10 +15,10 @@ async fn reduce(url: &str) -> (u16, Value) {
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
-async fn lucky(db: u8) -> i64 {
-    let client = common::redis_client(db).await;
+async fn lucky(sale: &common::TestSale) -> i64 {
+    let client = common::redis_client().await;
     redis::cmd("GET")
-        .arg("lucky")
+        .arg(sale.keys().lucky())
         .query_async(&mut common::connection(&client).await)
         .await
         .unwrap()
@@ -29,10 +29,10 @@ async fn lucky(db: u8) -> i64 {
 async fn outage(
     strategy: Strategy,
     server: &mut common::PrivateServer,
-    db: u8,
     adjust: impl FnOnce(&mut seckill::config::Config),
 ) {
-    let app = common::instance_with(strategy, db, |config| {
+    let sale = common::TestSale::new();
+    let app = common::instance_with(strategy, &sale, |config| {
         config.acquire_timeout_ms = 3_000;
         adjust(config);
     })
@@ -54,7 +54,7 @@ async fn outage(
         "the buyer waited {answered_in:?}"
     );
     assert_eq!(
-        lucky(db).await,
+        lucky(&sale).await,
         1,
         "nothing may be sold while the lock's server is down"
     );
@@ -73,7 +73,7 @@ async fn outage(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     println!("{strategy} back: first sale {:?} after the restart", back.elapsed());
-    assert_eq!(lucky(db).await, 2);
+    assert_eq!(lucky(&sale).await, 2);
     app.stop().await.unwrap();
 }
 
@@ -81,7 +81,7 @@ async fn outage(
 async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
     let mut etcd = common::PrivateServer::etcd();
     let endpoint = format!("http://127.0.0.1:{}", etcd.port);
-    outage(Strategy::Etcd, &mut etcd, 42, |config| {
+    outage(Strategy::Etcd, &mut etcd, |config| {
         config.etcd_endpoints = vec![endpoint]
     })
     .await;
@@ -91,7 +91,7 @@ async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() 
 async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
     let mut zookeeper = common::PrivateServer::zookeeper();
     let connect = format!("127.0.0.1:{}", zookeeper.port);
-    outage(Strategy::Zookeeper, &mut zookeeper, 43, |config| {
+    outage(Strategy::Zookeeper, &mut zookeeper, |config| {
         config.zk_connect = connect
     })
     .await;
@@ -101,15 +101,12 @@ async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_ba
 async fn while_mariadb_is_down_the_lock_table_answers_503_and_sales_resume_when_it_is_back() {
     let mut mariadb = common::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
-    outage(Strategy::Mysql, &mut mariadb, 45, |config| config.mysql_url = url).await;
+    outage(Strategy::Mysql, &mut mariadb, |config| config.mysql_url = url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_mariadb_is_down_the_version_lock_answers_503_and_sales_resume_when_it_is_back() {
     let mut mariadb = common::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
-    outage(Strategy::MysqlVersion, &mut mariadb, 46, |config| {
-        config.mysql_url = url
-    })
-    .await;
+    outage(Strategy::MysqlVersion, &mut mariadb, |config| config.mysql_url = url).await;
 }

@@ -11,7 +11,7 @@ use seckill::lock::DistributedLock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_lock_concurrent_read_modify_writes_lose_updates() {
-    let client = common::redis_client(0).await;
+    let client = common::redis_client().await;
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(NoLock), Arc::new(NoLock)];
     let total = common::racing_increments(&client, locks, 4, 25).await;
     assert!(
@@ -22,7 +22,7 @@ async fn without_a_lock_concurrent_read_modify_writes_lose_updates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_with_their_own_in_process_locks_lose_updates() {
-    let client = common::redis_client(0).await;
+    let client = common::redis_client().await;
     // Two LocalLocks stand for the mutexes of two separate processes.
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(LocalLock::default()), Arc::new(LocalLock::default())];
     let total = common::racing_increments(&client, locks, 4, 25).await;

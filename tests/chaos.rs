@@ -20,10 +20,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::ServeProcess;
+use common::{ServeProcess, TestSale};
 use loadtest::nemesis::{Fault, LinkSpec, Nemesis};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, LockError};
+use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
 
 const STOCK: i64 = 100;
@@ -34,8 +35,10 @@ const PAUSE: Duration = Duration::from_millis(1500);
 
 /// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
 /// every sale lingering 50 ms before its write; `flags` come after these.
-fn start_instance(redis_url: &str, fencing: &str, flags: &[&str]) -> ServeProcess {
+fn start_instance(redis_url: &str, sale: &TestSale, fencing: &str, flags: &[&str]) -> ServeProcess {
     let chaos = [
+        "--key-prefix",
+        sale.prefix(),
         "--lock",
         "redis",
         "--fencing",
@@ -103,17 +106,17 @@ impl Crowd {
     }
 
     /// Waits for every buyer to stop, then reads the sale from the stock Redis.
-    async fn outcome(self, redis: &mut redis::aio::MultiplexedConnection) -> Outcome {
+    async fn outcome(self, sale: &TestSale, redis: &mut redis::aio::MultiplexedConnection) -> Outcome {
         for buyer in self.buyers {
             buyer.await.unwrap();
         }
         type Sale = (i64, i64, Vec<String>, Vec<String>, HashMap<String, usize>);
         let (stock, lucky, records, grants, refusals): Sale = redis::pipe()
-            .get("stock")
-            .get("lucky")
-            .lrange("sales", 0, -1)
-            .lrange(seckill::sale::grant_log::GRANTS_KEY, 0, -1)
-            .hgetall(seckill::sale::stock::FENCE_REFUSALS_KEY)
+            .get(sale.keys().stock())
+            .get(sale.keys().lucky())
+            .lrange(sale.keys().sales(), 0, -1)
+            .lrange(sale.keys().grants(), 0, -1)
+            .hgetall(sale.keys().fence_refusals())
             .query_async(redis)
             .await
             .unwrap();
@@ -157,18 +160,19 @@ impl Crowd {
 /// (`GET lock:stock` in `lock_redis`) starts with its holder's instance name.
 async fn wait_until_holds_mid_sale(
     instance: &ServeProcess,
+    sale: &TestSale,
     stock_redis: &mut redis::aio::MultiplexedConnection,
     lock_redis: &mut redis::aio::MultiplexedConnection,
 ) {
     let holds = format!("seckill-{}:", instance.port);
     loop {
         let lucky: i64 = redis::cmd("GET")
-            .arg("lucky")
+            .arg(sale.keys().lucky())
             .query_async(stock_redis)
             .await
             .unwrap_or(0);
         let holder: Option<String> = redis::cmd("GET")
-            .arg("lock:stock")
+            .arg(sale.keys().lock_of(Segment::WHOLE))
             .query_async(lock_redis)
             .await
             .unwrap();
@@ -178,11 +182,11 @@ async fn wait_until_holds_mid_sale(
     }
 }
 
-async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
-    let client = common::redis_client(db).await;
+async fn pause_a_holder(fencing: &str) -> Outcome {
+    let (sale, client) = (TestSale::new(), common::redis_client().await);
     let (a, b) = (
-        start_instance(&common::redis_url(db), fencing, &[]),
-        start_instance(&common::redis_url(db), fencing, &[]),
+        start_instance(&common::redis_url(), &sale, fencing, &[]),
+        start_instance(&common::redis_url(), &sale, fencing, &[]),
     );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
@@ -190,11 +194,11 @@ async fn pause_a_holder(db: u8, fencing: &str) -> Outcome {
     // Once the sale is under way, wait until A holds the lock, and stop it there.
     let mut redis = common::connection(&client).await;
     let mut lock_redis = redis.clone();
-    wait_until_holds_mid_sale(&a, &mut redis, &mut lock_redis).await;
+    wait_until_holds_mid_sale(&a, &sale, &mut redis, &mut lock_redis).await;
     a.signal("-STOP");
     tokio::time::sleep(PAUSE).await;
     a.signal("-CONT");
-    crowd.outcome(&mut redis).await
+    crowd.outcome(&sale, &mut redis).await
 }
 
 /// The two tests stop processes and race on two cores: one at a time.
@@ -208,7 +212,7 @@ const RUNS: usize = 5;
 async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
     let _turn = ONE_AT_A_TIME.lock().await;
     for run in 1..=RUNS {
-        let outcome = pause_a_holder(54, "on").await;
+        let outcome = pause_a_holder("on").await;
         println!("fencing on, run {run}: {outcome:?}");
         // Safe in every run, whether the pause hit the window or not.
         assert_eq!(outcome.units_sold_twice, 0, "{outcome:?}");
@@ -235,7 +239,7 @@ async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
 async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
     let _turn = ONE_AT_A_TIME.lock().await;
     for run in 1..=RUNS {
-        let outcome = pause_a_holder(55, "off").await;
+        let outcome = pause_a_holder("off").await;
         println!("fencing off, run {run}: {outcome:?}");
         assert!(outcome.other_errors.is_empty(), "{outcome:?}");
         if outcome.units_sold_twice > 0 {
@@ -269,7 +273,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
         })
         .await
         .unwrap();
-    let (stock, stock_client) = (common::redis_url(69), common::redis_client(69).await);
+    let (stock, stock_client, sale) = (common::redis_url(), common::redis_client().await, TestSale::new());
     // Only A's lock goes through the nemesis; the stock is not cut off.
     let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
     // Without the local queue, every buyer polls the lock itself. With it, B's next buyer
@@ -278,8 +282,18 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     // (6 runs of 6 on 2026-11-24; A's 21 grants all came after the sell-out), which says
     // nothing about whether the cut-off left the lock stranded.
     let (a, b) = (
-        start_instance(&stock, "off", &["--lock-redis-url", &a_lock, "--local-queue", "false"]),
-        start_instance(&stock, "off", &["--lock-redis-url", &b_lock, "--local-queue", "false"]),
+        start_instance(
+            &stock,
+            &sale,
+            "off",
+            &["--lock-redis-url", &a_lock, "--local-queue", "false"],
+        ),
+        start_instance(
+            &stock,
+            &sale,
+            "off",
+            &["--lock-redis-url", &b_lock, "--local-queue", "false"],
+        ),
     );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
@@ -287,12 +301,12 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     // Once the sale is under way, wait until A holds the lock, and cut it off there.
     let mut stock_redis = common::connection(&stock_client).await;
     let mut lock_holder = common::connection(&lock_redis.client()).await;
-    wait_until_holds_mid_sale(&a, &mut stock_redis, &mut lock_holder).await;
+    wait_until_holds_mid_sale(&a, &sale, &mut stock_redis, &mut lock_holder).await;
     nemesis.strike(Fault::Partition);
     tokio::time::sleep(PAUSE).await;
     let healed_at = seckill::sale::stock::unix_ms();
     nemesis.strike(Fault::Healed);
-    let outcome = crowd.outcome(&mut stock_redis).await;
+    let outcome = crowd.outcome(&sale, &mut stock_redis).await;
     println!("{outcome:?}");
 
     assert_eq!(
@@ -302,7 +316,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
     assert_eq!((outcome.stock, outcome.lucky), (0, STOCK), "{outcome:?}");
     assert!(outcome.other_errors.is_empty(), "{outcome:?}");
     let records: Vec<String> = redis::cmd("LRANGE")
-        .arg("sales")
+        .arg(sale.keys().sales())
         .arg(0)
         .arg(-1)
         .query_async(&mut stock_redis)
@@ -325,12 +339,16 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     let _turn = ONE_AT_A_TIME.lock().await;
     let stock_redis = common::PrivateRedis::start_persistent();
     let url = stock_redis.url();
-    let (a, b) = (start_instance(&url, "on", &[]), start_instance(&url, "on", &[]));
+    let sale = TestSale::new();
+    let (a, b) = (
+        start_instance(&url, &sale, "on", &[]),
+        start_instance(&url, &sale, "on", &[]),
+    );
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
     let mut redis = common::connection(&stock_redis.client()).await;
     while redis::cmd("GET")
-        .arg("lucky")
+        .arg(sale.keys().lucky())
         .query_async::<i64>(&mut redis)
         .await
         .unwrap_or(0)
@@ -342,7 +360,7 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     let (port, data) = stock_redis.crash(); // kill -9, mid-sale
     let restarted = common::PrivateRedis::restart_persistent(port, data);
     let mut redis = common::connection(&restarted.client()).await;
-    let outcome = crowd.outcome(&mut redis).await;
+    let outcome = crowd.outcome(&sale, &mut redis).await;
     println!("{outcome:?}");
 
     assert_eq!(outcome.units_sold_twice, 0, "{outcome:?}");

@@ -89,13 +89,22 @@ fn a_lock_ttl_too_short_to_renew_is_refused() {
 
 #[tokio::test]
 async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
-    common::redis_client(0).await;
+    common::redis_client().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let output = tokio::time::timeout(
         Duration::from_secs(20),
         tokio::task::spawn_blocking(move || {
-            seckill(&["serve", "--port", &port, "--redis-url", &common::redis_url(62)])
+            let sale = common::TestSale::new();
+            seckill(&[
+                "serve",
+                "--port",
+                &port,
+                "--redis-url",
+                &common::redis_url(),
+                "--key-prefix",
+                sale.prefix(),
+            ])
         }),
     )
     .await
@@ -109,12 +118,21 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
 
 #[tokio::test]
 async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
-    common::redis_client(62).await;
+    common::redis_client().await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port().to_string();
     drop(free);
     let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-    command.args(["serve", "--port", &port, "--redis-url", &common::redis_url(62)]);
+    let sale = common::TestSale::new();
+    command.args([
+        "serve",
+        "--port",
+        &port,
+        "--redis-url",
+        &common::redis_url(),
+        "--key-prefix",
+        sale.prefix(),
+    ]);
     for (key, _) in std::env::vars() {
         if key.starts_with("SECKILL_") || key == "RUST_LOG" {
             command.env_remove(key);
@@ -200,7 +218,9 @@ fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_f
             "--mysql-url",
             url,
             "--redis-url",
-            &common::redis_url(62),
+            &common::redis_url(),
+            "--key-prefix",
+            common::TestSale::new().prefix(),
         ]);
         assert_eq!(output.status.code(), Some(1), "{strategy} {url}");
         let message = stderr(&output);
@@ -248,7 +268,9 @@ fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix()
         "--redlock-urls",
         urls,
         "--redis-url",
-        &common::redis_url(62),
+        &common::redis_url(),
+        "--key-prefix",
+        common::TestSale::new().prefix(),
     ]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
@@ -289,6 +311,18 @@ fn a_redlock_node_timeout_that_eats_the_lease_is_refused() {
 }
 
 #[test]
+fn a_key_prefix_that_a_lock_backend_could_not_take_is_refused_with_the_characters_it_may_hold() {
+    let output = seckill(&["serve", "--key-prefix", "shop/7:"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(message.contains("--key-prefix"), "{message}");
+    assert!(
+        message.contains("letters, digits") && message.contains("\"shop/7:\""),
+        "{message}"
+    );
+}
+
+#[test]
 fn an_admin_token_too_short_to_be_a_secret_is_refused() {
     let output = seckill(&["serve", "--admin-token", "secret"]);
     assert_eq!(output.status.code(), Some(2));
@@ -299,10 +333,20 @@ fn an_admin_token_too_short_to_be_a_secret_is_refused() {
     );
 }
 
-/// `seckill serve --lock LOCK ARGS...` against the cli's test Redis: its message, once it exited 1.
+/// `seckill serve --lock LOCK ARGS...` against a sale of its own in the test Redis: its
+/// message, once it exited 1.
 fn refused_message(lock: &str, args: &[&str]) -> String {
-    let redis_url = common::redis_url(62);
-    let output = seckill(&[&["serve", "--lock", lock, "--redis-url", &redis_url], args].concat());
+    let (redis_url, sale) = (common::redis_url(), common::TestSale::new());
+    let serve = [
+        "serve",
+        "--lock",
+        lock,
+        "--redis-url",
+        &redis_url,
+        "--key-prefix",
+        sale.prefix(),
+    ];
+    let output = seckill(&[&serve[..], args].concat());
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     stderr(&output)
 }

@@ -34,10 +34,11 @@ const TTL: Duration = Duration::from_secs(30);
 const JUMP_PAST_TTL_MS: i64 = TTL.as_millis() as i64 + 1_000;
 const INITIAL: i64 = 10;
 
-/// The stock, in test Redis database `db`, emptied of earlier runs.
-async fn stock(db: u8) -> StockStore {
-    let client = common::redis_client(db).await;
-    let store = StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
+/// The stock of a sale of the test's own, put on sale.
+async fn stock() -> StockStore {
+    let client = common::redis_client().await;
+    let store = StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
+        .with_keys(common::TestSale::new().keys().clone());
     store.reset(INITIAL).await.unwrap();
     store
 }
@@ -98,7 +99,7 @@ async fn units_sold_twice(store: &StockStore) -> i64 {
 /// The `stock_before` of every sale record, oldest first.
 async fn stock_read_by_each_sale(store: &StockStore) -> Vec<i64> {
     let records: Vec<String> = redis::cmd("LRANGE")
-        .arg("sales")
+        .arg(store.keys().sales())
         .arg(0)
         .arg(-1)
         .query_async(&mut store.connection())
@@ -158,7 +159,7 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
     let both_held = (a.is_held(), b.is_held());
 
     // The sale's steps, unfenced since Redlock has no token: A reads, B sells, A writes late.
-    let store = stock(74).await;
+    let store = stock().await;
     let (mut seller_a, mut seller_b) = (Holder::new("A", &store, None), Holder::new("B", &store, None));
     seller_a.read().await;
     seller_b.read().await;
@@ -196,8 +197,8 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
     };
     let clock = WallClock::for_redis();
     let lock_redis = PrivateRedis::start_with_clock(&clock);
-    let store = stock(75).await;
-    let stock_client = common::redis_client(75).await;
+    let store = stock().await;
+    let stock_client = common::redis_client().await;
     // Two instances' locks, their tokens checked by the stock.
     let (client_a, client_b) = (
         RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
@@ -250,13 +251,15 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
 /// One `seckill serve --lock redis` process whose wall clock follows `clock`. Leases of
 /// 500 ms, and every sale lingers 20 ms between its lease check and its write, so a jump
 /// lands while a lease is held.
-fn start_instance(db: u8, clock: &WallClock) -> ServeProcess {
-    let redis_url = common::redis_url(db);
+fn start_instance(sale: &common::TestSale, clock: &WallClock) -> ServeProcess {
+    let redis_url = common::redis_url();
     let args = [
         "--lock",
         "redis",
         "--redis-url",
         &redis_url,
+        "--key-prefix",
+        sale.prefix(),
         "--lock-ttl-ms",
         "500",
         "--chaos-pause-before-write-ms",
@@ -283,10 +286,9 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
 ) {
     const STOCK: i64 = 60;
     const HOUR_MS: i64 = 3_600_000;
-    let db = 76;
-    let redis = common::redis_client(db).await;
+    let (sale, redis) = (common::TestSale::new(), common::redis_client().await);
     let clock = WallClock::for_seckill();
-    let instance = start_instance(db, &clock);
+    let instance = start_instance(&sale, &clock);
     common::reset_stock(&instance.url(), STOCK).await;
     let buyers: Vec<_> = (0..8)
         .map(|_| tokio::spawn(buy_until_sold_out(instance.url())))
@@ -298,8 +300,8 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
     for (quarter, offset_ms) in [(1, HOUR_MS), (2, 0), (3, -HOUR_MS)] {
         loop {
             let (lucky, holder): (Option<i64>, Option<String>) = redis::pipe()
-                .get("lucky")
-                .get(seckill::lock::STOCK_LOCK_KEY)
+                .get(sale.keys().lucky())
+                .get(sale.keys().lock_of(seckill::sale::segments::Segment::WHOLE))
                 .query_async(&mut connection)
                 .await
                 .unwrap();
@@ -316,9 +318,9 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
         answers.extend(buyer.await.unwrap());
     }
     let snapshot: (i64, i64, Vec<String>) = redis::pipe()
-        .get("stock")
-        .get("lucky")
-        .lrange("sales", 0, -1)
+        .get(sale.keys().stock())
+        .get(sale.keys().lucky())
+        .lrange(sale.keys().sales(), 0, -1)
         .query_async(&mut connection)
         .await
         .unwrap();

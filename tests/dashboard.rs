@@ -11,8 +11,6 @@ use std::process::Command;
 
 use seckill::strategy::Strategy;
 
-const DB: u8 = 59;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -21,8 +19,9 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
         root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
         "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
     );
-    let first = common::instance(Strategy::Redis, DB, 10_000).await;
-    let second = common::instance(Strategy::Redis, DB, 10_000).await;
+    let sale = common::TestSale::new();
+    let first = common::instance(Strategy::Redis, &sale, 10_000).await;
+    let second = common::instance(Strategy::Redis, &sale, 10_000).await;
     common::reset_stock(&first.url, 150).await;
 
     // A crowd first, so the page opens on a sale already under way across both instances.
@@ -78,7 +77,7 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
 
 #[tokio::test]
 async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
-    let instance = common::instance(Strategy::Redis, DB + 1, 10_000).await;
+    let instance = common::instance(Strategy::Redis, &common::TestSale::new(), 10_000).await;
     let http = reqwest::Client::new();
     let page = http.get(format!("{}/", instance.url)).send().await.unwrap();
     assert_eq!(page.status(), 200);

@@ -194,8 +194,12 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
     ];
     let mut instances = Vec::new();
     for url in spellings {
-        instances
-            .push(common::instance_with(Strategy::RedisDegrade, 73, |config| config.lock_redis_url = Some(url)).await);
+        instances.push(
+            common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
+                config.lock_redis_url = Some(url)
+            })
+            .await,
+        );
     }
     tokio::time::sleep(TTL).await; // every instance has renewed its mode lease
 
@@ -223,7 +227,10 @@ async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
     use seckill::strategy::Strategy;
     let lock_redis = PrivateRedis::start();
     let url = lock_redis.url().to_owned();
-    let instance = common::instance_with(Strategy::RedisDegrade, 73, |config| config.lock_redis_url = Some(url)).await;
+    let instance = common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
+        config.lock_redis_url = Some(url)
+    })
+    .await;
     let metrics = reqwest::get(format!("{}/metrics", instance.url))
         .await
         .unwrap()

@@ -15,7 +15,6 @@ use seckill::lock::parts::master_connection::MasterAddress;
 use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
 use seckill::lock::{DistributedLock, LockError};
 
-const STOCK_DB: u8 = 79;
 /// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
 const TTL_MS: u64 = 6000;
 
@@ -33,7 +32,7 @@ fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel
 
 async fn lock_behind(sentinel: &PrivateSentinel, options: RedisLockOptions) -> RedisLock {
     let address = MasterAddress::parse(&sentinel.url()).unwrap();
-    RedisLock::connect_fenced_by(address, &redis_client(STOCK_DB).await, options)
+    RedisLock::connect_fenced_by(address, &redis_client().await, options)
         .await
         .expect("the lock finds the master through the Sentinel")
 }
@@ -299,7 +298,7 @@ async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outran
     // The instances restart: a new handle whose first master is the promoted replica.
     // Just after the promotion the Sentinel may not vouch for it yet: ask again.
     let address = MasterAddress::parse(&sentinel.url()).unwrap();
-    let (stock, promoted) = (redis_client(STOCK_DB).await, Instant::now());
+    let (stock, promoted) = (redis_client().await, Instant::now());
     let restarted = loop {
         match RedisLock::connect_fenced_by(address.clone(), &stock, redis_options(TTL_MS, true)).await {
             Ok(lock) => break lock,

@@ -31,9 +31,11 @@ fn interleavings() -> Vec<[Step; 4]> {
     ]
 }
 
-async fn store(db: u8) -> StockStore {
-    let client = common::redis_client(db).await;
+/// The stock of a sale of the test's own.
+async fn store() -> StockStore {
+    let client = common::redis_client().await;
     StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
+        .with_keys(common::TestSale::new().keys().clone())
 }
 
 /// Plays one interleaving: each holder writes `read - 1` if its read was allowed and
@@ -102,7 +104,7 @@ fn token(counter: u64) -> Option<FencingToken> {
 
 #[tokio::test]
 async fn two_fenced_holders_never_sell_one_unit_twice_in_any_order() {
-    let store = store(30).await;
+    let store = store().await;
     for order in interleavings() {
         let (sold_twice, outcomes) = play(&store, &order, [token(33), token(34)]).await;
         assert_eq!(sold_twice, 0, "{order:?} sold a unit twice: {outcomes:?}");
@@ -118,7 +120,7 @@ async fn two_fenced_holders_never_sell_one_unit_twice_in_any_order() {
 /// only one of them sell.
 #[tokio::test]
 async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order() {
-    let store = store(37).await;
+    let store = store().await;
     for order in interleavings() {
         let (sold_twice, outcomes) = play(&store, &order, [token(7), token(7)]).await;
         assert_eq!(
@@ -134,7 +136,7 @@ async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order()
 
 #[tokio::test]
 async fn an_older_token_is_refused_once_a_newer_one_has_read() {
-    let store = store(31).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     assert!(matches!(
         store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap(),
@@ -148,7 +150,7 @@ async fn an_older_token_is_refused_once_a_newer_one_has_read() {
 
 #[tokio::test]
 async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
-    let store = store(32).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     let switched = Some(FencingToken::new("mysql", 1, 2));
     assert!(matches!(
@@ -164,7 +166,7 @@ async fn a_newer_epoch_beats_any_counter_of_an_older_one() {
 
 #[tokio::test]
 async fn a_reset_clears_the_high_water_mark_for_a_new_sale() {
-    let store = store(33).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     store.read(Segment::WHOLE, token(34).as_ref(), "a-sale").await.unwrap();
     store.reset(INITIAL).await.unwrap();
@@ -176,7 +178,7 @@ async fn a_reset_clears_the_high_water_mark_for_a_new_sale() {
 
 #[tokio::test]
 async fn without_tokens_the_same_interleavings_sell_a_unit_twice() {
-    let store = store(34).await;
+    let store = store().await;
     let mut orders_that_oversold = 0;
     for order in interleavings() {
         let (sold_twice, _) = play(&store, &order, [None, None]).await;
@@ -193,7 +195,7 @@ async fn without_tokens_the_same_interleavings_sell_a_unit_twice() {
 
 #[tokio::test]
 async fn a_sale_settled_as_aborted_cannot_be_written_later() {
-    let store = store(35).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
@@ -214,7 +216,7 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
 
 #[tokio::test]
 async fn a_sale_written_before_it_is_settled_settles_as_sold() {
-    let store = store(36).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     let seller = seller("settle-test", "test");
     let record = SaleRecord::new(&seller, "early-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
@@ -244,7 +246,7 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
 async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
     const SOLD_BEFORE: usize = 20;
     let lock_redis = common::PrivateRedis::start();
-    let instance = common::instance_with(Strategy::Redis, 38, |config| {
+    let instance = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
         config.lock_redis_url = Some(lock_redis.url());
     })
     .await;
@@ -276,10 +278,10 @@ async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
 /// on sale. Its write must not become the new sale's stock, records or orders.
 #[tokio::test]
 async fn an_unfenced_write_whose_sale_was_reset_commits_nothing_in_the_new_sale() {
-    let store = store(104).await.with_orders(true);
+    let store = store().await.with_orders(true);
     let orders_queued = || async {
         redis::cmd("XLEN")
-            .arg(seckill::sale::stock::ORDERS_STREAM)
+            .arg(store.keys().orders())
             .query_async::<i64>(&mut store.connection())
             .await
             .unwrap()
@@ -310,7 +312,7 @@ async fn an_unfenced_write_whose_sale_was_reset_commits_nothing_in_the_new_sale(
 /// the seller asked. "Not sold" would be a lie: the unit was sold (and its order queued).
 #[tokio::test]
 async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
-    let store = store(105).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     let StockRead::Stock { units, sale } = store.read(Segment::WHOLE, None, "answer-lost").await.unwrap() else {
         panic!("the read should find the stock");
@@ -335,7 +337,7 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
 /// its write (`--chaos-pause-before-write-ms 300`), and a reset to 100 lands in the pause.
 #[tokio::test]
 async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
-    let instance = common::instance_with(Strategy::Redlock, 106, |config| {
+    let instance = common::instance_with(Strategy::Redlock, &common::TestSale::new(), |config| {
         config.chaos_pause_before_write_ms = Some(300);
     })
     .await;
@@ -362,7 +364,7 @@ async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
 /// read nothing before it sold, so it carries the sale's name its store last saw.
 #[tokio::test]
 async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold() {
-    let store = store(108).await;
+    let store = store().await;
     store.reset(INITIAL).await.unwrap();
     let seller = seller("atomic-settle-test", "atomic");
     let first = SaleRecord::new(&seller, "atomic-first", Segment::WHOLE, 0, None, 0.0, 0);

@@ -36,7 +36,7 @@ async fn assert_refused(request: reqwest::RequestBuilder, status: u16, code: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_hostile_requests_get_clear_errors_and_change_nothing() {
-    let app = common::instance(Strategy::Redis, 51, 1000).await;
+    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
     let http = reqwest::Client::new();
     let reset = || {
         http.post(format!("{}/stock/reset", app.url))
@@ -185,7 +185,7 @@ fn allow_open_files(files: u64) {
 async fn thousands_of_idle_connections_do_not_stop_a_buyer() {
     const IDLE: usize = 3000;
     allow_open_files(4 * IDLE as u64 + 1024);
-    let app = common::instance(Strategy::Redis, 52, 1000).await;
+    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
     let mut idle = Vec::with_capacity(IDLE);
     for _ in 0..IDLE {
         idle.push(
@@ -213,7 +213,11 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
             .body(r#"{"stock": 5}"#)
     };
     // Configured for every address, no token: resets are refused outright.
-    let open = common::instance_with(Strategy::Redis, 53, |config| config.bind = "0.0.0.0".parse().unwrap()).await;
+    let sale = common::TestSale::new();
+    let open = common::instance_with(Strategy::Redis, &sale, |config| {
+        config.bind = "0.0.0.0".parse().unwrap()
+    })
+    .await;
     let before = snapshot(&open.url).await;
     assert_refused(reset(&open.url), 403, "forbidden").await;
     assert_refused(reset(&open.url).bearer_auth("a-guess-of-sixteen"), 403, "forbidden").await;
@@ -222,7 +226,7 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
 
     // With a token: only the token resets.
     let token = "0123456789abcdef-admin";
-    let guarded = common::instance_with(Strategy::Redis, 53, |config| {
+    let guarded = common::instance_with(Strategy::Redis, &sale, |config| {
         config.bind = "0.0.0.0".parse().unwrap();
         config.admin_token = Some(token.to_owned());
     })

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use seckill::lock::STOCK_LOCK_KEY;
+use seckill::sale::segments::Segment;
 use seckill::strategy::Strategy;
 
 async fn get(url: String) -> (u16, Value) {
@@ -26,8 +26,8 @@ async fn post(url: String, body: Option<&str>) -> (u16, Value) {
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
-async fn redis_set(db: u8, key: &str, value: &str) {
-    let client = common::redis_client(db).await;
+async fn redis_set(key: &str, value: &str) {
+    let client = common::redis_client().await;
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg(value)
@@ -43,7 +43,8 @@ fn assert_error_shape(body: &Value, code: &str) {
 
 #[tokio::test]
 async fn reduce_sells_one_unit_per_request_until_sold_out() {
-    let app = common::instance(Strategy::Redis, 1, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 5000).await;
     let (status, _) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 2}"#)).await;
     assert_eq!(status, 200);
 
@@ -77,7 +78,8 @@ async fn reduce_sells_one_unit_per_request_until_sold_out() {
 
 #[tokio::test]
 async fn the_atomic_script_sells_and_records_like_the_locked_path() {
-    let app = common::instance(Strategy::Atomic, 2, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Atomic, &sale, 5000).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 1}"#)).await;
     let (_, sold) = get(format!("{}/stock/reduce", app.url)).await;
     let (_, sold_out) = get(format!("{}/stock/reduce", app.url)).await;
@@ -87,9 +89,9 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
     );
     assert_eq!(sold_out["sold"], false);
 
-    let client = common::redis_client(2).await;
+    let client = common::redis_client().await;
     let records: Vec<String> = redis::cmd("LRANGE")
-        .arg("sales")
+        .arg(sale.keys().sales())
         .arg(0)
         .arg(-1)
         .query_async(&mut common::connection(&client).await)
@@ -106,7 +108,8 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
 
 #[tokio::test]
 async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
-    let app = common::instance(Strategy::Redis, 3, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 5000).await;
     let (status, body) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": -5}"#)).await;
     assert_eq!(status, 400);
     assert_error_shape(&body, "bad_request");
@@ -134,7 +137,8 @@ async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
 
 #[tokio::test]
 async fn reset_refuses_a_plain_form_post_as_another_web_page_would_send_it() {
-    let app = common::instance(Strategy::Redis, 4, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 5000).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 7}"#)).await;
     let client = reqwest::Client::new();
     for content_type in [Some("application/x-www-form-urlencoded"), Some("text/plain"), None] {
@@ -152,23 +156,25 @@ async fn reset_refuses_a_plain_form_post_as_another_web_page_would_send_it() {
 
 #[tokio::test]
 async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() {
-    let app = common::instance(Strategy::Redis, 5, 200).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 200).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 10}"#)).await;
     // Another holder sits on the stock lock.
-    hold_the_stock_lock(5, 10_000).await;
-    let client = common::redis_client(5).await;
+    hold_the_stock_lock(&sale, 10_000).await;
+    let client = common::redis_client().await;
 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 503);
     assert_error_shape(&body, "lock_timeout");
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(10), json!(0)));
-    common::delete_key(&client, STOCK_LOCK_KEY).await;
+    common::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
 }
 
 #[tokio::test]
 async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() {
-    let app = common::instance(Strategy::Local, 6, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Local, &sale, 5000).await;
     let (status, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(status, 200);
     assert_eq!(health["strategy"], "local");
@@ -179,7 +185,7 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
     let (status, ready) = get(format!("{}/readyz", app.url)).await;
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
 
-    let fenced = common::instance(Strategy::Redis, 6, 5000).await;
+    let fenced = common::instance(Strategy::Redis, &sale, 5000).await;
     let health = get(format!("{}/healthz", fenced.url)).await.1;
     assert_eq!(health["fencing"], "on");
     assert_eq!(health["hand_over"], true, "the Redis lock hands over: {health}");
@@ -189,14 +195,18 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
 async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
     // `--hand-over` is on by default, but a Redis lock that waits for replicas cannot
     // grant the next local buyer in its release: only an acquire waits for them.
-    let app = common::instance_with(Strategy::Redis, 6, |config| config.lock_redis_wait_replicas = 1).await;
+    let app = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
+        config.lock_redis_wait_replicas = 1
+    })
+    .await;
     let (_, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(health["hand_over"], false, "{health}");
 }
 
 #[tokio::test]
 async fn every_error_is_the_same_json_shape_even_those_axum_makes() {
-    let app = common::instance(Strategy::Redis, 7, 5000).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 5000).await;
     let client = reqwest::Client::new();
 
     let response = client.get(format!("{}/no/such/route", app.url)).send().await.unwrap();
@@ -222,30 +232,65 @@ async fn every_error_is_the_same_json_shape_even_those_axum_makes() {
 
 #[tokio::test]
 async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
-    for (strategy, db) in [(Strategy::Redis, 8), (Strategy::Atomic, 9)] {
-        let app = common::instance(strategy, db, 5000).await;
+    for strategy in [Strategy::Redis, Strategy::Atomic] {
+        let sale = common::TestSale::new();
+        let app = common::instance(strategy, &sale, 5000).await;
         post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
-        redis_set(db, "stock", "abc").await;
+        redis_set(&sale.keys().stock(), "abc").await;
         let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
         assert_eq!(status, 500, "{strategy}: {body}");
         assert_error_shape(&body, "stock_corrupt");
         let message = body["message"].as_str().unwrap();
         assert!(
-            message.contains("`stock`") && message.contains("abc"),
+            message.contains(&format!("`{}`", sale.keys().stock())) && message.contains("abc"),
             "{strategy}: {message}"
         );
         assert!(
             !message.contains("make services"),
             "this is not a server that is down: {message}"
         );
-        let client = common::redis_client(db).await;
+        let client = common::redis_client().await;
         let lucky: i64 = redis::cmd("GET")
-            .arg("lucky")
+            .arg(sale.keys().lucky())
             .query_async(&mut common::connection(&client).await)
             .await
             .unwrap();
         assert_eq!(lucky, 0, "{strategy} sold something");
     }
+}
+
+/// A sale under a prefix, with every option that adds keys (segments, one unit per
+/// buyer, orders, the sold-out flag, the grant log, the refusals count), on a Redis of
+/// its own: every key in it must start with the prefix, the lock's too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
+    let redis = common::PrivateRedis::start();
+    let mut config = seckill::config::Config::defaults();
+    config.lock = Strategy::Redis;
+    config.redis_url = redis.url();
+    config.key_prefix = "shop-7:".to_owned();
+    config.stock_segments = 2;
+    config.one_per_buyer = true;
+    config.orders = true;
+    config.sold_out_flag = true;
+    config.mysql_url = common::mysql_url();
+    let app = seckill::server::Instance::start(config).await.expect("instance starts");
+    post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 3}"#)).await;
+    for buyer in ["ann", "ann", "bob", "cy", "dee", "eve"] {
+        get(format!("{}/stock/reduce?buyer={buyer}", app.url)).await;
+    }
+    let (status, stock) = get(format!("{}/stock", app.url)).await;
+    assert_eq!((status, stock["lucky"].clone()), (200, json!(3)), "{stock}");
+    app.stop().await.unwrap();
+
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut common::connection(&redis.client()).await)
+        .await
+        .unwrap();
+    assert!(keys.len() >= 8, "the sale wrote its keys: {keys:?}");
+    let strays: Vec<&String> = keys.iter().filter(|key| !key.starts_with("shop-7:")).collect();
+    assert!(strays.is_empty(), "keys outside the prefix: {strays:?} (all: {keys:?})");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,11 +460,11 @@ async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
     assert_eq!(stock["stock"].as_i64().unwrap() + lucky, 100000);
 }
 
-/// Takes the stock lock in `db` as another holder would, for `ms`.
-async fn hold_the_stock_lock(db: u8, ms: u64) {
-    let client = common::redis_client(db).await;
+/// Takes the lock of `sale`'s stock as another holder would, for `ms`.
+async fn hold_the_stock_lock(sale: &common::TestSale, ms: u64) {
+    let client = common::redis_client().await;
     let _: () = redis::cmd("SET")
-        .arg(STOCK_LOCK_KEY)
+        .arg(sale.keys().lock_of(Segment::WHOLE))
         .arg("someone-else")
         .arg("PX")
         .arg(ms)
@@ -430,13 +475,13 @@ async fn hold_the_stock_lock(db: u8, ms: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() {
-    let db = 41;
-    let app = common::instance_with(Strategy::Redis, db, |config| {
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
         config.acquire_timeout_ms = 3_000;
         config.max_in_flight = 1;
     })
     .await;
-    hold_the_stock_lock(db, 2_000).await;
+    hold_the_stock_lock(&sale, 2_000).await;
     let waiting = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -455,14 +500,14 @@ async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_grace_period() {
-    let db = 40;
-    let app = common::instance_with(Strategy::Redis, db, |config| {
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
         config.acquire_timeout_ms = 30_000;
         config.shutdown_grace_ms = 300;
     })
     .await;
-    hold_the_stock_lock(db, 20_000).await;
-    let client = common::redis_client(db).await;
+    hold_the_stock_lock(&sale, 20_000).await;
+    let client = common::redis_client().await;
     let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -474,5 +519,5 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
         started.elapsed()
     );
     stuck.abort();
-    common::delete_key(&client, STOCK_LOCK_KEY).await;
+    common::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
 }

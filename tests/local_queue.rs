@@ -17,7 +17,6 @@ use seckill::sale::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
 use seckill::strategy::Strategy;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
-const DB: u8 = 61;
 const BUYERS: usize = 60;
 /// A line long enough to last several runs of hand-overs.
 const LONG_LINE: usize = 300;
@@ -28,7 +27,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 /// What the lock of one `mysql-version` instance counted (`lock_stats` in /healthz)
 /// while `BUYERS` bought from it at once, each a unit, with the settings `adjust` changes.
 async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Config)) -> serde_json::Value {
-    let instance = common::instance_with(Strategy::MysqlVersion, DB, |config| {
+    let instance = common::instance_with(Strategy::MysqlVersion, &common::TestSale::new(), |config| {
         config.acquire_timeout_ms = 30_000;
         adjust(config);
     })
@@ -111,8 +110,9 @@ async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_
 async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let adjust = |config: &mut seckill::config::Config| config.acquire_timeout_ms = 30_000;
-    let busy = common::instance_with(Strategy::MysqlVersion, DB, adjust).await;
-    let other = common::instance_with(Strategy::MysqlVersion, DB, adjust).await;
+    let sale = common::TestSale::new();
+    let busy = common::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
+    let other = common::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
     common::reset_stock(&busy.url, 1_000).await;
     let http = reqwest::Client::new();
     let line: Vec<_> = (0..LONG_LINE)

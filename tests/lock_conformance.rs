@@ -60,8 +60,6 @@ struct Traits {
     /// How long a vanished holder may keep the key: its lease or session timeout.
     /// `None` when holders cannot vanish apart from their lock (the in-process lock).
     vanished_holder_frees_within: Option<Duration>,
-    /// A test Redis database of its own, for the tests that use the stock's fixed keys.
-    stock_db: u8,
 }
 
 type Hook<T> = Box<dyn FnOnce(T) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
@@ -97,7 +95,7 @@ struct Subject {
 impl Subject {
     /// `n` contenders with their hooks, and a client of the test Redis they use.
     async fn contenders_with_hooks(&self, n: usize) -> (::redis::Client, Vec<Contender>) {
-        let client = common::redis_client(0).await;
+        let client = common::redis_client().await;
         let contenders = (self.make_contenders)(client.clone(), n).await;
         (client, contenders)
     }
@@ -334,8 +332,9 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
     let (_, mut contenders) = subject.contenders_with_hooks(2).await;
     let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
     let lose_lease = contenders.remove(0).lose_lease;
-    let stock_client = common::redis_client(subject.traits.stock_db).await;
-    let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap());
+    let stock_client = common::redis_client().await;
+    let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap())
+        .with_keys(common::TestSale::new().keys().clone());
     store.reset(10).await.unwrap();
     let key = common::unique_key("lost");
 
@@ -499,7 +498,6 @@ conformance_suite!(
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(900)),
-        stock_db: 20
     },
     |client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
@@ -534,7 +532,6 @@ conformance_suite!(
         lease: true,
         // etcd grants at least its minimum lease, 2 s with default settings.
         vanished_holder_frees_within: Some(Duration::from_secs(2)),
-        stock_db: 22
     },
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
@@ -566,7 +563,6 @@ conformance_suite!(
         lease: true,
         // The server expires the session itself; no timeout to wait for.
         vanished_holder_frees_within: Some(Duration::from_secs(1)),
-        stock_db: 23
     },
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
@@ -636,7 +632,6 @@ conformance_suite!(
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
-        stock_db: 24
     },
     |_client: ::redis::Client, n: usize| async move {
         let options = MySqlLockOptions {
@@ -656,7 +651,6 @@ conformance_suite!(
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(MYSQL_TTL),
-        stock_db: 25
     },
     |_client: ::redis::Client, n: usize| async move {
         let options = MySqlVersionLockOptions {
@@ -681,7 +675,6 @@ conformance_suite!(
         fencing_tokens: false,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
-        stock_db: 26
     },
     |_client: ::redis::Client, n: usize| async move {
         let urls = common::redlock_urls();
@@ -783,7 +776,6 @@ conformance_suite!(
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
-        stock_db: 27
     },
     |client: ::redis::Client, n: usize| async move { degrading_contenders(client, n, "redis").await }
 );
@@ -796,7 +788,6 @@ conformance_suite!(
         fencing_tokens: true,
         lease: true,
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
-        stock_db: 28
     },
     |client: ::redis::Client, n: usize| async move { degrading_contenders(client, n, "mysql").await }
 );
@@ -810,7 +801,6 @@ conformance_suite!(
         lease: false,
         // An in-process lock lives and dies with its process: nothing outside to free.
         vanished_holder_frees_within: None,
-        stock_db: 21
     },
     |_client: ::redis::Client, n: usize| async move {
         // One process, one lock: every contender shares it.

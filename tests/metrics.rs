@@ -3,7 +3,7 @@
 
 mod common;
 
-use seckill::lock::STOCK_LOCK_KEY;
+use seckill::sale::segments::Segment;
 use seckill::strategy::Strategy;
 
 /// The value of one sample, `name{labels} value`, as the text format prints it.
@@ -22,7 +22,8 @@ async fn scrape(url: &str) -> String {
 
 #[tokio::test]
 async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
-    let app = common::instance(Strategy::Redis, 56, 300).await;
+    let sale = common::TestSale::new();
+    let app = common::instance(Strategy::Redis, &sale, 300).await;
     common::reset_stock(&app.url, 2).await;
     let before = scrape(&app.url).await;
     assert_eq!(sample(&before, "seckill_units_sold_total"), Some(0.0), "{before}");
@@ -40,9 +41,9 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
         reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
     }
     // Someone else holds the lock for longer than the 300 ms acquire timeout.
-    let client = common::redis_client(56).await;
+    let client = common::redis_client().await;
     let _: () = redis::cmd("SET")
-        .arg(STOCK_LOCK_KEY)
+        .arg(sale.keys().lock_of(Segment::WHOLE))
         .arg("someone-else")
         .arg("PX")
         .arg(5000)

@@ -281,7 +281,10 @@ async fn under_autoinc_lock_mode_0_a_later_grant_always_has_the_larger_token() {
 async fn the_service_refuses_the_mysql_lock_on_a_server_in_the_default_mode() {
     let server = PrivateServer::mariadb_with(&[DEFAULT_MODE]);
     let url = server.mysql_url();
-    let error = common::start_refused(Strategy::Mysql, 103, |config| config.mysql_url = url).await;
+    let error = common::start_refused(Strategy::Mysql, &common::TestSale::new(), |config| {
+        config.mysql_url = url
+    })
+    .await;
     for needed in [
         "innodb_autoinc_lock_mode = 0",
         "and it is 1",
@@ -291,7 +294,7 @@ async fn the_service_refuses_the_mysql_lock_on_a_server_in_the_default_mode() {
         assert!(error.contains(needed), "the refusal says {needed:?}: {error}");
     }
     // The version lock does not use AUTO_INCREMENT: it starts on the same server.
-    let version = common::instance_with(Strategy::MysqlVersion, 103, |config| {
+    let version = common::instance_with(Strategy::MysqlVersion, &common::TestSale::new(), |config| {
         config.mysql_url = server.mysql_url()
     })
     .await;

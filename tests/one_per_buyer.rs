@@ -10,8 +10,8 @@ mod common;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-async fn instance(strategy: Strategy, db: u8, one_per_buyer: bool, segments: u32) -> Instance {
-    common::instance_with(strategy, db, |config| {
+async fn instance(strategy: Strategy, sale: &common::TestSale, one_per_buyer: bool, segments: u32) -> Instance {
+    common::instance_with(strategy, sale, |config| {
         config.one_per_buyer = one_per_buyer;
         config.stock_segments = segments;
     })
@@ -24,9 +24,10 @@ async fn instance(strategy: Strategy, db: u8, one_per_buyer: bool, segments: u32
 /// buyer still gets a unit.
 #[tokio::test]
 async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_unit() {
+    let sale = common::TestSale::new();
     let (first, second) = (
-        instance(Strategy::Redis, 91, true, 4).await,
-        instance(Strategy::Redis, 91, true, 4).await,
+        instance(Strategy::Redis, &sale, true, 4).await,
+        instance(Strategy::Redis, &sale, true, 4).await,
     );
     common::reset_stock(&first.url, 300).await;
     let http = reqwest::Client::new();
@@ -39,7 +40,7 @@ async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_u
     let refused = answers.iter().filter(|answer| *answer == "409 already_bought").count();
     assert_eq!((sold, refused), (1, 19), "{answers:?}");
     assert_eq!(common::buy_as(&http, &second.url, "bob").await, "sold");
-    let buyers: Vec<Option<String>> = common::sale_records(91)
+    let buyers: Vec<Option<String>> = common::sale_records(&sale)
         .await
         .into_iter()
         .map(|record| record.buyer)
@@ -52,7 +53,8 @@ async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_u
 
 #[tokio::test]
 async fn the_atomic_script_holds_a_buyer_to_one_unit_and_a_reset_forgets_the_buyers() {
-    let app = instance(Strategy::Atomic, 92, true, 1).await;
+    let sale = common::TestSale::new();
+    let app = instance(Strategy::Atomic, &sale, true, 1).await;
     let http = reqwest::Client::new();
     common::reset_stock(&app.url, 10).await;
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
@@ -71,7 +73,8 @@ async fn the_atomic_script_holds_a_buyer_to_one_unit_and_a_reset_forgets_the_buy
 /// says what to send.
 #[tokio::test]
 async fn a_request_without_a_buyer_or_with_a_malformed_one_is_refused_and_sells_nothing() {
-    let app = instance(Strategy::Redis, 93, true, 1).await;
+    let sale = common::TestSale::new();
+    let app = instance(Strategy::Redis, &sale, true, 1).await;
     let http = reqwest::Client::new();
     common::reset_stock(&app.url, 10).await;
     let answer = http.get(format!("{}/stock/reduce", app.url)).send().await.unwrap();
@@ -81,19 +84,20 @@ async fn a_request_without_a_buyer_or_with_a_malformed_one_is_refused_and_sells_
     assert!(body["message"].as_str().unwrap().contains("?buyer="), "{body}");
     assert_eq!(common::buy_as(&http, &app.url, "two%20words").await, "400 bad_request");
     assert_eq!(common::buy_as(&http, &app.url, "").await, "400 bad_request");
-    assert!(common::sale_records(93).await.is_empty(), "nothing was sold");
+    assert!(common::sale_records(&sale).await.is_empty(), "nothing was sold");
     app.stop().await.unwrap();
 }
 
 #[tokio::test]
 async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought() {
-    let app = instance(Strategy::Redis, 94, false, 1).await;
+    let sale = common::TestSale::new();
+    let app = instance(Strategy::Redis, &sale, false, 1).await;
     let http = reqwest::Client::new();
     common::reset_stock(&app.url, 10).await;
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
     assert_eq!(common::buy(&http, &app.url).await, "sold", "no buyer needed");
-    let buyers: Vec<Option<String>> = common::sale_records(94)
+    let buyers: Vec<Option<String>> = common::sale_records(&sale)
         .await
         .into_iter()
         .map(|record| record.buyer)

@@ -11,12 +11,11 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use seckill::orders::ORDERS_GROUP;
-use seckill::sale::stock::ORDERS_STREAM;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-async fn instance(db: u8, mysql_url: String) -> Instance {
-    common::instance_with(Strategy::Redis, db, |config| {
+async fn instance(sale: &common::TestSale, mysql_url: String) -> Instance {
+    common::instance_with(Strategy::Redis, sale, |config| {
         config.orders = true;
         config.orders_claim_idle_ms = 200;
         config.mysql_url = mysql_url;
@@ -24,11 +23,11 @@ async fn instance(db: u8, mysql_url: String) -> Instance {
     .await
 }
 
-/// The sale's name and the ids of the units sold, from the test Redis database `db`.
-async fn sold(db: u8) -> (String, BTreeSet<String>) {
-    let mut redis = common::connection(&common::redis_client(db).await).await;
-    let name: String = redis.get("stock:sale").await.unwrap();
-    let ids = common::sale_records(db)
+/// The sale's name and the ids of the units sold.
+async fn sold(sale: &common::TestSale) -> (String, BTreeSet<String>) {
+    let mut redis = common::connection(&common::redis_client().await).await;
+    let name: String = redis.get(sale.keys().sale_name()).await.unwrap();
+    let ids = common::sale_records(sale)
         .await
         .into_iter()
         .map(|record| record.sale_id)
@@ -52,6 +51,7 @@ async fn orders_of(mysql_url: &str, name: &str) -> Vec<(String, Option<String>)>
 /// (a writer deletes an entry once its row is written) and the group none pending;
 /// panics after `within`.
 async fn wait_for_orders(
+    sale: &common::TestSale,
     redis: &mut redis::aio::MultiplexedConnection,
     mysql_url: &str,
     name: &str,
@@ -63,13 +63,13 @@ async fn wait_for_orders(
         let orders = orders_of(mysql_url, name).await;
         // NOGROUP until a consumer has created the group: not drained yet.
         let pending: redis::RedisResult<redis::Value> = redis::cmd("XPENDING")
-            .arg(ORDERS_STREAM)
+            .arg(sale.keys().orders())
             .arg(ORDERS_GROUP)
             .query_async(redis)
             .await;
         let none_pending =
             matches!(&pending, Ok(redis::Value::Array(summary)) if summary.first() == Some(&redis::Value::Int(0)));
-        let left: usize = redis.xlen(ORDERS_STREAM).await.unwrap();
+        let left: usize = redis.xlen(sale.keys().orders()).await.unwrap();
         if orders.len() == count && none_pending && left == 0 {
             return orders;
         }
@@ -84,10 +84,11 @@ async fn wait_for_orders(
 
 #[tokio::test]
 async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
+    let sale = common::TestSale::new();
     let mysql_url = common::mysql_url();
     let (first, second) = (
-        instance(98, mysql_url.clone()).await,
-        instance(98, mysql_url.clone()).await,
+        instance(&sale, mysql_url.clone()).await,
+        instance(&sale, mysql_url.clone()).await,
     );
     common::reset_stock(&first.url, 20).await;
     let http = reqwest::Client::new();
@@ -102,9 +103,9 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
         20,
         "{answers:?}"
     );
-    let mut redis = common::connection(&common::redis_client(98).await).await;
-    let (name, sold) = sold(98).await;
-    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 20, Duration::from_secs(10)).await;
+    let mut redis = common::connection(&common::redis_client().await).await;
+    let (name, sold) = sold(&sale).await;
+    let orders = wait_for_orders(&sale, &mut redis, &mysql_url, &name, 20, Duration::from_secs(10)).await;
     let ordered: BTreeSet<String> = orders.iter().map(|(sale_id, _)| sale_id.clone()).collect();
     assert_eq!(ordered, sold, "one order per unit sold, by sale id");
     assert!(orders
@@ -120,14 +121,15 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
 /// it again: the primary key keeps it one row, and the entry is acknowledged.
 #[tokio::test]
 async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and_stays_one_row() {
+    let sale = common::TestSale::new();
     let mysql_url = common::mysql_url();
-    let app = instance(99, mysql_url.clone()).await;
+    let app = instance(&sale, mysql_url.clone()).await;
     common::reset_stock(&app.url, 5).await;
     let http = reqwest::Client::new();
     assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
-    let mut redis = common::connection(&common::redis_client(99).await).await;
-    let (name, _) = sold(99).await;
-    wait_for_orders(&mut redis, &mysql_url, &name, 1, Duration::from_secs(10)).await;
+    let mut redis = common::connection(&common::redis_client().await).await;
+    let (name, _) = sold(&sale).await;
+    wait_for_orders(&sale, &mut redis, &mysql_url, &name, 1, Duration::from_secs(10)).await;
 
     // The dead consumer: one new entry, read by "ghost" in the same transaction as it is
     // added (so the instance's consumer cannot read it first), and its row written.
@@ -140,7 +142,7 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
     let (_, read): (String, redis::Value) = redis::pipe()
         .atomic()
         .cmd("XADD")
-        .arg(ORDERS_STREAM)
+        .arg(sale.keys().orders())
         .arg("*")
         .arg("sale")
         .arg(&name)
@@ -153,7 +155,7 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
         .arg("COUNT")
         .arg(1)
         .arg("STREAMS")
-        .arg(ORDERS_STREAM)
+        .arg(sale.keys().orders())
         .arg(">")
         .query_async(&mut redis)
         .await
@@ -170,7 +172,7 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
     .unwrap();
     pool.close().await;
 
-    let orders = wait_for_orders(&mut redis, &mysql_url, &name, 2, Duration::from_secs(10)).await;
+    let orders = wait_for_orders(&sale, &mut redis, &mysql_url, &name, 2, Duration::from_secs(10)).await;
     assert_eq!(orders.iter().filter(|(sale_id, _)| *sale_id == ghost_sale).count(), 1);
     assert_eq!(common::metric(&app.url, "seckill_orders_taken_over_total").await, 1.0);
     assert_eq!(
@@ -186,9 +188,10 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
 /// a sale that was reset while MariaDB was down.
 #[tokio::test]
 async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_order() {
+    let sale = common::TestSale::new();
     let mut mariadb = common::PrivateServer::mariadb();
     let mysql_url = mariadb.mysql_url();
-    let app = instance(100, mysql_url.clone()).await;
+    let app = instance(&sale, mysql_url.clone()).await;
     common::reset_stock(&app.url, 20).await;
     let http = reqwest::Client::new();
     for buyer in 0..10 {
@@ -205,22 +208,22 @@ async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_
             "a sale does not wait for MySQL"
         );
     }
-    let (first_sale, first_sold) = sold(100).await;
+    let (first_sale, first_sold) = sold(&sale).await;
     // A new sale while the first one's last ten orders wait for MySQL.
     common::reset_stock(&app.url, 5).await;
     for buyer in 0..3 {
         assert_eq!(common::buy_as(&http, &app.url, &format!("next-{buyer}")).await, "sold");
     }
-    let (next_sale, next_sold) = sold(100).await;
+    let (next_sale, next_sold) = sold(&sale).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     mariadb.restart();
-    let mut redis = common::connection(&common::redis_client(100).await).await;
+    let mut redis = common::connection(&common::redis_client().await).await;
     let ids = |orders: Vec<(String, Option<String>)>| -> BTreeSet<String> {
         orders.into_iter().map(|(sale_id, _)| sale_id).collect()
     };
-    let first = wait_for_orders(&mut redis, &mysql_url, &first_sale, 20, Duration::from_secs(30)).await;
+    let first = wait_for_orders(&sale, &mut redis, &mysql_url, &first_sale, 20, Duration::from_secs(30)).await;
     assert_eq!(ids(first), first_sold, "every order of the sale before the reset");
-    let next = wait_for_orders(&mut redis, &mysql_url, &next_sale, 3, Duration::from_secs(30)).await;
+    let next = wait_for_orders(&sale, &mut redis, &mysql_url, &next_sale, 3, Duration::from_secs(30)).await;
     assert_eq!(ids(next), next_sold);
     app.stop().await.unwrap();
 }

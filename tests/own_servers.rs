@@ -23,9 +23,9 @@ async fn the_tests_refuse_a_redis_the_project_did_not_start() {
 fn the_tests_default_to_the_projects_own_port_not_the_standard_one() {
     if std::env::var("SECKILL_TEST_REDIS_URL").is_err() {
         assert!(
-            common::redis_url(63).starts_with("redis://127.0.0.1:6390/"),
+            common::redis_url().starts_with("redis://127.0.0.1:6390"),
             "{}",
-            common::redis_url(63)
+            common::redis_url()
         );
     }
 }

@@ -10,7 +10,7 @@ use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
 use seckill::lock::{DistributedLock, HandOver, LockError};
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
-    let client = common::redis_client(0).await;
+    let client = common::redis_client().await;
     let lock = RedisLock::connect(&client, common::redis_options(ttl_ms, renew))
         .await
         .unwrap();
@@ -379,7 +379,7 @@ async fn a_hand_over_of_a_key_someone_took_over_changes_nothing_and_says_lost() 
 /// replicas, which only an acquire waits for: a hand-over releases instead.
 #[tokio::test]
 async fn with_a_replica_wait_a_hand_over_releases_instead() {
-    let client = common::redis_client(0).await;
+    let client = common::redis_client().await;
     let options = RedisLockOptions {
         wait_for_replicas: Some(ReplicaWait {
             replicas: 0,

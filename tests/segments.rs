@@ -11,8 +11,8 @@ use seckill::sale::segments::Segments;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-async fn instance(strategy: Strategy, db: u8, segments: u32) -> Instance {
-    common::instance_with(strategy, db, |config| config.stock_segments = segments).await
+async fn instance(strategy: Strategy, sale: &common::TestSale, segments: u32) -> Instance {
+    common::instance_with(strategy, sale, |config| config.stock_segments = segments).await
 }
 
 /// One buy at `base_url`, which must be refused with `503 segments_disagree`: its message.
@@ -25,29 +25,30 @@ async fn refused_as_segments_disagree(base_url: &str) -> String {
 }
 
 /// Each segment's units, `stock`, `lucky` and the count a reset wrote.
-async fn stored(db: u8, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
-    let mut redis = common::connection(&common::redis_client(db).await).await;
+async fn stored(sale: &common::TestSale, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
+    let (keys, mut redis) = (sale.keys(), common::connection(&common::redis_client().await).await);
     let mut units = Vec::new();
     for segment in Segments::new(segments).unwrap().all() {
         units.push(
             redis
-                .get::<_, Option<i64>>(segment.stock_key())
+                .get::<_, Option<i64>>(keys.stock_of(segment))
                 .await
                 .unwrap()
                 .unwrap_or(-1),
         );
     }
-    let stock: i64 = redis.get("stock").await.unwrap();
-    let lucky: i64 = redis.get("lucky").await.unwrap();
-    let count: Option<u32> = redis.get("stock:segments").await.unwrap();
+    let stock: i64 = redis.get(keys.stock()).await.unwrap();
+    let lucky: i64 = redis.get(keys.lucky()).await.unwrap();
+    let count: Option<u32> = redis.get(keys.segment_count()).await.unwrap();
     (units, stock, lucky, count)
 }
 
 #[tokio::test]
 async fn a_reset_shares_the_units_out_between_the_segments_and_stock_counts_them_all() {
-    let app = instance(Strategy::Redis, 83, 4).await;
+    let sale = common::TestSale::new();
+    let app = instance(Strategy::Redis, &sale, 4).await;
     common::reset_stock(&app.url, 7).await;
-    assert_eq!(stored(83, 4).await, (vec![2, 2, 2, 1], 7, 0, Some(4)));
+    assert_eq!(stored(&sale, 4).await, (vec![2, 2, 2, 1], 7, 0, Some(4)));
     assert_eq!(common::healthz(&app.url).await["stock_segments"], 4);
     app.stop().await.unwrap();
 }
@@ -58,7 +59,8 @@ async fn a_reset_shares_the_units_out_between_the_segments_and_stock_counts_them
 /// pass all eight only once in 65,536 runs.
 #[tokio::test]
 async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
-    let app = instance(Strategy::Redis, 84, 4).await;
+    let sale = common::TestSale::new();
+    let app = instance(Strategy::Redis, &sale, 4).await;
     let http = reqwest::Client::new();
     for run in 0..8 {
         common::reset_stock(&app.url, 1).await;
@@ -68,7 +70,7 @@ async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
             "run {run}: one unit was left, in one of four segments"
         );
         assert_eq!(common::buy(&http, &app.url).await, "sold out", "run {run}");
-        let (units, stock, lucky, _) = stored(84, 4).await;
+        let (units, stock, lucky, _) = stored(&sale, 4).await;
         assert_eq!((units, stock, lucky), (vec![0, 0, 0, 0], 0, 1), "run {run}");
     }
     app.stop().await.unwrap();
@@ -76,15 +78,16 @@ async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
 
 #[tokio::test]
 async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_with_the_fix() {
-    let whole = instance(Strategy::Redis, 85, 1).await;
+    let sale = common::TestSale::new();
+    let whole = instance(Strategy::Redis, &sale, 1).await;
     common::reset_stock(&whole.url, 10).await;
-    let split = instance(Strategy::Redis, 85, 4).await;
+    let split = instance(Strategy::Redis, &sale, 4).await;
     let message = refused_as_segments_disagree(&split.url).await;
     assert!(
         message.contains("4 stock segment") && message.contains("reset into 1") && message.contains("--stock-segments"),
         "the message names both counts and the flag: {message}"
     );
-    let (_, stock, lucky, count) = stored(85, 1).await;
+    let (_, stock, lucky, count) = stored(&sale, 1).await;
     assert_eq!((stock, lucky, count), (10, 0, Some(1)), "nothing was sold");
     whole.stop().await.unwrap();
     split.stop().await.unwrap();
@@ -94,12 +97,13 @@ async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_w
 /// segments' locks would sell the same units again.
 #[tokio::test]
 async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
-    let split = instance(Strategy::Redis, 86, 4).await;
+    let sale = common::TestSale::new();
+    let split = instance(Strategy::Redis, &sale, 4).await;
     common::reset_stock(&split.url, 8).await;
-    let atomic = instance(Strategy::Atomic, 86, 1).await;
+    let atomic = instance(Strategy::Atomic, &sale, 1).await;
     refused_as_segments_disagree(&atomic.url).await;
     assert_eq!(
-        stored(86, 4).await,
+        stored(&sale, 4).await,
         (vec![2, 2, 2, 2], 8, 0, Some(4)),
         "nothing was sold"
     );
@@ -109,7 +113,10 @@ async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
 
 #[tokio::test]
 async fn the_atomic_script_refuses_segments_at_start_and_says_why() {
-    let error = common::start_refused(Strategy::Atomic, 85, |config| config.stock_segments = 2).await;
+    let error = common::start_refused(Strategy::Atomic, &common::TestSale::new(), |config| {
+        config.stock_segments = 2
+    })
+    .await;
     assert!(
         error.contains("--stock-segments 2") && error.contains("`--lock atomic` takes none"),
         "{error}"

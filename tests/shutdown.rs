@@ -12,11 +12,9 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::DistributedLock;
+use seckill::sale::segments::Segment;
 use seckill::strategy::{Fencing, Strategy};
 
-/// One database per test: both reset and sell the stock.
-const DB: u8 = 72;
-const ZOOKEEPER_DB: u8 = 78;
 const STOCK: i64 = 10;
 
 /// One `GET /stock/reduce`: its status and its JSON body.
@@ -30,10 +28,10 @@ async fn buy(base_url: &str) -> (u16, serde_json::Value) {
 
 /// Waits (up to 2 s) until the instance named `instance` holds `lock:stock`: the
 /// Redis lock's value starts with its holder's instance name.
-async fn wait_until_held_by(redis: &mut redis::aio::MultiplexedConnection, instance: &str) {
+async fn wait_until_held_by(sale: &common::TestSale, redis: &mut redis::aio::MultiplexedConnection, instance: &str) {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let holder: Option<String> = redis.get("lock:stock").await.unwrap();
+        let holder: Option<String> = redis.get(sale.keys().lock_of(Segment::WHOLE)).await.unwrap();
         if holder.is_some_and(|holder| holder.starts_with(&format!("{instance}:"))) {
             return;
         }
@@ -49,29 +47,30 @@ async fn wait_until_held_by(redis: &mut redis::aio::MultiplexedConnection, insta
 /// fencing is off, so nothing else refuses it. A must drain its sale first.
 #[tokio::test]
 async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_written() {
-    let first = common::instance_with(Strategy::Redis, DB, |config| {
+    let sale = common::TestSale::new();
+    let first = common::instance_with(Strategy::Redis, &sale, |config| {
         config.fencing = Fencing::Off;
         config.chaos_pause_before_write_ms = Some(1_500);
         config.shutdown_grace_ms = 100;
     })
     .await;
-    let second = common::instance_with(Strategy::Redis, DB, |config| config.fencing = Fencing::Off).await;
+    let second = common::instance_with(Strategy::Redis, &sale, |config| config.fencing = Fencing::Off).await;
     common::reset_stock(&second.url, STOCK).await;
-    let client = common::redis_client(DB).await;
+    let client = common::redis_client().await;
     let mut redis = common::connection(&client).await;
 
     let first_name = format!("seckill-{}", first.port);
     let first_url = first.url.clone();
     let first_sale = tokio::spawn(async move { buy(&first_url).await });
-    wait_until_held_by(&mut redis, &first_name).await;
+    wait_until_held_by(&sale, &mut redis, &first_name).await;
     let stopping = tokio::spawn(first.stop());
     tokio::time::sleep(Duration::from_millis(300)).await; // past the grace
     let (second_status, second_body) = buy(&second.url).await;
     let (first_status, first_body) = first_sale.await.unwrap();
     stopping.await.unwrap().expect("the first instance stops cleanly");
 
-    let stock: i64 = redis.get("stock").await.unwrap();
-    let lucky: i64 = redis.get("lucky").await.unwrap();
+    let stock: i64 = redis.get(sale.keys().stock()).await.unwrap();
+    let lucky: i64 = redis.get(sale.keys().lucky()).await.unwrap();
     assert_eq!(
         (first_status, second_status),
         (200, 200),
@@ -93,7 +92,7 @@ async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_writte
 #[tokio::test]
 async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lock() {
     let zookeeper = common::PrivateServer::zookeeper();
-    let instance = common::instance_with(Strategy::Zookeeper, ZOOKEEPER_DB, |config| {
+    let instance = common::instance_with(Strategy::Zookeeper, &common::TestSale::new(), |config| {
         config.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
         config.lock_ttl_ms = 15_000;
         config.chaos_pause_before_write_ms = Some(1_000);

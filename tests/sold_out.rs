@@ -10,8 +10,8 @@ use seckill::strategy::Strategy;
 
 const SEGMENTS: u32 = 4;
 
-async fn instance(db: u8, sold_out_flag: bool) -> Instance {
-    common::instance_with(Strategy::Redis, db, |config| {
+async fn instance(sale: &common::TestSale, sold_out_flag: bool) -> Instance {
+    common::instance_with(Strategy::Redis, sale, |config| {
         config.stock_segments = SEGMENTS;
         config.sold_out_flag = sold_out_flag;
     })
@@ -41,7 +41,10 @@ async fn grants_after_the_sell_out(app: &Instance) -> (f64, f64) {
 
 #[tokio::test]
 async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_walks_every_segment() {
-    let (flagged, plain) = (instance(87, true).await, instance(88, false).await);
+    let (flagged, plain) = (
+        instance(&common::TestSale::new(), true).await,
+        instance(&common::TestSale::new(), false).await,
+    );
     // Each sale that took a segment's last unit taught the flag that segment.
     assert_eq!(grants_after_the_sell_out(&flagged).await, (0.0, 20.0));
     assert_eq!(
@@ -58,7 +61,8 @@ async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_wa
 /// trusting its memory is what tells it.
 #[tokio::test]
 async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer() {
-    let (flagged, other) = (instance(89, true).await, instance(89, true).await);
+    let sale = common::TestSale::new();
+    let (flagged, other) = (instance(&sale, true).await, instance(&sale, true).await);
     let http = reqwest::Client::new();
     common::reset_stock(&flagged.url, 1).await;
     assert_eq!(common::buy(&http, &flagged.url).await, "sold");
@@ -88,15 +92,9 @@ async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer(
 /// next generation 1 for it.
 #[tokio::test]
 async fn a_sale_reset_after_redis_lost_its_data_is_not_taken_for_the_old_one() {
-    let redis = common::redis_client(90).await;
-    let flush = || async {
-        redis::cmd("FLUSHDB")
-            .query_async::<()>(&mut common::connection(&redis).await)
-            .await
-            .unwrap()
-    };
-    flush().await;
-    let flagged = instance(90, true).await; // seeds the sale: generation 1
+    let sale = common::TestSale::new();
+    let flush = || sale.lose_every_key();
+    let flagged = instance(&sale, true).await; // seeds the sale: generation 1
     let http = reqwest::Client::new();
     common::reset_stock(&flagged.url, 1).await; // generation 2
     common::buy(&http, &flagged.url).await;
@@ -117,13 +115,19 @@ async fn a_sale_reset_after_redis_lost_its_data_is_not_taken_for_the_old_one() {
 
 #[tokio::test]
 async fn the_flag_is_refused_where_a_late_write_could_put_a_unit_back() {
-    let error = common::start_refused(Strategy::None, 90, |config| config.sold_out_flag = true).await;
+    let error = common::start_refused(Strategy::None, &common::TestSale::new(), |config| {
+        config.sold_out_flag = true
+    })
+    .await;
     assert!(error.contains("--lock none") && error.contains("late write"), "{error}");
 }
 
 #[tokio::test]
 async fn the_atomic_script_refuses_the_flag_at_start_and_says_why() {
-    let error = common::start_refused(Strategy::Atomic, 88, |config| config.sold_out_flag = true).await;
+    let error = common::start_refused(Strategy::Atomic, &common::TestSale::new(), |config| {
+        config.sold_out_flag = true
+    })
+    .await;
     assert!(
         error.contains("--sold-out-flag") && error.contains("`--lock atomic` takes no lock"),
         "{error}"
@@ -138,7 +142,8 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
     const STOCK: i64 = 10;
     const ANSWERS_AFTER_THE_SELL_OUT: usize = 20_000;
     const BUYERS_AT_ONCE: usize = 32;
-    let app = common::instance_with(Strategy::Local, 107, |_| {}).await;
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Local, &sale, |_| {}).await;
     let http = reqwest::Client::new();
     common::reset_stock(&app.url, STOCK).await;
     for _ in 0..STOCK {
@@ -157,13 +162,13 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
     for buyer in buyers {
         buyer.await.unwrap();
     }
-    let mut redis = common::redis_client(107)
+    let mut redis = common::redis_client()
         .await
         .get_multiplexed_async_connection()
         .await
         .unwrap();
     let logged: i64 = redis::cmd("LLEN")
-        .arg(seckill::sale::grant_log::GRANTS_KEY)
+        .arg(sale.keys().grants())
         .query_async(&mut redis)
         .await
         .unwrap();

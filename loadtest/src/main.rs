@@ -38,6 +38,9 @@ struct Cli {
     /// Redis the instances sell from; read directly for the verdict.
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// The instances' `--key-prefix`: what every key of the sale starts with.
+    #[arg(long, env = "SECKILL_KEY_PREFIX", default_value = "", value_parser = seckill::config::key_prefix)]
+    key_prefix: String,
     /// MySQL of the MySQL strategies; its statement counters are read before and after.
     #[arg(
         long,
@@ -77,6 +80,7 @@ async fn main() -> ExitCode {
         repeat_buyers: cli.repeat_buyers,
         initial_stock: cli.stock,
         redis_url: cli.redis_url,
+        keys: seckill::sale::keys::Keys::with_prefix(&cli.key_prefix),
         mysql_url: cli.mysql_url,
         admin_token: cli.admin_token,
         goose_metrics: cli.goose_metrics,

@@ -10,13 +10,12 @@ use std::process::Command;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-const DB: u8 = 58;
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it() {
-    common::redis_client(DB).await; // the project's test Redis, or a clear panic
+    common::redis_client().await; // the project's test Redis, or a clear panic
+    let sale = common::TestSale::new();
     let start = || async {
-        Instance::start(common::config(Strategy::Redis, DB))
+        Instance::start(common::config(Strategy::Redis, &sale))
             .await
             .expect("an instance starts on the test Redis")
     };
@@ -27,6 +26,7 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
 
     let measured = tokio::task::spawn_blocking({
         let (json, hosts) = (json.clone(), format!("{},{}", first.url, second.url));
+        let prefix = sale.prefix().to_owned();
         move || {
             Command::new(bench)
                 .args([
@@ -43,7 +43,8 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
                 .args(["--connections", "8", "--hosts", &hosts, "--out"])
                 .arg(&json)
                 .arg(format!("--watch=this-test={}", std::process::id()))
-                .env("SECKILL_REDIS_URL", common::redis_url(DB))
+                .env("SECKILL_REDIS_URL", common::redis_url())
+                .env("SECKILL_KEY_PREFIX", prefix)
                 .output()
                 .expect("bench runs")
         }

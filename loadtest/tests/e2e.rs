@@ -11,15 +11,12 @@ mod common;
 
 use std::time::Duration;
 
+use common::TestSale;
 use loadtest::{run, Options, Report, Verdict};
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
 static ONE_ATTACK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn redis_url(db: u8) -> String {
-    common::redis_url(db)
-}
 
 /// How the instances of one run are started, and how the crowd buys.
 #[derive(Clone, Copy)]
@@ -38,13 +35,13 @@ const PLAIN: Run = Run {
     orders: false,
 };
 
-async fn start(strategy: Strategy, db: u8) -> Instance {
-    start_for(strategy, db, PLAIN).await
+async fn start(strategy: Strategy, sale: &TestSale) -> Instance {
+    start_for(strategy, sale, PLAIN).await
 }
 
-async fn start_for(strategy: Strategy, db: u8, run: Run) -> Instance {
-    common::redis_client(db).await; // the project's test Redis, or a clear panic
-    let mut config = common::config(strategy, db);
+async fn start_for(strategy: Strategy, sale: &TestSale, run: Run) -> Instance {
+    common::redis_client().await; // the project's test Redis, or a clear panic
+    let mut config = common::config(strategy, sale);
     config.acquire_timeout_ms = 30_000;
     config.stock_segments = run.stock_segments;
     config.one_per_buyer = run.one_per_buyer;
@@ -54,16 +51,17 @@ async fn start_for(strategy: Strategy, db: u8, run: Run) -> Instance {
         .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
 }
 
-fn options(hosts: Vec<String>, db: u8) -> Options {
-    options_for(hosts, db, PLAIN)
+fn options(hosts: Vec<String>, sale: &TestSale) -> Options {
+    options_for(hosts, sale, PLAIN)
 }
 
-fn options_for(hosts: Vec<String>, db: u8, run: Run) -> Options {
+fn options_for(hosts: Vec<String>, sale: &TestSale, run: Run) -> Options {
     Options {
         hosts,
         users: 500,
         initial_stock: 300,
-        redis_url: redis_url(db),
+        redis_url: common::redis_url(),
+        keys: sale.keys().clone(),
         mysql_url: common::mysql_url(),
         admin_token: None,
         goose_metrics: false,
@@ -71,16 +69,19 @@ fn options_for(hosts: Vec<String>, db: u8, run: Run) -> Options {
     }
 }
 
-/// Two instances of `strategy`, the crowd, the report.
-async fn flash_sale(strategy: Strategy, db: u8) -> Report {
-    flash_sale_for(strategy, db, PLAIN).await
+/// Two instances of `strategy` selling a sale of their own, the crowd, the report.
+async fn flash_sale(strategy: Strategy) -> Report {
+    flash_sale_for(strategy, &TestSale::new(), PLAIN).await
 }
 
-/// The same, run as `how` says.
-async fn flash_sale_for(strategy: Strategy, db: u8, how: Run) -> Report {
+/// The same, run as `how` says, selling `sale`.
+async fn flash_sale_for(strategy: Strategy, sale: &TestSale, how: Run) -> Report {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let (first, second) = (start_for(strategy, db, how).await, start_for(strategy, db, how).await);
-    let report = run(&options_for(vec![first.url.clone(), second.url.clone()], db, how))
+    let (first, second) = (
+        start_for(strategy, sale, how).await,
+        start_for(strategy, sale, how).await,
+    );
+    let report = run(&options_for(vec![first.url.clone(), second.url.clone()], sale, how))
         .await
         .expect("the load test runs");
     println!("{}", report.render());
@@ -129,14 +130,14 @@ fn assert_oversold_as_expected(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::Redis, 10).await;
+    let report = flash_sale(Strategy::Redis).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_that_degrades_to_mysql_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::RedisDegrade, 50).await;
+    let report = flash_sale(Strategy::RedisDegrade).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
     let cost = report
@@ -154,28 +155,28 @@ async fn redis_that_degrades_to_mysql_sells_exactly_300_to_500_buyers_across_two
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_over_five_masters_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::Redlock, 47).await;
+    let report = flash_sale(Strategy::Redlock).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, None, "Redlock issues no fencing tokens");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::Etcd, 17).await;
+    let report = flash_sale(Strategy::Etcd).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_zookeeper_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::Zookeeper, 18).await;
+    let report = flash_sale(Strategy::Zookeeper).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_lock_table_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::Mysql, 19).await;
+    let report = flash_sale(Strategy::Mysql).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
     let cost = assert_database_cost_measured(&report);
@@ -184,7 +185,7 @@ async fn the_mysql_lock_table_sells_exactly_300_to_500_buyers_across_two_instanc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_instances() {
-    let report = flash_sale(Strategy::MysqlVersion, 44).await;
+    let report = flash_sale(Strategy::MysqlVersion).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0));
     assert_database_cost_measured(&report);
@@ -195,18 +196,21 @@ async fn the_mysql_version_lock_sells_exactly_300_to_500_buyers_across_two_insta
 /// once. Each segment's tokens and grants are judged on their own (a token of segment 0
 /// may be older than one of segment 1 written before it), so these runs also show the
 /// checker does not take two segments' holders for an overlap.
-async fn assert_four_segments_held(strategy: Strategy, db: u8) {
+async fn assert_four_segments_held(strategy: Strategy) {
+    let sale = TestSale::new();
     let four_segments = Run {
         stock_segments: 4,
         ..PLAIN
     };
-    let report = flash_sale_for(strategy, db, four_segments).await;
+    let report = flash_sale_for(strategy, &sale, four_segments).await;
     assert_held(&report);
     assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
     assert_eq!(report.stock_segments, 4);
     assert!(report.label().contains("4 stock segments"), "{}", report.label());
-    let mut redis = common::connection(&common::redis_client(db).await).await;
-    let records: Vec<String> = redis::AsyncCommands::lrange(&mut redis, "sales", 0, -1).await.unwrap();
+    let mut redis = common::connection(&common::redis_client().await).await;
+    let records: Vec<String> = redis::AsyncCommands::lrange(&mut redis, sale.keys().sales(), 0, -1)
+        .await
+        .unwrap();
     let mut per_segment = [0; 4];
     for record in &records {
         let record: serde_json::Value = serde_json::from_str(record).unwrap();
@@ -217,28 +221,28 @@ async fn assert_four_segments_held(strategy: Strategy, db: u8) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_lock_over_four_stock_segments_sells_exactly_300_to_500_buyers() {
-    assert_four_segments_held(Strategy::Redis, 80).await;
+    assert_four_segments_held(Strategy::Redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_etcd_lock_over_four_stock_segments_sells_exactly_300_to_500_buyers() {
-    assert_four_segments_held(Strategy::Etcd, 81).await;
+    assert_four_segments_held(Strategy::Etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_lock_table_over_four_stock_segments_sells_exactly_300_to_500_buyers() {
-    assert_four_segments_held(Strategy::Mysql, 82).await;
+    assert_four_segments_held(Strategy::Mysql).await;
 }
 
 /// 500 requests from 450 buyers: 50 buy twice at once, through both instances. With `--one-per-buyer` none gets two units, and every
 /// buyer refused a second one holds a first (the checker judges both).
-async fn assert_one_per_buyer_held(strategy: Strategy, db: u8) {
+async fn assert_one_per_buyer_held(strategy: Strategy) {
     let one_per_buyer = Run {
         one_per_buyer: true,
         repeat_buyers: 0.1,
         ..PLAIN
     };
-    let report = flash_sale_for(strategy, db, one_per_buyer).await;
+    let report = flash_sale_for(strategy, &TestSale::new(), one_per_buyer).await;
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
     assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
     assert_eq!((report.repeat_requests, report.buyers_served_twice), (50, 0));
@@ -258,12 +262,12 @@ async fn assert_one_per_buyer_held(strategy: Strategy, db: u8) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_lock_sells_one_unit_per_buyer_to_500_requests_with_50_repeat_buyers() {
-    assert_one_per_buyer_held(Strategy::Redis, 95).await;
+    assert_one_per_buyer_held(Strategy::Redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_atomic_script_sells_one_unit_per_buyer_to_500_requests_with_50_repeat_buyers() {
-    assert_one_per_buyer_held(Strategy::Atomic, 96).await;
+    assert_one_per_buyer_held(Strategy::Atomic).await;
 }
 
 /// Without the option the repeat buyers buy again: still held (every unit sold once),
@@ -274,7 +278,7 @@ async fn without_one_per_buyer_repeat_buyers_get_two_units_and_the_report_counts
         repeat_buyers: 0.1,
         ..PLAIN
     };
-    let report = flash_sale_for(Strategy::Redis, 97, repeats).await;
+    let report = flash_sale_for(Strategy::Redis, &TestSale::new(), repeats).await;
     assert_held(&report);
     // Of 50 buyers who ask twice, each gets two units with odds near (300/500)^2.
     assert!(report.buyers_served_twice > 0, "{}", report.render());
@@ -290,9 +294,9 @@ async fn without_one_per_buyer_repeat_buyers_get_two_units_and_the_report_counts
 
 /// With `--orders` every unit sold is one order row in MySQL once the stream drained:
 /// the checker waits for the drain, then matches the rows with the sale records.
-async fn assert_orders_held(strategy: Strategy, db: u8) {
+async fn assert_orders_held(strategy: Strategy) {
     let with_orders = Run { orders: true, ..PLAIN };
-    let report = flash_sale_for(strategy, db, with_orders).await;
+    let report = flash_sale_for(strategy, &TestSale::new(), with_orders).await;
     assert_held(&report);
     let orders = report
         .orders
@@ -309,12 +313,12 @@ async fn assert_orders_held(strategy: Strategy, db: u8) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_lock_with_orders_writes_one_order_per_unit_sold_to_500_buyers() {
-    assert_orders_held(Strategy::Redis, 101).await;
+    assert_orders_held(Strategy::Redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_atomic_script_with_orders_writes_one_order_per_unit_sold_to_500_buyers() {
-    assert_orders_held(Strategy::Atomic, 102).await;
+    assert_orders_held(Strategy::Atomic).await;
 }
 
 /// The MySQL strategies' report says what the sale cost the database.
@@ -344,24 +348,28 @@ fn assert_database_cost_measured(report: &Report) -> loadtest::verdict::database
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_atomic_script_sells_exactly_300_to_500_buyers_across_two_instances() {
-    assert_held(&flash_sale(Strategy::Atomic, 11).await);
+    assert_held(&flash_sale(Strategy::Atomic).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_lock_across_two_instances_is_caught_overselling() {
-    assert_oversold_as_expected(&flash_sale(Strategy::None, 12).await);
+    assert_oversold_as_expected(&flash_sale(Strategy::None).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_process_locks_in_two_instances_are_caught_overselling() {
-    assert_oversold_as_expected(&flash_sale(Strategy::Local, 13).await);
+    assert_oversold_as_expected(&flash_sale(Strategy::Local).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_running_different_strategies_are_refused() {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let (first, second) = (start(Strategy::Redis, 14).await, start(Strategy::Atomic, 14).await);
-    let error = run(&options(vec![first.url.clone(), second.url.clone()], 14))
+    let sale = TestSale::new();
+    let (first, second) = (
+        start(Strategy::Redis, &sale).await,
+        start(Strategy::Atomic, &sale).await,
+    );
+    let error = run(&options(vec![first.url.clone(), second.url.clone()], &sale))
         .await
         .unwrap_err();
     let message = format!("{error:#}");
@@ -377,7 +385,7 @@ async fn a_host_with_no_service_is_named_with_how_to_start_one() {
     let url = format!("http://{}", free.local_addr().unwrap());
     drop(free);
     let started = std::time::Instant::now();
-    let error = run(&options(vec![url.clone()], 15)).await.unwrap_err();
+    let error = run(&options(vec![url.clone()], &TestSale::new())).await.unwrap_err();
     let message = format!("{error:#}");
     assert!(message.contains(&format!("no seckill answers at {url}")), "{message}");
     assert!(started.elapsed() < Duration::from_secs(15));
@@ -387,7 +395,7 @@ async fn a_host_with_no_service_is_named_with_how_to_start_one() {
 /// them, as a reader types it: a host that is not listening yet is asked again.
 #[tokio::test]
 async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
-    let instance = start(Strategy::Atomic, 109).await;
+    let instance = start(Strategy::Atomic, &TestSale::new()).await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let late_port = free.local_addr().unwrap().port();
     drop(free);
@@ -412,15 +420,16 @@ async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
     let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
-    let db = 16;
-    let (first, second) = (start(Strategy::Redis, db).await, start(Strategy::Redis, db).await);
+    let sale = TestSale::new();
+    let (first, second) = (start(Strategy::Redis, &sale).await, start(Strategy::Redis, &sale).await);
     let crowd = {
-        let options = options(vec![first.url.clone(), second.url.clone()], db);
+        let options = options(vec![first.url.clone(), second.url.clone()], &sale);
         tokio::spawn(async move { run(&options).await })
     };
     // Someone else resets the sale while the 500 buyers are queueing for the lock.
-    let client = common::redis_client(db).await;
-    let store = seckill::sale::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap());
+    let client = common::redis_client().await;
+    let store = seckill::sale::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
+        .with_keys(sale.keys().clone());
     tokio::time::sleep(Duration::from_millis(150)).await;
     store.reset(300).await.unwrap();
     let error = crowd

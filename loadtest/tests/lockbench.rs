@@ -9,7 +9,7 @@ use std::process::Command;
 
 #[tokio::test]
 async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
-    common::redis_client(57).await; // the project's test Redis, or a clear panic
+    common::redis_client().await; // the project's test Redis, or a clear panic
     let dir = common::temp_dir("lockbench");
     let json = dir.path().join("lockbench.json");
     let output = Command::new(env!("CARGO_BIN_EXE_lockbench"))
@@ -25,7 +25,7 @@ async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
         ])
         .arg("--json")
         .arg(&json)
-        .env("SECKILL_REDIS_URL", common::redis_url(57))
+        .env("SECKILL_REDIS_URL", common::redis_url())
         .output()
         .expect("lockbench runs");
     let table = String::from_utf8_lossy(&output.stdout);

@@ -14,7 +14,6 @@ use loadtest::nemesis::{Delay, Direction, Fault, LinkSpec, Nemesis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const DB: u8 = 68;
 /// Long enough to be sure an answer is not coming; short enough for a quick test.
 const SILENCE: Duration = Duration::from_millis(600);
 /// An answer that is coming arrives within this.
@@ -22,8 +21,8 @@ const PROMPTLY: Duration = Duration::from_secs(2);
 
 /// A nemesis with one link, from a free port to the test Redis.
 async fn nemesis_before_redis() -> (Nemesis, SocketAddr) {
-    common::redis_client(DB).await; // the project's test Redis, or a clear panic
-    let url = common::redis_url(DB);
+    common::redis_client().await; // the project's test Redis, or a clear panic
+    let url = common::redis_url();
     let host_port = url.trim_start_matches("redis://").split('/').next().unwrap();
     let redis = host_port.to_socket_addrs().unwrap().next().unwrap();
     let nemesis = Nemesis::new();

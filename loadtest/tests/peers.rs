@@ -14,9 +14,6 @@ use std::sync::Mutex;
 
 use loadtest::bench::lockbench::PEERS;
 
-/// The shared database of DATABASES in tests/common/test_redis.rs.
-const DB: u8 = 0;
-
 /// One peer at a time: the first runs install packages (one apt or pip at a time), and
 /// the machine has two cores.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -31,7 +28,7 @@ fn run_peer(name: &str, args: &[&str]) -> Output {
     Command::new(common::project_root().join(peer.program))
         .args(peer.args)
         .args(args)
-        .env("SECKILL_LOCK_REDIS_URL", common::redis_url(DB))
+        .env("SECKILL_LOCK_REDIS_URL", common::redis_url())
         .env("SECKILL_REDLOCK_URLS", common::redlock_urls().join(","))
         .output()
         .expect("the peer's run script starts")
@@ -39,7 +36,7 @@ fn run_peer(name: &str, args: &[&str]) -> Output {
 
 /// Runs `name` briefly with 1 and 4 contenders and checks each of its four lines.
 async fn keeps_the_contract(name: &str, strategy: &str) {
-    common::redis_client(DB).await; // the project's test Redis, or a clear panic
+    common::redis_client().await; // the project's test Redis, or a clear panic
     let output = run_peer(name, &["--contenders", "1,4", "--seconds", "0.5"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -22,17 +22,12 @@ use axum::response::Html;
 use futures_util::Stream;
 use serde::Serialize;
 
-use crate::sale::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore, GENERATION_KEY, SALES_KEY};
+use crate::sale::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore};
 
 /// How often the page is told.
 const TICK: Duration = Duration::from_millis(250);
 /// Sale records sent per event at most; a page opened late catches up over a few events.
 const RECORDS_PER_EVENT: usize = 2000;
-
-/// Buyers turned away, by instance and error code (`seckill-8080 lock_timeout`): a hash
-/// each instance writes after its answer, off the sale's path. A reset deletes it
-/// (the server registers it with [`StockStore::also_reset`]).
-pub const REFUSALS_KEY: &str = "stock:refusals";
 
 /// The page. The markup, style and script are in `dashboard.html`, beside this file.
 pub async fn page() -> Html<&'static str> {
@@ -98,10 +93,11 @@ pub struct DashboardView {
 pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> Result<DashboardView, StockError> {
     let last = (from + limit).saturating_sub(1);
     let mut pipe = redis::pipe();
-    StockSnapshot::queue_reads(&mut pipe);
-    pipe.get(GENERATION_KEY)
-        .lrange(SALES_KEY, from as isize, last as isize)
-        .hgetall(REFUSALS_KEY);
+    let keys = store.keys();
+    StockSnapshot::queue_reads(&mut pipe, keys);
+    pipe.get(keys.generation())
+        .lrange(keys.sales(), from as isize, last as isize)
+        .hgetall(keys.refusals());
     type Raw = (
         Option<String>,
         Option<String>,
@@ -114,8 +110,8 @@ pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> 
     let (stock, lucky, sales, initial, generation, raw, refusals): Raw =
         pipe.query_async(&mut store.connection()).await?;
     Ok(DashboardView {
-        snapshot: StockSnapshot::parse((stock, lucky, sales, initial))?,
-        generation: number(GENERATION_KEY, generation.as_deref())?.unwrap_or(0),
+        snapshot: StockSnapshot::parse((stock, lucky, sales, initial), keys)?,
+        generation: number(&keys.generation(), generation.as_deref())?.unwrap_or(0),
         records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
         records_read: raw.len(),
         refusals,
@@ -125,7 +121,7 @@ pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> 
 /// Counts a buyer turned away. Not part of any sale.
 pub async fn count_refusal(store: &StockStore, instance: &str, code: &str) -> Result<(), StockError> {
     redis::cmd("HINCRBY")
-        .arg(REFUSALS_KEY)
+        .arg(store.keys().refusals())
         .arg(format!("{instance} {code}"))
         .arg(1)
         .query_async::<i64>(&mut store.connection())

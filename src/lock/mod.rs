@@ -108,6 +108,3 @@ pub use guard::{AwaitGrant, HandOver, LockGuard, NothingToRelease, QueuedPlace, 
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
 pub use token::FencingToken;
-
-/// The key every instance locks before it touches the stock.
-pub const STOCK_LOCK_KEY: &str = "lock:stock";

@@ -3,16 +3,13 @@
 //!
 //! A buyer names itself with `GET /stock/reduce?buyer=<id>`. With `--one-per-buyer`,
 //! the script that takes a unit also checks and records the buyer, in the set
-//! [`BUYERS_KEY`]: a second unit to the same buyer is refused (409 `already_bought`) in
+//! `stock:buyers` ([`crate::sale::keys::Keys::buyers`]): a second unit to the same buyer is refused (409 `already_bought`) in
 //! the same atomic step, so two requests of one buyer cannot both pass the check, even
 //! when they go to two instances or to two stock segments, whose locks do not exclude
 //! each other. A check before the lock, or in the service's memory, would race.
 //!
 //! Without the option the buyer, when given, is only written into the sale record, so a
 //! checker can count the buyers who got two units.
-
-/// The buyers who got a unit of this sale (a Redis set); a reset empties it.
-pub const BUYERS_KEY: &str = "stock:buyers";
 
 /// The longest buyer id taken.
 pub const MAX_BUYER_ID_LEN: usize = 64;

@@ -36,8 +36,6 @@ use serde::{Deserialize, Serialize};
 use crate::lock::FencingToken;
 use crate::sale::stock::{StockError, StockStore};
 
-/// One JSON [`GrantRecord`] per grant a sale held, appended after its release.
-pub const GRANTS_KEY: &str = "stock:grants";
 /// The most grants the log keeps (about 150 bytes each): far more than a sale of a few
 /// thousand units logs, and a bound for a sale that never sells out.
 pub const GRANT_LOG_CAP: i64 = 100_000;
@@ -61,9 +59,9 @@ pub struct GrantRecord {
 pub async fn append(store: &StockStore, grant: &GrantRecord) -> Result<(), StockError> {
     let json = serde_json::to_string(grant).expect("a grant record serializes");
     redis::pipe()
-        .rpush(GRANTS_KEY, json)
+        .rpush(store.keys().grants(), json)
         .ignore()
-        .ltrim(GRANTS_KEY, -(GRANT_LOG_CAP as isize), -1)
+        .ltrim(store.keys().grants(), -(GRANT_LOG_CAP as isize), -1)
         .ignore()
         .query_async::<()>(&mut store.connection())
         .await?;

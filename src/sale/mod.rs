@@ -49,8 +49,9 @@
 //! turned away is nobody's: it ends with its lease, or with the session the lock's
 //! shutdown closes.)
 
-pub mod buyers;
 pub mod segments;
+pub mod keys;
+pub mod buyers;
 pub mod stock;
 pub mod sold_out;
 pub mod grant_log;
@@ -375,7 +376,7 @@ impl Sale {
         asked: Instant,
         deadline: Instant,
     ) -> Result<(Option<local_queue::Turn<'_>>, LockGuard), AppError> {
-        let lock_key = segment.lock_key();
+        let lock_key = self.store.keys().lock_of(segment);
         let mut turn = match &self.local_queue {
             // The deadline is the buyer's, over every segment it tried.
             Some(queues) => Some(

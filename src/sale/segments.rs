@@ -8,7 +8,8 @@
 //! ## The keys
 //! With one segment (the default) nothing changes: the units are in `stock`, the fence
 //! in `stock:fence`, the lock is `lock:stock`. With N > 1, segment `i` keeps its units in
-//! `stock:segment:i`, its fence in `stock:fence:i`, and its lock is `lock:stock:i`.
+//! `stock:segment:i`, its fence in `stock:fence:i`, and its lock is `lock:stock:i`
+//! ([`crate::sale::keys`] names them).
 //! `stock` still counts every unit left: the write that sells from a segment takes one
 //! from it in the same script, so `stock + lucky` is the initial stock as before.
 //! A reset writes the count in `stock:segments`, and every fenced read checks it: an
@@ -30,8 +31,6 @@
 use std::fmt;
 
 pub use crate::config::MAX_SEGMENTS;
-/// How many segments the last reset made.
-pub const SEGMENTS_KEY: &str = "stock:segments";
 
 /// How many segments the stock is split into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,13 +90,9 @@ impl Segments {
             .collect()
     }
 
-    /// Every key a segmented sale may have used, for a reset to delete: the units and
-    /// the fences of every possible segment.
-    pub fn every_possible_key() -> Vec<String> {
+    /// As many segments as a sale may have.
+    pub fn most() -> Self {
         Segments(MAX_SEGMENTS)
-            .all()
-            .flat_map(|segment| [segment.stock_key(), segment.fence_key()])
-            .collect()
     }
 }
 
@@ -105,33 +100,10 @@ impl Segment {
     /// The one segment of a stock in one piece.
     pub const WHOLE: Segment = Segment { index: 0, of: 1 };
 
-    /// Where its units are.
-    pub fn stock_key(self) -> String {
-        self.named("stock", "stock:segment")
-    }
-
-    /// Its fencing high-water mark.
-    pub fn fence_key(self) -> String {
-        self.named("stock:fence", "stock:fence")
-    }
-
-    /// The lock that guards it.
-    pub fn lock_key(self) -> String {
-        self.named(crate::lock::STOCK_LOCK_KEY, crate::lock::STOCK_LOCK_KEY)
-    }
-
     /// What a sale or grant record says: nothing for a stock in one piece, so those
     /// records read as they always did.
     pub fn label(self) -> Option<u32> {
         (self.of > 1).then_some(self.index)
-    }
-
-    fn named(self, whole: &str, prefix: &str) -> String {
-        if self.of == 1 {
-            whole.to_owned()
-        } else {
-            format!("{prefix}:{}", self.index)
-        }
     }
 }
 
@@ -146,27 +118,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_segment_keeps_the_keys_of_a_sale_without_segments() {
+    fn one_segment_is_the_whole_stock_and_its_records_name_no_segment() {
         let whole = Segments::ONE.all().next().unwrap();
         assert_eq!(whole, Segment::WHOLE);
-        assert_eq!(
-            (whole.stock_key(), whole.fence_key(), whole.lock_key(), whole.label()),
-            ("stock".into(), "stock:fence".into(), "lock:stock".into(), None)
-        );
-    }
-
-    #[test]
-    fn each_segment_has_keys_of_its_own() {
-        let third = Segments::new(4).unwrap().all().nth(2).unwrap();
-        assert_eq!(
-            (third.stock_key(), third.fence_key(), third.lock_key(), third.label()),
-            (
-                "stock:segment:2".into(),
-                "stock:fence:2".into(),
-                "lock:stock:2".into(),
-                Some(2)
-            )
-        );
+        assert_eq!(whole.label(), None);
+        assert_eq!(Segments::new(4).unwrap().all().nth(2).unwrap().label(), Some(2));
     }
 
     #[test]

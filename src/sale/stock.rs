@@ -25,7 +25,7 @@
 //! `--fencing off`) the same scripts skip the check, and the race stays open.
 //!
 //! ## A write belongs to the sale it read from
-//! A reset (`POST /stock/reset`) begins a new sale under a new name ([`SALE_NAME_KEY`]).
+//! A reset (`POST /stock/reset`) begins a new sale under a new name ([`Keys::sale_name`]).
 //! A seller between its read and its write at that moment read the old sale's stock.
 //! The fence does not stop it when it has no token (`redlock`, the baselines, `--fencing
 //! off`), so the read returns the sale's name with the stock, and the write commits
@@ -56,31 +56,9 @@ use redis::Script;
 use serde::{Deserialize, Serialize};
 
 use crate::lock::FencingToken;
-use crate::sale::buyers::{BuyerId, BUYERS_KEY};
-use crate::sale::segments::{Segment, Segments, SEGMENTS_KEY};
-
-/// Units left.
-pub const STOCK_KEY: &str = "stock";
-/// Buyers who got a unit.
-pub const LUCKY_KEY: &str = "lucky";
-/// One JSON [`SaleRecord`] per unit sold, in the order they were written.
-pub const SALES_KEY: &str = "sales";
-/// The stock the sale was last reset to, so a checker knows what to compare against.
-pub const INITIAL_STOCK_KEY: &str = "stock:initial";
-/// Grows by one with every reset, so a checker can tell that a sale was reset under it.
-pub const GENERATION_KEY: &str = "stock:generation";
-/// A random name every reset gives the sale. Unlike the generation it cannot come back:
-/// a Redis that lost its data counts generations from 1 again, but draws a new name.
-pub const SALE_NAME_KEY: &str = "stock:sale";
-/// One outcome (`sold` or `aborted`) per sale id that reached the write.
-pub const OUTCOMES_KEY: &str = "stock:outcomes";
-/// The high-water mark of fencing tokens seen for the stock lock: a hash `{epoch, counter}`.
-pub const FENCE_KEY: &str = "stock:fence";
-/// The orders of `--orders` not yet written into MySQL, one entry per unit sold
-/// ([`crate::orders`] writes them).
-pub const ORDERS_STREAM: &str = "stock:orders";
-/// How many reads and writes the fence refused: a hash `{read, write}`.
-pub const FENCE_REFUSALS_KEY: &str = "stock:fence:refusals";
+use crate::sale::buyers::BuyerId;
+use crate::sale::keys::Keys;
+use crate::sale::segments::{Segment, Segments};
 
 /// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
 /// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset, `KEYS[5]` =
@@ -112,7 +90,7 @@ return {'ok', redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[5]) or '
 
 /// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
 /// high-water mark, refusals, `stock` (the units left in every segment), the buyers
-/// who got a unit ([`BUYERS_KEY`]), the orders stream ([`ORDERS_STREAM`]) and the sale's
+/// who got a unit ([`Keys::buyers`]), the orders stream ([`Keys::orders`]) and the sale's
 /// name. `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale
 /// record as JSON, `ARGV[4]` = the buyer to hold to one unit (empty: no such check),
 /// `ARGV[5]` = `1` to append the sale to the orders stream (empty: no orders), `ARGV[6]` =
@@ -278,19 +256,19 @@ pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
 
 impl StockSnapshot {
     /// Adds the snapshot's reads to `pipe`; [`StockSnapshot::parse`] reads their answers.
-    pub fn queue_reads(pipe: &mut redis::Pipeline) {
-        pipe.get(STOCK_KEY)
-            .get(LUCKY_KEY)
-            .llen(SALES_KEY)
-            .get(INITIAL_STOCK_KEY);
+    pub fn queue_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
+        pipe.get(keys.stock())
+            .get(keys.lucky())
+            .llen(keys.sales())
+            .get(keys.initial_stock());
     }
 
-    pub fn parse((stock, lucky, sales, initial): RawSnapshot) -> Result<Self, StockError> {
+    pub fn parse((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<Self, StockError> {
         Ok(StockSnapshot {
-            stock: number(STOCK_KEY, stock.as_deref())?.unwrap_or(0),
-            lucky: number(LUCKY_KEY, lucky.as_deref())?.unwrap_or(0),
+            stock: number(&keys.stock(), stock.as_deref())?.unwrap_or(0),
+            lucky: number(&keys.lucky(), lucky.as_deref())?.unwrap_or(0),
             sales,
-            initial: number(INITIAL_STOCK_KEY, initial.as_deref())?,
+            initial: number(&keys.initial_stock(), initial.as_deref())?,
         })
     }
 }
@@ -306,7 +284,7 @@ pub enum StockRead {
     OtherSegments { reset_with: String },
 }
 
-/// The name a reset gave the sale ([`SALE_NAME_KEY`]); empty for a sale no reset named.
+/// The name a reset gave the sale ([`Keys::sale_name`]); empty for a sale no reset named.
 /// A write carries the name its read saw, so it commits only in that sale.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SaleName(pub String);
@@ -362,7 +340,7 @@ pub enum StockError {
     Redis(#[from] redis::RedisError),
     /// A key holds something that is not a number.
     #[error("the stored `{key}` is not a number: {value:?}")]
-    NotANumber { key: &'static str, value: String },
+    NotANumber { key: String, value: String },
 }
 
 /// The stock keys in Redis and the operations on them.
@@ -385,7 +363,7 @@ pub struct StockStore {
     /// Keys that other parts of the service keep per sale (the dashboard's refusals,
     /// the grant log):
     /// a reset deletes them in the same transaction.
-    also_reset: Vec<&'static str>,
+    keys: Keys,
 }
 
 impl StockStore {
@@ -400,7 +378,7 @@ impl StockStore {
             one_per_buyer: false,
             orders: false,
             atomic_sale_seen: Arc::default(),
-            also_reset: Vec::new(),
+            keys: Keys::default(),
         }
     }
 
@@ -445,17 +423,21 @@ impl StockStore {
         };
         let order = if self.orders { "1" } else { "" };
         invocation
-            .key(BUYERS_KEY)
-            .key(ORDERS_STREAM)
-            .key(SALE_NAME_KEY)
+            .key(self.keys.buyers())
+            .key(self.keys.orders())
+            .key(self.keys.sale_name())
             .arg(buyer)
             .arg(order);
     }
 
-    /// A reset also deletes `key`, a key another part of the service keeps per sale.
-    pub fn also_reset(mut self, key: &'static str) -> Self {
-        self.also_reset.push(key);
+    /// The sale's keys, named from a prefix (`--key-prefix`); the default names without.
+    pub fn with_keys(mut self, keys: Keys) -> Self {
+        self.keys = keys;
         self
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
     }
 
     /// Puts `stock` units on sale, split into this store's segments, and forgets every
@@ -463,25 +445,24 @@ impl StockStore {
     pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .del(Segments::every_possible_key())
-            .set(STOCK_KEY, stock)
-            .set(LUCKY_KEY, 0)
-            .set(INITIAL_STOCK_KEY, stock)
-            .set(SEGMENTS_KEY, self.segments.count())
-            .del(SALES_KEY)
-            .del(OUTCOMES_KEY)
-            .del(FENCE_KEY)
-            .del(FENCE_REFUSALS_KEY)
-            .del(BUYERS_KEY)
-            .incr(GENERATION_KEY, 1)
-            .set(SALE_NAME_KEY, format!("{:032x}", rand::random::<u128>()));
+            .del(self.keys.every_possible_segment_key())
+            .set(self.keys.stock(), stock)
+            .set(self.keys.lucky(), 0)
+            .set(self.keys.initial_stock(), stock)
+            .set(self.keys.segment_count(), self.segments.count())
+            .del(self.keys.sales())
+            .del(self.keys.outcomes())
+            .del(self.keys.fence_of(Segment::WHOLE))
+            .del(self.keys.fence_refusals())
+            .del(self.keys.buyers())
+            .del(self.keys.grants())
+            .del(self.keys.refusals())
+            .incr(self.keys.generation(), 1)
+            .set(self.keys.sale_name(), format!("{:032x}", rand::random::<u128>()));
         if self.segments != Segments::ONE {
             for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
-                pipe.set(segment.stock_key(), units);
+                pipe.set(self.keys.stock_of(segment), units);
             }
-        }
-        for key in &self.also_reset {
-            pipe.del(*key);
         }
         pipe.query_async::<()>(&mut self.connection.clone()).await?;
         Ok(())
@@ -490,7 +471,7 @@ impl StockStore {
     /// Seeds `stock` units unless a sale already exists, so a fresh server starts ready.
     pub async fn seed_if_missing(&self, stock: i64) -> Result<(), StockError> {
         let created: bool = redis::cmd("SET")
-            .arg(STOCK_KEY)
+            .arg(self.keys.stock())
             .arg(stock)
             .arg("NX")
             .query_async::<Option<String>>(&mut self.connection.clone())
@@ -504,8 +485,8 @@ impl StockStore {
 
     pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
         let mut pipe = redis::pipe();
-        StockSnapshot::queue_reads(&mut pipe);
-        StockSnapshot::parse(pipe.query_async(&mut self.connection.clone()).await?)
+        StockSnapshot::queue_reads(&mut pipe, &self.keys);
+        StockSnapshot::parse(pipe.query_async(&mut self.connection.clone()).await?, &self.keys)
     }
 
     /// The connection, for a reader that adds keys of its own (the dashboard).
@@ -517,7 +498,7 @@ impl StockStore {
     /// its data, or a stock put there by hand).
     pub async fn sale_name(&self) -> Result<Option<String>, StockError> {
         Ok(redis::cmd("GET")
-            .arg(SALE_NAME_KEY)
+            .arg(self.keys.sale_name())
             .query_async(&mut self.connection.clone())
             .await?)
     }
@@ -536,12 +517,12 @@ impl StockStore {
         token: Option<&FencingToken>,
         sale_id: &str,
     ) -> Result<StockRead, StockError> {
-        let mut invocation = self.read.key(segment.stock_key());
+        let mut invocation = self.read.key(self.keys.stock_of(segment));
         invocation
-            .key(segment.fence_key())
-            .key(FENCE_REFUSALS_KEY)
-            .key(SEGMENTS_KEY)
-            .key(SALE_NAME_KEY)
+            .key(self.keys.fence_of(segment))
+            .key(self.keys.fence_refusals())
+            .key(self.keys.segment_count())
+            .key(self.keys.sale_name())
             .arg(segment.of);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
@@ -554,7 +535,7 @@ impl StockStore {
             Some("fenced") => Ok(StockRead::Fenced { newest: value }),
             Some("segments") => Ok(StockRead::OtherSegments { reset_with: value }),
             _ => Ok(StockRead::Stock {
-                units: number(STOCK_KEY, Some(&value))?.unwrap_or(0),
+                units: number(&self.keys.stock(), Some(&value))?.unwrap_or(0),
                 sale: SaleName(sale.unwrap_or_default()),
             }),
         }
@@ -571,14 +552,14 @@ impl StockStore {
         token: Option<&FencingToken>,
     ) -> Result<WriteOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let mut invocation = self.write.key(segment.stock_key());
+        let mut invocation = self.write.key(self.keys.stock_of(segment));
         invocation
-            .key(LUCKY_KEY)
-            .key(SALES_KEY)
-            .key(OUTCOMES_KEY)
-            .key(segment.fence_key())
-            .key(FENCE_REFUSALS_KEY)
-            .key(STOCK_KEY);
+            .key(self.keys.lucky())
+            .key(self.keys.sales())
+            .key(self.keys.outcomes())
+            .key(self.keys.fence_of(segment))
+            .key(self.keys.fence_refusals())
+            .key(self.keys.stock());
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
         self.add_sale_rules(&mut invocation, record);
         invocation.arg(&read_from.0);
@@ -602,8 +583,8 @@ impl StockStore {
     pub async fn settle(&self, sale_id: &str, read_from: &SaleName) -> Result<Settled, StockError> {
         let outcome: String = self
             .settle
-            .key(OUTCOMES_KEY)
-            .key(SALE_NAME_KEY)
+            .key(self.keys.outcomes())
+            .key(self.keys.sale_name())
             .arg(sale_id)
             .arg(&read_from.0)
             .invoke_async(&mut self.connection.clone())
@@ -633,12 +614,12 @@ impl StockStore {
     /// The whole sale as one script.
     pub async fn sell_atomically(&self, record: &SaleRecord) -> Result<AtomicOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let mut invocation = self.atomic_sale.key(STOCK_KEY);
+        let mut invocation = self.atomic_sale.key(self.keys.stock());
         invocation
-            .key(LUCKY_KEY)
-            .key(SALES_KEY)
-            .key(OUTCOMES_KEY)
-            .key(SEGMENTS_KEY)
+            .key(self.keys.lucky())
+            .key(self.keys.sales())
+            .key(self.keys.outcomes())
+            .key(self.keys.segment_count())
             .arg(json)
             .arg(&record.sale_id);
         self.add_sale_rules(&mut invocation, record);
@@ -658,7 +639,7 @@ impl StockStore {
                 reset_with: error.detail().unwrap_or_default().to_owned(),
             }),
             Err(error) if error.code() == Some("NOTANUMBER") => Err(StockError::NotANumber {
-                key: STOCK_KEY,
+                key: self.keys.stock(),
                 value: error.detail().unwrap_or_default().to_owned(),
             }),
             Err(error) => Err(error.into()),
@@ -667,11 +648,11 @@ impl StockStore {
 }
 
 /// Parses a stored counter, naming the key if it holds something else.
-pub(crate) fn number(key: &'static str, value: Option<&str>) -> Result<Option<i64>, StockError> {
+pub(crate) fn number(key: &str, value: Option<&str>) -> Result<Option<i64>, StockError> {
     match value {
         None => Ok(None),
         Some(text) => text.trim().parse().map(Some).map_err(|_| StockError::NotANumber {
-            key,
+            key: key.to_owned(),
             value: text.to_owned(),
         }),
     }

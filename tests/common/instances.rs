@@ -1,32 +1,33 @@
-//! Instances of the service on free ports, selling from a test Redis database.
+//! Instances of the service on free ports, each selling a test's own sale.
 
-use super::test_redis::{redis_client, redis_url};
+use super::test_redis::{redis_client, redis_url, TestSale};
 
-/// The service's defaults, selling from test Redis database `db`.
-pub fn config(strategy: seckill::strategy::Strategy, db: u8) -> seckill::config::Config {
+/// The service's defaults, selling `sale` from the test Redis.
+pub fn config(strategy: seckill::strategy::Strategy, sale: &TestSale) -> seckill::config::Config {
     let mut config = seckill::config::Config::defaults();
     config.lock = strategy;
-    config.redis_url = redis_url(db);
+    config.redis_url = redis_url();
+    config.key_prefix = sale.prefix().to_owned();
     config
 }
 
-/// An instance on a free port, selling from test Redis database `db`.
+/// An instance on a free port, selling `sale` from the test Redis.
 pub async fn instance(
     strategy: seckill::strategy::Strategy,
-    db: u8,
+    sale: &TestSale,
     acquire_timeout_ms: u64,
 ) -> seckill::server::Instance {
-    instance_with(strategy, db, |config| config.acquire_timeout_ms = acquire_timeout_ms).await
+    instance_with(strategy, sale, |config| config.acquire_timeout_ms = acquire_timeout_ms).await
 }
 
 /// The same, with the settings `adjust` changes.
 pub async fn instance_with(
     strategy: seckill::strategy::Strategy,
-    db: u8,
+    sale: &TestSale,
     adjust: impl FnOnce(&mut seckill::config::Config),
 ) -> seckill::server::Instance {
-    redis_client(db).await; // fail loudly if the test Redis is missing or not ours
-    let mut config = config(strategy, db);
+    redis_client().await; // fail loudly if the test Redis is missing or not ours
+    let mut config = config(strategy, sale);
     adjust(&mut config);
     seckill::server::Instance::start(config).await.expect("instance starts")
 }
@@ -35,10 +36,10 @@ pub async fn instance_with(
 /// (the error with its causes); panics if it starts.
 pub async fn start_refused(
     strategy: seckill::strategy::Strategy,
-    db: u8,
+    sale: &TestSale,
     adjust: impl FnOnce(&mut seckill::config::Config),
 ) -> String {
-    let mut config = config(strategy, db);
+    let mut config = config(strategy, sale);
     adjust(&mut config);
     match seckill::server::Instance::start(config).await {
         Ok(_) => panic!("`{strategy}` started with settings it should refuse"),
@@ -122,11 +123,11 @@ impl Drop for ServeProcess {
     }
 }
 
-/// The sale records in the test Redis database `db`, in the order they were written.
-pub async fn sale_records(db: u8) -> Vec<seckill::sale::stock::SaleRecord> {
+/// The records of `sale`, in the order they were written.
+pub async fn sale_records(sale: &TestSale) -> Vec<seckill::sale::stock::SaleRecord> {
     use redis::AsyncCommands;
-    let mut redis = super::connection(&super::redis_client(db).await).await;
-    let lines: Vec<String> = redis.lrange(seckill::sale::stock::SALES_KEY, 0, -1).await.unwrap();
+    let mut redis = super::connection(&super::redis_client().await).await;
+    let lines: Vec<String> = redis.lrange(sale.keys().sales(), 0, -1).await.unwrap();
     lines
         .iter()
         .map(|line| serde_json::from_str(line).expect("a sale record"))

@@ -2,7 +2,7 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | [`test_redis`] | the project's test Redis, and the table of which test file owns which database |
+//! | [`test_redis`] | the project's test Redis, and a sale of a test's own in it |
 //! | [`instances`] | instances of the service on free ports, in process or as `seckill serve` processes, and one buy |
 //! | [`locks`] | lock options, owners, and the race a lock must close |
 //! | [`backends`] | the shared etcd, ZooKeeper, MariaDB and Redlock masters `make services` starts |

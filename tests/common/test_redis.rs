@@ -1,85 +1,58 @@
-//! The project's test Redis, and which of its databases belongs to which test file.
+//! The project's test Redis, and a sale of a test's own in it.
 //!
 //! The tests write only to the project's own test Redis (`make services` starts it on
 //! port 6390 with its data in `.run/redis-test`), and check that it is that one before
 //! they write, so a user's own Redis is never touched. `SECKILL_TEST_REDIS_URL` points
 //! them elsewhere on purpose.
 //!
-//! Tests that use the stock's fixed key names need a logical database of their own, or
-//! two test files running at once would sell from one stock. [`DATABASES`] is the one
-//! table of who owns which database; [`redis_url`] refuses a database that the table
-//! does not give to the calling test file, so the table cannot drift.
+//! Tests that sell run a [`TestSale`] of their own: a key prefix no other test (or
+//! earlier run) uses, given to the instances as `--key-prefix`. Every key of the sale
+//! starts with it, the lock's too, so tests running at once never sell from one stock.
 
-use std::ops::RangeInclusive;
 use std::time::Duration;
 
-/// Which test file owns which databases: `(package folder/test file, databases)`.
-pub const DATABASES: &[(&str, RangeInclusive<u8>)] = &[
-    // Shared: tests that use unique keys only (locks, counters), never the stock's.
-    ("*", 0..=0),
-    ("seckill/http", 1..=9),
-    ("loadtest/e2e", 10..=19),
-    ("seckill/lock_conformance", 20..=29),
-    ("seckill/fencing", 30..=39), // 38: a lock Redis restarted empty
-    ("seckill/http", 40..=41),
-    ("seckill/backend_outages", 42..=43),
-    ("loadtest/e2e", 44..=44),
-    ("seckill/backend_outages", 45..=46),
-    ("loadtest/e2e", 47..=47),
-    ("loadtest/degrade", 48..=49),
-    ("loadtest/e2e", 50..=50),
-    ("seckill/hostile", 51..=53),
-    ("seckill/chaos", 54..=55),
-    ("seckill/metrics", 56..=56),
-    ("loadtest/lockbench", 57..=57),
-    ("loadtest/bench", 58..=58),
-    ("seckill/dashboard", 59..=60),
-    ("seckill/local_queue", 61..=61),
-    ("seckill/cli", 62..=62),
-    ("seckill/own_servers", 63..=63),
-    ("loadtest/nemesis", 68..=68),
-    ("seckill/chaos", 69..=69),
-    ("seckill/shutdown", 72..=72),
-    ("seckill/shutdown", 78..=78),
-    ("seckill/degrade", 73..=73),
-    ("seckill/clock_jumps", 74..=76),
-    ("seckill/failover", 79..=79),
-    ("loadtest/e2e", 80..=82),
-    ("seckill/segments", 83..=86),
-    ("seckill/sold_out", 87..=90),
-    ("seckill/one_per_buyer", 91..=94),
-    ("loadtest/e2e", 95..=97),
-    ("seckill/orders", 98..=100),
-    ("loadtest/e2e", 101..=102),
-    ("seckill/mysql_token_order", 103..=103),
-    ("seckill/fencing", 104..=106),
-    ("seckill/sold_out", 107..=107),
-    ("seckill/fencing", 108..=108),
-    ("loadtest/e2e", 109..=109),
-];
+use seckill::sale::keys::Keys;
 
-/// The test file this code is compiled into, as [`DATABASES`] names it.
-fn this_test_file() -> String {
-    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    let package = if package == "loadtest" {
-        package
-    } else {
-        "seckill".to_owned()
-    };
-    format!("{package}/{}", env!("CARGO_CRATE_NAME"))
+/// A sale of a test's own: its keys carry a prefix no other test uses.
+#[derive(Clone, Debug)]
+pub struct TestSale {
+    keys: Keys,
 }
 
-/// Panics unless [`DATABASES`] gives `db` to the calling test file.
-fn check_ownership(db: u8) {
-    let file = this_test_file();
-    let owned = DATABASES
-        .iter()
-        .any(|(owner, dbs)| (*owner == "*" || *owner == file) && dbs.contains(&db));
-    assert!(owned, "test Redis database {db} is not given to {file} in DATABASES (tests/common/test_redis.rs): add it there, on a database no other file uses");
+impl TestSale {
+    /// A sale under a prefix drawn at random.
+    pub fn new() -> Self {
+        TestSale {
+            keys: Keys::with_prefix(&format!("t-{:016x}:", rand::random::<u64>())),
+        }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// What the instances get as `--key-prefix`.
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    /// Deletes every key of the sale, as a Redis that lost its data would, and nothing
+    /// of the other tests' sales.
+    pub async fn lose_every_key(&self) {
+        let mut redis = connection(&redis_client().await).await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix()))
+            .query_async(&mut redis)
+            .await
+            .expect("Redis answers");
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut redis)
+                .await
+                .expect("Redis answers");
+        }
+    }
 }
 
 /// The project's test Redis, as `scripts/services.sh` starts it.
@@ -101,12 +74,9 @@ fn project_test_redis_dir() -> String {
     project_root().join(".run/redis-test").display().to_string()
 }
 
-/// The Redis the tests use. `db` picks a logical database, so tests that use the
-/// fixed stock keys do not collide.
-pub fn redis_url(db: u8) -> String {
-    check_ownership(db);
-    let base = std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| PROJECT_TEST_REDIS.to_owned());
-    format!("{}/{db}", base.trim_end_matches('/'))
+/// The Redis the tests use.
+pub fn redis_url() -> String {
+    std::env::var("SECKILL_TEST_REDIS_URL").unwrap_or_else(|_| PROJECT_TEST_REDIS.to_owned())
 }
 
 /// Whether the Redis at `url` is the project's test Redis (by its data folder).
@@ -123,8 +93,8 @@ pub async fn is_project_test_redis(url: &str) -> Result<bool, redis::RedisError>
 
 /// A client that has answered a PING and is safe to write to, or a panic that says
 /// how to get one.
-pub async fn redis_client(db: u8) -> redis::Client {
-    let url = redis_url(db);
+pub async fn redis_client() -> redis::Client {
+    let url = redis_url();
     match tokio::time::timeout(Duration::from_secs(3), is_project_test_redis(&url)).await {
         Ok(Ok(true)) => {}
         Ok(Ok(false)) if std::env::var("SECKILL_TEST_REDIS_URL").is_ok() => {} // chosen on purpose

@@ -111,9 +111,10 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
     }
     let tally = std::mem::take(&mut *tally.lock().await);
     let window = std::mem::take(&mut *window.lock().await);
-    let sale = checker::read_sale(&options.redis_url).await?;
+    let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
     // With --orders, the verdict waits for the orders to drain, and judges them too.
-    let orders = crate::verdict::orders::read_if_on(&target, &options.redis_url, &options.mysql_url).await?;
+    let orders =
+        crate::verdict::orders::read_if_on(&target, &options.redis_url, &options.keys, &options.mysql_url).await?;
     let judgement = checker::judge(initial_stock, &target, &sale, &tally, orders.as_ref());
     let seconds = load.seconds;
     Ok(Throughput {

@@ -118,6 +118,7 @@ async fn main() -> ExitCode {
                 users: 500,
                 initial_stock: 300,
                 redis_url: config.redis_url.clone(),
+                keys: seckill::sale::keys::Keys::with_prefix(&config.key_prefix),
                 mysql_url: config.mysql_url.clone(),
                 admin_token,
                 goose_metrics: false,

@@ -24,9 +24,10 @@ use std::collections::{BTreeMap, HashSet};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use seckill::sale::grant_log::{overlapping_holders, GrantRecord, GRANTS_KEY};
-use seckill::sale::segments::{Segments, SEGMENTS_KEY};
-use seckill::sale::stock::{SaleRecord, FENCE_REFUSALS_KEY, GENERATION_KEY, LUCKY_KEY, SALES_KEY, STOCK_KEY};
+use seckill::sale::grant_log::{overlapping_holders, GrantRecord};
+use seckill::sale::keys::Keys;
+use seckill::sale::segments::Segments;
+use seckill::sale::stock::SaleRecord;
 use seckill::strategy::FencingStatus;
 
 use super::crowd::{Tally, Target};
@@ -89,16 +90,16 @@ async fn connect(redis_url: &str) -> anyhow::Result<redis::aio::MultiplexedConne
 }
 
 /// The sale's reset generation, read before the attack.
-pub async fn generation(redis_url: &str) -> anyhow::Result<i64> {
+pub async fn generation(redis_url: &str, keys: &Keys) -> anyhow::Result<i64> {
     let generation: Option<i64> = redis::cmd("GET")
-        .arg(GENERATION_KEY)
+        .arg(keys.generation())
         .query_async(&mut connect(redis_url).await?)
         .await?;
     Ok(generation.unwrap_or(0))
 }
 
-/// The sale as Redis holds it now.
-pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
+/// The sale as Redis holds it now, under `keys`.
+pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState> {
     type Raw = (
         Option<i64>,
         Option<i64>,
@@ -108,16 +109,16 @@ pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
         BTreeMap<String, usize>,
     );
     let (stock, lucky, generation, raw, raw_grants, refusals): Raw = redis::pipe()
-        .get(STOCK_KEY)
-        .get(LUCKY_KEY)
-        .get(GENERATION_KEY)
-        .lrange(SALES_KEY, 0, -1)
-        .lrange(GRANTS_KEY, 0, -1)
-        .hgetall(FENCE_REFUSALS_KEY)
+        .get(keys.stock())
+        .get(keys.lucky())
+        .get(keys.generation())
+        .lrange(keys.sales(), 0, -1)
+        .lrange(keys.grants(), 0, -1)
+        .hgetall(keys.fence_refusals())
         .query_async(&mut connect(redis_url).await?)
         .await
         .context("reading the sale back from Redis")?;
-    let segment_stocks = read_segment_stocks(redis_url).await?;
+    let segment_stocks = read_segment_stocks(redis_url, keys).await?;
     let mut records = Vec::with_capacity(raw.len());
     let mut unreadable_records = 0;
     for line in &raw {
@@ -147,15 +148,18 @@ pub async fn read_sale(redis_url: &str) -> anyhow::Result<SaleState> {
 }
 
 /// Each segment's units left, when the last reset split the stock (none otherwise).
-async fn read_segment_stocks(redis_url: &str) -> anyhow::Result<Vec<i64>> {
+async fn read_segment_stocks(redis_url: &str, keys: &Keys) -> anyhow::Result<Vec<i64>> {
     let mut redis = connect(redis_url).await?;
-    let count: Option<u32> = redis::cmd("GET").arg(SEGMENTS_KEY).query_async(&mut redis).await?;
+    let count: Option<u32> = redis::cmd("GET")
+        .arg(keys.segment_count())
+        .query_async(&mut redis)
+        .await?;
     let segments = match count.map(Segments::new) {
         Some(Ok(segments)) if segments != Segments::ONE => segments,
         _ => return Ok(Vec::new()),
     };
-    let keys: Vec<String> = segments.all().map(|segment| segment.stock_key()).collect();
-    let stocks: Vec<Option<i64>> = redis::cmd("MGET").arg(&keys).query_async(&mut redis).await?;
+    let stock_keys: Vec<String> = segments.all().map(|segment| keys.stock_of(segment)).collect();
+    let stocks: Vec<Option<i64>> = redis::cmd("MGET").arg(&stock_keys).query_async(&mut redis).await?;
     Ok(stocks.into_iter().map(|stock| stock.unwrap_or(0)).collect())
 }
 

@@ -25,6 +25,7 @@ pub use checker::Verdict;
 pub use report::Report;
 
 use anyhow::bail;
+use seckill::sale::keys::Keys;
 
 /// What to fire at, and how much.
 #[derive(Clone, Debug)]
@@ -40,6 +41,8 @@ pub struct Options {
     pub initial_stock: i64,
     /// The Redis the instances sell from, read directly for the verdict.
     pub redis_url: String,
+    /// The sale's keys in it (the instances' `--key-prefix`).
+    pub keys: Keys,
     /// The MySQL of the MySQL strategies, whose statement counters are read.
     pub mysql_url: String,
     /// Sent with the reset, for instances started with `--admin-token`.
@@ -69,14 +72,14 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         );
     }
     let target = crowd::prepare(options).await?;
-    let generation = checker::generation(&options.redis_url).await?;
+    let generation = checker::generation(&options.redis_url, &options.keys).await?;
     let counting_cost = database::is_database_lock(&target.strategy);
     let cost_before = match counting_cost {
         true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
         false => None,
     };
     let tally = crowd::attack(options).await?;
-    let sale = checker::read_sale(&options.redis_url).await?;
+    let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
     // An instance that died during the attack (the chaos runs kill one) cannot be asked
     // for its counters: the verdict still stands, only the cost is not measured.
     let mut unmeasured = None;
@@ -98,7 +101,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         ))
         .into());
     }
-    let orders = orders::read_if_on(&target, &options.redis_url, &options.mysql_url).await?;
+    let orders = orders::read_if_on(&target, &options.redis_url, &options.keys, &options.mysql_url).await?;
     let judgement = checker::judge(options.initial_stock, &target, &sale, &tally, orders.as_ref());
     let mut report = Report::new(options, target, &sale, tally, judgement)
         .with_database_cost(database_cost)

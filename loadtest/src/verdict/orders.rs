@@ -16,7 +16,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
 use seckill::orders::ORDERS_GROUP;
-use seckill::sale::stock::{SaleRecord, ORDERS_STREAM, SALE_NAME_KEY};
+use seckill::sale::keys::Keys;
+use seckill::sale::stock::SaleRecord;
 
 use super::crowd::Target;
 
@@ -42,28 +43,33 @@ pub struct OrdersState {
 }
 
 /// With `--orders` (`target.orders`), the orders of the sale in `redis_url`, once drained.
-pub async fn read_if_on(target: &Target, redis_url: &str, mysql_url: &str) -> anyhow::Result<Option<OrdersState>> {
+pub async fn read_if_on(
+    target: &Target,
+    redis_url: &str,
+    keys: &Keys,
+    mysql_url: &str,
+) -> anyhow::Result<Option<OrdersState>> {
     if !target.orders {
         return Ok(None);
     }
-    Ok(Some(read_orders(redis_url, mysql_url).await?))
+    Ok(Some(read_orders(redis_url, keys, mysql_url).await?))
 }
 
 /// Waits until the orders stream in `redis_url` drained, then reads this sale's orders from MySQL.
-async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<OrdersState> {
+async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::Result<OrdersState> {
     let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
     let mut redis = client
         .get_multiplexed_async_connection()
         .await
         .with_context(|| format!("cannot reach Redis at {redis_url} to check the orders"))?;
     let started = Instant::now();
-    let (mut unread, mut pending) = backlog(&mut redis).await?;
+    let (mut unread, mut pending) = backlog(&mut redis, keys).await?;
     while unread + pending > 0 && started.elapsed() < DRAIN_TIMEOUT {
         tokio::time::sleep(POLL).await;
-        (unread, pending) = backlog(&mut redis).await?;
+        (unread, pending) = backlog(&mut redis, keys).await?;
     }
     let waited_ms = started.elapsed().as_millis() as u64;
-    let sale: Option<String> = redis::cmd("GET").arg(SALE_NAME_KEY).query_async(&mut redis).await?;
+    let sale: Option<String> = redis::cmd("GET").arg(keys.sale_name()).query_async(&mut redis).await?;
     let mut mysql = tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlConnection::connect(mysql_url))
         .await
         .context("timed out")
@@ -87,14 +93,14 @@ async fn read_orders(redis_url: &str, mysql_url: &str) -> anyhow::Result<OrdersS
 
 /// The group's entries not yet read, and read but not acknowledged. Before any writer
 /// created the group, every entry counts as unread.
-async fn backlog(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<(usize, usize)> {
-    let entries: usize = redis::cmd("XLEN").arg(ORDERS_STREAM).query_async(redis).await?;
+async fn backlog(redis: &mut redis::aio::MultiplexedConnection, keys: &Keys) -> anyhow::Result<(usize, usize)> {
+    let entries: usize = redis::cmd("XLEN").arg(keys.orders()).query_async(redis).await?;
     if entries == 0 {
         return Ok((0, 0));
     }
     let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
         .arg("GROUPS")
-        .arg(ORDERS_STREAM)
+        .arg(keys.orders())
         .query_async(redis)
         .await?;
     let name_is = |group: &HashMap<String, redis::Value>| matches!(group.get("name"), Some(redis::Value::BulkString(name)) if name == ORDERS_GROUP.as_bytes());
@@ -115,7 +121,7 @@ async fn backlog(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Resul
                 _ => "0-0".to_owned(),
             };
             let after: Vec<redis::Value> = redis::cmd("XRANGE")
-                .arg(ORDERS_STREAM)
+                .arg(keys.orders())
                 .arg(format!("({last_read}"))
                 .arg("+")
                 .query_async(redis)
