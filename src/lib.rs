@@ -21,7 +21,7 @@
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables.
 //! 5. [`metrics`]: what `GET /metrics` counts, which the sale, the locks and the orders
-//!    add to.
+//!    add to; [`api`]: the HTTP contract, every JSON body the service answers with.
 //! 6. [`sale`]: one sale, start to end, and its parts: [`sale::buyers`] (who buys, one
 //!    unit per buyer), [`sale::segments`] (the stock split, each part behind a lock of
 //!    its own), [`sale::stock`] (the stock in Redis, the fenced read and write, the
@@ -44,6 +44,7 @@ pub mod lock;
 pub mod strategy;
 pub mod config;
 pub mod metrics;
+pub mod api;
 pub mod sale;
 pub mod orders;
 pub mod wiring;

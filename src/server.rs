@@ -14,7 +14,7 @@ use crate::orders::OrderWriter;
 use crate::sale::keys::Keys;
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
-use crate::sale::{Sale, STEPS_AFTER_ACQUIRE_BUDGET};
+use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::store;
 use crate::wiring;
 
@@ -40,7 +40,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     // Some locks cannot hand over: ZooKeeper's next grant is another instance's node.
     let hand_over = config.hand_over && guarding.hands_over();
     let metrics = Metrics::new(config.lock.name(), fencing.name(), &config.instance_name());
-    let sale = Sale {
+    let sale = Sale::new(SaleSetup {
         store,
         guarding,
         seller: Seller {
@@ -49,16 +49,15 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             strategy: config.lock.name(),
         },
         acquire_timeout: config.acquire_timeout(),
-        fenced: fencing.is_on(),
+        fencing,
         widen_race: config.lock.expected_to_oversell(),
         chaos_pause_before_write: config.chaos_pause_before_write_ms.map(std::time::Duration::from_millis),
         metrics: std::sync::Arc::new(metrics),
         sold_out,
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
             .then(|| segments.all().map(|_| LocalQueue::new(hand_over)).collect()),
-        in_flight: Default::default(),
-    };
-    let order_writer = wiring::order_writer(config, &client, sale.metrics.clone())
+    });
+    let order_writer = wiring::order_writer(config, &client, sale.metrics().clone())
         .await?
         .map(OrderWriter::start);
     let limits = Limits {

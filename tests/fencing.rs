@@ -349,13 +349,9 @@ async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
     assert_eq!(buyer.await.unwrap(), "503 sale_reset");
     let stock = common::stock(&instance.url).await;
     assert_eq!(
-        (
-            stock["stock"].as_i64(),
-            stock["lucky"].as_i64(),
-            stock["sales"].as_i64()
-        ),
-        (Some(100), Some(0), Some(0)),
-        "the new sale must start whole: {stock}"
+        (stock.stock, stock.lucky, stock.sales),
+        (100, 0, 0),
+        "the new sale must start whole: {stock:?}"
     );
     instance.stop().await.unwrap();
 }

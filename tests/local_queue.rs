@@ -26,7 +26,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 /// What the lock of one `mysql-version` instance counted (`lock_stats` in /healthz)
 /// while `BUYERS` bought from it at once, each a unit, with the settings `adjust` changes.
-async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Config)) -> serde_json::Value {
+async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Config)) -> seckill::lock::LockStats {
     let instance = common::instance_with(Strategy::MysqlVersion, &common::TestSale::new(), |config| {
         config.acquire_timeout_ms = 30_000;
         adjust(config);
@@ -43,7 +43,10 @@ async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Conf
     for buyer in buyers {
         assert_eq!(buyer.await.unwrap(), "sold");
     }
-    let stats = common::healthz(&instance.url).await["lock_stats"].clone();
+    let stats = common::healthz(&instance.url)
+        .await
+        .lock_stats
+        .expect("a MySQL lock counts its attempts");
     instance.stop().await.unwrap();
     stats
 }
@@ -51,15 +54,13 @@ async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Conf
 /// The most acquire attempts one instance had at MySQL at once while `BUYERS` bought.
 async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
     let stats = lock_stats_after_a_crowd(|config| config.local_queue = local_queue).await;
-    stats["permits"]["peak_in_flight"]
-        .as_u64()
-        .expect("a MySQL lock counts its attempts")
+    stats.permits.peak_in_flight as u64
 }
 
 /// Grants and acquire attempts of one instance while `BUYERS` bought.
 async fn grants_and_attempts(hand_over: bool) -> (u64, u64) {
     let stats = lock_stats_after_a_crowd(|config| config.hand_over = hand_over).await;
-    (stats["grants"].as_u64().unwrap(), stats["attempts"].as_u64().unwrap())
+    (stats.grants, stats.attempts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,7 +46,7 @@ async fn one_buyers_requests_racing_on_two_instances_and_four_segments_get_one_u
         .map(|record| record.buyer)
         .collect();
     assert_eq!(buyers, [Some("alice".to_owned()), Some("bob".to_owned())]);
-    assert_eq!(common::healthz(&first.url).await["one_per_buyer"], true);
+    assert!(common::healthz(&first.url).await.one_per_buyer);
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 }
@@ -103,6 +103,6 @@ async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought
         .map(|record| record.buyer)
         .collect();
     assert_eq!(buyers, [Some("alice".to_owned()), Some("alice".to_owned()), None]);
-    assert_eq!(common::healthz(&app.url).await["one_per_buyer"], false);
+    assert!(!common::healthz(&app.url).await.one_per_buyer);
     app.stop().await.unwrap();
 }

@@ -391,6 +391,21 @@ async fn a_host_with_no_service_is_named_with_how_to_start_one() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
+/// A load test told another `--key-prefix` than the instances sell under would read an
+/// empty sale back and judge the wrong thing: it refuses before the crowd, with the fix.
+#[tokio::test]
+async fn a_load_test_reading_another_key_prefix_than_the_instances_is_refused_with_the_fix() {
+    let instance = start(Strategy::Atomic, &TestSale::new()).await;
+    let elsewhere = TestSale::new();
+    let error = run(&options(vec![instance.url.clone()], &elsewhere)).await.unwrap_err();
+    let message = format!("{error:#}");
+    assert!(
+        message.contains("--key-prefix") && message.contains(elsewhere.prefix()),
+        "{message}"
+    );
+    instance.stop().await.unwrap();
+}
+
 /// The lessons start both instances in the background and the load test right after
 /// them, as a reader types it: a host that is not listening yet is asked again.
 #[tokio::test]

@@ -22,7 +22,8 @@ use axum::response::Html;
 use futures_util::Stream;
 use serde::Serialize;
 
-use crate::sale::stock::{number, SaleRecord, StockError, StockSnapshot, StockStore};
+use crate::api::StockSnapshot;
+use crate::sale::stock::{number, queue_snapshot_reads, snapshot_from, SaleRecord, StockError, StockStore};
 
 /// How often the page is told.
 const TICK: Duration = Duration::from_millis(250);
@@ -94,7 +95,7 @@ pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> 
     let last = (from + limit).saturating_sub(1);
     let mut pipe = redis::pipe();
     let keys = store.keys();
-    StockSnapshot::queue_reads(&mut pipe, keys);
+    queue_snapshot_reads(&mut pipe, keys);
     pipe.get(keys.generation())
         .lrange(keys.sales(), from as isize, last as isize)
         .hgetall(keys.refusals());
@@ -110,7 +111,7 @@ pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> 
     let (stock, lucky, sales, initial, generation, raw, refusals): Raw =
         pipe.query_async(&mut store.connection()).await?;
     Ok(DashboardView {
-        snapshot: StockSnapshot::parse((stock, lucky, sales, initial), keys)?,
+        snapshot: snapshot_from((stock, lucky, sales, initial), keys)?,
         generation: number(&keys.generation(), generation.as_deref())?.unwrap_or(0),
         records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
         records_read: raw.len(),
@@ -179,13 +180,7 @@ impl Cursor {
         self.tick(reset, &view.snapshot, sales, view.refusals)
     }
 
-    fn tick(
-        &self,
-        reset: bool,
-        snapshot: &crate::sale::stock::StockSnapshot,
-        sales: Vec<SoldUnit>,
-        refusals: Vec<(String, i64)>,
-    ) -> Event {
+    fn tick(&self, reset: bool, snapshot: &StockSnapshot, sales: Vec<SoldUnit>, refusals: Vec<(String, i64)>) -> Event {
         let tick = Tick {
             banner: &self.banner,
             reset,

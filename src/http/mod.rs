@@ -32,22 +32,18 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{middleware, BoxError, Json, Router};
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde::Deserialize;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::api::{Health, Ready, ReduceAnswer, StockSnapshot};
 use crate::config::MAX_STOCK;
 use crate::http::admin::{Denied, ResetAccess};
 use crate::http::dashboard::Banner;
-use crate::lock::FencingToken;
 use crate::orders::RunningWriter;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::{errors_as_json, json_error, AppError};
-use crate::sale::local_queue::LocalQueue;
-use crate::sale::stock::StockSnapshot;
-use crate::sale::Guarding;
 use crate::sale::{Sale, SaleOutcome};
 use crate::strategy::{FencingStatus, Strategy};
 
@@ -151,20 +147,6 @@ fn overloaded_or_timed_out(error: BoxError) -> AppError {
     }
 }
 
-/// The answer to `/stock/reduce`.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ReduceResponse {
-    pub port: u16,
-    pub instance: String,
-    pub strategy: String,
-    pub sold: bool,
-    pub stock_after: i64,
-    pub lock_wait_ms: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<FencingToken>,
-    pub message: String,
-}
-
 /// The query of `/stock/reduce`.
 #[derive(Deserialize)]
 struct ReduceQuery {
@@ -174,7 +156,7 @@ struct ReduceQuery {
 async fn reduce(
     State(state): State<AppState>,
     Query(query): Query<ReduceQuery>,
-) -> Result<Json<ReduceResponse>, AppError> {
+) -> Result<Json<ReduceAnswer>, AppError> {
     let shared = &state.0;
     let buyer = query
         .buyer
@@ -183,7 +165,7 @@ async fn reduce(
         .transpose()
         .map_err(AppError::BadRequest)?;
     let sold_or_refused = shared.sale.sell_one(buyer).await;
-    shared.sale.metrics.record_answer(
+    shared.sale.metrics().record_answer(
         sold_or_refused
             .as_ref()
             .map(|outcome| outcome.sold)
@@ -192,8 +174,8 @@ async fn reduce(
     if let Err(error) = &sold_or_refused {
         // For the dashboard, after the answer and in the background: never on a sale's path.
         let (store, instance, code) = (
-            shared.sale.store.clone(),
-            shared.sale.seller.instance.clone(),
+            shared.sale.store().clone(),
+            shared.sale.seller().instance.clone(),
             error.code(),
         );
         tokio::spawn(async move { dashboard::count_refusal(&store, &instance, code).await });
@@ -204,8 +186,8 @@ async fn reduce(
         lock_wait_ms,
         fencing_token,
     } = sold_or_refused?;
-    let seller = &shared.sale.seller;
-    Ok(Json(ReduceResponse {
+    let seller = shared.sale.seller();
+    Ok(Json(ReduceAnswer {
         port: seller.port,
         instance: seller.instance.clone(),
         strategy: shared.strategy.name().to_owned(),
@@ -218,7 +200,7 @@ async fn reduce(
 }
 
 async fn stock(State(state): State<AppState>) -> Result<Json<StockSnapshot>, AppError> {
-    Ok(Json(state.0.sale.store.snapshot().await?))
+    Ok(Json(state.0.sale.store().snapshot().await?))
 }
 
 #[derive(Deserialize)]
@@ -253,7 +235,7 @@ async fn reset(
     }
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
     let stock = stock_to_reset_to(content_type, &body, state.0.initial_stock)?;
-    let store = &state.0.sale.store;
+    let store = state.0.sale.store();
     store.reset(stock).await?;
     tracing::info!(stock, "sale reset");
     Ok(Json(store.snapshot().await?))
@@ -288,26 +270,8 @@ fn stock_to_reset_to(content_type: Option<&str>, body: &[u8], default: i64) -> R
     Ok(stock)
 }
 
-async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
-    let shared = &state.0;
-    let lock_stats = match &shared.sale.guarding {
-        Guarding::Lock(lock) => lock.backend().stats(),
-        Guarding::AtomicScript => None,
-    };
-    Json(json!({
-        "status": "ok",
-        "strategy": shared.strategy,
-        "fencing": shared.fencing,
-        "local_queue": shared.sale.local_queue.is_some(),
-        "hand_over": shared.sale.local_queue.as_ref().is_some_and(|queues| queues.iter().any(LocalQueue::hands_over)),
-        "stock_segments": shared.sale.store.segments().count(),
-        "sold_out_flag": shared.sale.sold_out.is_some(),
-        "one_per_buyer": shared.sale.store.one_per_buyer(),
-        "orders": shared.sale.store.orders(),
-        "instance": shared.sale.seller.instance,
-        "port": shared.sale.seller.port,
-        "lock_stats": lock_stats,
-    }))
+async fn healthz(State(state): State<AppState>) -> Json<Health> {
+    Json(state.0.sale.health())
 }
 
 /// `GET /events`: the dashboard's stream of server-sent events.
@@ -316,18 +280,15 @@ async fn events(State(state): State<AppState>) -> impl IntoResponse {
     let banner = Banner {
         strategy: shared.strategy.name(),
         fencing: shared.fencing.name(),
-        instance: shared.sale.seller.instance.clone(),
+        instance: shared.sale.seller().instance.clone(),
     };
-    dashboard::events(shared.sale.store.clone(), banner)
+    dashboard::events(shared.sale.store().clone(), banner)
 }
 
 /// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let degrade = match &state.0.sale.guarding {
-        Guarding::Lock(lock) => lock.backend().stats().and_then(|stats| stats.degrade),
-        Guarding::AtomicScript => None,
-    };
-    let text = state.0.sale.metrics.render(degrade.as_ref());
+    let degrade = state.0.sale.lock_stats().and_then(|stats| stats.degrade);
+    let text = state.0.sale.metrics().render(degrade.as_ref());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,
@@ -335,8 +296,11 @@ async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    match state.0.sale.store.ping().await {
-        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
+    match state.0.sale.store().ping().await {
+        Ok(()) => Json(Ready {
+            status: "ready".to_owned(),
+        })
+        .into_response(),
         Err(error) => {
             tracing::warn!(%error, "not ready: redis does not answer");
             json_error(

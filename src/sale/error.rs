@@ -1,6 +1,6 @@
 //! The HTTP error: one enum, one status mapping, one JSON shape.
 //!
-//! Every error the service sends is `{"error": "<code>", "message": "<text>"}`, also
+//! Every error the service sends is an [`ErrorBody`], `{"error": "<code>", "message": "<text>"}`, also
 //! those axum itself produces (unknown route, wrong method, body too large): see
 //! [`errors_as_json`]. 4xx answers say exactly what was wrong with the request. 5xx
 //! answers say what kind of failure it was and hide the details, which are logged once, here.
@@ -15,8 +15,8 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
+use crate::api::ErrorBody;
 use crate::lock::LockError;
 use crate::sale::stock::StockError;
 
@@ -174,7 +174,11 @@ impl IntoResponse for AppError {
 
 /// The one error shape: `{"error": code, "message": message}`.
 pub fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({ "error": code, "message": message }))).into_response()
+    let body = ErrorBody {
+        error: code.to_owned(),
+        message: message.to_owned(),
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Middleware: turns an error response that is not JSON (axum's own 404, 405, 413, or

@@ -66,9 +66,10 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::Health;
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
-use crate::lock::{FencingToken, LockError, LockGuard, Owner};
+use crate::lock::{FencingToken, LockError, LockGuard, LockStats, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
@@ -79,6 +80,7 @@ use crate::sale::sold_out::{KnownEmpty, SoldOutMemory};
 use crate::sale::stock::{
     unix_ms, AtomicOutcome, SaleName, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
 };
+use crate::strategy::FencingStatus;
 
 /// How long a sale keeps asking Redis how an unanswered write ended.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
@@ -115,7 +117,7 @@ impl Guarding {
 
 /// The sale tasks of one instance, so that a shutdown can wait for them.
 #[derive(Default)]
-pub struct SalesInFlight {
+struct SalesInFlight {
     tasks: TaskTracker,
     /// Cancelled at shutdown: the sales not yet granted the lock give up.
     stopping: CancellationToken,
@@ -153,14 +155,14 @@ impl SaleOutcome {
     }
 }
 
-/// Everything a sale needs; shared by every request of one instance.
-pub struct Sale {
+/// What a sale is made of, as the server builds it from the config.
+pub struct SaleSetup {
     pub store: StockStore,
     pub guarding: Guarding,
     pub seller: Seller,
     pub acquire_timeout: Duration,
-    /// Check the grant's fencing token on the read and the write.
-    pub fenced: bool,
+    /// How the sale is fenced: `On` checks the grant's token on the read and the write.
+    pub fencing: FencingStatus,
     /// Yield between read and write: the baselines only, so their race shows every run.
     pub widen_race: bool,
     /// Chaos lessons only (`--chaos-pause-before-write-ms`): linger between the lease
@@ -174,11 +176,85 @@ pub struct Sale {
     /// the stock; `None` for the baselines (whose lesson is the race) and with
     /// `--local-queue false`.
     pub local_queue: Option<Vec<LocalQueue>>,
+}
+
+/// Everything a sale needs; shared by every request of one instance.
+pub struct Sale {
+    store: StockStore,
+    guarding: Guarding,
+    seller: Seller,
+    acquire_timeout: Duration,
+    fencing: FencingStatus,
+    fenced: bool,
+    widen_race: bool,
+    chaos_pause_before_write: Option<Duration>,
+    metrics: Arc<Metrics>,
+    sold_out: Option<SoldOutMemory>,
+    local_queue: Option<Vec<LocalQueue>>,
     /// Every sale task still running.
-    pub in_flight: SalesInFlight,
+    in_flight: SalesInFlight,
 }
 
 impl Sale {
+    pub fn new(setup: SaleSetup) -> Self {
+        Sale {
+            store: setup.store,
+            guarding: setup.guarding,
+            seller: setup.seller,
+            acquire_timeout: setup.acquire_timeout,
+            fencing: setup.fencing,
+            fenced: setup.fencing.is_on(),
+            widen_race: setup.widen_race,
+            chaos_pause_before_write: setup.chaos_pause_before_write,
+            metrics: setup.metrics,
+            sold_out: setup.sold_out,
+            local_queue: setup.local_queue,
+            in_flight: SalesInFlight::default(),
+        }
+    }
+
+    /// The stock this sale sells from.
+    pub fn store(&self) -> &StockStore {
+        &self.store
+    }
+
+    /// Who sells: the instance, its port and its strategy.
+    pub fn seller(&self) -> &Seller {
+        &self.seller
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// What the lock counted since it started, for the locks that count.
+    pub fn lock_stats(&self) -> Option<LockStats> {
+        match &self.guarding {
+            Guarding::Lock(lock) => lock.backend().stats(),
+            Guarding::AtomicScript => None,
+        }
+    }
+
+    /// How this sale sells, as `GET /healthz` tells it.
+    pub fn health(&self) -> Health {
+        let local_queue = self.local_queue.as_deref();
+        Health {
+            status: "ok".to_owned(),
+            strategy: self.seller.strategy.to_owned(),
+            fencing: self.fencing,
+            local_queue: local_queue.is_some(),
+            hand_over: local_queue.is_some_and(|queues| queues.iter().any(LocalQueue::hands_over)),
+            stock_segments: self.store.segments().count(),
+            sold_out_flag: self.sold_out.is_some(),
+            one_per_buyer: self.store.one_per_buyer(),
+            orders: self.store.orders(),
+            instance: self.seller.instance.clone(),
+            port: self.seller.port,
+            key_prefix: self.store.keys().prefix().to_owned(),
+            lock_stats: self.lock_stats(),
+        }
+    }
+
     /// Sells one unit to `buyer` if any is left, in a task of its own (see the module
     /// notes), and answers as soon as the outcome is known; the task may still be
     /// releasing the lock. With `--one-per-buyer` a buyer must be named, and one who

@@ -55,6 +55,7 @@ use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
+use crate::api::StockSnapshot;
 use crate::lock::FencingToken;
 use crate::sale::buyers::BuyerId;
 use crate::sale::keys::Keys;
@@ -241,36 +242,25 @@ impl SaleRecord {
     }
 }
 
-/// The sale's counters, as `GET /stock` shows them.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct StockSnapshot {
-    pub stock: i64,
-    pub lucky: i64,
-    pub sales: i64,
-    /// The stock of the last reset; `null` if the sale was never reset.
-    pub initial: Option<i64>,
-}
-
-/// What [`StockSnapshot::queue_reads`] reads: stock, lucky, sales, initial.
+/// What [`queue_snapshot_reads`] reads: stock, lucky, sales, initial.
 pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
 
-impl StockSnapshot {
-    /// Adds the snapshot's reads to `pipe`; [`StockSnapshot::parse`] reads their answers.
-    pub fn queue_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
-        pipe.get(keys.stock())
-            .get(keys.lucky())
-            .llen(keys.sales())
-            .get(keys.initial_stock());
-    }
+/// Adds the reads of a [`StockSnapshot`] to `pipe`; [`snapshot_from`] reads their answers.
+pub fn queue_snapshot_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
+    pipe.get(keys.stock())
+        .get(keys.lucky())
+        .llen(keys.sales())
+        .get(keys.initial_stock());
+}
 
-    pub fn parse((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<Self, StockError> {
-        Ok(StockSnapshot {
-            stock: number(&keys.stock(), stock.as_deref())?.unwrap_or(0),
-            lucky: number(&keys.lucky(), lucky.as_deref())?.unwrap_or(0),
-            sales,
-            initial: number(&keys.initial_stock(), initial.as_deref())?,
-        })
-    }
+/// The snapshot in the answers to [`queue_snapshot_reads`].
+pub fn snapshot_from((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<StockSnapshot, StockError> {
+    Ok(StockSnapshot {
+        stock: number(&keys.stock(), stock.as_deref())?.unwrap_or(0),
+        lucky: number(&keys.lucky(), lucky.as_deref())?.unwrap_or(0),
+        sales,
+        initial: number(&keys.initial_stock(), initial.as_deref())?,
+    })
 }
 
 /// What a fenced read found.
@@ -485,8 +475,8 @@ impl StockStore {
 
     pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
         let mut pipe = redis::pipe();
-        StockSnapshot::queue_reads(&mut pipe, &self.keys);
-        StockSnapshot::parse(pipe.query_async(&mut self.connection.clone()).await?, &self.keys)
+        queue_snapshot_reads(&mut pipe, &self.keys);
+        snapshot_from(pipe.query_async(&mut self.connection.clone()).await?, &self.keys)
     }
 
     /// The connection, for a reader that adds keys of its own (the dashboard).

@@ -64,17 +64,17 @@ pub async fn reset_stock(base_url: &str, stock: i64) {
     );
 }
 
-/// `GET /healthz` of a running instance, as JSON.
-pub async fn healthz(base_url: &str) -> serde_json::Value {
+/// `GET /healthz` of a running instance.
+pub async fn healthz(base_url: &str) -> seckill::api::Health {
     get_json(base_url, "/healthz").await
 }
 
-/// `GET /stock` of a running instance, as JSON: stock, lucky, sales, initial.
-pub async fn stock(base_url: &str) -> serde_json::Value {
+/// `GET /stock` of a running instance: stock, lucky, sales, initial.
+pub async fn stock(base_url: &str) -> seckill::api::StockSnapshot {
     get_json(base_url, "/stock").await
 }
 
-async fn get_json(base_url: &str, path: &str) -> serde_json::Value {
+async fn get_json<T: serde::de::DeserializeOwned>(base_url: &str, path: &str) -> T {
     reqwest::get(format!("{base_url}{path}"))
         .await
         .expect("the instance answers")

@@ -412,13 +412,19 @@ mod tests {
     /// Instances of `redis`, fenced, one stock segment.
     fn fenced_redis(one_per_buyer: bool) -> Target {
         Target {
+            status: "ok".into(),
             strategy: "redis".into(),
             fencing: FencingStatus::On,
             local_queue: true,
+            hand_over: true,
             stock_segments: 1,
             sold_out_flag: false,
             one_per_buyer,
             orders: false,
+            instance: "seckill-8080".into(),
+            port: 8080,
+            key_prefix: String::new(),
+            lock_stats: None,
         }
     }
 

@@ -10,11 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use goose::config::GooseConfiguration;
 use goose::prelude::*;
-use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use seckill::http::ReduceResponse;
-use seckill::strategy::FencingStatus;
+use seckill::api::ReduceAnswer;
 
 use super::Options;
 use crate::latency::Latencies;
@@ -39,27 +37,8 @@ fn outcome_unknown(kind: &str) -> bool {
     UNKNOWN_OUTCOME_ANSWERS.contains(&kind)
 }
 
-/// What the instances said about themselves before the attack.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Target {
-    pub strategy: String,
-    pub fencing: FencingStatus,
-    /// Whether the buyers of an instance queue in process before the lock (`--local-queue`).
-    #[serde(default)]
-    pub local_queue: bool,
-    /// Into how many segments the stock is split (`--stock-segments`).
-    #[serde(default = "one_segment")]
-    pub stock_segments: u32,
-    /// Whether the instances answer "sold out" from memory (`--sold-out-flag`).
-    #[serde(default)]
-    pub sold_out_flag: bool,
-    /// Whether the sale holds every buyer to one unit (`--one-per-buyer`).
-    #[serde(default)]
-    pub one_per_buyer: bool,
-    /// Whether each unit sold becomes an order in MySQL (`--orders`).
-    #[serde(default)]
-    pub orders: bool,
-}
+/// What the instances said about themselves before the attack: their `GET /healthz`.
+pub type Target = seckill::api::Health;
 
 /// The largest share of repeat requests a crowd may have: every other user.
 pub const MAX_REPEAT_BUYERS: f64 = 0.5;
@@ -175,9 +154,18 @@ impl Tally {
     }
 }
 
-/// Asks every host what it runs (they must agree), then resets the sale through the first.
+/// Asks every host what it runs (they must agree, and sell where the load test reads),
+/// then resets the sale through the first.
 pub async fn prepare(options: &Options) -> anyhow::Result<Target> {
     let target = target_of(&options.hosts).await?;
+    if target.key_prefix != options.keys.prefix() {
+        bail!(
+            "the instances sell under --key-prefix {:?}, but the load test would read the sale under {:?}: \
+             give the load test the same --key-prefix (or SECKILL_KEY_PREFIX)",
+            target.key_prefix,
+            options.keys.prefix()
+        );
+    }
     let http = reqwest::Client::builder().timeout(HEALTH_TIMEOUT).build()?;
     let host = &options.hosts[0];
     let mut reset = http
@@ -233,19 +221,20 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
             || t.stock_segments != first.stock_segments
             || t.one_per_buyer != first.one_per_buyer
             || t.orders != first.orders
+            || t.key_prefix != first.key_prefix
     }) {
         let pairs: Vec<String> = hosts
             .iter()
             .zip(&targets)
             .map(|(h, t)| {
                 format!(
-                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s), one per buyer {}, orders {}",
-                    t.strategy, t.fencing, t.local_queue, t.stock_segments, t.one_per_buyer, t.orders
+                    "{h} runs `{}` with fencing {:?}, local queue {}, {} stock segment(s), one per buyer {}, orders {}, key prefix {:?}",
+                    t.strategy, t.fencing, t.local_queue, t.stock_segments, t.one_per_buyer, t.orders, t.key_prefix
                 )
             })
             .collect();
         bail!(
-            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue, --stock-segments, --one-per-buyer and --orders",
+            "the instances run different strategies ({}); start them with the same --lock, --fencing, --local-queue, --stock-segments, --one-per-buyer, --orders and --key-prefix",
             pairs.join(", ")
         );
     }
@@ -303,7 +292,7 @@ pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> A
         } else {
             "connection failed".into()
         }),
-        Ok(response) if response.status().is_success() => match response.json::<ReduceResponse>().await {
+        Ok(response) if response.status().is_success() => match response.json::<ReduceAnswer>().await {
             Ok(body) if body.sold => Answer::Sold {
                 lock_wait_ms: body.lock_wait_ms,
             },

@@ -48,13 +48,9 @@ pub async fn server_statements(mysql_url: &str) -> anyhow::Result<u64> {
 
 /// Every instance's lock counters, in host order; `None` for a strategy that keeps none.
 pub async fn lock_stats(http: &reqwest::Client, hosts: &[String]) -> anyhow::Result<Option<Vec<LockStats>>> {
-    #[derive(Deserialize)]
-    struct Health {
-        lock_stats: Option<LockStats>,
-    }
     let mut all = Vec::new();
     for host in hosts {
-        let health: Health = http
+        let health: seckill::api::Health = http
             .get(format!("{host}/healthz"))
             .send()
             .await
