@@ -95,16 +95,7 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
     let output = tokio::time::timeout(
         Duration::from_secs(20),
         tokio::task::spawn_blocking(move || {
-            let sale = common::TestSale::new();
-            seckill(&[
-                "serve",
-                "--port",
-                &port,
-                "--redis-url",
-                &common::redis_url(),
-                "--key-prefix",
-                sale.prefix(),
-            ])
+            serve_a_test_sale(&["--port", &port])
         }),
     )
     .await
@@ -211,17 +202,7 @@ fn a_mysql_that_is_down_or_refuses_the_account_is_refused_with_the_url_and_the_f
             "mysql://seckill:***@127.0.0.1:1/seckill",
         ),
     ] {
-        let output = seckill(&[
-            "serve",
-            "--lock",
-            strategy,
-            "--mysql-url",
-            url,
-            "--redis-url",
-            &common::redis_url(),
-            "--key-prefix",
-            common::TestSale::new().prefix(),
-        ]);
+        let output = serve_a_test_sale(&["--lock", strategy, "--mysql-url", url]);
         assert_eq!(output.status.code(), Some(1), "{strategy} {url}");
         let message = stderr(&output);
         assert!(message.contains(&format!("cannot use MySQL at {shown}")), "{message}");
@@ -261,17 +242,7 @@ fn mysql_permits_that_leave_no_connection_for_releases_are_refused() {
 #[test]
 fn redlock_without_a_majority_of_masters_is_refused_with_the_count_and_the_fix() {
     let urls = "redis://127.0.0.1:6381,redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3,redis://127.0.0.1:4";
-    let output = seckill(&[
-        "serve",
-        "--lock",
-        "redlock",
-        "--redlock-urls",
-        urls,
-        "--redis-url",
-        &common::redis_url(),
-        "--key-prefix",
-        common::TestSale::new().prefix(),
-    ]);
+    let output = serve_a_test_sale(&["--lock", "redlock", "--redlock-urls", urls]);
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(message.contains("only 1 of 5 Redlock masters answer"), "{message}");
@@ -333,20 +304,16 @@ fn an_admin_token_too_short_to_be_a_secret_is_refused() {
     );
 }
 
-/// `seckill serve --lock LOCK ARGS...` against a sale of its own in the test Redis: its
-/// message, once it exited 1.
-fn refused_message(lock: &str, args: &[&str]) -> String {
+/// `seckill serve ARGS...` selling a sale of its own from the test Redis.
+fn serve_a_test_sale(args: &[&str]) -> Output {
     let (redis_url, sale) = (common::redis_url(), common::TestSale::new());
-    let serve = [
-        "serve",
-        "--lock",
-        lock,
-        "--redis-url",
-        &redis_url,
-        "--key-prefix",
-        sale.prefix(),
-    ];
-    let output = seckill(&[&serve[..], args].concat());
+    let serve = ["serve", "--redis-url", &redis_url, "--key-prefix", sale.prefix()];
+    seckill(&[&serve[..], args].concat())
+}
+
+/// `seckill serve --lock LOCK ARGS...` on a sale of its own: its message, once it exited 1.
+fn refused_message(lock: &str, args: &[&str]) -> String {
+    let output = serve_a_test_sale(&[&["--lock", lock], args].concat());
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     stderr(&output)
 }
