@@ -41,7 +41,7 @@ use tower_http::trace::TraceLayer;
 use crate::config::MAX_STOCK;
 use crate::http::admin::{Denied, ResetAccess};
 use crate::http::dashboard::Banner;
-use crate::lock::FencingToken;
+use crate::lock::{DistributedLock, FencingToken};
 use crate::orders::RunningWriter;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::{errors_as_json, json_error, AppError};
@@ -291,7 +291,7 @@ fn stock_to_reset_to(content_type: Option<&str>, body: &[u8], default: i64) -> R
 async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     let shared = &state.0;
     let lock_stats = match &shared.sale.guarding {
-        Guarding::Lock(lock) => lock.backend().stats(),
+        Guarding::Lock(lock) => lock_stats(lock.backend().as_ref()),
         Guarding::AtomicScript => None,
     };
     Json(json!({
@@ -310,6 +310,15 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }))
 }
 
+/// What `lock` counted, and beside it what its strategy counts of its own, under its key.
+fn lock_stats(lock: &dyn DistributedLock) -> Option<serde_json::Value> {
+    let mut stats = serde_json::to_value(lock.stats()?).expect("plain numbers");
+    if let Some(own) = lock.own_stats() {
+        stats[own.key] = own.healthz;
+    }
+    Some(stats)
+}
+
 /// `GET /events`: the dashboard's stream of server-sent events.
 async fn events(State(state): State<AppState>) -> impl IntoResponse {
     let shared = &state.0;
@@ -323,11 +332,15 @@ async fn events(State(state): State<AppState>) -> impl IntoResponse {
 
 /// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let degrade = match &state.0.sale.guarding {
-        Guarding::Lock(lock) => lock.backend().stats().and_then(|stats| stats.degrade),
+    let own = match &state.0.sale.guarding {
+        Guarding::Lock(lock) => lock.backend().own_stats(),
         Guarding::AtomicScript => None,
     };
-    let text = state.0.sale.metrics.render(degrade.as_ref());
+    let text = state
+        .0
+        .sale
+        .metrics
+        .render(own.map(|own| own.metrics).unwrap_or_default());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

@@ -30,7 +30,7 @@
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
 //!    bound away, to measure what it saves. Every attempt ends by the acquire's
 //!    deadline, however long the TTL: its wait for a permit, and its wait for MySQL's
-//!    answer. The statements go on in a task of their own ([`crate::lock::parts::polling::answer_by`]),
+//!    answer. The statements go on in a task of their own ([`crate::lock::polling::answer_by`]),
 //!    and a grant answered after the deadline is given back at once (the new row deleted,
 //!    the extra hold taken off), never handed to a buyer who has given up.
 //! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
@@ -103,9 +103,9 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
-use crate::lock::parts::polling::answer_by;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
-use crate::lock::{DistributedLock, FencingToken, HandOver, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::polling::answer_by;
+use crate::lock::{DistributedLock, FencingToken, HandOver, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql";
 
@@ -640,7 +640,7 @@ impl DistributedLock for MySqlLock {
     }
 
     /// A lock table has no version conflicts: a refused insert is simply "held".
-    fn stats(&self) -> Option<LockStats> {
+    fn stats(&self) -> Option<LockCounters> {
         Some(self.grants.counters.stats(&self.permits))
     }
 }

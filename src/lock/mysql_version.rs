@@ -33,7 +33,7 @@
 //!    takes the bound away, to measure what it saves. Every attempt of an acquire ends
 //!    by its deadline, however long the TTL: its wait for a permit, and its wait for
 //!    MySQL's answer. The statements go on in a task of their own
-//!    ([`crate::lock::parts::polling::answer_by`]), and a grant answered after the
+//!    ([`crate::lock::polling::answer_by`]), and a grant answered after the
 //!    deadline is given back at once, never handed to a buyer who has given up.
 //!
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
@@ -85,10 +85,10 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
-use crate::lock::parts::polling::{answer_by, poll_until_granted};
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::polling::{answer_by, poll_until_granted};
+use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
 
@@ -554,7 +554,7 @@ impl DistributedLock for MySqlVersionLock {
         Ok(())
     }
 
-    fn stats(&self) -> Option<LockStats> {
+    fn stats(&self) -> Option<LockCounters> {
         Some(self.grants.counters.stats(&self.permits))
     }
 }

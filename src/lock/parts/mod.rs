@@ -2,7 +2,6 @@
 //!
 //! | file | what it does | used by |
 //! | --- | --- | --- |
-//! | [`polling`] | the jittered-backoff loop behind the trait's default `acquire` | the locks that poll |
 //! | [`release_notices`] | a release wakes a waiter of every instance (Redis pub/sub), a hint the lock still checks | `redis`, `redlock`, `mysql`, `mysql-version` |
 //! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
 //! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
@@ -19,7 +18,6 @@ pub mod kept_connections;
 pub mod master_connection;
 pub mod permits;
 pub mod counters;
-pub mod polling;
 pub mod release_notices;
 pub mod reentrant;
 pub mod shutdown;

@@ -107,12 +107,13 @@ use self::mode::{Mode, ModeLease, SharedMode};
 use self::outage::{OutageJudge, OutageRule};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::mysql_version::MySqlVersionLock;
-use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
+use crate::lock::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::redis::RedisLock;
 use crate::lock::{
-    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockError, LockGuard, LockStats, Owner, Release,
+    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockCounters, LockError, LockGuard, OwnStats, Owner,
+    PermitStats, Release,
 };
 
 const BACKEND: &str = "redis-degrade";
@@ -151,6 +152,48 @@ pub struct DegradeStats {
     pub seconds_in_redis: f64,
     pub seconds_in_mysql: f64,
 }
+
+impl DegradeStats {
+    /// The metrics of `GET /metrics` that only this strategy has: the mode in use, and
+    /// the switches this instance has seen.
+    fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use prometheus::core::Collector;
+        let mode = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "seckill_lock_mode",
+                "redis-degrade: 1 for the lock mode in use, 0 for the other.",
+            ),
+            &["mode"],
+        )
+        .expect("a valid metric");
+        for (each, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
+            mode.with_label_values(&[name]).set(i64::from(self.mode == Some(each)));
+        }
+        let switches = prometheus::IntCounter::new(
+            "seckill_lock_mode_switches_total",
+            "redis-degrade: lock mode switches this instance has seen.",
+        )
+        .expect("a valid metric name");
+        switches.inc_by(self.switches);
+        [mode.collect(), switches.collect()].concat()
+    }
+}
+
+/// A lock's counters as `/healthz` shows them under `lock_stats`, and as the load test
+/// reads them back: the common [`LockCounters`], and `redis-degrade`'s own beside them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LockStats {
+    pub attempts: u64,
+    pub grants: u64,
+    pub conflicts: u64,
+    pub permits: PermitStats,
+    /// `redis-degrade` only: the mode, the switches, the time in each mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade: Option<DegradeStats>,
+}
+
+/// The key of [`DegradeStats`] in `/healthz`'s `lock_stats`.
+const STATS_KEY: &str = "degrade";
 
 /// Redis, or the MySQL version lock while Redis is down.
 pub struct DegradingLock {
@@ -219,6 +262,22 @@ impl ModeClock {
 }
 
 impl DegradingLock {
+    /// The MySQL lock's counters and the mode, as `/healthz` shows them.
+    pub fn stats(&self) -> Option<LockStats> {
+        let counters = DistributedLock::stats(self).unwrap_or_default();
+        Some(LockStats {
+            attempts: counters.attempts,
+            grants: counters.grants,
+            conflicts: counters.conflicts,
+            permits: counters.permits,
+            degrade: Some(self.mode_stats()),
+        })
+    }
+
+    fn mode_stats(&self) -> DegradeStats {
+        unpoisoned(&self.stats).stats()
+    }
+
     /// Composes the two locks; renews the first mode lease before it returns, so a
     /// MySQL that cannot keep one is refused at start.
     pub async fn start(
@@ -548,11 +607,19 @@ impl DistributedLock for DegradingLock {
         redis.and(mysql)
     }
 
-    /// The MySQL lock's counters, and the mode.
-    fn stats(&self) -> Option<LockStats> {
-        let mut stats = self.mysql.stats().unwrap_or_default();
-        stats.degrade = Some(unpoisoned(&self.stats).stats());
-        Some(stats)
+    /// The MySQL lock's counters.
+    fn stats(&self) -> Option<LockCounters> {
+        Some(self.mysql.stats().unwrap_or_default())
+    }
+
+    /// The mode, the switches and the time in each mode.
+    fn own_stats(&self) -> Option<OwnStats> {
+        let stats = self.mode_stats();
+        Some(OwnStats {
+            key: STATS_KEY,
+            healthz: serde_json::to_value(stats).expect("plain numbers and names"),
+            metrics: stats.metrics(),
+        })
     }
 }
 
