@@ -25,8 +25,9 @@
 //! 1. The contract, one concept a file: [`distributed_lock`] (the trait),
 //!    [`polling`] (the loop behind its default `acquire`), [`guard`] (what a grant
 //!    hands out), [`lease`] (is it still ours?), [`token`] (fencing tokens), [`owner`]
-//!    (who asks), [`error`] (what can go wrong), and [`critical_path`] (the round
-//!    trips from one grant to the next, which each strategy declares beside its code).
+//!    (who asks), [`error`] (what can go wrong), [`critical_path`] (the round trips
+//!    from one grant to the next), and [`description`] (what a strategy is: name,
+//!    backend, tokens, critical path), which each strategy declares beside its code.
 //! 2. [`parts`]: the building blocks the strategies share (lease renewal,
 //!    reentrancy, the semaphore in front of MySQL, the shutdown switch).
 //! 3. The strategies, simplest first: [`none`], [`local`], [`redis`], [`redlock`],
@@ -82,6 +83,7 @@
 //! (one release wakes one waiter, grants in request order).
 
 pub mod critical_path;
+pub mod description;
 pub mod polling;
 pub mod distributed_lock;
 pub mod error;
@@ -103,6 +105,7 @@ pub mod mysql_version;
 pub mod redis_degrade;
 
 pub use critical_path::{Access, Backend, Step};
+pub use description::Description;
 pub use distributed_lock::{DistributedLock, LockCounters, OwnStats, PermitStats};
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;

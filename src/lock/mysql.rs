@@ -100,6 +100,7 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::store::mysql::{error_number, micros, ER_LOCK_DEADLOCK};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
@@ -108,6 +109,16 @@ use crate::lock::polling::answer_by;
 use crate::lock::{DistributedLock, FencingToken, HandOver, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On MySQL, with the row's id as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Mysql),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release, answered, then its
 /// notice on the stock Redis wakes a waiter, which inserts the row and so takes its token. See [`crate::lock::critical_path`].

@@ -82,6 +82,7 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::store::mysql::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
@@ -91,6 +92,16 @@ use crate::lock::polling::{answer_by, poll_until_granted};
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On MySQL, with the version as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Mysql),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release, answered, then its
 /// notice on the stock Redis wakes a waiter, which compares and sets at the version it

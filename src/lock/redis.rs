@@ -86,6 +86,7 @@ use async_trait::async_trait;
 use redis::Script;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
 use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAddress, MasterConnection};
@@ -95,6 +96,16 @@ use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On the lock Redis, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(LockRedis),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release script (DEL, PUBLISH),
 /// the waiter's instance hearing the PUBLISH, and the waiter's acquire script

@@ -78,6 +78,7 @@ use redis::AsyncConnectionConfig;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{trusted_until, LeaseKeeper};
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
@@ -85,6 +86,16 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::{DistributedLock, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On the Redlock masters; its grants carry no token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(RedlockMasters),
+    tokens: false,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release on every master,
 /// answered, then its notice on the stock Redis wakes a waiter, which asks every master.

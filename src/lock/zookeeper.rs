@@ -71,12 +71,23 @@ use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "zookeeper";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On ZooKeeper, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Zookeeper),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the holder deletes its node and the
 /// waiter's watch on it fires. The waiter listed the children while it waited; when the

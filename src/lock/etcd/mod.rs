@@ -109,6 +109,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::KeepAlive;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
@@ -120,6 +121,16 @@ mod hand_over;
 use kept_watch::{wait_on_the_kept_watch, watch_deletes, Deletes, KeptWatch};
 
 const BACKEND: &str = "etcd";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On etcd, with the key's revision as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Etcd),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the holder deletes its key, and the
 /// waiter's watch on the queue reports it; with no older key left, that event is the

@@ -106,6 +106,7 @@ use tokio::task::JoinHandle;
 use self::mode::{Mode, ModeLease, SharedMode};
 use self::outage::{OutageJudge, OutageRule};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::mysql_version::MySqlVersionLock;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
@@ -117,6 +118,16 @@ use crate::lock::{
 };
 
 const BACKEND: &str = "redis-degrade";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// Counted as its normal mode: the lock Redis, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(LockRedis),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next, in Redis mode: the `redis` lock's
 /// scripts through this wrapper, its waiters woken by the release script's pub/sub
