@@ -33,6 +33,11 @@
 //! 3. The strategies, simplest first: [`none`], [`local`], [`redis`], [`redlock`],
 //!    [`etcd`], [`zookeeper`], [`mysql`], [`mysql_version`], [`redis_degrade`].
 //!
+//! Each strategy file holds all that is its own: the lock, its `DESCRIPTION`, its flags
+//! (a clap `Args` struct the config flattens in) and its `build`, which reads them. A new
+//! strategy adds its file, a variant in [`crate::strategy`]'s list, and an arm in
+//! [`crate::wiring::build`] (plus a flattened field in the config if it has flags).
+//!
 //! The contract names no strategy. What one strategy counts of its own comes through
 //! [`DistributedLock::own_stats`]; [`LockStats`], beside [`redis_degrade`], is how the
 //! load test reads `/healthz`'s counters back.

@@ -83,10 +83,12 @@ use crate::store::mysql::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
+use crate::lock::mysql::MySqlArgs;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::unpoisoned;
 use crate::lock::polling::{answer_by, poll_until_granted};
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockCounters, LockError, LockGuard, Owner, Release};
@@ -142,6 +144,18 @@ pub struct MySqlVersionLockOptions {
     pub renew: bool,
     /// How many acquire attempts of this instance may talk to MySQL at once; `None`: no bound.
     pub permits: Option<usize>,
+}
+
+/// Builds `--lock mysql-version` from the MySQL locks' flags.
+pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
+    let pool = args.connect(&setup.mysql_url).await?;
+    let options = MySqlVersionLockOptions {
+        ttl: setup.ttl,
+        renew: true,
+        permits: args.permits(),
+    };
+    let notices = setup.release_notices().await?;
+    Ok(MySqlVersionLock::new(pool, options).with_release_notices(notices))
 }
 
 /// An optimistic lock on rows of `seckill_version_locks`.

@@ -66,6 +66,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
@@ -73,6 +74,7 @@ use zookeeper_client::{Acls, Client, CreateMode, EventType};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
@@ -138,6 +140,29 @@ struct Before {
     predecessor: String,
     /// Whether it is the only one before ours.
     alone: bool,
+}
+
+/// The flags of `--lock zookeeper` (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ZooKeeperArgs {
+    /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
+    #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
+    pub zk_connect: String,
+}
+
+/// Builds `--lock zookeeper` from its flags.
+pub async fn build(args: &ZooKeeperArgs, setup: &Setup) -> anyhow::Result<ZooKeeperLock> {
+    let options = ZooKeeperLockOptions {
+        connect: args.zk_connect.clone(),
+        session_timeout: setup.ttl,
+    };
+    ZooKeeperLock::connect(options).await.with_context(|| {
+        format!(
+            "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
+             --zk-connect / SECKILL_ZK_CONNECT at a running server",
+            args.zk_connect
+        )
+    })
 }
 
 /// A lock whose queue is a parent node's ephemeral sequential children.

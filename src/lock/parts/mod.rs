@@ -10,6 +10,7 @@
 //! | [`kept_connections`] | MySQL connections kept between statements, so sqlx does not ping each one on its way back to the pool | `mysql`, `mysql-version` |
 //! | [`held_grants`] | what a handle holds, so `shutdown` can give it back | `redlock`, `mysql`, `mysql-version` |
 //! | [`counters`] | attempts, grants and conflicts, for `/healthz` | `mysql`, `mysql-version` |
+//! | [`setup`] | what every strategy's `build` gets from the config, and its release notices | every strategy's `build` |
 //! | [`shutdown`] | the switch that refuses acquires once a lock is shut down | every lock that shuts down |
 
 pub mod held_grants;
@@ -21,6 +22,7 @@ pub mod counters;
 pub mod release_notices;
 pub mod reentrant;
 pub mod shutdown;
+pub mod setup;
 
 /// Locks a std mutex even if a task panicked while holding it: the maps the locks keep
 /// behind one (held grants, waiters, hold counts) stay consistent between statements,
