@@ -310,13 +310,9 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
     }))
 }
 
-/// What `lock` counted, and beside it what its strategy counts of its own, under its key.
+/// What `lock` counted, and beside it what its strategy counts of its own.
 fn lock_stats(lock: &dyn DistributedLock) -> Option<serde_json::Value> {
-    let mut stats = serde_json::to_value(lock.stats()?).expect("plain numbers");
-    if let Some(own) = lock.own_stats() {
-        stats[own.key] = own.healthz;
-    }
-    Some(stats)
+    Some(lock.stats()?.with_own(lock.own_stats()))
 }
 
 /// `GET /events`: the dashboard's stream of server-sent events.

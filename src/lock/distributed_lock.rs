@@ -81,6 +81,18 @@ pub struct LockCounters {
     pub permits: PermitStats,
 }
 
+impl LockCounters {
+    /// As `/healthz` shows them under `lock_stats`: the counters, and beside them, under
+    /// its key, what the strategy counts of its own.
+    pub fn with_own(self, own: Option<OwnStats>) -> serde_json::Value {
+        let mut stats = serde_json::to_value(self).expect("plain numbers");
+        if let Some(own) = own {
+            stats[own.key] = own.healthz;
+        }
+        stats
+    }
+}
+
 /// What the semaphore in front of a backend saw ([`crate::lock::parts::permits`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PermitStats {

@@ -168,6 +168,16 @@ pub struct DegradeStats {
 }
 
 impl DegradeStats {
+    /// What the trait's [`own_stats`](DistributedLock::own_stats) hands out: these
+    /// numbers for `/healthz`, and the metrics made of them.
+    fn own_stats(self) -> OwnStats {
+        OwnStats {
+            key: STATS_KEY,
+            healthz: serde_json::to_value(self).expect("plain numbers and names"),
+            metrics: self.metrics(),
+        }
+    }
+
     /// The metrics of `GET /metrics` that only this strategy has: the mode in use, and
     /// the switches this instance has seen.
     fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
@@ -749,12 +759,7 @@ impl DistributedLock for DegradingLock {
 
     /// The mode, the switches and the time in each mode.
     fn own_stats(&self) -> Option<OwnStats> {
-        let stats = self.mode_stats();
-        Some(OwnStats {
-            key: STATS_KEY,
-            healthz: serde_json::to_value(stats).expect("plain numbers and names"),
-            metrics: stats.metrics(),
-        })
+        Some(self.mode_stats().own_stats())
     }
 }
 
@@ -859,5 +864,42 @@ impl Release for EpochGrant {
             return handed.release().await.map(|()| HandOver::Released);
         }
         Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view, &newest)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEGRADED: DegradeStats = DegradeStats {
+        mode: Some(Mode::Mysql),
+        epoch: 3,
+        switches: 2,
+        seconds_in_redis: 1.5,
+        seconds_in_mysql: 0.5,
+    };
+
+    #[test]
+    fn healthz_shows_the_mode_beside_the_counters_and_the_load_test_reads_it_back() {
+        let healthz = LockCounters::default().with_own(Some(DEGRADED.own_stats()));
+        // scripts/demo-degrade.sh greps these two.
+        assert_eq!(healthz["degrade"]["mode"], "mysql", "{healthz}");
+        assert_eq!(healthz["degrade"]["epoch"], 3, "{healthz}");
+        let read_back: LockStats = serde_json::from_value(healthz).unwrap();
+        assert_eq!(read_back.degrade, Some(DEGRADED));
+    }
+
+    #[test]
+    fn metrics_show_the_mode_in_use_and_the_switches() {
+        let mut text = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &DEGRADED.metrics(), &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            "seckill_lock_mode{mode=\"mysql\"} 1",
+            "seckill_lock_mode{mode=\"redis\"} 0",
+            "seckill_lock_mode_switches_total 2",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }
