@@ -148,7 +148,11 @@ pub struct MySqlVersionLockOptions {
 
 /// Builds `--lock mysql-version` from the MySQL locks' flags.
 pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
-    let pool = args.connect(&setup.mysql_url).await?;
+    build_on(args.connect(&setup.mysql_url).await?, args, setup).await
+}
+
+/// The same on a pool made already (`redis-degrade` shares its pool with its mode).
+pub async fn build_on(pool: MySqlPool, args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
     let options = MySqlVersionLockOptions {
         ttl: setup.ttl,
         renew: true,

@@ -109,7 +109,7 @@ use self::outage::{OutageJudge, OutageRule};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::mysql::MySqlArgs;
-use crate::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use crate::lock::mysql_version::{self, MySqlVersionLock};
 use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
@@ -260,14 +260,8 @@ pub async fn build(
     let lock_redis = lock_redis(redis, setup).await?;
     let redis_lock = RedisLock::connect(&lock_redis, redis.options(setup.ttl)?).await?;
     let pool = mysql.connect(&setup.mysql_url).await?;
-    let mysql_options = MySqlVersionLockOptions {
-        ttl: setup.ttl,
-        renew: true,
-        permits: mysql.permits(),
-    };
     // While degraded the lock Redis is down: the MySQL lock's notices go on the stock Redis.
-    let notices = setup.release_notices().await?;
-    let mysql_lock = MySqlVersionLock::new(pool.clone(), mysql_options).with_release_notices(notices);
+    let mysql_lock = mysql_version::build_on(pool.clone(), mysql, setup).await?;
     let instance = format!("{}-{:016x}", setup.instance, rand::random::<u64>());
     let mode_name = mode_name(args, &lock_redis).await?;
     let shared = SharedMode::open(pool, &mode_name, &instance, setup.ttl)
