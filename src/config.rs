@@ -1,10 +1,21 @@
 //! Command line and environment: every option is `--flag` or `SECKILL_*`.
+//!
+//! The flags that belong to one strategy live beside its lock, as a clap `Args` struct
+//! flattened in here (`RedisArgs` in `src/lock/redis.rs`, ...): `--help` lists them in
+//! the same place as before. The rest are the sale's and the service's own.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::lock::etcd::EtcdArgs;
+use crate::lock::mysql::MySqlArgs;
+use crate::lock::parts::setup::Setup;
+use crate::lock::redis::RedisArgs;
+use crate::lock::redis_degrade::DegradeArgs;
+use crate::lock::redlock::RedlockArgs;
+use crate::lock::zookeeper::ZooKeeperArgs;
 use crate::strategy::{Fencing, Strategy};
 
 /// The largest stock a sale may start with (`--initial-stock`, `POST /stock/reset`).
@@ -49,71 +60,21 @@ pub struct Config {
     /// Up to 64 letters, digits, `-`, `_`, `.`, `:`, `{` or `}`.
     #[arg(long, env = "SECKILL_KEY_PREFIX", default_value = "", value_parser = key_prefix)]
     pub key_prefix: String,
-    /// The Redis that holds the lock of `--lock redis` and `--lock redis-degrade`;
-    /// default: the stock's Redis (--redis-url). For `--lock redis`, also
-    /// `redis-sentinel://host:port,host:port[/db]#master-name`: the master that those
-    /// Sentinels name, followed when they fail it over.
-    #[arg(long, env = "SECKILL_LOCK_REDIS_URL")]
-    pub lock_redis_url: Option<String>,
-    /// `--lock redis` and `redis-degrade`: replicas that must acknowledge every grant and
-    /// renewal (`WAIT`) before it counts, as Redisson's `checkLockSyncedSlaves` does.
-    /// 0: none (the grant is answered as soon as the master has it).
-    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_REPLICAS", default_value_t = 0,
-          value_parser = clap::value_parser!(u32).range(0..=16))]
-    pub lock_redis_wait_replicas: u32,
-    /// How long a grant or renewal waits for those replicas, in milliseconds; under a
-    /// sixth of --lock-ttl-ms (a renewal's own timeout).
-    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
-          value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub lock_redis_wait_timeout_ms: u64,
-    /// `--lock redis-degrade`: lock Redis failures in a row (errors or timeouts) that
-    /// switch every instance to the MySQL version lock.
-    #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub degrade_after_failures: u32,
-    /// `--lock redis-degrade`: how long every lock Redis attempt may fail, from the first
-    /// failed one's send, before every instance switches to the MySQL version lock. The
-    /// switch comes at this or at --degrade-after-failures, whichever is first. Behind the
-    /// local queue an instance has few attempts out, so time notices a frozen Redis at its
-    /// first timeout, where counting needs three.
-    #[arg(long, env = "SECKILL_DEGRADE_AFTER_MS", default_value_t = 1000,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    pub degrade_after_ms: u64,
-    /// `--lock redis-degrade`: the name of the mode that the instances sharing one lock
-    /// Redis share; default: the address that Redis accepted the connection on and the
-    /// database (`CLIENT INFO`), the same however each instance spells the URL. Set it
-    /// when that differs between instances (a Redis behind NAT, or on two addresses).
-    #[arg(long, env = "SECKILL_DEGRADE_MODE_NAME", value_parser = non_empty_name)]
-    pub degrade_mode_name: Option<String>,
-    /// `--lock redis-degrade`: how long the lock Redis must answer every probe before
-    /// every instance switches back to it, in milliseconds.
-    #[arg(long, env = "SECKILL_DEGRADE_RECOVER_MS", default_value_t = 5000,
-          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
-    pub degrade_recover_ms: u64,
-    /// The independent Redis masters of `--lock redlock`, comma separated (at least 3).
-    #[arg(
-        long,
-        env = "SECKILL_REDLOCK_URLS",
-        value_delimiter = ',',
-        default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385"
-    )]
-    pub redlock_urls: Vec<String>,
-    /// How long one Redlock master may take to answer, in milliseconds; far below the TTL,
-    /// so that a dead master costs one short timeout.
-    #[arg(long, env = "SECKILL_REDLOCK_NODE_TIMEOUT_MS", default_value_t = 50,
-          value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub redlock_node_timeout_ms: u64,
-    /// etcd endpoints for `--lock etcd`, comma separated.
-    #[arg(
-        long,
-        env = "SECKILL_ETCD_ENDPOINTS",
-        value_delimiter = ',',
-        default_value = "http://127.0.0.1:2379"
-    )]
-    pub etcd_endpoints: Vec<String>,
-    /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
-    #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
-    pub zk_connect: String,
+    /// `--lock redis` (and `redis-degrade`): see [`RedisArgs`].
+    #[command(flatten)]
+    pub redis: RedisArgs,
+    /// `--lock redis-degrade`: see [`DegradeArgs`].
+    #[command(flatten)]
+    pub degrade: DegradeArgs,
+    /// `--lock redlock`: see [`RedlockArgs`].
+    #[command(flatten)]
+    pub redlock: RedlockArgs,
+    /// `--lock etcd`: see [`EtcdArgs`].
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+    /// `--lock zookeeper`: see [`ZooKeeperArgs`].
+    #[command(flatten)]
+    pub zookeeper: ZooKeeperArgs,
     /// MySQL (or MariaDB) for the MySQL lock strategies; migrations are applied at start.
     #[arg(
         long,
@@ -121,16 +82,9 @@ pub struct Config {
         default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill"
     )]
     pub mysql_url: String,
-    /// Connections in this instance's MySQL pool; more than --mysql-permits.
-    #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 16,
-          value_parser = clap::value_parser!(u32).range(2..=1000))]
-    pub mysql_pool: u32,
-    /// Lock attempts of this instance that may talk to MySQL at once (the semaphore in
-    /// front of MySQL); fewer than --mysql-pool, so renewals and releases always get a
-    /// connection. 0: no semaphore (to measure what it saves).
-    #[arg(long, env = "SECKILL_MYSQL_PERMITS", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(0..=1000))]
-    pub mysql_permits: u32,
+    /// The MySQL locks (`mysql`, `mysql-version`, `redis-degrade`): see [`MySqlArgs`].
+    #[command(flatten)]
+    pub mysql: MySqlArgs,
     /// Lease of a distributed lock, in milliseconds; renewed every third of it while held.
     #[arg(long, env = "SECKILL_LOCK_TTL_MS", default_value_t = 3000,
           value_parser = clap::value_parser!(u64).range(30..=600_000))]
@@ -230,16 +184,23 @@ impl Config {
 
     /// The Redis the lock lives in: `--lock-redis-url`, or the stock's.
     pub fn lock_redis_url(&self) -> &str {
-        self.lock_redis_url.as_deref().unwrap_or(&self.redis_url)
-    }
-
-    /// The semaphore in front of MySQL: `None` for `--mysql-permits 0`.
-    pub fn mysql_permits(&self) -> Option<usize> {
-        (self.mysql_permits > 0).then_some(self.mysql_permits as usize)
+        self.redis.lock_redis_url.as_deref().unwrap_or(&self.redis_url)
     }
 
     pub fn lock_ttl(&self) -> Duration {
         Duration::from_millis(self.lock_ttl_ms)
+    }
+
+    /// What every strategy's `build` reads beside its own flags.
+    pub fn setup(&self, stock_redis: &::redis::Client) -> Setup {
+        Setup {
+            ttl: self.lock_ttl(),
+            stock_redis: stock_redis.clone(),
+            stock_redis_url: self.redis_url.clone(),
+            release_notices: self.release_notices,
+            mysql_url: self.mysql_url.clone(),
+            instance: self.instance_name(),
+        }
     }
 
     pub fn shutdown_grace(&self) -> Duration {
@@ -277,11 +238,4 @@ pub fn key_prefix(prefix: &str) -> Result<String, String> {
         ));
     }
     Ok(prefix.to_owned())
-}
-
-fn non_empty_name(name: &str) -> Result<String, String> {
-    match name.trim() {
-        "" => Err("the mode name must not be empty; leave the option out to name the mode after the lock Redis".into()),
-        name => Ok(name.to_owned()),
-    }
 }

@@ -19,7 +19,8 @@
 //!    composes two of them. The building blocks they share (lease renewal,
 //!    reentrancy, the semaphore in front of MySQL) stand apart in [`lock::parts`].
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
-//! 4. [`config`]: flags and `SECKILL_*` variables.
+//! 4. [`config`]: flags and `SECKILL_*` variables; a strategy's own flags are declared
+//!    beside its lock and flattened in.
 //! 5. [`metrics`]: what `GET /metrics` counts, which the sale, the locks and the orders
 //!    add to; [`api`]: the HTTP contract, every JSON body the service answers with.
 //! 6. [`sale`]: one sale, start to end, and its parts: [`sale::buyers`] (who buys, one
@@ -31,7 +32,7 @@
 //!    [`sale::error`] (every way a request fails, and the one HTTP answer each becomes).
 //! 7. [`orders`]: each unit sold becomes an order, written from the stock's Redis
 //!    Stream into MySQL by a consumer group.
-//! 8. [`wiring`]: from the config to the lock, the one place that builds every strategy.
+//! 8. [`wiring`]: from the config to the lock: it picks the strategy, which builds itself.
 //! 9. [`http`]: routes, limits and handlers, with [`http::admin`] (who may reset the
 //!    sale) and [`http::dashboard`] (the live page at `GET /` and its event stream).
 //! 10. [`server`]: start-up and graceful shutdown; [`telemetry`]: logs.

@@ -18,17 +18,20 @@
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
 //! | `seckill_sale_step_seconds{step}` | histogram | each step of a sale under a lock: `queued` (for this instance's local queue), `lock` (the lock's acquire, after the queue), `read` and `write` (the stock, fenced), `release` |
 //! | `seckill_fencing_refusals_total{step}` | counter | reads and writes the stock refused because a newer holder had been there |
-//! | `seckill_lock_mode{mode}` | gauge | `redis-degrade` only: 1 for the mode in use (`redis` or `mysql`), 0 for the other |
-//! | `seckill_lock_mode_switches_total` | counter | `redis-degrade` only: mode switches this instance has seen |
 //! | `seckill_info{strategy,fencing,instance}` | gauge | always 1: what this instance runs |
+//!
+//! A strategy adds metrics of its own through its lock
+//! ([`DistributedLock::own_stats`](crate::lock::DistributedLock::own_stats)), read at each scrape:
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `seckill_lock_mode{mode}` | gauge | `redis-degrade`: 1 for the mode in use (`redis` or `mysql`), 0 for the other |
+//! | `seckill_lock_mode_switches_total` | counter | `redis-degrade`: mode switches this instance has seen |
 
+use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
-
-use crate::lock::redis_degrade::mode::Mode;
-use crate::lock::redis_degrade::DegradeStats;
-use crate::strategy::Strategy;
 
 /// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
 /// millisecond, a crowd behind a MySQL lock waits seconds.
@@ -90,10 +93,6 @@ pub struct Metrics {
     lock_waiters: IntGauge,
     sale_steps: HistogramVec,
     fencing_refusals: IntCounterVec,
-    lock_mode: IntGaugeVec,
-    mode_switches: IntCounter,
-    /// The switches already counted, so the counter only moves forward.
-    switches_seen: std::sync::atomic::AtomicU64,
 }
 
 /// Where the stock refused a token: on the read, or on the write.
@@ -128,18 +127,6 @@ impl Metrics {
             "seckill_orders_taken_over_total",
             "Orders this instance's writer took over from a consumer that left them pending (--orders).",
         );
-        // Only redis-degrade has modes: for any other strategy this counter could never move,
-        // so it is not shown.
-        let mode_switches = IntCounter::with_opts(Opts::new(
-            "seckill_lock_mode_switches_total",
-            "redis-degrade: lock mode switches this instance has seen.",
-        ))
-        .expect("a valid metric name");
-        if strategy == Strategy::RedisDegrade.name() {
-            registry
-                .register(Box::new(mode_switches.clone()))
-                .expect("registered once");
-        }
         let failures = IntCounterVec::new(
             Opts::new(
                 "seckill_reduce_failures_total",
@@ -178,14 +165,6 @@ impl Metrics {
             &["step"],
         )
         .expect("a valid metric");
-        let lock_mode = IntGaugeVec::new(
-            Opts::new(
-                "seckill_lock_mode",
-                "redis-degrade: 1 for the lock mode in use, 0 for the other.",
-            ),
-            &["mode"],
-        )
-        .expect("a valid metric");
         let info = IntGaugeVec::new(
             Opts::new("seckill_info", "What this instance runs; always 1."),
             &["strategy", "fencing", "instance"],
@@ -198,7 +177,6 @@ impl Metrics {
             Box::new(lock_waiters.clone()),
             Box::new(sale_steps.clone()),
             Box::new(fencing_refusals.clone()),
-            Box::new(lock_mode.clone()),
             Box::new(info),
         ] {
             registry.register(collector).expect("registered once");
@@ -215,9 +193,6 @@ impl Metrics {
             lock_waiters,
             sale_steps,
             fencing_refusals,
-            lock_mode,
-            mode_switches,
-            switches_seen: Default::default(),
         }
     }
 
@@ -267,22 +242,15 @@ impl Metrics {
         self.fencing_refusals.with_label_values(&[step]).inc();
     }
 
-    /// The text format, with the degrade mode as of now when the strategy has one.
-    pub fn render(&self, degrade: Option<&DegradeStats>) -> String {
-        if let Some(degrade) = degrade {
-            for (mode, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
-                self.lock_mode
-                    .with_label_values(&[name])
-                    .set(i64::from(degrade.mode == Some(mode)));
-            }
-            let seen = self
-                .switches_seen
-                .swap(degrade.switches, std::sync::atomic::Ordering::SeqCst);
-            self.mode_switches.inc_by(degrade.switches.saturating_sub(seen));
-        }
+    /// The text format, with the strategy's own metrics (`own`, as of now) among the
+    /// instance's, in name order.
+    pub fn render(&self, own: Vec<MetricFamily>) -> String {
+        let mut families = self.registry.gather();
+        families.extend(own);
+        families.sort_by(|a, b| a.name().cmp(b.name()));
         let mut text = Vec::new();
         prometheus::TextEncoder::new()
-            .encode(&self.registry.gather(), &mut text)
+            .encode(&families, &mut text)
             .expect("text encoding cannot fail");
         String::from_utf8(text).expect("the text format is UTF-8")
     }

@@ -1,11 +1,13 @@
 //! Which strategy guards the stock: the closed list, and what each one promises.
 //!
+//! What a strategy is (its name, backend, tokens, critical path) is one
+//! [`Description`] declared beside its lock; this list only points at it.
+//!
 //! Every strategy but one is a lock around the read-check-write (see [`crate::lock`]).
 //! `atomic` is not a lock: it moves the whole check-and-decrement into one Redis
 //! script (see [`crate::sale::stock`]), which is why it is the speed ceiling.
 
-use crate::lock::critical_path::Backend;
-use crate::lock::{self, Step};
+use crate::lock::{self, Backend, Description, Step};
 
 /// Every strategy the service can run with; `--lock <strategy>` picks one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -33,21 +35,36 @@ pub enum Strategy {
     Atomic,
 }
 
+/// `atomic` is no lock, so it has no file in [`crate::lock`]: its one script is in
+/// [`crate::sale::stock`].
+const ATOMIC: Description = Description {
+    name: "atomic",
+    backend: None,
+    tokens: false,
+    oversells: false,
+    critical_path: None,
+};
+
 impl Strategy {
+    /// What the strategy is, as its own file declares it.
+    pub fn description(self) -> &'static Description {
+        match self {
+            Strategy::None => &lock::none::DESCRIPTION,
+            Strategy::Local => &lock::local::DESCRIPTION,
+            Strategy::Redis => &lock::redis::DESCRIPTION,
+            Strategy::RedisDegrade => &lock::redis_degrade::DESCRIPTION,
+            Strategy::Redlock => &lock::redlock::DESCRIPTION,
+            Strategy::Etcd => &lock::etcd::DESCRIPTION,
+            Strategy::Zookeeper => &lock::zookeeper::DESCRIPTION,
+            Strategy::Mysql => &lock::mysql::DESCRIPTION,
+            Strategy::MysqlVersion => &lock::mysql_version::DESCRIPTION,
+            Strategy::Atomic => &ATOMIC,
+        }
+    }
+
     /// The name used on the command line, in responses and in reports.
     pub fn name(self) -> &'static str {
-        match self {
-            Strategy::None => "none",
-            Strategy::Local => "local",
-            Strategy::Redis => "redis",
-            Strategy::RedisDegrade => "redis-degrade",
-            Strategy::Redlock => "redlock",
-            Strategy::Etcd => "etcd",
-            Strategy::Zookeeper => "zookeeper",
-            Strategy::Mysql => "mysql",
-            Strategy::MysqlVersion => "mysql-version",
-            Strategy::Atomic => "atomic",
-        }
+        self.description().name
     }
 
     /// Whether the buyers of an instance line up in process before this strategy's lock
@@ -61,49 +78,25 @@ impl Strategy {
 
     /// Whether two instances running this strategy are expected to oversell.
     pub fn expected_to_oversell(self) -> bool {
-        matches!(self, Strategy::None | Strategy::Local)
+        self.description().oversells
     }
 
     /// Whether its grants carry fencing tokens the stock can check.
     pub fn issues_fencing_tokens(self) -> bool {
-        matches!(
-            self,
-            Strategy::Redis
-                | Strategy::RedisDegrade
-                | Strategy::Etcd
-                | Strategy::Zookeeper
-                | Strategy::Mysql
-                | Strategy::MysqlVersion
-        )
+        self.description().tokens
     }
 
     /// The round trips from one grant to the next, as the strategy's own file declares
     /// them (see [`crate::lock::critical_path`]). `None` for the baselines: `none` and
     /// `local` serialize nothing across instances, and `atomic` takes no lock.
     pub fn critical_path(self) -> Option<&'static [Step]> {
-        match self {
-            Strategy::None | Strategy::Local | Strategy::Atomic => None,
-            Strategy::Redis => Some(lock::redis::CRITICAL_PATH),
-            Strategy::RedisDegrade => Some(lock::redis_degrade::CRITICAL_PATH),
-            Strategy::Redlock => Some(lock::redlock::CRITICAL_PATH),
-            Strategy::Etcd => Some(lock::etcd::CRITICAL_PATH),
-            Strategy::Zookeeper => Some(lock::zookeeper::CRITICAL_PATH),
-            Strategy::Mysql => Some(lock::mysql::CRITICAL_PATH),
-            Strategy::MysqlVersion => Some(lock::mysql_version::CRITICAL_PATH),
-        }
+        self.description().critical_path
     }
 
     /// The server the strategy's lock lives on; `None` for the baselines.
     /// `redis-degrade` counts as its normal mode, the lock Redis.
     pub fn lock_backend(self) -> Option<Backend> {
-        match self {
-            Strategy::None | Strategy::Local | Strategy::Atomic => None,
-            Strategy::Redis | Strategy::RedisDegrade => Some(Backend::LockRedis),
-            Strategy::Redlock => Some(Backend::RedlockMasters),
-            Strategy::Etcd => Some(Backend::Etcd),
-            Strategy::Zookeeper => Some(Backend::Zookeeper),
-            Strategy::Mysql | Strategy::MysqlVersion => Some(Backend::Mysql),
-        }
+        self.description().backend
     }
 
     /// Whether the sale is fenced under `fencing`: only with tokens, and only if asked.

@@ -82,7 +82,7 @@ async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() 
     let mut etcd = common::PrivateServer::etcd();
     let endpoint = format!("http://127.0.0.1:{}", etcd.port);
     outage(Strategy::Etcd, &mut etcd, |config| {
-        config.etcd_endpoints = vec![endpoint]
+        config.etcd.etcd_endpoints = vec![endpoint]
     })
     .await;
 }
@@ -92,7 +92,7 @@ async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_ba
     let mut zookeeper = common::PrivateServer::zookeeper();
     let connect = format!("127.0.0.1:{}", zookeeper.port);
     outage(Strategy::Zookeeper, &mut zookeeper, |config| {
-        config.zk_connect = connect
+        config.zookeeper.zk_connect = connect
     })
     .await;
 }

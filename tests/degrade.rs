@@ -196,7 +196,7 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
     for url in spellings {
         instances.push(
             common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
-                config.lock_redis_url = Some(url)
+                config.redis.lock_redis_url = Some(url)
             })
             .await,
         );
@@ -228,7 +228,7 @@ async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
     let lock_redis = PrivateRedis::start();
     let url = lock_redis.url().to_owned();
     let instance = common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
-        config.lock_redis_url = Some(url)
+        config.redis.lock_redis_url = Some(url)
     })
     .await;
     let metrics = reqwest::get(format!("{}/metrics", instance.url))

@@ -247,7 +247,7 @@ async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
     const SOLD_BEFORE: usize = 20;
     let lock_redis = common::PrivateRedis::start();
     let instance = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
-        config.lock_redis_url = Some(lock_redis.url());
+        config.redis.lock_redis_url = Some(lock_redis.url());
     })
     .await;
     common::reset_stock(&instance.url, 100).await;

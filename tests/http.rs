@@ -196,7 +196,7 @@ async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
     // `--hand-over` is on by default, but a Redis lock that waits for replicas cannot
     // grant the next local buyer in its release: only an acquire waits for them.
     let app = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
-        config.lock_redis_wait_replicas = 1
+        config.redis.lock_redis_wait_replicas = 1
     })
     .await;
     let (_, health) = get(format!("{}/healthz", app.url)).await;

@@ -154,25 +154,10 @@ fn inside_every_folder_a_file_uses_only_the_files_its_mod_rs_declares_before_it(
         folders.len() >= 4,
         "src/ should group its modules in folders (store, lock, sale, http): {folders:?}"
     );
-    let mut later_uses: Vec<String> = folders
+    let later_uses: Vec<String> = folders
         .iter()
         .flat_map(|folder| later_uses_inside(&src().join(folder), folder))
         .collect();
-    // Known, and on their way out: the trait's stats still name the semaphore's and
-    // redis-degrade's, and its default acquire polls. A strategy's extra metrics are to
-    // come through the trait instead (issue 40, item 4). Each must still be there, so
-    // the list cannot outlive them.
-    for known in [
-        "distributed_lock.rs uses `lock::parts`",
-        "distributed_lock.rs uses `lock::redis_degrade`",
-    ] {
-        let before = later_uses.len();
-        later_uses.retain(|used| !used.contains(known));
-        assert!(
-            later_uses.len() < before,
-            "`{known}` is gone: take it off the list of known later uses"
-        );
-    }
     assert!(
         later_uses.is_empty(),
         "reorder the folder's mod.rs or move the code:\n{}",

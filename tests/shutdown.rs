@@ -93,7 +93,7 @@ async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_writte
 async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lock() {
     let zookeeper = common::PrivateServer::zookeeper();
     let instance = common::instance_with(Strategy::Zookeeper, &common::TestSale::new(), |config| {
-        config.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
+        config.zookeeper.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
         config.lock_ttl_ms = 15_000;
         config.chaos_pause_before_write_ms = Some(1_000);
     })

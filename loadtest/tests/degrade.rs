@@ -42,9 +42,9 @@ struct Answers {
 async fn start(sale: &common::TestSale, lock_redis: &PrivateRedis) -> Instance {
     common::redis_client().await;
     let mut config = common::config(Strategy::RedisDegrade, sale);
-    config.lock_redis_url = Some(lock_redis.url());
+    config.redis.lock_redis_url = Some(lock_redis.url());
     config.lock_ttl_ms = 1000;
-    config.degrade_recover_ms = 1000;
+    config.degrade.degrade_recover_ms = 1000;
     config.mysql_url = common::mysql_url();
     Instance::start(config).await.expect("an instance starts")
 }

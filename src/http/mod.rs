@@ -287,8 +287,7 @@ async fn events(State(state): State<AppState>) -> impl IntoResponse {
 
 /// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let degrade = state.0.sale.lock_stats().and_then(|stats| stats.degrade);
-    let text = state.0.sale.metrics().render(degrade.as_ref());
+    let text = state.0.sale.metrics().render(state.0.sale.own_metrics());
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,

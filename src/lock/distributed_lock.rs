@@ -1,13 +1,14 @@
 //! The trait every strategy implements.
+//!
+//! It names no strategy: what one strategy counts of its own (`redis-degrade`'s mode)
+//! comes through [`DistributedLock::own_stats`], whose default has nothing.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::lock::parts::permits::PermitStats;
-use crate::lock::parts::polling::poll_until_granted;
-use crate::lock::redis_degrade::DegradeStats;
+use crate::lock::polling::poll_until_granted;
 use crate::lock::{LockError, LockGuard, Owner};
 
 /// A mutual-exclusion lock on a string key, shared by every instance of the service.
@@ -57,14 +58,19 @@ pub trait DistributedLock: Send + Sync {
 
     /// What the lock counted since it started, for backends that count (the database
     /// locks, whose cost per sale is the lesson).
-    fn stats(&self) -> Option<LockStats> {
+    fn stats(&self) -> Option<LockCounters> {
+        None
+    }
+
+    /// What this strategy counts beyond [`LockCounters`], as of now. The default counts nothing.
+    fn own_stats(&self) -> Option<OwnStats> {
         None
     }
 }
 
 /// What a database lock counted since it started, as `/healthz` shows it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LockStats {
+pub struct LockCounters {
     /// Acquire attempts that reached the backend.
     pub attempts: u64,
     /// Grants, reentries not included.
@@ -73,7 +79,35 @@ pub struct LockStats {
     pub conflicts: u64,
     /// The semaphore in front of the backend.
     pub permits: PermitStats,
-    /// `redis-degrade` only: the mode, the switches, the time in each mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degrade: Option<DegradeStats>,
+}
+
+impl LockCounters {
+    /// As `/healthz` shows them under `lock_stats`: the counters, and beside them, under
+    /// its key, what the strategy counts of its own.
+    pub fn with_own(self, own: Option<OwnStats>) -> serde_json::Value {
+        let mut stats = serde_json::to_value(self).expect("plain numbers");
+        if let Some(own) = own {
+            stats[own.key] = own.healthz;
+        }
+        stats
+    }
+}
+
+/// What the semaphore in front of a backend saw ([`crate::lock::parts::permits`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermitStats {
+    /// The bound; `None` when there is no semaphore.
+    pub permits: Option<usize>,
+    /// The most attempts that were talking to the database at the same time.
+    pub peak_in_flight: usize,
+}
+
+/// What one strategy counts of its own: a part of `/healthz`'s `lock_stats`, and metrics.
+pub struct OwnStats {
+    /// Its key in `lock_stats`.
+    pub key: &'static str,
+    /// What `/healthz` shows under that key.
+    pub healthz: serde_json::Value,
+    /// Its metrics for `GET /metrics`, as of now.
+    pub metrics: Vec<prometheus::proto::MetricFamily>,
 }

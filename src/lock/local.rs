@@ -24,9 +24,19 @@ use async_trait::async_trait;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::lock::{DistributedLock, LockError, LockGuard, Owner, Release};
+use crate::lock::{Description, DistributedLock, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "local";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// An in-process mutex: no server, and two instances oversell.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: None,
+    tokens: false,
+    oversells: true,
+    critical_path: None,
+};
 
 /// One async mutex per key, in this process only.
 pub struct LocalLock {

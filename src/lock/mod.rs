@@ -23,17 +23,24 @@
 //!
 //! ## Reading order
 //! 1. The contract, one concept a file: [`distributed_lock`] (the trait),
-//!    [`guard`] (what a grant hands out), [`lease`] (is it still ours?), [`token`]
-//!    (fencing tokens), [`owner`] (who asks), [`error`] (what can go wrong), and
-//!    [`critical_path`] (the round trips from one grant to the next, which each
-//!    strategy declares beside its code).
-//! 2. [`parts`]: the building blocks the strategies share (polling, lease renewal,
+//!    [`polling`] (the loop behind its default `acquire`), [`guard`] (what a grant
+//!    hands out), [`lease`] (is it still ours?), [`token`] (fencing tokens), [`owner`]
+//!    (who asks), [`error`] (what can go wrong), [`critical_path`] (the round trips
+//!    from one grant to the next), and [`description`] (what a strategy is: name,
+//!    backend, tokens, critical path), which each strategy declares beside its code.
+//! 2. [`parts`]: the building blocks the strategies share (lease renewal,
 //!    reentrancy, the semaphore in front of MySQL, the shutdown switch).
 //! 3. The strategies, simplest first: [`none`], [`local`], [`redis`], [`redlock`],
 //!    [`etcd`], [`zookeeper`], [`mysql`], [`mysql_version`], [`redis_degrade`].
 //!
-//! One arrow points the other way: [`LockStats`] carries the counters of
-//! [`redis_degrade`] (its mode and switches), because `/healthz` shows them.
+//! Each strategy file holds all that is its own: the lock, its `DESCRIPTION`, its flags
+//! (a clap `Args` struct the config flattens in) and its `build`, which reads them. A new
+//! strategy adds its file, a variant in [`crate::strategy`]'s list, and an arm in
+//! [`crate::wiring::build`] (plus a flattened field in the config if it has flags).
+//!
+//! The contract names no strategy. What one strategy counts of its own comes through
+//! [`DistributedLock::own_stats`]; [`LockStats`], beside [`redis_degrade`], is how the
+//! load test reads `/healthz`'s counters back.
 //!
 //! ## The contract a backend must meet
 //! 1. [`DistributedLock::try_acquire`] makes one attempt: a [`LockGuard`] if the key was
@@ -81,6 +88,8 @@
 //! (one release wakes one waiter, grants in request order).
 
 pub mod critical_path;
+pub mod description;
+pub mod polling;
 pub mod distributed_lock;
 pub mod error;
 pub mod guard;
@@ -101,10 +110,12 @@ pub mod mysql_version;
 pub mod redis_degrade;
 
 pub use critical_path::{Access, Backend, Step};
-pub use distributed_lock::{DistributedLock, LockStats};
+pub use description::Description;
+pub use distributed_lock::{DistributedLock, LockCounters, OwnStats, PermitStats};
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;
 pub use guard::{AwaitGrant, HandOver, LockGuard, NothingToRelease, QueuedPlace, Release};
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
+pub use redis_degrade::LockStats;
 pub use token::FencingToken;

@@ -30,7 +30,7 @@
 //!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
 //!    bound away, to measure what it saves. Every attempt ends by the acquire's
 //!    deadline, however long the TTL: its wait for a permit, and its wait for MySQL's
-//!    answer. The statements go on in a task of their own ([`crate::lock::parts::polling::answer_by`]),
+//!    answer. The statements go on in a task of their own ([`crate::lock::polling::answer_by`]),
 //!    and a grant answered after the deadline is given back at once (the new row deleted,
 //!    the extra hold taken off), never handed to a buyer who has given up.
 //! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
@@ -90,6 +90,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use tokio::task::JoinHandle;
@@ -100,14 +101,26 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::store::mysql::{error_number, micros, ER_LOCK_DEADLOCK};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
-use crate::lock::parts::polling::answer_by;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
-use crate::lock::{DistributedLock, FencingToken, HandOver, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::parts::setup::Setup;
+use crate::lock::polling::answer_by;
+use crate::lock::{DistributedLock, FencingToken, HandOver, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On MySQL, with the row's id as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Mysql),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release, answered, then its
 /// notice on the stock Redis wakes a waiter, which inserts the row and so takes its token. See [`crate::lock::critical_path`].
@@ -177,6 +190,83 @@ pub struct MySqlLockOptions {
     /// renewals and releases, which take no permit, always find a connection. `None`:
     /// no bound, to measure what the bound saves.
     pub permits: Option<usize>,
+}
+
+/// The flags of the MySQL locks, `mysql`, `mysql-version` and `redis-degrade`'s fallback
+/// (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct MySqlArgs {
+    /// Connections in this instance's MySQL pool; more than --mysql-permits.
+    #[arg(long, env = "SECKILL_MYSQL_POOL", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub mysql_pool: u32,
+    /// Lock attempts of this instance that may talk to MySQL at once (the semaphore in
+    /// front of MySQL); fewer than --mysql-pool, so renewals and releases always get a
+    /// connection. 0: no semaphore (to measure what it saves).
+    #[arg(long, env = "SECKILL_MYSQL_PERMITS", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub mysql_permits: u32,
+}
+
+impl MySqlArgs {
+    /// The semaphore in front of MySQL: `None` for `--mysql-permits 0`.
+    pub fn permits(&self) -> Option<usize> {
+        (self.mysql_permits > 0).then_some(self.mysql_permits as usize)
+    }
+
+    /// The pool of the MySQL locks, after checking that the semaphore leaves
+    /// connections free for renewals and releases.
+    pub async fn connect(&self, mysql_url: &str) -> anyhow::Result<MySqlPool> {
+        if self.mysql_permits >= self.mysql_pool {
+            anyhow::bail!(
+                "--mysql-permits ({}) must be less than --mysql-pool ({}): renewals and releases need \
+                 connections that waiting buyers cannot take. Lower the permits or raise the pool \
+                 (--mysql-permits 0 takes the semaphore away)",
+                self.mysql_permits,
+                self.mysql_pool
+            );
+        }
+        if self.permits().is_none() {
+            tracing::warn!(
+                pool = self.mysql_pool,
+                "--mysql-permits 0: no semaphore in front of MySQL; every waiter polls it, up to the pool's size"
+            );
+        }
+        crate::store::mysql::connect_checked(mysql_url, self.mysql_pool).await
+    }
+}
+
+/// Builds `--lock mysql` from its flags.
+pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlLock> {
+    let pool = args.connect(&setup.mysql_url).await?;
+    refuse_out_of_order_tokens(&setup.mysql_url, &pool).await?;
+    let options = MySqlLockOptions {
+        ttl: setup.ttl,
+        renew: true,
+        permits: args.permits(),
+    };
+    let notices = setup.release_notices().await?;
+    Ok(MySqlLock::new(pool, options).with_release_notices(notices))
+}
+
+/// Refuses a MySQL server on which the lock table's tokens could come out of the grants'
+/// order (step 5): a buyer would then be refused by the stock's fence.
+async fn refuse_out_of_order_tokens(mysql_url: &str, pool: &MySqlPool) -> anyhow::Result<()> {
+    let url = crate::store::mysql::without_password(mysql_url);
+    let mode = autoinc_lock_mode(pool)
+        .await
+        .with_context(|| format!("reading innodb_autoinc_lock_mode from MySQL at {url}"))?;
+    let needed = NEEDED_AUTOINC_LOCK_MODE;
+    if mode != needed {
+        anyhow::bail!(
+            "--lock mysql needs innodb_autoinc_lock_mode = {needed} on MySQL at {url}, and it is {mode}. \
+             In mode {mode} an insert takes its AUTO_INCREMENT id before it finishes, so a later grant can \
+             carry a smaller fencing token, and the stock refuses that buyer (src/lock/mysql.rs, step 5).\n  \
+             Restart the server with --innodb-autoinc-lock-mode={needed} (`make services` and \
+             docker-compose.yml do), or use --lock mysql-version, whose tokens are a version column"
+        );
+    }
+    Ok(())
 }
 
 /// A lock whose grants are rows of `seckill_locks`.
@@ -640,7 +730,7 @@ impl DistributedLock for MySqlLock {
     }
 
     /// A lock table has no version conflicts: a refused insert is simply "held".
-    fn stats(&self) -> Option<LockStats> {
+    fn stats(&self) -> Option<LockCounters> {
         Some(self.grants.counters.stats(&self.permits))
     }
 }

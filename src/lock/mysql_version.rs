@@ -33,7 +33,7 @@
 //!    takes the bound away, to measure what it saves. Every attempt of an acquire ends
 //!    by its deadline, however long the TTL: its wait for a permit, and its wait for
 //!    MySQL's answer. The statements go on in a task of their own
-//!    ([`crate::lock::parts::polling::answer_by`]), and a grant answered after the
+//!    ([`crate::lock::polling::answer_by`]), and a grant answered after the
 //!    deadline is given back at once, never handed to a buyer who has given up.
 //!
 //! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
@@ -82,15 +82,28 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::store::mysql::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
+use crate::lock::mysql::MySqlArgs;
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
-use crate::lock::parts::polling::{answer_by, poll_until_granted};
 use crate::lock::parts::release_notices::{pause_unless_released, ReleaseNotices};
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::unpoisoned;
-use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, LockStats, Owner, Release};
+use crate::lock::polling::{answer_by, poll_until_granted};
+use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockCounters, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "mysql-version";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On MySQL, with the version as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Mysql),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release, answered, then its
 /// notice on the stock Redis wakes a waiter, which compares and sets at the version it
@@ -131,6 +144,22 @@ pub struct MySqlVersionLockOptions {
     pub renew: bool,
     /// How many acquire attempts of this instance may talk to MySQL at once; `None`: no bound.
     pub permits: Option<usize>,
+}
+
+/// Builds `--lock mysql-version` from the MySQL locks' flags.
+pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
+    build_on(args.connect(&setup.mysql_url).await?, args, setup).await
+}
+
+/// The same on a pool made already (`redis-degrade` shares its pool with its mode).
+pub async fn build_on(pool: MySqlPool, args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
+    let options = MySqlVersionLockOptions {
+        ttl: setup.ttl,
+        renew: true,
+        permits: args.permits(),
+    };
+    let notices = setup.release_notices().await?;
+    Ok(MySqlVersionLock::new(pool, options).with_release_notices(notices))
 }
 
 /// An optimistic lock on rows of `seckill_version_locks`.
@@ -554,7 +583,7 @@ impl DistributedLock for MySqlVersionLock {
         Ok(())
     }
 
-    fn stats(&self) -> Option<LockStats> {
+    fn stats(&self) -> Option<LockCounters> {
         Some(self.grants.counters.stats(&self.permits))
     }
 }

@@ -16,7 +16,17 @@
 
 use async_trait::async_trait;
 
-use crate::lock::{DistributedLock, LockError, LockGuard, NothingToRelease, Owner};
+use crate::lock::{Description, DistributedLock, LockError, LockGuard, NothingToRelease, Owner};
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// No lock: the read-check-write races, and two instances oversell.
+pub const DESCRIPTION: Description = Description {
+    name: "none",
+    backend: None,
+    tokens: false,
+    oversells: true,
+    critical_path: None,
+};
 
 /// A lock that never excludes anyone.
 pub struct NoLock;

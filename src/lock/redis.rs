@@ -82,19 +82,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use redis::Script;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
 use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAddress, MasterConnection};
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices, RELEASE_CHANNEL};
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redis";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On the lock Redis, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(LockRedis),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release script (DEL, PUBLISH),
 /// the waiter's instance hearing the PUBLISH, and the waiter's acquire script
@@ -231,6 +244,77 @@ struct Scripts {
     release: Script,
     hand_over: Script,
     store_epoch: Script,
+}
+
+/// The flags of `--lock redis`, which `redis-degrade` reads too (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct RedisArgs {
+    /// The Redis that holds the lock of `--lock redis` and `--lock redis-degrade`;
+    /// default: the stock's Redis (--redis-url). For `--lock redis`, also
+    /// `redis-sentinel://host:port,host:port[/db]#master-name`: the master that those
+    /// Sentinels name, followed when they fail it over.
+    #[arg(long, env = "SECKILL_LOCK_REDIS_URL")]
+    pub lock_redis_url: Option<String>,
+    /// `--lock redis` and `redis-degrade`: replicas that must acknowledge every grant and
+    /// renewal (`WAIT`) before it counts, as Redisson's `checkLockSyncedSlaves` does.
+    /// 0: none (the grant is answered as soon as the master has it).
+    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_REPLICAS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub lock_redis_wait_replicas: u32,
+    /// How long a grant or renewal waits for those replicas, in milliseconds; under a
+    /// sixth of --lock-ttl-ms (a renewal's own timeout).
+    #[arg(long, env = "SECKILL_LOCK_REDIS_WAIT_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lock_redis_wait_timeout_ms: u64,
+}
+
+impl RedisArgs {
+    /// The lock's options, with grants leased for `ttl`.
+    pub fn options(&self, ttl: Duration) -> anyhow::Result<RedisLockOptions> {
+        let wait_for_replicas = (self.lock_redis_wait_replicas > 0).then(|| ReplicaWait {
+            replicas: self.lock_redis_wait_replicas,
+            timeout: Duration::from_millis(self.lock_redis_wait_timeout_ms),
+        });
+        if let Some(wait) = &wait_for_replicas {
+            wait.check_against(ttl).map_err(anyhow::Error::msg)?;
+        }
+        Ok(RedisLockOptions {
+            ttl,
+            renew: true,
+            wait_for_replicas,
+        })
+    }
+
+    /// Where the lock lives: the stock's Redis, a server of its own, or the master that
+    /// Sentinels name.
+    pub fn address(&self, stock_redis: &redis::Client) -> anyhow::Result<MasterAddress> {
+        match &self.lock_redis_url {
+            None => Ok(stock_redis.into()),
+            Some(url) => MasterAddress::parse(url).map_err(|problem| {
+                anyhow::anyhow!(
+                    "{problem}; set --lock-redis-url / SECKILL_LOCK_REDIS_URL to redis://host:port or \
+                     redis-sentinel://host:port,host:port#master-name"
+                )
+            }),
+        }
+    }
+}
+
+/// Builds `--lock redis` from its flags.
+pub async fn build(args: &RedisArgs, setup: &Setup) -> anyhow::Result<RedisLock> {
+    let options = args.options(setup.ttl)?;
+    let address = args.address(&setup.stock_redis)?;
+    let url = args.lock_redis_url.as_deref().unwrap_or(&setup.stock_redis_url);
+    let moves = address.moves();
+    RedisLock::connect_fenced_by(address, &setup.stock_redis, options)
+        .await
+        .with_context(|| match moves {
+            true => format!(
+                "cannot reach the lock's master through its Sentinels (--lock-redis-url / SECKILL_LOCK_REDIS_URL = {url}): \
+                 each Sentinel must answer and name a master that answers; `make cluster` starts three"
+            ),
+            false => format!("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL = {url})"),
+        })
 }
 
 /// Every grant this handle holds, token to key, so `shutdown` can give them back.

@@ -71,6 +71,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
@@ -78,13 +79,25 @@ use redis::AsyncConnectionConfig;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{trusted_until, LeaseKeeper};
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices};
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::{DistributedLock, HandOver, Lease, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "redlock";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On the Redlock masters; its grants carry no token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(RedlockMasters),
+    tokens: false,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the release on every master,
 /// answered, then its notice on the stock Redis wakes a waiter, which asks every master.
@@ -438,6 +451,50 @@ fn eval(script: &str, key: &str) -> redis::Cmd {
     let mut command = redis::cmd("EVAL");
     command.arg(script).arg(1).arg(key);
     command
+}
+
+/// The flags of `--lock redlock` (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct RedlockArgs {
+    /// The independent Redis masters of `--lock redlock`, comma separated (at least 3).
+    #[arg(
+        long,
+        env = "SECKILL_REDLOCK_URLS",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6381,redis://127.0.0.1:6382,redis://127.0.0.1:6383,redis://127.0.0.1:6384,redis://127.0.0.1:6385"
+    )]
+    pub redlock_urls: Vec<String>,
+    /// How long one Redlock master may take to answer, in milliseconds; far below the TTL,
+    /// so that a dead master costs one short timeout.
+    #[arg(long, env = "SECKILL_REDLOCK_NODE_TIMEOUT_MS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub redlock_node_timeout_ms: u64,
+}
+
+/// Builds `--lock redlock` from its flags.
+pub async fn build(args: &RedlockArgs, setup: &Setup) -> anyhow::Result<Redlock> {
+    let node_timeout = Duration::from_millis(args.redlock_node_timeout_ms);
+    if node_timeout * 10 > setup.ttl {
+        anyhow::bail!(
+            "--redlock-node-timeout-ms ({} ms) must be at most a tenth of --lock-ttl-ms ({} ms): \
+             a master that does not answer must cost a small part of the lease, not most of it",
+            args.redlock_node_timeout_ms,
+            setup.ttl.as_millis()
+        );
+    }
+    let options = RedlockOptions {
+        ttl: setup.ttl,
+        renew: true,
+        node_timeout,
+    };
+    let lock = Redlock::connect(&args.redlock_urls, options).await.with_context(|| {
+        format!(
+            "cannot use the Redlock masters {}.\n  Start them with `make services` (ports 6381 to 6385), \
+             or point --redlock-urls / SECKILL_REDLOCK_URLS at at least 3 running Redis masters",
+            args.redlock_urls.join(",")
+        )
+    })?;
+    Ok(lock.with_release_notices(setup.release_notices().await?))
 }
 
 /// A lock granted by a majority of independent Redis masters.

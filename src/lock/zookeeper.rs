@@ -66,17 +66,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 use zookeeper_client::{Acls, Client, CreateMode, EventType};
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, Lease, LeaseState, LockError, LockGuard, Owner, Release};
 
 const BACKEND: &str = "zookeeper";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On ZooKeeper, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Zookeeper),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the holder deletes its node and the
 /// waiter's watch on it fires. The waiter listed the children while it waited; when the
@@ -127,6 +140,29 @@ struct Before {
     predecessor: String,
     /// Whether it is the only one before ours.
     alone: bool,
+}
+
+/// The flags of `--lock zookeeper` (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ZooKeeperArgs {
+    /// ZooKeeper connect string for `--lock zookeeper` (`host:port,host:port`).
+    #[arg(long, env = "SECKILL_ZK_CONNECT", default_value = "127.0.0.1:2181")]
+    pub zk_connect: String,
+}
+
+/// Builds `--lock zookeeper` from its flags.
+pub async fn build(args: &ZooKeeperArgs, setup: &Setup) -> anyhow::Result<ZooKeeperLock> {
+    let options = ZooKeeperLockOptions {
+        connect: args.zk_connect.clone(),
+        session_timeout: setup.ttl,
+    };
+    ZooKeeperLock::connect(options).await.with_context(|| {
+        format!(
+            "cannot reach ZooKeeper at {}.\n  Start it with `make services`, or point \
+             --zk-connect / SECKILL_ZK_CONNECT at a running server",
+            args.zk_connect
+        )
+    })
 }
 
 /// A lock whose queue is a parent node's ephemeral sequential children.

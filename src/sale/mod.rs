@@ -69,7 +69,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::Health;
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
-use crate::lock::{FencingToken, LockError, LockGuard, LockStats, Owner};
+use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner};
 use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
@@ -227,12 +227,34 @@ impl Sale {
         &self.metrics
     }
 
-    /// What the lock counted since it started, for the locks that count.
-    pub fn lock_stats(&self) -> Option<LockStats> {
+    /// The distributed lock under the sale's reentrancy; `None` for the atomic script.
+    fn lock(&self) -> Option<&Arc<dyn DistributedLock>> {
         match &self.guarding {
-            Guarding::Lock(lock) => lock.backend().stats(),
+            Guarding::Lock(lock) => Some(lock.backend()),
             Guarding::AtomicScript => None,
         }
+    }
+
+    /// What the lock counted since it started, for the locks that count, with what its
+    /// strategy counts of its own beside it.
+    pub fn lock_stats(&self) -> Option<LockStats> {
+        let lock = self.lock()?;
+        let shown = lock.stats()?.with_own(lock.own_stats());
+        match serde_json::from_value(shown) {
+            Ok(stats) => Some(stats),
+            Err(error) => {
+                tracing::error!(%error, "a lock's counters do not read back as /healthz's lock_stats");
+                None
+            }
+        }
+    }
+
+    /// The metrics the lock's strategy keeps of its own (none for most).
+    pub fn own_metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.lock()
+            .and_then(|lock| lock.own_stats())
+            .map(|own| own.metrics)
+            .unwrap_or_default()
     }
 
     /// How this sale sells, as `GET /healthz` tells it.

@@ -270,13 +270,13 @@ impl Probe {
         let server = match backend {
             Backend::StockRedis => redis(vec![config.redis_url.clone()]).await?,
             Backend::LockRedis => redis(vec![config.lock_redis_url().to_owned()]).await?,
-            Backend::RedlockMasters => redis(config.redlock_urls.clone()).await?,
+            Backend::RedlockMasters => redis(config.redlock.redlock_urls.clone()).await?,
             Backend::Etcd => ProbedServer::Etcd(Box::new(
-                etcd_client::Client::connect(&config.etcd_endpoints, None).await?,
+                etcd_client::Client::connect(&config.etcd.etcd_endpoints, None).await?,
             )),
             Backend::Zookeeper => {
                 use zookeeper_client::{Acls, CreateMode, Error};
-                let client = zookeeper_client::Client::connect(&config.zk_connect).await?;
+                let client = zookeeper_client::Client::connect(&config.zookeeper.zk_connect).await?;
                 match client
                     .create(PROBE_NODE, b"1", &CreateMode::Persistent.with_acls(Acls::anyone_all()))
                     .await

@@ -50,10 +50,10 @@ pub async fn read(strategy: Strategy, config: &Config) -> Counters {
             Backend::StockRedis => redis_commands(std::slice::from_ref(&config.redis_url)).await,
             Backend::LockRedis if config.lock_redis_url() == config.redis_url => continue, // one server, counted once
             Backend::LockRedis => redis_commands(&[config.lock_redis_url().to_owned()]).await,
-            Backend::RedlockMasters => redis_commands(&config.redlock_urls).await,
-            Backend::Etcd => etcd_messages(&config.etcd_endpoints).await,
+            Backend::RedlockMasters => redis_commands(&config.redlock.redlock_urls).await,
+            Backend::Etcd => etcd_messages(&config.etcd.etcd_endpoints).await,
             Backend::Mysql => mysql_statements(&config.mysql_url).await,
-            Backend::Zookeeper => zookeeper_packets(&config.zk_connect).await,
+            Backend::Zookeeper => zookeeper_packets(&config.zookeeper.zk_connect).await,
         };
         match read {
             Ok(read) => {

@@ -100,6 +100,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp,
@@ -109,7 +110,9 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::description::Description;
 use crate::lock::parts::keepalive::KeepAlive;
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
@@ -120,6 +123,16 @@ mod hand_over;
 use kept_watch::{wait_on_the_kept_watch, watch_deletes, Deletes, KeptWatch};
 
 const BACKEND: &str = "etcd";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// On etcd, with the key's revision as the token.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(Etcd),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next: the holder deletes its key, and the
 /// waiter's watch on the queue reports it; with no older key left, that event is the
@@ -178,6 +191,34 @@ pub struct EtcdLockOptions {
     pub endpoints: Vec<String>,
     /// The lease TTL; etcd takes whole seconds, so it is rounded up.
     pub ttl: Duration,
+}
+
+/// The flags of `--lock etcd` (flattened into the config).
+#[derive(Clone, Debug, clap::Args)]
+pub struct EtcdArgs {
+    /// etcd endpoints for `--lock etcd`, comma separated.
+    #[arg(
+        long,
+        env = "SECKILL_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:2379"
+    )]
+    pub etcd_endpoints: Vec<String>,
+}
+
+/// Builds `--lock etcd` from its flags.
+pub async fn build(args: &EtcdArgs, setup: &Setup) -> anyhow::Result<EtcdLock> {
+    let options = EtcdLockOptions {
+        endpoints: args.etcd_endpoints.clone(),
+        ttl: setup.ttl,
+    };
+    EtcdLock::connect(options).await.with_context(|| {
+        format!(
+            "cannot reach etcd at {}.\n  Start it with `make services` (or `etcd`), or point \
+             --etcd-endpoints / SECKILL_ETCD_ENDPOINTS at a running server",
+            args.etcd_endpoints.join(",")
+        )
+    })
 }
 
 /// A lock whose queue is a set of etcd keys, ordered by revision.

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::permits::Permits;
-use crate::lock::LockStats;
+use crate::lock::LockCounters;
 
 /// Attempts, grants and conflicts since the lock started.
 #[derive(Default)]
@@ -30,13 +30,12 @@ impl AttemptCounters {
     }
 
     /// The counts, with what the semaphore in front of the backend saw.
-    pub fn stats(&self, permits: &Permits) -> LockStats {
-        LockStats {
+    pub fn stats(&self, permits: &Permits) -> LockCounters {
+        LockCounters {
             attempts: self.attempts.load(Ordering::Relaxed),
             grants: self.grants.load(Ordering::Relaxed),
             conflicts: self.conflicts.load(Ordering::Relaxed),
             permits: permits.stats(),
-            degrade: None,
         }
     }
 }

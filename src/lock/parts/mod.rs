@@ -2,7 +2,6 @@
 //!
 //! | file | what it does | used by |
 //! | --- | --- | --- |
-//! | [`polling`] | the jittered-backoff loop behind the trait's default `acquire` | the locks that poll |
 //! | [`release_notices`] | a release wakes a waiter of every instance (Redis pub/sub), a hint the lock still checks | `redis`, `redlock`, `mysql`, `mysql-version` |
 //! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
 //! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
@@ -11,6 +10,7 @@
 //! | [`kept_connections`] | MySQL connections kept between statements, so sqlx does not ping each one on its way back to the pool | `mysql`, `mysql-version` |
 //! | [`held_grants`] | what a handle holds, so `shutdown` can give it back | `redlock`, `mysql`, `mysql-version` |
 //! | [`counters`] | attempts, grants and conflicts, for `/healthz` | `mysql`, `mysql-version` |
+//! | [`setup`] | what every strategy's `build` gets from the config, and its release notices | every strategy's `build` |
 //! | [`shutdown`] | the switch that refuses acquires once a lock is shut down | every lock that shuts down |
 
 pub mod held_grants;
@@ -19,10 +19,10 @@ pub mod kept_connections;
 pub mod master_connection;
 pub mod permits;
 pub mod counters;
-pub mod polling;
 pub mod release_notices;
 pub mod reentrant;
 pub mod shutdown;
+pub mod setup;
 
 /// Locks a std mutex even if a task panicked while holding it: the maps the locks keep
 /// behind one (held grants, waiters, hold counts) stay consistent between statements,

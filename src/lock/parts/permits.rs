@@ -16,8 +16,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// What [`Permits`] saw, for `/healthz` and the load test report (part of the contract).
+pub use crate::lock::distributed_lock::PermitStats;
 
 /// At most `limit` acquire attempts of one instance talk to the database at once.
 pub struct Permits {
@@ -25,15 +27,6 @@ pub struct Permits {
     semaphore: Option<Arc<Semaphore>>,
     in_flight: Arc<AtomicUsize>,
     peak_in_flight: AtomicUsize,
-}
-
-/// What [`Permits`] saw, for `/healthz` and the load test report.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PermitStats {
-    /// The bound; `None` when there is no semaphore.
-    pub permits: Option<usize>,
-    /// The most attempts that were talking to the database at the same time.
-    pub peak_in_flight: usize,
 }
 
 /// How a wait for a permit by a deadline ended ([`Permits::enter_by`]).

@@ -1,7 +1,7 @@
 //! Release notices: a release tells the waiters of every instance to try now.
 //!
 //! A waiter that polls finds a release only at its next try, up to a backoff pause
-//! ([`super::polling::BACKOFF_MAX`]) after it happened, and under contention that gap
+//! ([`crate::lock::polling::BACKOFF_MAX`]) after it happened, and under contention that gap
 //! is most of a sale. A notice closes it: a release is announced on a Redis channel
 //! (`PUBLISH` the key), every instance listens (`SUBSCRIBE`), and the listener wakes
 //! one local waiter of that key, which tries at once. One, not all: a release frees
@@ -24,8 +24,8 @@ use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::polling::poll_until_granted;
 use super::unpoisoned;
+use crate::lock::polling::poll_until_granted;
 use crate::lock::{LockError, LockGuard};
 
 /// Where the locks announce releases (the payload is the key).

@@ -99,6 +99,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -106,16 +107,30 @@ use tokio::task::JoinHandle;
 use self::mode::{Mode, ModeLease, SharedMode};
 use self::outage::{OutageJudge, OutageRule};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
-use crate::lock::mysql_version::MySqlVersionLock;
-use crate::lock::parts::polling::{poll_until_granted, BACKOFF_MAX};
+use crate::lock::description::Description;
+use crate::lock::mysql::MySqlArgs;
+use crate::lock::mysql_version::{self, MySqlVersionLock};
+use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
-use crate::lock::redis::RedisLock;
+use crate::lock::polling::{poll_until_granted, BACKOFF_MAX};
+use crate::lock::redis::{RedisArgs, RedisLock};
 use crate::lock::{
-    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockError, LockGuard, LockStats, Owner, Release,
+    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockCounters, LockError, LockGuard, OwnStats, Owner,
+    PermitStats, Release,
 };
 
 const BACKEND: &str = "redis-degrade";
+
+/// What this strategy is (see [`crate::lock::description`]).
+/// Counted as its normal mode: the lock Redis, with a token per grant.
+pub const DESCRIPTION: Description = Description {
+    name: BACKEND,
+    backend: Some(LockRedis),
+    tokens: true,
+    oversells: false,
+    critical_path: Some(CRITICAL_PATH),
+};
 
 /// The critical path from one grant to the next, in Redis mode: the `redis` lock's
 /// scripts through this wrapper, its waiters woken by the release script's pub/sub
@@ -150,6 +165,173 @@ pub struct DegradeStats {
     pub switches: u64,
     pub seconds_in_redis: f64,
     pub seconds_in_mysql: f64,
+}
+
+impl DegradeStats {
+    /// What the trait's [`own_stats`](DistributedLock::own_stats) hands out: these
+    /// numbers for `/healthz`, and the metrics made of them.
+    fn own_stats(self) -> OwnStats {
+        OwnStats {
+            key: STATS_KEY,
+            healthz: serde_json::to_value(self).expect("plain numbers and names"),
+            metrics: self.metrics(),
+        }
+    }
+
+    /// The metrics of `GET /metrics` that only this strategy has: the mode in use, and
+    /// the switches this instance has seen.
+    fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
+        use prometheus::core::Collector;
+        let mode = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "seckill_lock_mode",
+                "redis-degrade: 1 for the lock mode in use, 0 for the other.",
+            ),
+            &["mode"],
+        )
+        .expect("a valid metric");
+        for (each, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
+            mode.with_label_values(&[name]).set(i64::from(self.mode == Some(each)));
+        }
+        let switches = prometheus::IntCounter::new(
+            "seckill_lock_mode_switches_total",
+            "redis-degrade: lock mode switches this instance has seen.",
+        )
+        .expect("a valid metric name");
+        switches.inc_by(self.switches);
+        [mode.collect(), switches.collect()].concat()
+    }
+}
+
+/// A lock's counters as `/healthz` shows them under `lock_stats`, and as the load test
+/// reads them back: the common [`LockCounters`], and `redis-degrade`'s own beside them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LockStats {
+    pub attempts: u64,
+    pub grants: u64,
+    pub conflicts: u64,
+    pub permits: PermitStats,
+    /// `redis-degrade` only: the mode, the switches, the time in each mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degrade: Option<DegradeStats>,
+}
+
+/// The key of [`DegradeStats`] in `/healthz`'s `lock_stats`.
+const STATS_KEY: &str = "degrade";
+
+/// The flags of `--lock redis-degrade` (flattened into the config); it reads the `redis`
+/// lock's and the MySQL locks' flags too.
+#[derive(Clone, Debug, clap::Args)]
+pub struct DegradeArgs {
+    /// `--lock redis-degrade`: lock Redis failures in a row (errors or timeouts) that
+    /// switch every instance to the MySQL version lock.
+    #[arg(long, env = "SECKILL_DEGRADE_AFTER_FAILURES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub degrade_after_failures: u32,
+    /// `--lock redis-degrade`: how long every lock Redis attempt may fail, from the first
+    /// failed one's send, before every instance switches to the MySQL version lock. The
+    /// switch comes at this or at --degrade-after-failures, whichever is first. Behind the
+    /// local queue an instance has few attempts out, so time notices a frozen Redis at its
+    /// first timeout, where counting needs three.
+    #[arg(long, env = "SECKILL_DEGRADE_AFTER_MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub degrade_after_ms: u64,
+    /// `--lock redis-degrade`: the name of the mode that the instances sharing one lock
+    /// Redis share; default: the address that Redis accepted the connection on and the
+    /// database (`CLIENT INFO`), the same however each instance spells the URL. Set it
+    /// when that differs between instances (a Redis behind NAT, or on two addresses).
+    #[arg(long, env = "SECKILL_DEGRADE_MODE_NAME", value_parser = non_empty_name)]
+    pub degrade_mode_name: Option<String>,
+    /// `--lock redis-degrade`: how long the lock Redis must answer every probe before
+    /// every instance switches back to it, in milliseconds.
+    #[arg(long, env = "SECKILL_DEGRADE_RECOVER_MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub degrade_recover_ms: u64,
+}
+
+/// Builds `--lock redis-degrade`: the `redis` lock, the MySQL version lock, and the mode
+/// they share.
+pub async fn build(
+    args: &DegradeArgs,
+    redis: &RedisArgs,
+    mysql: &MySqlArgs,
+    setup: &Setup,
+) -> anyhow::Result<DegradingLock> {
+    let lock_redis = lock_redis(redis, setup).await?;
+    let redis_lock = RedisLock::connect(&lock_redis, redis.options(setup.ttl)?).await?;
+    let pool = mysql.connect(&setup.mysql_url).await?;
+    // While degraded the lock Redis is down: the MySQL lock's notices go on the stock Redis.
+    let mysql_lock = mysql_version::build_on(pool.clone(), mysql, setup).await?;
+    let instance = format!("{}-{:016x}", setup.instance, rand::random::<u64>());
+    let mode_name = mode_name(args, &lock_redis).await?;
+    let shared = SharedMode::open(pool, &mode_name, &instance, setup.ttl)
+        .await
+        .context("cannot open the lock's shared mode in MySQL")?;
+    let options = DegradeOptions {
+        ttl: setup.ttl,
+        outage: OutageRule {
+            after_failures: args.degrade_after_failures,
+            after: Duration::from_millis(args.degrade_after_ms),
+        },
+        recover_after: Duration::from_millis(args.degrade_recover_ms),
+    };
+    Ok(DegradingLock::start(redis_lock, lock_redis, mysql_lock, shared, options).await?)
+}
+
+/// The Redis this lock keeps its lock in: the stock's, or `--lock-redis-url` checked.
+async fn lock_redis(args: &RedisArgs, setup: &Setup) -> anyhow::Result<redis::Client> {
+    if args.address(&setup.stock_redis)?.moves() {
+        anyhow::bail!(
+            "--lock redis-degrade does not follow Sentinels yet: its fallback decides by the lock Redis's own address. \
+             Give it one server (--lock-redis-url redis://host:port), or use --lock redis with redis-sentinel://"
+        );
+    }
+    match &args.lock_redis_url {
+        None => Ok(setup.stock_redis.clone()),
+        Some(url) => Ok(crate::store::redis::connect_checked(url)
+            .await
+            .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
+            .0),
+    }
+}
+
+/// The name of the shared mode. The instances that share a lock Redis must share its
+/// mode, or each would switch on its own, with epochs of its own, and one could grant in
+/// Redis while another grants in MySQL. A URL does not name a server (`localhost` and
+/// `127.0.0.1/0` are one), so the server says where it is: the address it accepted our
+/// connection on, and the database (`CLIENT INFO`). A proxy in between changes nothing:
+/// the address is the server's own.
+async fn mode_name(args: &DegradeArgs, lock_redis: &redis::Client) -> anyhow::Result<String> {
+    if let Some(name) = &args.degrade_mode_name {
+        return Ok(name.clone());
+    }
+    let mut connection = lock_redis
+        .get_multiplexed_async_connection()
+        .await
+        .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?;
+    let info: String = redis::cmd("CLIENT")
+        .arg("INFO")
+        .query_async(&mut connection)
+        .await
+        .context("asking the lock Redis where it is (CLIENT INFO, Redis 6.2 or newer); or name the mode with --degrade-mode-name")?;
+    let field = |name: &str| {
+        info.split_whitespace()
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    match (field("laddr"), field("db")) {
+        (Some(address), Some(db)) => Ok(format!("redis://{address}/{db}")),
+        _ => anyhow::bail!(
+            "the lock Redis's CLIENT INFO has no laddr or db ({info}); name the mode with --degrade-mode-name"
+        ),
+    }
+}
+
+fn non_empty_name(name: &str) -> Result<String, String> {
+    match name.trim() {
+        "" => Err("the mode name must not be empty; leave the option out to name the mode after the lock Redis".into()),
+        name => Ok(name.to_owned()),
+    }
 }
 
 /// Redis, or the MySQL version lock while Redis is down.
@@ -219,6 +401,22 @@ impl ModeClock {
 }
 
 impl DegradingLock {
+    /// The MySQL lock's counters and the mode, as `/healthz` shows them.
+    pub fn stats(&self) -> Option<LockStats> {
+        let counters = DistributedLock::stats(self).unwrap_or_default();
+        Some(LockStats {
+            attempts: counters.attempts,
+            grants: counters.grants,
+            conflicts: counters.conflicts,
+            permits: counters.permits,
+            degrade: Some(self.mode_stats()),
+        })
+    }
+
+    fn mode_stats(&self) -> DegradeStats {
+        unpoisoned(&self.stats).stats()
+    }
+
     /// Composes the two locks; renews the first mode lease before it returns, so a
     /// MySQL that cannot keep one is refused at start.
     pub async fn start(
@@ -548,11 +746,14 @@ impl DistributedLock for DegradingLock {
         redis.and(mysql)
     }
 
-    /// The MySQL lock's counters, and the mode.
-    fn stats(&self) -> Option<LockStats> {
-        let mut stats = self.mysql.stats().unwrap_or_default();
-        stats.degrade = Some(unpoisoned(&self.stats).stats());
-        Some(stats)
+    /// The MySQL lock's counters.
+    fn stats(&self) -> Option<LockCounters> {
+        Some(self.mysql.stats().unwrap_or_default())
+    }
+
+    /// The mode, the switches and the time in each mode.
+    fn own_stats(&self) -> Option<OwnStats> {
+        Some(self.mode_stats().own_stats())
     }
 }
 
@@ -657,5 +858,42 @@ impl Release for EpochGrant {
             return handed.release().await.map(|()| HandOver::Released);
         }
         Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view, &newest)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEGRADED: DegradeStats = DegradeStats {
+        mode: Some(Mode::Mysql),
+        epoch: 3,
+        switches: 2,
+        seconds_in_redis: 1.5,
+        seconds_in_mysql: 0.5,
+    };
+
+    #[test]
+    fn healthz_shows_the_mode_beside_the_counters_and_the_load_test_reads_it_back() {
+        let healthz = LockCounters::default().with_own(Some(DEGRADED.own_stats()));
+        // scripts/demo-degrade.sh greps these two.
+        assert_eq!(healthz["degrade"]["mode"], "mysql", "{healthz}");
+        assert_eq!(healthz["degrade"]["epoch"], 3, "{healthz}");
+        let read_back: LockStats = serde_json::from_value(healthz).unwrap();
+        assert_eq!(read_back.degrade, Some(DEGRADED));
+    }
+
+    #[test]
+    fn metrics_show_the_mode_in_use_and_the_switches() {
+        let mut text = Vec::new();
+        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &DEGRADED.metrics(), &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for line in [
+            "seckill_lock_mode{mode=\"mysql\"} 1",
+            "seckill_lock_mode{mode=\"redis\"} 0",
+            "seckill_lock_mode_switches_total 2",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
     }
 }
