@@ -27,8 +27,6 @@ LOGS="$RUN/logs"
 
 REDIS_PORT=6379
 TEST_REDIS_PORT=6390
-# Tests that use the stock's fixed key names each own a logical database (tests/common/test_redis.rs).
-TEST_REDIS_DATABASES=128
 # A Redis for the lock alone (--lock-redis-url), so the lock can fail while the stock stays readable.
 LOCK_REDIS_PORT=6380
 # Five independent Redis masters for --lock redlock (no replication between them).
@@ -104,17 +102,11 @@ start_test_redis() {
     theirs=$(redis-cli -p $TEST_REDIS_PORT config get dir 2>/dev/null | sed -n 2p)
     [[ $theirs == "$dir" ]] ||
       die "port $TEST_REDIS_PORT (the tests' own Redis) is taken by another server (its dir is '${theirs:-unknown}'); the tests write there, so stop it first"
-    if (($(redis-cli -p $TEST_REDIS_PORT config get databases | sed -n 2p) >= TEST_REDIS_DATABASES)); then
-      say "redis-test: already running on $TEST_REDIS_PORT"
-      return
-    fi
-    # Started by an older checkout with fewer databases: it holds nothing worth keeping.
-    say "redis-test: restarting it with $TEST_REDIS_DATABASES databases"
-    redis-cli -p $TEST_REDIS_PORT shutdown nosave >/dev/null 2>&1 || true
-    wait_for redis-test 10 eval '! listening $TEST_REDIS_PORT'
+    say "redis-test: already running on $TEST_REDIS_PORT"
+    return
   fi
-  # Tests that use the fixed stock keys each take a logical database of their own.
-  start_redis_server redis-test $TEST_REDIS_PORT --save '' --appendonly no --databases $TEST_REDIS_DATABASES
+  # Each test sells under a key prefix of its own (testkit/src/test_redis.rs): one database.
+  start_redis_server redis-test $TEST_REDIS_PORT --save '' --appendonly no
   say "redis-test: started on $TEST_REDIS_PORT (for the tests only)"
 }
 

@@ -23,11 +23,12 @@
 //!    beside its lock and flattened in.
 //! 5. [`metrics`]: what `GET /metrics` counts, which the sale, the locks and the orders
 //!    add to; [`api`]: the HTTP contract, every JSON body the service answers with.
-//! 6. [`sale`]: one sale, start to end, and its parts: [`sale::buyers`] (who buys, one
-//!    unit per buyer), [`sale::segments`] (the stock split, each part behind a lock of
-//!    its own), [`sale::stock`] (the stock in Redis, the fenced read and write, the
-//!    atomic script), [`sale::sold_out`] (the flag that answers "sold out" without a
-//!    lock), [`sale::grant_log`] (each grant from grant to release, to count overlaps)
+//! 6. [`sale`]: one sale, start to end, and its parts: [`sale::segments`] (the stock
+//!    split, each part behind a lock of its own), [`sale::keys`] (every key of a sale,
+//!    from one prefix), [`sale::buyers`] (who buys, one unit per buyer), [`sale::stock`]
+//!    (the stock in Redis, the fenced read and write, the atomic script),
+//!    [`sale::sold_out`] (the flag that answers "sold out" without a lock),
+//!    [`sale::grant_log`] (each grant from grant to release, to count overlaps),
 //!    [`sale::local_queue`] (the buyers of one instance in line for a lock) and
 //!    [`sale::error`] (every way a request fails, and the one HTTP answer each becomes).
 //! 7. [`orders`]: each unit sold becomes an order, written from the stock's Redis

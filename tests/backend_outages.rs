@@ -2,7 +2,7 @@
 //! when it is back: against private etcd, ZooKeeper and MariaDB servers that the tests kill.
 //! `cargo test --test backend_outages -- --nocapture` prints what it measured.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The teaching baselines fail exactly where they should. These tests also prove the
 //! race in `racing_increments` is real, so the lock suite's passing runs mean something.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 

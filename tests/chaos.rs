@@ -11,9 +11,8 @@
 //! (`--chaos-pause-before-write-ms`). The test waits until instance A holds the lock
 //! (`GET lock:stock` names the holder's instance), stops A for 1.5 s, three leases,
 //! and lets it go. Instance B sells meanwhile; A then writes the stock it had read.
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -21,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ServeProcess, TestSale};
-use loadtest::nemesis::{Fault, LinkSpec, Nemesis};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, LockError};
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
+use testkit::nemesis::{Fault, LinkSpec, Nemesis};
 
 const STOCK: i64 = 100;
 /// Three leases of 500 ms; and shorter than the service's 2 s Redis response timeout,

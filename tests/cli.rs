@@ -1,6 +1,6 @@
 //! The binary refuses bad configuration with a message that names the fix.
 
-mod common;
+use testkit as common;
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -94,9 +94,7 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
     let port = taken.local_addr().unwrap().port().to_string();
     let output = tokio::time::timeout(
         Duration::from_secs(20),
-        tokio::task::spawn_blocking(move || {
-            serve_a_test_sale(&["--port", &port])
-        }),
+        tokio::task::spawn_blocking(move || serve_a_test_sale(&["--port", &port])),
     )
     .await
     .expect("seckill exits instead of serving")

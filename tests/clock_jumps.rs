@@ -4,7 +4,7 @@
 //! Kleppmann's objection: a master whose clock jumps forward expires its keys early,
 //! and with a holder that had a bare majority, a second client then gets one too. The
 //! first two tests make that happen, with a Redis whose wall clock jumps past the TTL
-//! (the clock-shift preload, see tests/common/wall_clock.rs):
+//! (the clock-shift preload, see testkit/src/wall_clock.rs):
 //! - under `redlock`, both clients hold the lock at once, and the late write sells a
 //!   unit twice: Redlock has no fencing token for the stock to check;
 //! - under `redis`, the same jump also makes two holders, but the stock refuses the
@@ -13,10 +13,8 @@
 //! The third makes the wall clock of a `seckill serve` process jump (libfaketime) an
 //! hour forward and back in the middle of a sale: no lease notices, because the
 //! service measures its leases on the monotonic clock.
-//!
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use std::time::Duration;
 
@@ -132,7 +130,7 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
     let clock = WallClock::for_redis();
     let jumping = PrivateRedis::start_with_clock(&clock);
     let steady = [PrivateRedis::start(), PrivateRedis::start()];
-    let down_ports = [common::free_port(), common::free_port()];
+    let down_ports = common::free_ports(2);
     let mut urls: Vec<String> = steady.iter().map(PrivateRedis::url).collect();
     urls.push(jumping.url());
     urls.extend(down_ports.iter().map(|port| format!("redis://127.0.0.1:{port}")));

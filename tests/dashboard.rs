@@ -2,9 +2,8 @@
 //! playwright-core from `tests/browser/`): two instances sell, the page on the first
 //! follows every sale of both, without a console error. The screenshot it takes is
 //! left in `.run/results/dashboard.png` (the README's picture comes from it).
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! MariaDB that `make test` starts. `cargo test --test degrade -- --nocapture` prints
 //! what it measured.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! Each test has its own master, replica and Sentinel, on free ports; the stock's
 //! fence (where new epochs come from) is the test Redis, database 79.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

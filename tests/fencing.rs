@@ -2,14 +2,13 @@
 //! their reads and writes interleaved in every order, never sell one unit twice.
 //! Without tokens (the baselines, `--fencing off`) the same interleavings do.
 
-mod common;
+use testkit as common;
 
 use seckill::lock::FencingToken;
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
 use seckill::strategy::Strategy;
 
-// One test Redis database per test, because the stock keys have fixed names (`DATABASES` in tests/common/test_redis.rs).
 const INITIAL: i64 = 10;
 
 #[derive(Clone, Copy, Debug)]

@@ -1,8 +1,7 @@
 //! Malformed and hostile requests: each gets a clear error, the service stays up, and
 //! the sale is untouched. And the admin token that guards `POST /stock/reset`.
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

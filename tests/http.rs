@@ -1,8 +1,7 @@
-//! The HTTP surface, against a real Redis. Each test owns one test Redis database
-//! (which ones: `DATABASES` in tests/common/test_redis.rs), because the stock keys have fixed names; tests that
-//! stop or freeze Redis start a private one.
+//! The HTTP surface, against a real Redis. Each test sells a sale of its own
+//! (`TestSale`, a key prefix of its own); tests that stop or freeze Redis start a private one.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -3,10 +3,9 @@
 //! backend: at most one acquire attempt of an instance is ever in flight, where without
 //! the local queue the crowd fills the semaphore in front of MySQL; and a release hands
 //! the lock to the next buyer in line, a bounded number of times in a row, without
-//! stranding a grant nobody came for. Its Redis database is in `DATABASES` in
-//! tests/common/test_redis.rs.
+//! stranding a grant nobody came for.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@
 //! one `conformance_suite!` block at the bottom. The suites
 //! need the real servers `make test` starts: the test Redis, etcd and ZooKeeper.
 
-mod common;
+use testkit as common;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,7 +1,6 @@
 //! `GET /metrics`: Prometheus's text format, whose counters move with the sales.
-//! Its Redis database is in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use seckill::sale::segments::Segment;
 use seckill::strategy::Strategy;

@@ -3,7 +3,7 @@
 //! can run at once, a hand-over in one UPDATE whose token outranks the grant it came
 //! from. Against the MariaDB that `make test` starts.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! instead of going back to the pool. Against a MariaDB of the test's own, whose
 //! counters only this test moves (the last test: the shared one, through a proxy).
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

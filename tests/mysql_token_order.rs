@@ -17,7 +17,7 @@
 //! runs here, or `kernel.yama.ptrace_scope` 0).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod common;
+use testkit as common;
 
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};

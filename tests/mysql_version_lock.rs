@@ -3,7 +3,7 @@
 //! semaphore in front of MySQL bounds how many attempts talk to it at once, for both
 //! MySQL locks. Against the MariaDB that `make test` starts.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! without the option the buyer is only written down.
 //! The 500-request runs with repeat buyers are in loadtest/tests/e2e.rs.
 
-mod common;
+use testkit as common;
 
 use seckill::server::Instance;
 use seckill::strategy::Strategy;

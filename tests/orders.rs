@@ -4,7 +4,7 @@
 //! still one row; a MariaDB killed and started again under the sale loses no order.
 //! The 500-request runs with orders are in loadtest/tests/e2e.rs.
 
-mod common;
+use testkit as common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! `make test` writes only to servers the project started itself: a user's own Redis
 //! on the standard port is never touched.
 
-mod common;
+use testkit as common;
 
 #[tokio::test]
 async fn the_tests_recognise_the_projects_own_test_redis() {

@@ -11,7 +11,7 @@
 //! there, and gone from the queue if nobody claims it. Against the etcd and
 //! ZooKeeper that `make test` starts; a proxy in front of them loses or holds answers.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

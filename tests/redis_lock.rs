@@ -1,7 +1,7 @@
 //! What only the Redis lease lock must do: expire, renew on time, refuse a non-owner,
 //! clean up after a failed acquire, and keep no state for keys nobody uses.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! holder when a master restarts. Against five private Redis masters per test.
 //! `cargo test --test redlock -- --nocapture` prints the latencies it measured.
 
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! with its own notices on the test Redis; and the same two without notices, to show
 //! what the notice saves. Against the servers `make test` starts.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! stock otherwise is refused instead of selling from keys nobody else guards.
 //! The 500-buyer runs over segments are in loadtest/tests/e2e.rs.
 
-mod common;
+use testkit as common;
 
 use redis::AsyncCommands;
 use seckill::sale::segments::Segments;

@@ -2,9 +2,8 @@
 //! a buyer is answered from the sale's write, not after the release; and a stopping
 //! instance gives its lock back only once the sales it granted have written, and leaves
 //! no ZooKeeper node of a buyer it turned away.
-//! Its Redis database is in `DATABASES` in tests/common/test_redis.rs.
 
-mod common;
+use testkit as common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

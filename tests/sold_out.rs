@@ -3,7 +3,7 @@
 //! without it; a reset through another instance ends the flag for the very next buyer;
 //! `atomic` refuses it at start.
 
-mod common;
+use testkit as common;
 
 use seckill::server::Instance;
 use seckill::strategy::Strategy;

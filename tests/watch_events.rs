@@ -5,8 +5,7 @@
 //! not half of one: the request's way and the commit, then the event's way, as long as
 //! the answer's. Needs `make services`.
 
-#[path = "common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -9,11 +9,10 @@
 //!    critical path, with the CPU each process used; and `lockbench`, the locks alone.
 //! 4. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
 //!    and the self-contained HTML report, with one escape for all of them.
-//! 5. [`nemesis`]: `make chaos`'s network faults. A TCP proxy in front of a lock backend
-//!    that partitions, delays or resets its connections on command.
 //!
 //! Each module imports only those above it. The binaries are thin: `loadtest` (the
-//! verdict), `bench` (measure, then report), `lockbench` and `nemesis`.
+//! verdict), `bench` (measure, then report) and `lockbench`. `make chaos`'s network
+//! faults are the nemesis of the `testkit` crate, which the tests share.
 
 pub mod latency;
 
@@ -22,7 +21,5 @@ pub mod verdict;
 pub mod bench;
 
 pub mod render;
-
-pub mod nemesis;
 
 pub use verdict::{run, InvalidRun, Options, Report, Verdict};

@@ -1,9 +1,7 @@
 //! `bench` as `make bench` runs it, briefly: two instances of the Redis lock, one crowd
-//! run, a short serial and sustained load; then the report. Its Redis database
-//! is in `DATABASES` in tests/common/test_redis.rs.
+//! run, a short serial and sustained load; then the report, on a sale of its own.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::process::Command;
 

@@ -4,11 +4,8 @@
 //! on while Redis is down. `cargo test -p loadtest --test degrade -- --nocapture`
 //! prints the answers per mode and the sales per second in each.
 //! `SECKILL_DEGRADE_CYCLES` sets the number of outages (default 10).
-//!
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};

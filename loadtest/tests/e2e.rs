@@ -2,12 +2,11 @@
 //! with its own lock handle and Redis connections, as two processes would have), 500
 //! one-shot buyers from goose, and the verdict read back from Redis.
 //!
-//! Needs the project's test Redis (`make test` starts it). Each test sells from its own
-//! Redis database (`DATABASES` in tests/common/test_redis.rs); the attacks run one at a time because
+//! Needs the project's test Redis (`make test` starts it). Each test sells a sale of its
+//! own (`TestSale`, a key prefix of its own); the attacks run one at a time because
 //! goose keeps global state.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::time::Duration;
 

@@ -1,9 +1,7 @@
 //! `lockbench` as a reader runs it: a short run against real locks prints one row per
-//! strategy, contender count and key layout, with no errors. Its Redis database is in
-//! `DATABASES` in tests/common/test_redis.rs.
+//! strategy, contender count and key layout, with no errors.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::process::Command;
 

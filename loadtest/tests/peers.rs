@@ -6,8 +6,7 @@
 //! (Curator and a JDK, Go and etcd's client from Debian; the Python packages into a venv)
 //! and builds it: a minute or two, once.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::process::{Command, Output};
 use std::sync::Mutex;

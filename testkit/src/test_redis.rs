@@ -19,6 +19,12 @@ pub struct TestSale {
     keys: Keys,
 }
 
+impl Default for TestSale {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl TestSale {
     /// A sale under a prefix drawn at random.
     pub fn new() -> Self {

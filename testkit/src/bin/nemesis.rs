@@ -1,5 +1,5 @@
 //! `nemesis`: a TCP proxy in front of a lock backend that partitions, delays or resets
-//! its connections on command (see `loadtest::nemesis`).
+//! its connections on command (see `testkit::nemesis`).
 //!
 //! ```text
 //! nemesis --control-port 7401 16480=127.0.0.1:6480
@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 
 use anyhow::Context;
 use clap::Parser;
-use loadtest::nemesis::{control, LinkSpec, Nemesis};
+use testkit::nemesis::{control, LinkSpec, Nemesis};
 
 /// A TCP proxy that partitions, delays or resets its connections on command.
 #[derive(Parser)]

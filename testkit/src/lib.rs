@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests (and by `loadtest/tests`), one concern a file:
+//! What the integration tests of both crates share, one concern a file:
 //!
 //! | file | what |
 //! | --- | --- |
@@ -9,10 +9,10 @@
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
 //! | [`proxy`] | a TCP proxy that loses answers on demand |
+//! | [`nemesis`] | `make chaos`'s network faults: a TCP proxy that partitions, delays or resets on command (the `nemesis` binary serves it) |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
 //!
 //! A missing server fails the test loudly; nothing is skipped.
-#![allow(dead_code, unused_imports)]
 
 pub mod test_redis;
 pub mod instances;
@@ -22,6 +22,7 @@ pub mod private_redis;
 pub mod private_server;
 pub mod proxy;
 pub mod wall_clock;
+pub mod nemesis;
 
 pub use backends::*;
 pub use instances::*;

@@ -43,23 +43,33 @@ pub struct PrivateServer {
 
 /// A free port on loopback (the OS picks it; nothing else is bound to it right now).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports(1)[0]
+}
+
+/// `count` free ports on loopback, all different. Each is held until all are picked:
+/// two calls of [`free_port`] in a row may be given the same port, since the first was
+/// released before the second was asked (an etcd cluster once got one peer port twice).
+pub fn free_ports(count: usize) -> Vec<u16> {
+    let held: Vec<std::net::TcpListener> = (0..count)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    held.iter()
+        .map(|listener| listener.local_addr().unwrap().port())
+        .collect()
 }
 
 impl PrivateServer {
     /// A single-member etcd.
     pub fn etcd() -> Self {
-        let (port, peer) = (free_port(), free_port());
+        let ports = free_ports(2);
+        let (port, peer) = (ports[0], ports[1]);
         Self::etcd_member("private", port, peer, &format!("private=http://127.0.0.1:{peer}"))
     }
 
     /// An etcd cluster of `members` members; each answers on its own `port`.
     pub fn etcd_cluster(members: usize) -> Vec<Self> {
-        let ports: Vec<(u16, u16)> = (0..members).map(|_| (free_port(), free_port())).collect();
+        let all = free_ports(2 * members);
+        let ports: Vec<(u16, u16)> = all.chunks(2).map(|pair| (pair[0], pair[1])).collect();
         let cluster: Vec<String> = ports
             .iter()
             .enumerate()

@@ -1,16 +1,13 @@
 //! The nemesis itself, in front of the project's test Redis: what a client sees under
 //! each fault, spoken in raw RESP over a plain TCP stream, so that no client library's
 //! timeouts or reconnections blur it.
-//!
-//! Its Redis databases are in `DATABASES` in tests/common/test_redis.rs.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use testkit as common;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use loadtest::nemesis::{Delay, Direction, Fault, LinkSpec, Nemesis};
+use testkit::nemesis::{Delay, Direction, Fault, LinkSpec, Nemesis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -199,7 +196,7 @@ async fn the_control_port_strikes_the_fault_it_is_asked_for_and_reports_it() {
     let (nemesis, _) = nemesis_before_redis().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let control = format!("http://{}", listener.local_addr().unwrap());
-    let app = loadtest::nemesis::control::app(nemesis.clone());
+    let app = testkit::nemesis::control::app(nemesis.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
     let http = reqwest::Client::new();
     let post = |path: &str| http.post(format!("{control}{path}")).send();
