@@ -10,31 +10,15 @@
 //! the word `mermaid` in prose, is not taken for a diagram.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
+
+use testkit as common;
 
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// README.md and every `.md` under docs/, as paths from the root.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![PathBuf::from("README.md")];
-    let mut folders = vec![PathBuf::from("docs")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
-            let path = folder.join(entry.unwrap().file_name());
-            if root().join(&path).is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
-    pages
 }
 
 /// One diagram: where its fence opens, and what is inside it.
@@ -107,7 +91,7 @@ fn every_mermaid_diagram_in_the_docs_renders() {
         "the diagrams test needs Debian's chromium, playwright-core and mermaid: \
          `scripts/services.sh install` installs all three"
     );
-    let pages = pages();
+    let pages = common::markdown_pages();
     let diagrams: Vec<Diagram> = pages
         .iter()
         .flat_map(|page| {

@@ -12,6 +12,8 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
+use testkit as common;
+
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 const CONFIGURATION_PAGE: &str = "docs/reference/configuration.md";
@@ -22,24 +24,6 @@ fn root() -> &'static Path {
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
-}
-
-/// README.md and every `.md` under docs/, as paths from the root.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![PathBuf::from("README.md")];
-    let mut folders = vec![PathBuf::from("docs")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
-            let path = folder.join(entry.unwrap().file_name());
-            if root().join(&path).is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages.sort();
-    pages
 }
 
 /// What the checks need from one page.
@@ -215,7 +199,7 @@ fn every_relative_link_and_anchor_in_readme_and_docs_resolves() {
     // The anchors of each page a link points into, read once.
     let mut anchors: HashMap<PathBuf, HashSet<String>> = HashMap::new();
     let mut broken = Vec::new();
-    for page_path in pages() {
+    for page_path in common::markdown_pages() {
         for (target, line) in parse(&read(&page_path)).links {
             if ["http://", "https://", "mailto:"]
                 .iter()
@@ -268,7 +252,7 @@ fn every_make_target_and_script_the_docs_name_exists() {
         .flat_map(|(names, _)| names.split_whitespace())
         .collect();
     let mut unknown = Vec::new();
-    for page_path in pages() {
+    for page_path in common::markdown_pages() {
         for (code, line) in parse(&read(&page_path)).code {
             let at = format!("{}:{line}", page_path.display());
             let words: Vec<&str> = words(&code).collect();

@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use testkit as common;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -35,23 +37,6 @@ fn scripts() -> BTreeMap<String, String> {
     scripts
 }
 
-/// README.md and every page under docs/.
-fn pages() -> Vec<PathBuf> {
-    let mut pages = vec![PathBuf::from("README.md")];
-    let mut folders = vec![PathBuf::from("docs")];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(root().join(&folder)).unwrap() {
-            let path = folder.join(entry.unwrap().file_name());
-            if root().join(&path).is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "md") {
-                pages.push(path);
-            }
-        }
-    }
-    pages
-}
-
 /// One published block: the script it shows, the line that dates it, and the output.
 struct Block {
     page: PathBuf,
@@ -65,7 +50,7 @@ struct Block {
 /// Every block of every page; a begin marker without its end is a failure.
 fn blocks() -> Vec<Block> {
     let mut blocks = Vec::new();
-    for page in pages() {
+    for page in common::markdown_pages() {
         let text = std::fs::read_to_string(root().join(&page)).unwrap();
         let mut rest = text.as_str();
         while let Some(at) = rest.find("<!-- output ") {

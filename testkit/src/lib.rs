@@ -10,6 +10,7 @@
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
 //! | [`proxy`] | a TCP proxy that loses answers on demand |
 //! | [`nemesis`] | `make chaos`'s network faults: a TCP proxy that partitions, delays or resets on command (the `nemesis` binary serves it) |
+//! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
 //!
 //! A missing server fails the test loudly; nothing is skipped.
@@ -22,11 +23,13 @@ pub mod private_redis;
 pub mod private_server;
 pub mod proxy;
 pub mod wall_clock;
+pub mod pages;
 pub mod nemesis;
 
 pub use backends::*;
 pub use instances::*;
 pub use locks::*;
+pub use pages::*;
 pub use private_redis::*;
 pub use private_server::*;
 pub use proxy::*;
