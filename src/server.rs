@@ -70,8 +70,6 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     }
     Ok(AppState::new(
         sale,
-        config.lock,
-        fencing,
         config.initial_stock,
         limits,
         reset_access,

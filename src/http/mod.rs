@@ -45,7 +45,6 @@ use crate::orders::RunningWriter;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::{errors_as_json, json_error, AppError};
 use crate::sale::{Sale, SaleOutcome};
-use crate::strategy::{FencingStatus, Strategy};
 
 /// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.
 const RESET_BODY_LIMIT: usize = 1024;
@@ -57,8 +56,6 @@ pub struct AppState(Arc<Shared>);
 struct Shared {
     sale: Arc<Sale>,
     reset_access: ResetAccess,
-    strategy: Strategy,
-    fencing: FencingStatus,
     initial_stock: i64,
     limits: Limits,
     /// With `--orders`, this instance's order writer ([`crate::orders`]).
@@ -75,8 +72,6 @@ pub struct Limits {
 impl AppState {
     pub fn new(
         sale: Sale,
-        strategy: Strategy,
-        fencing: FencingStatus,
         initial_stock: i64,
         limits: Limits,
         reset_access: ResetAccess,
@@ -85,8 +80,6 @@ impl AppState {
         AppState(Arc::new(Shared {
             sale: Arc::new(sale),
             reset_access,
-            strategy,
-            fencing,
             initial_stock,
             limits,
             order_writer,
@@ -190,7 +183,7 @@ async fn reduce(
     Ok(Json(ReduceAnswer {
         port: seller.port,
         instance: seller.instance.clone(),
-        strategy: shared.strategy.name().to_owned(),
+        strategy: seller.strategy.to_owned(),
         sold,
         stock_after,
         lock_wait_ms,
@@ -278,8 +271,8 @@ async fn healthz(State(state): State<AppState>) -> Json<Health> {
 async fn events(State(state): State<AppState>) -> impl IntoResponse {
     let shared = &state.0;
     let banner = Banner {
-        strategy: shared.strategy.name(),
-        fencing: shared.fencing.name(),
+        strategy: shared.sale.seller().strategy,
+        fencing: shared.sale.fencing().name(),
         instance: shared.sale.seller().instance.clone(),
     };
     dashboard::events(shared.sale.store().clone(), banner)

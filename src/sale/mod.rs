@@ -185,7 +185,6 @@ pub struct Sale {
     seller: Seller,
     acquire_timeout: Duration,
     fencing: FencingStatus,
-    fenced: bool,
     widen_race: bool,
     chaos_pause_before_write: Option<Duration>,
     metrics: Arc<Metrics>,
@@ -203,7 +202,6 @@ impl Sale {
             seller: setup.seller,
             acquire_timeout: setup.acquire_timeout,
             fencing: setup.fencing,
-            fenced: setup.fencing.is_on(),
             widen_race: setup.widen_race,
             chaos_pause_before_write: setup.chaos_pause_before_write,
             metrics: setup.metrics,
@@ -216,6 +214,11 @@ impl Sale {
     /// The stock this sale sells from.
     pub fn store(&self) -> &StockStore {
         &self.store
+    }
+
+    /// How the sale is fenced.
+    pub fn fencing(&self) -> FencingStatus {
+        self.fencing
     }
 
     /// Who sells: the instance, its port and its strategy.
@@ -444,7 +447,7 @@ impl Sale {
             Ok(()) => {}
             // A fenced sale cannot have overlapped another holder's; an unfenced one may have.
             Err(LockError::Lost { key }) => {
-                tracing::warn!(key, fenced = self.fenced, "lock expired before release");
+                tracing::warn!(key, fenced = self.fencing.is_on(), "lock expired before release");
             }
             // Each lock cleans up after a failed release (it retries the delete, or the key
             // goes with its lease or session): nothing stays held for good.
@@ -515,7 +518,7 @@ impl Sale {
         buyer: Option<&BuyerId>,
     ) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
-        let token = guard.fencing_token().filter(|_| self.fenced);
+        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
         // The fence remembers which sale read with a token, so this sale's write must
         // carry the id its read carried.
         let sale_id = new_sale_id();
