@@ -40,7 +40,7 @@ MYSQL_PORT=3306
 # for the dashboard's browser test, faketime and gcc for the clocks that jump
 # (libfaketime for seckill, and gcc compiles scripts/lib/clock-shift.c for redis-server),
 # nftables for the cut of a replication link (scripts/lib/replication.sh), gdb to stop
-# one MariaDB thread mid-insert (tests/mysql_token_order.rs), jq for lesson 8's grant log
+# one MariaDB thread mid-insert (tests/it/lock/mysql_token_order.rs), jq for lesson 8's grant log
 # (scripts/lessons/08-degrade.sh) and the JSON that chaos.sh, clock-jump.sh and
 # demo-degrade.sh read. redis-server also runs the Sentinels of scripts/cluster.sh (--sentinel).
 PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev

@@ -16,7 +16,7 @@
 //! A server that makes a release durable frees the lock only at its commit, and sends
 //! the watch event then, as it sends the answer: the release and its event together
 //! cost a whole write round trip (the request's way and the commit, then the event's
-//! way, as long as the answer's). `tests/watch_events.rs` times both on etcd and
+//! way, as long as the answer's). `tests/it/lock/critical_path.rs` times both on etcd and
 //! ZooKeeper: the event arrives with the answer.
 //! A release notice sent on another Redis (`parts::release_notices`) goes out once the
 //! release is answered: the release's whole round trip, then the notice's.
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn a_queue_locks_release_reaches_its_waiter_a_whole_write_round_trip_after_it_is_sent() {
         // etcd and ZooKeeper send the watch event at the delete's commit, with its answer
-        // (tests/watch_events.rs): half a write's way there, half a write's way back.
+        // (tests/it/lock/critical_path.rs): half a write's way there, half a write's way back.
         for backend in [Backend::Etcd, Backend::Zookeeper] {
             let path = backend.minimal_path().unwrap();
             let writes: f64 = path

@@ -75,7 +75,7 @@
 //!    ([`crate::sale::local_queue`]) uses it to pass the lock to its next buyer.
 //!
 //! ## The conformance suite
-//! `tests/lock_conformance.rs` runs the same tests against every strategy; a new
+//! `tests/it/lock/conformance.rs` runs the same tests against every strategy; a new
 //! backend joins by adding one line there. It checks: concurrent read-modify-writes
 //! lose no update; `try_acquire` fails fast on a held key; `acquire` times out;
 //! a waiter gets a released key quickly; a hand-over gives the key to the next owner
@@ -84,7 +84,7 @@
 //! tokens grow strictly with every grant (backends with tokens); a lost lease is seen
 //! by the holder and its write is refused (backends with leases); a holder that
 //! vanishes without release frees the key within its lease; shutdown frees what was
-//! held and refuses new acquires. Queue-based backends also pass `tests/queue_locks.rs`
+//! held and refuses new acquires. Queue-based backends also pass `tests/it/lock/queue.rs`
 //! (one release wakes one waiter, grants in request order).
 
 pub mod critical_path;

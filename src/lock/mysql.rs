@@ -45,7 +45,7 @@
 //!    2026-11-26: token 855 read after 858). With mode 0 the insert keeps the table's
 //!    AUTO-INC lock to the end of its statement, so the next insert takes its id after
 //!    this one has found the name free or held. The wiring refuses a server with another
-//!    mode ([`autoinc_lock_mode`]); `tests/mysql_token_order.rs` pauses a MariaDB thread
+//!    mode ([`autoinc_lock_mode`]); `tests/it/lock/mysql_token_order.rs` pauses a MariaDB thread
 //!    in that gap, under each mode. An earlier version raised a counter in
 //!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
 //!    a half-made row to clean up when the second or third failed. Those tokens were

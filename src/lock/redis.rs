@@ -69,7 +69,7 @@
 //!   stuck on a broken connection that Redis reads even later expires with its TTL.
 //! - **Clocks.** Expiry is measured by the Redis server's clock; a jump in that clock
 //!   can end a lease early and let a second holder in. The fencing token still refuses
-//!   the first holder's late write (`tests/clock_jumps.rs`). The holder's own view of
+//!   the first holder's late write (`tests/it/chaos/clock_jumps.rs`). The holder's own view of
 //!   its lease runs on the monotonic clock, which a jump of its wall clock does not move.
 //!
 //! ## References

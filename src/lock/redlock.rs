@@ -45,7 +45,7 @@
 //! - **Timing assumptions.** Safety rests on bounded clock drift, pauses and network
 //!   delays, shorter than the TTL. A master whose clock jumps ahead expires keys early:
 //!   if it was one of a bare majority, a second client gets a majority too, and with no
-//!   token the first holder's late write goes through (`tests/clock_jumps.rs`, `make
+//!   token the first holder's late write goes through (`tests/it/chaos/clock_jumps.rs`, `make
 //!   clock-jump`).
 //! - **A master that restarts empty** (no persistence) forgets the keys it granted. If
 //!   the holder had exactly a majority, that master and the ones that were down can

@@ -8,10 +8,10 @@
 //! | [`backends`] | the shared etcd, ZooKeeper, MariaDB and Redlock masters `make services` starts |
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
-//! | [`proxy`] | a TCP proxy that loses answers on demand |
-//! | [`nemesis`] | `make chaos`'s network faults: a TCP proxy that partitions, delays or resets on command (the `nemesis` binary serves it) |
+//! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
 //! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
+//! | [`turns`] | one test at a time, for those that stop processes or count on timing |
 //!
 //! A missing server fails the test loudly; nothing is skipped.
 
@@ -21,9 +21,9 @@ pub mod locks;
 pub mod backends;
 pub mod private_redis;
 pub mod private_server;
-pub mod proxy;
 pub mod wall_clock;
 pub mod pages;
+pub mod turns;
 pub mod nemesis;
 
 pub use backends::*;
@@ -32,6 +32,6 @@ pub use locks::*;
 pub use pages::*;
 pub use private_redis::*;
 pub use private_server::*;
-pub use proxy::*;
 pub use test_redis::*;
+pub use turns::*;
 pub use wall_clock::*;

@@ -1,5 +1,6 @@
 //! Small helpers for the lock tests: options, owners, and the race a lock must close.
 
+use crate::nemesis::Fault;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,14 +90,14 @@ pub async fn racing_increments(
 pub async fn a_mysql_lock_fails_in_time_when_mysql_goes_silent(
     lock: &dyn DistributedLock,
     ttl: Duration,
-    proxy: &super::AnswerLosingProxy,
+    proxy: &crate::nemesis::Proxy,
 ) {
     let in_time = ttl.max(Duration::from_secs(2)) + Duration::from_secs(1);
     let held = lock
         .acquire(&unique_key("silent-mysql"), &owner(), Duration::from_secs(1))
         .await
         .unwrap();
-    proxy.cut_off();
+    proxy.strike(Fault::Blackhole);
 
     let started = Instant::now();
     let released = tokio::time::timeout(in_time, held.release()).await;
@@ -134,9 +135,9 @@ pub const SLOW_MYSQL_LATE_BY: Duration = Duration::from_secs(3);
 pub async fn mysql_acquires_answer_by_their_deadline(
     lock: &dyn DistributedLock,
     name: &str,
-    proxy: &super::AnswerLosingProxy,
+    proxy: &crate::nemesis::Proxy,
 ) -> Instant {
-    proxy.arm(name.as_bytes(), SLOW_MYSQL_LATE_BY);
+    proxy.hold_the_answer_to(name.as_bytes(), SLOW_MYSQL_LATE_BY);
     let asked = Instant::now();
     let cut_short = tokio::time::timeout(
         Duration::from_secs(5),

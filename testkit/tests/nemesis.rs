@@ -7,7 +7,7 @@ use testkit as common;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use testkit::nemesis::{Delay, Direction, Fault, LinkSpec, Nemesis};
+use testkit::nemesis::{AnswerTrap, Delay, Direction, Fault, LinkSpec, Nemesis};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -102,6 +102,87 @@ async fn a_connection_opened_during_a_partition_reaches_the_server_at_the_heal()
         .await
         .expect("the kept PING is answered at the heal");
     assert!(ping(&mut stream, PROMPTLY).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_answers_come_after_the_heal_and_their_requests_ran_before_it() {
+    let (nemesis, listen) = nemesis_before_redis().await;
+    let mut stream = TcpStream::connect(listen).await.unwrap();
+    let key = format!("nemesis:held:{}", rand::random::<u64>());
+    let mut redis = common::connection(&common::redis_client().await).await;
+
+    nemesis.strike(Fault::HoldAnswers);
+    let set = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$3\r\nran\r\n", key.len());
+    stream.write_all(set.as_bytes()).await.unwrap();
+    let mut answer = [0u8; 5];
+    let silent = tokio::time::timeout(SILENCE, stream.read_exact(&mut answer)).await;
+    assert!(silent.is_err(), "an answer passed while answers were held: {silent:?}");
+    let value: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut redis).await.unwrap();
+    assert_eq!(value.as_deref(), Some("ran"), "the request did not reach Redis");
+
+    nemesis.strike(Fault::Healed);
+    tokio::time::timeout(PROMPTLY, expect_answer(&mut stream, b"+OK\r\n"))
+        .await
+        .expect("the held answer arrives at the heal");
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut redis).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blackhole_loses_what_it_reads_and_closes_no_connection() {
+    let (nemesis, listen) = nemesis_before_redis().await;
+    let mut stream = TcpStream::connect(listen).await.unwrap();
+    nemesis.strike(Fault::Blackhole);
+    assert_eq!(ping(&mut stream, SILENCE).await, None, "a PING crossed a blackhole");
+
+    nemesis.strike(Fault::Healed);
+    // The PING sent into the blackhole is gone: the next PONG is this PING's, and the
+    // one after it never comes.
+    assert!(
+        ping(&mut stream, PROMPTLY).await.is_some(),
+        "the connection stayed open"
+    );
+    let mut extra = [0u8; 1];
+    let nothing_more = tokio::time::timeout(SILENCE, stream.read_exact(&mut extra)).await;
+    assert!(
+        nothing_more.is_err(),
+        "the lost PING was answered after all: {nothing_more:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_trap_holds_the_answers_of_the_one_connection_whose_request_mentions_the_marker() {
+    let (nemesis, listen) = nemesis_before_redis().await;
+    let (mut trapped, mut other) = (
+        TcpStream::connect(listen).await.unwrap(),
+        TcpStream::connect(listen).await.unwrap(),
+    );
+    let hold = Duration::from_millis(1500);
+    nemesis.set_trap(AnswerTrap {
+        marker: b"springs-the-trap".to_vec(),
+        hold,
+    });
+    let (request, answer) = echo("springs-the-trap");
+    let sent = Instant::now();
+    trapped.write_all(&request).await.unwrap();
+    assert!(
+        ping(&mut other, PROMPTLY).await.is_some(),
+        "another connection's answers were held too"
+    );
+    tokio::time::timeout(hold + PROMPTLY, expect_answer(&mut trapped, &answer))
+        .await
+        .expect("the held answer arrives after the hold");
+    assert!(
+        sent.elapsed() >= hold,
+        "the answer came after {:?}, before the hold ended",
+        sent.elapsed()
+    );
+
+    // The trap springs once: the next request on the same connection is answered at once.
+    let (request, answer) = echo("springs-the-trap");
+    trapped.write_all(&request).await.unwrap();
+    tokio::time::timeout(SILENCE, expect_answer(&mut trapped, &answer))
+        .await
+        .expect("the trap sprang twice");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -223,6 +304,8 @@ async fn the_control_port_strikes_the_fault_it_is_asked_for_and_reports_it() {
     for (path, fault) in [
         ("/partition", Fault::Partition),
         ("/reset", Fault::Reset),
+        ("/hold-answers", Fault::HoldAnswers),
+        ("/blackhole", Fault::Blackhole),
         ("/heal", Fault::Healed),
     ] {
         assert!(post(path).await.unwrap().status().is_success(), "{path}");

@@ -18,7 +18,7 @@ use testkit::nemesis::{control, LinkSpec, Nemesis};
 #[command(name = "nemesis")]
 struct Args {
     /// Port of the control API on 127.0.0.1: POST /partition, /delay?ms=&jitter_ms=&direction=,
-    /// /reset, /heal; GET /status.
+    /// /reset, /hold-answers, /blackhole, /heal; GET /status.
     #[arg(long)]
     control_port: u16,
     /// The links, LISTEN_PORT=UPSTREAM_HOST:PORT, on loopback (e.g. 16480=127.0.0.1:6480).

@@ -5,6 +5,8 @@
 //! | `POST /partition` | nothing passes either way |
 //! | `POST /delay?ms=800&jitter_ms=200&direction=to-client` | bytes late (`direction`: `both`, `to-server`, `to-client`) |
 //! | `POST /reset` | every connection reset, new ones too |
+//! | `POST /hold-answers` | requests pass and run, answers wait for the heal |
+//! | `POST /blackhole` | nothing passes, what is read is lost, no connection closes |
 //! | `POST /heal` | back to forwarding |
 //! | `GET /status` | the fault in force, the links, the connections open |
 //!
@@ -22,6 +24,8 @@ pub fn app(nemesis: Nemesis) -> Router {
         .route("/partition", post(partition))
         .route("/delay", post(delay))
         .route("/reset", post(reset))
+        .route("/hold-answers", post(hold_answers))
+        .route("/blackhole", post(blackhole))
         .route("/heal", post(heal))
         .route("/status", get(status))
         .with_state(nemesis)
@@ -37,6 +41,14 @@ async fn delay(State(nemesis): State<Nemesis>, Query(delay): Query<Delay>) -> Js
 
 async fn reset(State(nemesis): State<Nemesis>) -> Json<Status> {
     strike(&nemesis, Fault::Reset)
+}
+
+async fn hold_answers(State(nemesis): State<Nemesis>) -> Json<Status> {
+    strike(&nemesis, Fault::HoldAnswers)
+}
+
+async fn blackhole(State(nemesis): State<Nemesis>) -> Json<Status> {
+    strike(&nemesis, Fault::Blackhole)
 }
 
 async fn heal(State(nemesis): State<Nemesis>) -> Json<Status> {

@@ -1,5 +1,6 @@
 //! What the nemesis does to the bytes right now: one fault at a time, for every link.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +19,12 @@ pub enum Fault {
     Delay(Delay),
     /// Every open connection was reset (an RST, not a FIN), and new ones are reset at once.
     Reset,
+    /// Requests pass and run; the answers wait, in order, for the heal. So a client
+    /// times out on work the server did, and hears of it late.
+    HoldAnswers,
+    /// Nothing passes either way, and what was read is lost, for good: the server seems
+    /// frozen, yet no connection closes, so the client hears nothing, not a close.
+    Blackhole,
 }
 
 /// How late the bytes arrive: `ms` plus a random part of up to `jitter_ms`, so a
@@ -74,8 +81,77 @@ impl Fault {
         }
     }
 
-    /// Whether bytes may pass at all.
-    pub fn passes(self) -> bool {
-        matches!(self, Fault::Healed | Fault::Delay(_))
+    /// Whether bytes going `way` may pass at all.
+    pub fn passes(self, way: Way) -> bool {
+        match self {
+            Fault::Healed | Fault::Delay(_) => true,
+            Fault::HoldAnswers => way == Way::ToServer,
+            Fault::Partition | Fault::Reset | Fault::Blackhole => false,
+        }
+    }
+
+    /// Whether bytes read now are lost instead of kept for the heal.
+    pub fn loses(self) -> bool {
+        self == Fault::Blackhole
+    }
+
+    /// Whether a new connection waits for the heal before it reaches the server.
+    pub fn holds_new_connections(self) -> bool {
+        matches!(self, Fault::Partition | Fault::Blackhole)
+    }
+}
+
+/// A one-shot fault on one connection: the first request that mentions `marker` reaches
+/// the server and runs, and the answers on its connection are held for `hold` after it.
+/// That is "the answer was lost after the command ran", aimed at one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnswerTrap {
+    pub marker: Vec<u8>,
+    pub hold: Duration,
+}
+
+impl AnswerTrap {
+    fn sprung_by(&self, request: &[u8]) -> bool {
+        request
+            .windows(self.marker.len())
+            .any(|window| window == self.marker.as_slice())
+    }
+}
+
+/// The trap set on a nemesis, shared by its links; the first request that springs it
+/// takes it away.
+pub type SetTrap = Arc<Mutex<Option<AnswerTrap>>>;
+
+/// One connection's view of the trap: the trap set, and until when this connection's
+/// answers are held because one of its requests sprang it.
+#[derive(Clone, Default)]
+pub struct ConnectionTrap {
+    set: SetTrap,
+    answers_held_until: Arc<Mutex<Option<Instant>>>,
+}
+
+impl ConnectionTrap {
+    pub fn new(set: SetTrap) -> Self {
+        ConnectionTrap {
+            set,
+            answers_held_until: Arc::default(),
+        }
+    }
+
+    /// Looks at a request on its way to the server, and springs the trap if it matches.
+    pub fn request(&self, request: &[u8]) {
+        let mut set = self.set.lock().unwrap();
+        if let Some(trap) = set.as_ref().filter(|trap| trap.sprung_by(request)) {
+            *self.answers_held_until.lock().unwrap() = Some(Instant::now() + trap.hold);
+            *set = None;
+        }
+    }
+
+    /// When an answer due at `due` may pass, the trap considered.
+    pub fn answer_due(&self, due: Instant) -> Instant {
+        match *self.answers_held_until.lock().unwrap() {
+            Some(until) => due.max(until),
+            None => due,
+        }
     }
 }

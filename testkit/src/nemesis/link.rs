@@ -12,7 +12,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use super::fault::{Fault, Way};
+use super::fault::{ConnectionTrap, Fault, SetTrap, Way};
 
 /// The most bytes read in one go.
 const CHUNK: usize = 64 * 1024;
@@ -25,6 +25,7 @@ pub(super) async fn serve(
     listener: TcpListener,
     upstream: SocketAddr,
     faults: watch::Receiver<Fault>,
+    trap: SetTrap,
     open: Arc<AtomicUsize>,
 ) {
     loop {
@@ -34,27 +35,33 @@ pub(super) async fn serve(
             continue;
         };
         let (faults, open) = (faults.clone(), open.clone());
+        let trap = ConnectionTrap::new(trap.clone());
         tokio::spawn(async move {
             open.fetch_add(1, Ordering::SeqCst);
-            carry_connection(client, upstream, faults).await;
+            carry_connection(client, upstream, faults, trap).await;
             open.fetch_sub(1, Ordering::SeqCst);
         });
     }
 }
 
 /// One client's connection, from its accept to its end.
-async fn carry_connection(client: TcpStream, upstream: SocketAddr, mut faults: watch::Receiver<Fault>) {
+async fn carry_connection(
+    client: TcpStream,
+    upstream: SocketAddr,
+    mut faults: watch::Receiver<Fault>,
+    trap: ConnectionTrap,
+) {
     // A partition holds a new connection before its upstream half exists; a reset refuses it.
     loop {
         let fault = *faults.borrow_and_update();
-        match fault {
-            Fault::Reset => return abort(client),
-            Fault::Partition => {
-                if faults.changed().await.is_err() {
-                    return;
-                }
-            }
-            Fault::Healed | Fault::Delay(_) => break,
+        if fault == Fault::Reset {
+            return abort(client);
+        }
+        if !fault.holds_new_connections() {
+            break;
+        }
+        if faults.changed().await.is_err() {
+            return;
         }
     }
     let Ok(server) = TcpStream::connect(upstream).await else {
@@ -65,8 +72,14 @@ async fn carry_connection(client: TcpStream, upstream: SocketAddr, mut faults: w
     let (mut from_client, mut to_client) = client.into_split();
     let (mut from_server, mut to_server) = server.into_split();
     let (requests, answers) = tokio::join!(
-        carry(&mut from_client, &mut to_server, Way::ToServer, faults.clone()),
-        carry(&mut from_server, &mut to_client, Way::ToClient, faults),
+        carry(
+            &mut from_client,
+            &mut to_server,
+            Way::ToServer,
+            faults.clone(),
+            trap.clone()
+        ),
+        carry(&mut from_server, &mut to_client, Way::ToClient, faults, trap),
     );
     if requests == Ending::Reset || answers == Ending::Reset {
         // Whole sockets again, so that closing them sends an RST on both sides.
@@ -104,11 +117,14 @@ struct InTransit {
 /// Carries one way of a connection. Reading never stops for a fault: bytes read under a
 /// partition or a delay wait in `in_transit`, in order. So a delay adds to each chunk's
 /// own arrival time instead of piling up, and a heal passes on at once what a partition held.
+/// A blackhole drops them instead. `trap` looks at each request and holds the answers
+/// of the connection whose request sprang it.
 async fn carry(
     from: &mut OwnedReadHalf,
     to: &mut OwnedWriteHalf,
     way: Way,
     mut faults: watch::Receiver<Fault>,
+    trap: ConnectionTrap,
 ) -> Ending {
     let mut in_transit = VecDeque::<InTransit>::new();
     let mut buffer = vec![0u8; CHUNK];
@@ -118,19 +134,31 @@ async fn carry(
         if fault == Fault::Reset {
             return Ending::Reset;
         }
+        if fault.loses() {
+            in_transit.clear();
+        }
         if !reading && in_transit.is_empty() {
             let _ = to.shutdown().await; // pass the end of stream on, as a FIN
             return Ending::Closed;
         }
-        let next_due = in_transit.front().filter(|_| fault.passes()).map(|chunk| chunk.due);
+        let next_due = in_transit.front().filter(|_| fault.passes(way)).map(|chunk| chunk.due);
         tokio::select! {
             read = from.read(&mut buffer), if reading => match read {
                 Ok(0) | Err(_) => reading = false,
                 // The fault now, not at the top of the loop: it may have changed while we read.
-                Ok(n) => in_transit.push_back(InTransit {
-                    bytes: buffer[..n].to_vec(),
-                    due: faults.borrow().due(way, Instant::now()),
-                }),
+                Ok(n) => {
+                    let fault = *faults.borrow();
+                    if fault.loses() {
+                        continue;
+                    }
+                    let bytes = buffer[..n].to_vec();
+                    let mut due = fault.due(way, Instant::now());
+                    match way {
+                        Way::ToServer => trap.request(&bytes),
+                        Way::ToClient => due = trap.answer_due(due),
+                    }
+                    in_transit.push_back(InTransit { bytes, due });
+                }
             },
             () = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now).into()), if next_due.is_some() => {
                 let chunk = in_transit.pop_front().expect("a chunk was due");

@@ -17,7 +17,16 @@
 //!    order, one way or both.
 //! 5. **Reset.** Every open connection is closed with an RST on both sides (`SO_LINGER`
 //!    0), and each new one is reset as soon as it is accepted, until the heal.
-//! 6. **Heal.** Bytes pass as they come again.
+//! 6. **Hold answers.** Requests pass and run; answers wait for the heal. A client times
+//!    out on work the server did.
+//! 7. **Blackhole.** Nothing passes and what is read is lost; no connection closes. The
+//!    server seems frozen.
+//! 8. **Answer trap.** One connection only: the first request that mentions a marker
+//!    runs, and its connection's answers are held for a while after it. "The answer to
+//!    this command was lost", aimed at one command.
+//! 9. **Heal.** Bytes pass as they come again.
+//!
+//! A test puts one in front of one server with [`Proxy`].
 //!
 //! The binary `nemesis` serves the faults on a control port (see [`control`]).
 //!
@@ -31,6 +40,7 @@
 pub mod fault;
 pub mod link;
 pub mod control;
+pub mod proxy;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,8 +51,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub use fault::{Delay, Direction, Fault};
+pub use fault::{AnswerTrap, Delay, Direction, Fault};
 pub use link::LinkSpec;
+pub use proxy::Proxy;
 
 /// One nemesis: its links, and the fault they all follow. Cheap to clone.
 #[derive(Clone)]
@@ -50,6 +61,7 @@ pub struct Nemesis(Arc<Shared>);
 
 struct Shared {
     faults: watch::Sender<Fault>,
+    trap: fault::SetTrap,
     /// Connections carried now, on every link.
     open: Arc<AtomicUsize>,
     links: Mutex<Vec<(LinkSpec, JoinHandle<()>)>>,
@@ -70,6 +82,7 @@ impl Nemesis {
     pub fn new() -> Self {
         Nemesis(Arc::new(Shared {
             faults: watch::Sender::new(Fault::Healed),
+            trap: Arc::default(),
             open: Arc::default(),
             links: Mutex::default(),
         }))
@@ -84,6 +97,7 @@ impl Nemesis {
             listener,
             spec.upstream,
             self.0.faults.subscribe(),
+            self.0.trap.clone(),
             self.0.open.clone(),
         ));
         let spec = LinkSpec { listen, ..spec };
@@ -94,6 +108,11 @@ impl Nemesis {
     /// Puts `fault` in force on every link at once.
     pub fn strike(&self, fault: Fault) {
         self.0.faults.send_replace(fault);
+    }
+
+    /// Sets `trap` for the next request, on any link, that mentions its marker.
+    pub fn set_trap(&self, trap: AnswerTrap) {
+        *self.0.trap.lock().unwrap() = Some(trap);
     }
 
     pub fn status(&self) -> Status {

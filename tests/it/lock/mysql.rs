@@ -348,14 +348,14 @@ async fn a_hand_over_by_an_owner_that_reentered_counts_one_hold_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_table_whose_server_went_silent_fails_in_time() {
-    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let lock = MySqlLock::new(common::mysql_pool_through(proxy.port).await, options(2000, true));
     common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, Duration::from_secs(2), &proxy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_against_a_slow_mysql_answers_by_its_deadline_and_its_late_row_is_deleted() {
-    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let pool = common::mysql_pool().await;
     let options = MySqlLockOptions {
         permits: Some(1),

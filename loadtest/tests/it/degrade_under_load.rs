@@ -1,7 +1,7 @@
 //! `redis-degrade` under a sustained load across two instances while its lock Redis is
 //! killed and brought back (and, in the second test, paused and resumed), ten times:
 //! no unit sold twice, nothing lost, every buyer told 200 or a clear 503, and sales go
-//! on while Redis is down. `cargo test -p loadtest --test degrade -- --nocapture`
+//! on while Redis is down. `cargo test -p loadtest --test it degrade_under_load:: -- --nocapture`
 //! prints the answers per mode and the sales per second in each.
 //! `SECKILL_DEGRADE_CYCLES` sets the number of outages (default 10).
 
@@ -56,11 +56,8 @@ async fn mode_of(http: &reqwest::Client, url: &str) -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-/// The two tests share two cores: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 async fn outages(fault: Fault) {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let sale = common::TestSale::new();
     let cycles: usize = std::env::var("SECKILL_DEGRADE_CYCLES")
         .ok()

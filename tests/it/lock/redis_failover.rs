@@ -18,9 +18,8 @@ use seckill::lock::{DistributedLock, LockError};
 /// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
 const TTL_MS: u64 = 6000;
 
-/// One test at a time: a killed master's port is free for the next server any test
-/// starts, and a lock still reconnecting to that port would find a stranger there.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Each test takes its turn (`common::take_turn`): a killed master's port is free for the
+// next server a test starts, and a lock still reconnecting to it would find a stranger.
 
 /// A master, its replica in sync, and a Sentinel that knows both.
 fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
@@ -107,7 +106,7 @@ fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_granted_by_the_new_master() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-keeps");
     let (holder, waiter) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-keeps");
@@ -143,7 +142,7 @@ async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_grant
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_is_granted() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-loses");
     let (first, second) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-loses");
@@ -183,7 +182,7 @@ async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-waits");
     let lock = lock_behind(&sentinel, waiting_for_one_replica()).await;
     let key = unique_key("failover-waits");
@@ -228,7 +227,7 @@ async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_instead() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-readonly");
     let lock = lock_behind(&sentinel, redis_options(TTL_MS, true)).await;
     let key = unique_key("failover-readonly");
@@ -269,7 +268,7 @@ async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_in
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outranks_the_old_masters_tokens() {
-    let _alone = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-restart");
     let key = unique_key("failover-restart");
     let old = plain_lock_behind(&sentinel).await;

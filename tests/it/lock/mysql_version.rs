@@ -258,7 +258,7 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_whose_server_went_silent_fails_in_time() {
-    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let ttl = Duration::from_secs(2);
     let options = MySqlVersionLockOptions {
         ttl,
@@ -270,7 +270,7 @@ async fn a_version_lock_whose_server_went_silent_fails_in_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_against_a_slow_mysql_answers_by_its_deadline_and_gives_its_late_grant_back() {
-    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let pool = common::mysql_pool().await;
     let options = MySqlVersionLockOptions {
         ttl: Duration::from_secs(30),

@@ -6,7 +6,7 @@
 
 use serde_yaml::Value;
 
-const COMPOSE_FILE: &str = include_str!("../docker-compose.yml");
+const COMPOSE_FILE: &str = include_str!("../../../docker-compose.yml");
 /// The strategies whose backends sit behind a profile, and those backends.
 const PROFILES: [(&str, &[&str]); 6] = [
     ("redlock", &["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]),

@@ -2,7 +2,7 @@
 //! MariaDB: every unit sold by two instances becomes one order row; an order a dead
 //! consumer read and wrote but never acknowledged is taken over and written again,
 //! still one row; a MariaDB killed and started again under the sale loses no order.
-//! The 500-request runs with orders are in loadtest/tests/e2e.rs.
+//! The 500-request runs with orders are in loadtest/tests/it/run.rs.
 
 use testkit as common;
 

@@ -3,9 +3,8 @@
 //! - a `redis` lock holder paused past its lease with SIGSTOP, in two real `seckill`
 //!   processes, with fencing on and off;
 //! - the stock Redis killed mid-sale and restarted from its append-only file;
-//! - a `redis` lock holder cut off from its lock Redis past its lease by the nemesis
-//!   (loadtest's TCP proxy), fencing off: its lease stops it by itself;
-//! - the leader of a three-member etcd cluster killed under a contended lock.
+//! - a `redis` lock holder cut off from its lock Redis past its lease by the nemesis,
+//!   fencing off: its lease stops it by itself.
 //!
 //! For the pause, every sale lingers 50 ms between its lease check and its write
 //! (`--chaos-pause-before-write-ms`). The test waits until instance A holds the lock
@@ -15,13 +14,11 @@
 use testkit as common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{ServeProcess, TestSale};
-use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
-use seckill::lock::{DistributedLock, LockError};
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
 use testkit::nemesis::{Fault, LinkSpec, Nemesis};
@@ -200,16 +197,13 @@ async fn pause_a_holder(fencing: &str) -> Outcome {
     crowd.outcome(&sale, &mut redis).await
 }
 
-/// The two tests stop processes and race on two cores: one at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// A run where A had just written when it stopped shows nothing either way; the pause
 /// lands in A's window nearly always, so up to five runs until it does.
 const RUNS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     for run in 1..=RUNS {
         let outcome = pause_a_holder("on").await;
         println!("fencing on, run {run}: {outcome:?}");
@@ -236,7 +230,7 @@ async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     for run in 1..=RUNS {
         let outcome = pause_a_holder("off").await;
         println!("fencing off, run {run}: {outcome:?}");
@@ -262,7 +256,7 @@ async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
 /// instances sell again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_even_without_fencing() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let lock_redis = common::PrivateRedis::start();
     let nemesis = Nemesis::new();
     let through_nemesis = nemesis
@@ -335,7 +329,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_loses_and_doubles_nothing() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let stock_redis = common::PrivateRedis::start_persistent();
     let url = stock_redis.url();
     let sale = TestSale::new();
@@ -375,101 +369,4 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
         "{outcome:?}"
     );
     assert!(outcome.other_errors.is_empty(), "{outcome:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_three_dies() {
-    let mut members = common::PrivateServer::etcd_cluster(3);
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|member| format!("http://127.0.0.1:{}", member.port))
-        .collect();
-    let options = || EtcdLockOptions {
-        endpoints: endpoints.clone(),
-        ttl: Duration::from_secs(3),
-    };
-    // Two instances, four buyers each, on one key.
-    let (one, two) = (
-        EtcdLock::connect(options()).await.unwrap(),
-        EtcdLock::connect(options()).await.unwrap(),
-    );
-    let instances: [Arc<dyn DistributedLock>; 2] = [Arc::new(one), Arc::new(two)];
-    let key = common::unique_key("leader-dies");
-    let (inside, overlaps, stop) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let grants = Arc::new(Mutex::new(Vec::<Instant>::new()));
-    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
-    // A holder whose keep-alive could not renew through the election counts its lease
-    // lost (safe: a sale would stop before its write) and its release says so.
-    let lost_at_release = Arc::new(AtomicUsize::new(0));
-    let buyers: Vec<_> = (0..8)
-        .map(|buyer| {
-            let lock = instances[buyer % 2].clone();
-            let (key, inside, overlaps, stop) = (key.clone(), inside.clone(), overlaps.clone(), stop.clone());
-            let (grants, errors, lost_at_release) = (grants.clone(), errors.clone(), lost_at_release.clone());
-            tokio::spawn(async move {
-                while !stop.load(Ordering::SeqCst) {
-                    match lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await {
-                        Ok(guard) => {
-                            if inside.swap(true, Ordering::SeqCst) {
-                                overlaps.fetch_add(1, Ordering::SeqCst);
-                            }
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            inside.store(false, Ordering::SeqCst);
-                            grants.lock().unwrap().push(Instant::now());
-                            match guard.release().await {
-                                Ok(()) => {}
-                                Err(LockError::Lost { .. }) => _ = lost_at_release.fetch_add(1, Ordering::SeqCst),
-                                Err(error) => errors.lock().unwrap().push(format!("release: {error}")),
-                            }
-                        }
-                        Err(error) => errors.lock().unwrap().push(format!("acquire: {error}")),
-                    }
-                }
-            })
-        })
-        .collect();
-
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let leader = common::etcd_leader(&members).await;
-    let killed_at = Instant::now();
-    members[leader].stop(); // SIGKILL
-    tokio::time::sleep(Duration::from_secs(6)).await;
-    stop.store(true, Ordering::SeqCst);
-    for buyer in buyers {
-        buyer.await.unwrap();
-    }
-
-    let grants = grants.lock().unwrap();
-    let after: Vec<Instant> = grants.iter().copied().filter(|grant| *grant > killed_at).collect();
-    let stall = after.first().map(|first| first.duration_since(killed_at));
-    let lost = lost_at_release.load(Ordering::SeqCst);
-    println!(
-        "{} grants, {} after the leader died, the first after {stall:?}; {lost} leases lost",
-        grants.len(),
-        after.len()
-    );
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
-    assert!(
-        errors.lock().unwrap().is_empty(),
-        "buyers saw errors: {:?}",
-        errors.lock().unwrap()
-    );
-    assert!(
-        stall.is_some_and(|stall| stall < Duration::from_secs(4)),
-        "no grant within 4 s of the leader's death"
-    );
-    assert!(
-        after.len() >= 50,
-        "only {} grants in the 6 s after the leader died",
-        after.len()
-    );
-    assert!(
-        lost * 10 <= grants.len(),
-        "{lost} of {} grants lost their lease",
-        grants.len()
-    );
 }

@@ -377,7 +377,7 @@ async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() {
     let redis = common::PrivateRedis::start();
-    let proxy = common::AnswerLosingProxy::start(redis.port).await;
+    let proxy = common::nemesis::Proxy::start(redis.port).await;
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
     config.redis_url = proxy.url();
@@ -388,7 +388,7 @@ async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() 
 
     // Only the write carries the `sales` key: it runs, and its answer comes 2.5 s late,
     // after the service's 2 s response timeout.
-    proxy.arm(b"$5\r\nsales\r\n", Duration::from_millis(2500));
+    proxy.hold_the_answer_to(b"$5\r\nsales\r\n", Duration::from_millis(2500));
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!(stock["lucky"], 2, "the write ran");

@@ -1,6 +1,6 @@
 //! What a buyer receives while the lock's server is down, and how soon sales resume
 //! when it is back: against private etcd, ZooKeeper and MariaDB servers that the tests kill.
-//! `cargo test --test backend_outages -- --nocapture` prints what it measured.
+//! `cargo test --test it chaos::backend_outages:: -- --nocapture` prints what it measured.
 
 use testkit as common;
 

@@ -9,6 +9,8 @@
 
 use testkit as common;
 
+use common::nemesis::Fault;
+
 use std::time::{Duration, Instant};
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
@@ -186,7 +188,7 @@ async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
 /// silent server that ping waits as long as TCP does, holding a place in the pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_its_caller_stopped_waiting_for_closes_its_connection() {
-    let proxy = common::AnswerLosingProxy::start(common::mysql_port()).await;
+    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let pool = common::mysql_pool_through(proxy.port).await;
     let options = MySqlLockOptions {
         ttl: Duration::from_secs(5),
@@ -203,7 +205,7 @@ async fn a_statement_its_caller_stopped_waiting_for_closes_its_connection() {
         .await
         .unwrap();
     let open = pool.size();
-    proxy.cut_off();
+    proxy.strike(Fault::Blackhole);
 
     let cut_short = tokio::time::timeout(Duration::from_millis(200), held.release()).await;
     assert!(

@@ -2,7 +2,7 @@
 //! project's test Redis: how a reset shares the units out, that a buyer is told "sold
 //! out" only after every segment was read empty, and that an instance that splits the
 //! stock otherwise is refused instead of selling from keys nobody else guards.
-//! The 500-buyer runs over segments are in loadtest/tests/e2e.rs.
+//! The 500-buyer runs over segments are in loadtest/tests/it/run.rs.
 
 use testkit as common;
 

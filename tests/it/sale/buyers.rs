@@ -3,7 +3,7 @@
 //! unit between them; the atomic script holds the rule too; a request that names no
 //! buyer, or a malformed one, is refused before any lock; a reset forgets the buyers;
 //! without the option the buyer is only written down.
-//! The 500-request runs with repeat buyers are in loadtest/tests/e2e.rs.
+//! The 500-request runs with repeat buyers are in loadtest/tests/it/run.rs.
 
 use testkit as common;
 

@@ -1,7 +1,7 @@
 //! What only Redlock must do: grant with a majority when a minority of masters is gone
 //! (and what that costs), refuse with the count when a majority is gone, and keep one
 //! holder when a master restarts. Against five private Redis masters per test.
-//! `cargo test --test redlock -- --nocapture` prints the latencies it measured.
+//! `cargo test --test it lock::redlock:: -- --nocapture` prints the latencies it measured.
 
 use testkit as common;
 

@@ -7,6 +7,8 @@
 
 use testkit as common;
 
+use common::nemesis::Fault;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +22,8 @@ const BUYERS: usize = 60;
 /// A line long enough to last several runs of hand-overs.
 const LONG_LINE: usize = 300;
 
-/// The instances of these tests share one lock row (`lock:stock`), so they take turns.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Each test takes its turn (`common::take_turn`): they count the lock's requests, which
+// a crowd on the other core would slow into timeouts.
 
 /// What the lock of one `mysql-version` instance counted (`lock_stats` in /healthz)
 /// while `BUYERS` bought from it at once, each a unit, with the settings `adjust` changes.
@@ -64,7 +66,7 @@ async fn grants_and_attempts(hand_over: bool) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_head_of_an_instances_line_asks_the_lock() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     assert_eq!(
         peak_attempts_at_mysql(true).await,
         1,
@@ -83,7 +85,7 @@ async fn only_the_head_of_an_instances_line_asks_the_lock() {
 /// `--hand-over false` makes every grant an attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_times() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (grants, attempts) = grants_and_attempts(true).await;
     assert_eq!(grants, BUYERS as u64);
     // One instance, one buyer at a time asking: every attempt is a grant, and every
@@ -108,7 +110,7 @@ async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_
 /// instance is served while this instance's line is still long, not after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long() {
-    let _turn = ONE_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let adjust = |config: &mut seckill::config::Config| config.acquire_timeout_ms = 30_000;
     let sale = common::TestSale::new();
     let busy = common::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
@@ -146,7 +148,7 @@ async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long
 #[tokio::test]
 async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     let direct: MySqlConnectOptions = common::mysql_url().parse().unwrap();
-    let proxy = common::AnswerLosingProxy::start(direct.get_port()).await;
+    let proxy = common::nemesis::Proxy::start(direct.get_port()).await;
     let through_proxy = MySqlPoolOptions::new()
         .max_connections(2)
         .connect_with(direct.clone().port(proxy.port))
@@ -173,11 +175,11 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     // A second buyer lines up, so the release hands over; the hand-over's answer is
     // held until after that buyer gave up.
     let gives_up = queue.wait_for_turn(Instant::now() + Duration::from_millis(300));
-    proxy.hold_answers();
+    proxy.strike(Fault::HoldAnswers);
     let hands_over = turn.release(&lock, guard, common::owner);
     let answers_later = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
-        proxy.pass_answers();
+        proxy.strike(Fault::Healed);
     };
     let (gave_up, released, ()) = tokio::join!(gives_up, hands_over, answers_later);
     assert!(gave_up.is_none(), "the second buyer's deadline passed in line");

@@ -2,7 +2,7 @@
 //! dies and back when it heals, and never let a holder of the old mode overlap a holder
 //! of the new one, in either direction; and never hand over with a token counter that
 //! went back. Against a private lock Redis per test and the
-//! MariaDB that `make test` starts. `cargo test --test degrade -- --nocapture` prints
+//! MariaDB that `make test` starts. `cargo test --test it lock::redis_degrade:: -- --nocapture` prints
 //! what it measured.
 
 use testkit as common;
@@ -221,7 +221,7 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
 }
 
 /// `/metrics` of a `redis-degrade` instance says which mode it runs in and counts its
-/// switches; tests/metrics.rs checks that a strategy without modes shows neither.
+/// switches; tests/it/metrics.rs checks that a strategy without modes shows neither.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
     use seckill::strategy::Strategy;

@@ -9,13 +9,8 @@
 use testkit as common;
 
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
 use loadtest::bench::lockbench::PEERS;
-
-/// One peer at a time: the first runs install packages (one apt or pip at a time), and
-/// the machine has two cores.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Runs the peer called `name` in lockbench's table, with `args` after its own.
 fn run_peer(name: &str, args: &[&str]) -> Output {
@@ -23,7 +18,7 @@ fn run_peer(name: &str, args: &[&str]) -> Output {
         .iter()
         .find(|peer| peer.name == name)
         .expect("a peer of lockbench");
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _turn = common::take_turn_blocking();
     Command::new(common::project_root().join(peer.program))
         .args(peer.args)
         .args(args)

@@ -15,8 +15,6 @@ use loadtest::{run, Options, Report, Verdict};
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-static ONE_ATTACK_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// How the instances of one run are started, and how the crowd buys.
 #[derive(Clone, Copy)]
 struct Run {
@@ -75,7 +73,7 @@ async fn flash_sale(strategy: Strategy) -> Report {
 
 /// The same, run as `how` says, selling `sale`.
 async fn flash_sale_for(strategy: Strategy, sale: &TestSale, how: Run) -> Report {
-    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let (first, second) = (
         start_for(strategy, sale, how).await,
         start_for(strategy, sale, how).await,
@@ -362,7 +360,7 @@ async fn in_process_locks_in_two_instances_are_caught_overselling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_running_different_strategies_are_refused() {
-    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let sale = TestSale::new();
     let (first, second) = (
         start(Strategy::Redis, &sale).await,
@@ -433,7 +431,7 @@ async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
-    let _turn = ONE_ATTACK_AT_A_TIME.lock().await;
+    let _turn = common::take_turn().await;
     let sale = TestSale::new();
     let (first, second) = (start(Strategy::Redis, &sale).await, start(Strategy::Redis, &sale).await);
     let crowd = {
