@@ -61,6 +61,7 @@ pub mod error;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backon::{ConstantBuilder, Retryable};
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -614,18 +615,17 @@ impl Sale {
     async fn settle(&self, sale_id: &str, read_from: &SaleName, error: StockError) -> Result<Settled, AppError> {
         tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
         let deadline = Instant::now() + SETTLE_DEADLINE;
-        loop {
-            match self.store.settle(sale_id, read_from).await {
-                Ok(settled) => return Ok(settled),
-                Err(error) if Instant::now() >= deadline => {
-                    tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
-                    return Err(AppError::SaleOutcomeUnknown {
-                        sale_id: sale_id.to_owned(),
-                    });
+        let every_pause = ConstantBuilder::new().with_delay(SETTLE_RETRY).without_max_times();
+        (|| self.store.settle(sale_id, read_from))
+            .retry(every_pause)
+            .when(|_| Instant::now() < deadline)
+            .await
+            .map_err(|error| {
+                tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
+                AppError::SaleOutcomeUnknown {
+                    sale_id: sale_id.to_owned(),
                 }
-                Err(_) => tokio::time::sleep(SETTLE_RETRY).await,
-            }
-        }
+            })
     }
 
     async fn sell_atomically(&self, buyer: Option<&BuyerId>) -> Result<SaleOutcome, AppError> {
