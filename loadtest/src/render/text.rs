@@ -134,7 +134,7 @@ impl Report {
             );
         }
         // Always printed, 0 included: a report's lines are the same from run to run, so
-        // the lessons' published outputs can be checked against a new run (tests/lessons.rs).
+        // the lessons' published outputs can be checked against a new run (tests/it/docs/lessons.rs).
         out.line("answered unknown", self.told_unknown);
         let errors = if self.errors.is_empty() {
             "0".to_owned()
