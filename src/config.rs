@@ -16,6 +16,7 @@ use crate::lock::redis::RedisArgs;
 use crate::lock::redis_degrade::DegradeArgs;
 use crate::lock::redlock::RedlockArgs;
 use crate::lock::zookeeper::ZooKeeperArgs;
+use crate::store::redis_master::MasterAddress;
 use crate::strategy::{Fencing, Strategy};
 
 /// The largest stock a sale may start with (`--initial-stock`, `POST /stock/reset`).
@@ -115,6 +116,17 @@ pub struct Config {
     #[arg(long, env = "SECKILL_ONE_PER_BUYER", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub one_per_buyer: bool,
+    /// Replicas that must acknowledge each sale (`WAIT`) before its buyer is told "sold";
+    /// 0: none. On a stock Redis that Sentinels fail over, a sale the master acknowledged
+    /// and no replica had is lost with it. A sale fewer replicas acknowledged in time is
+    /// answered `504 sale_outcome_unknown`.
+    #[arg(long, env = "SECKILL_STOCK_WAIT_REPLICAS", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub stock_wait_replicas: u32,
+    /// How long a sale waits for those replicas, in milliseconds.
+    #[arg(long, env = "SECKILL_STOCK_WAIT_TIMEOUT_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub stock_wait_timeout_ms: u64,
     /// Whether each unit sold also becomes an order row in MySQL (`seckill_orders`): the
     /// script that takes the unit appends it to the Redis Stream `stock:orders`, and a
     /// consumer group of the instances writes it (`src/orders.rs`). Needs --mysql-url.
@@ -192,7 +204,7 @@ impl Config {
     }
 
     /// What every strategy's `build` reads beside its own flags.
-    pub fn setup(&self, stock_redis: &::redis::Client) -> Setup {
+    pub fn setup(&self, stock_redis: &MasterAddress) -> Setup {
         Setup {
             ttl: self.lock_ttl(),
             stock_redis: stock_redis.clone(),

@@ -26,7 +26,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use sqlx::MySqlPool;
@@ -35,6 +34,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 use crate::sale::stock::SaleRecord;
+use crate::store::redis_master::MasterConnection;
 
 /// The consumer group of the instances that write the orders.
 pub const ORDERS_GROUP: &str = "orders";
@@ -58,7 +58,7 @@ pub const WRITER_CONNECTIONS: u32 = 1;
 pub struct OrderWriter {
     /// A connection of its own: a blocking read would hold up every sale's command on a
     /// shared one.
-    redis: ConnectionManager,
+    redis: MasterConnection,
     /// The stream's key: `stock:orders`, after the sale's key prefix.
     stream: String,
     mysql: MySqlPool,
@@ -89,7 +89,7 @@ impl ReadFrom {
 
 impl OrderWriter {
     pub fn new(
-        redis: ConnectionManager,
+        redis: MasterConnection,
         stream: String,
         mysql: MySqlPool,
         consumer: String,

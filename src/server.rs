@@ -16,12 +16,15 @@ use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::store;
+use crate::store::redis_master::MasterConnection;
 use crate::wiring;
 
 /// Connects to every backend `config` needs and builds the app state.
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
-    let (client, connection) = store::redis::connect_checked(&config.redis_url).await?;
+    let (stock_redis, connection) =
+        store::redis_master::connect_checked(&config.redis_url, "stock Redis", "--redis-url / SECKILL_REDIS_URL")
+            .await?;
     let segments = wiring::segments(config)?;
     let sold_out = wiring::sold_out_memory(config, segments)?;
     let store = StockStore::new(connection)
@@ -29,11 +32,20 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .with_one_per_buyer(config.one_per_buyer)
         .with_orders(config.orders)
         .with_keys(Keys::with_prefix(&config.key_prefix));
+    let store = match wiring::stock_replica_wait(config) {
+        None => store,
+        Some(wait) => {
+            let writes = MasterConnection::connect(&stock_redis)
+                .await
+                .context("connecting the stock's writes, which wait for replicas (--stock-wait-replicas)")?;
+            store.with_replica_wait(writes, wait)
+        }
+    };
     store
         .seed_if_missing(config.initial_stock)
         .await
         .context("seeding the stock in Redis")?;
-    let guarding = wiring::build(config, &client)
+    let guarding = wiring::build(config, &stock_redis)
         .await
         .with_context(|| format!("starting the `{}` lock", config.lock))?;
     let fencing = config.lock.fencing(config.fencing);
@@ -57,7 +69,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
             .then(|| segments.all().map(|_| LocalQueue::new(hand_over)).collect()),
     });
-    let order_writer = wiring::order_writer(config, &client, sale.metrics().clone())
+    let order_writer = wiring::order_writer(config, &stock_redis, sale.metrics().clone())
         .await?
         .map(OrderWriter::start);
     let limits = Limits {

@@ -19,6 +19,7 @@ use crate::sale::keys::Keys;
 use crate::sale::segments::Segments;
 use crate::sale::sold_out::SoldOutMemory;
 use crate::sale::Guarding;
+use crate::store::redis_master::{MasterAddress, MasterConnection, ReplicaWait};
 use crate::strategy::Strategy;
 
 /// The segments of the stock (`--stock-segments`), or why this strategy cannot split it.
@@ -56,9 +57,17 @@ pub fn sold_out_memory(config: &Config, segments: Segments) -> anyhow::Result<Op
     Ok(Some(SoldOutMemory::new(segments)))
 }
 
+/// With `--stock-wait-replicas`, the `WAIT` every sale takes before it counts.
+pub fn stock_replica_wait(config: &Config) -> Option<ReplicaWait> {
+    (config.stock_wait_replicas > 0).then(|| ReplicaWait {
+        replicas: config.stock_wait_replicas,
+        timeout: Duration::from_millis(config.stock_wait_timeout_ms),
+    })
+}
+
 /// Builds what `config.lock` names: each strategy builds itself from its own flags
 /// (`build` beside its lock); this only picks which one.
-pub async fn build(config: &Config, stock_redis: &::redis::Client) -> anyhow::Result<Guarding> {
+pub async fn build(config: &Config, stock_redis: &MasterAddress) -> anyhow::Result<Guarding> {
     let setup = config.setup(stock_redis);
     let lock: Arc<dyn DistributedLock> = match config.lock {
         Strategy::None => Arc::new(none::NoLock),
@@ -81,13 +90,13 @@ pub async fn build(config: &Config, stock_redis: &::redis::Client) -> anyhow::Re
 /// on a Redis connection and a small MySQL pool of its own.
 pub async fn order_writer(
     config: &Config,
-    stock_redis: &::redis::Client,
+    stock_redis: &MasterAddress,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Option<OrderWriter>> {
     if !config.orders {
         return Ok(None);
     }
-    let redis = crate::store::redis::connection_manager(stock_redis)
+    let redis = MasterConnection::connect(stock_redis)
         .await
         .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
     let mysql = crate::store::mysql::connect_checked(&config.mysql_url, crate::orders::WRITER_CONNECTIONS)

@@ -90,12 +90,12 @@ use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
 use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
-use crate::lock::parts::master_connection::{may_mean_the_master_moved, MasterAddress, MasterConnection};
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices, RELEASE_CHANNEL};
 use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
+use crate::store::redis_master::{may_mean_the_master_moved, MasterAddress, MasterConnection, ReplicaWait};
 
 const BACKEND: &str = "redis";
 
@@ -202,26 +202,17 @@ impl Default for RedisLockOptions {
     }
 }
 
-/// `WAIT replicas timeout` after every grant and renewal (step 7).
-#[derive(Clone, Copy, Debug)]
-pub struct ReplicaWait {
-    pub replicas: u32,
-    pub timeout: Duration,
-}
-
-impl ReplicaWait {
-    /// A wait must fit in a renewal's own timeout (`ttl / 6`), or no renewal could succeed.
-    pub fn check_against(&self, ttl: Duration) -> Result<(), String> {
-        let renewal_timeout = ttl / RENEWAL_TIMEOUT_DIVISOR;
-        if self.timeout >= renewal_timeout {
-            return Err(format!(
-                "the replica wait ({:?}) must be shorter than a renewal's timeout, a sixth of the lease ({renewal_timeout:?}): \
-                 lower --lock-redis-wait-timeout-ms or raise --lock-ttl-ms",
-                self.timeout
-            ));
-        }
-        Ok(())
+/// A replica wait must fit in a renewal's own timeout (`ttl / 6`), or no renewal could succeed.
+fn check_wait_against(wait: &ReplicaWait, ttl: Duration) -> Result<(), String> {
+    let renewal_timeout = ttl / RENEWAL_TIMEOUT_DIVISOR;
+    if wait.timeout >= renewal_timeout {
+        return Err(format!(
+            "the replica wait ({:?}) must be shorter than a renewal's timeout, a sixth of the lease ({renewal_timeout:?}): \
+             lower --lock-redis-wait-timeout-ms or raise --lock-ttl-ms",
+            wait.timeout
+        ));
     }
+    Ok(())
 }
 
 /// Fewer replicas than asked for acknowledged a write in time (step 7).
@@ -276,7 +267,7 @@ impl RedisArgs {
             timeout: Duration::from_millis(self.lock_redis_wait_timeout_ms),
         });
         if let Some(wait) = &wait_for_replicas {
-            wait.check_against(ttl).map_err(anyhow::Error::msg)?;
+            check_wait_against(wait, ttl).map_err(anyhow::Error::msg)?;
         }
         Ok(RedisLockOptions {
             ttl,
@@ -287,9 +278,9 @@ impl RedisArgs {
 
     /// Where the lock lives: the stock's Redis, a server of its own, or the master that
     /// Sentinels name.
-    pub fn address(&self, stock_redis: &redis::Client) -> anyhow::Result<MasterAddress> {
+    pub fn address(&self, stock_redis: &MasterAddress) -> anyhow::Result<MasterAddress> {
         match &self.lock_redis_url {
-            None => Ok(stock_redis.into()),
+            None => Ok(stock_redis.clone()),
             Some(url) => MasterAddress::parse(url).map_err(|problem| {
                 anyhow::anyhow!(
                     "{problem}; set --lock-redis-url / SECKILL_LOCK_REDIS_URL to redis://host:port or \
@@ -306,7 +297,7 @@ pub async fn build(args: &RedisArgs, setup: &Setup) -> anyhow::Result<RedisLock>
     let address = args.address(&setup.stock_redis)?;
     let url = args.lock_redis_url.as_deref().unwrap_or(&setup.stock_redis_url);
     let moves = address.moves();
-    RedisLock::connect_fenced_by(address, &setup.stock_redis, options)
+    RedisLock::connect_fenced_by(address, setup.stock_redis.clone(), options)
         .await
         .with_context(|| match moves {
             true => format!(
@@ -369,18 +360,20 @@ impl RedisLock {
     /// restart or a failover of the lock's Redis cannot send tokens back.
     pub async fn connect_fenced_by(
         lock: impl Into<MasterAddress>,
-        stock: &redis::Client,
+        stock: impl Into<MasterAddress>,
         options: RedisLockOptions,
     ) -> Result<Self, LockError> {
-        let lock = lock.into();
+        let (lock, stock) = (lock.into(), stock.into());
         let connection = Self::connection(&lock).await?;
         let granting = match options.wait_for_replicas {
             Some(_) => Self::connection(&lock).await?,
             None => connection.clone(),
         };
-        let epochs = match &lock {
-            MasterAddress::Server(client) if same_database(client, stock) => connection.clone(),
-            _ => Self::connection(&stock.into()).await?,
+        let epochs = match (&lock, &stock) {
+            (MasterAddress::Server(lock), MasterAddress::Server(stock)) if same_database(lock, stock) => {
+                connection.clone()
+            }
+            _ => Self::connection(&stock).await?,
         };
         Ok(Self::start(connection, granting, epochs, options))
     }
@@ -502,7 +495,7 @@ impl RedisLock {
     /// What a failed exchange with the lock Redis means for a waiter. A Redis that
     /// restarted answers LOADING while it replays its append-only file, and the server
     /// will answer soon; while the Sentinels move the master, the connection follows it
-    /// (see `master_connection`). In both cases the waiter waits, as for a held lock,
+    /// (see `crate::store::redis_master`). In both cases the waiter waits, as for a held lock,
     /// until its timeout, rather than every waiter failing at once. Any other failure
     /// is the backend's.
     fn failed(&self, key: &str, error: redis::RedisError) -> LockError {
@@ -612,10 +605,8 @@ async fn wait_for_replicas(
     what: &'static str,
 ) -> Result<(), LockError> {
     let Some(wait) = wait else { return Ok(()) };
-    let acknowledged: u32 = redis::cmd("WAIT")
-        .arg(wait.replicas)
-        .arg(wait.timeout.as_millis() as u64)
-        .query_async(connection)
+    let acknowledged = wait
+        .acknowledged(connection)
         .await
         .map_err(|e| LockError::backend(BACKEND, e))?;
     if acknowledged < wait.replicas {

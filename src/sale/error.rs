@@ -115,7 +115,9 @@ impl AppError {
             }
             AppError::SegmentsDisagree { .. } => (StatusCode::SERVICE_UNAVAILABLE, "segments_disagree"),
             AppError::SaleReset => (StatusCode::SERVICE_UNAVAILABLE, "sale_reset"),
-            AppError::SaleOutcomeUnknown { .. } | AppError::SaleOutcomeLostInReset { .. } => {
+            AppError::SaleOutcomeUnknown { .. }
+            | AppError::SaleOutcomeLostInReset { .. }
+            | AppError::Stock(StockError::NotReplicated { .. }) => {
                 (StatusCode::GATEWAY_TIMEOUT, "sale_outcome_unknown")
             }
             AppError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),

@@ -613,6 +613,14 @@ impl Sale {
     /// The write's answer was lost: ask Redis which outcome stands until it answers.
     /// `read_from` is the sale the read saw, or the one the atomic script was sent to.
     async fn settle(&self, sale_id: &str, read_from: &SaleName, error: StockError) -> Result<Settled, AppError> {
+        if self.store.waits_for_replicas() {
+            // The master may have the sale and its replicas not yet: whatever the master
+            // says now, a failover may undo. The buyer is told the truth, that nobody knows.
+            tracing::warn!(sale_id, %error, "the sale is not known to be replicated; its outcome is unknown");
+            return Err(AppError::SaleOutcomeUnknown {
+                sale_id: sale_id.to_owned(),
+            });
+        }
         tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
         let deadline = Instant::now() + SETTLE_DEADLINE;
         let every_pause = ConstantBuilder::new().with_delay(SETTLE_RETRY).without_max_times();

@@ -49,9 +49,8 @@
 //! one round trip: the speed ceiling.
 
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::ConnectionManager;
 use redis::Script;
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +59,7 @@ use crate::lock::FencingToken;
 use crate::sale::buyers::BuyerId;
 use crate::sale::keys::Keys;
 use crate::sale::segments::{Segment, Segments};
+use crate::store::redis_master::{MasterConnection, ReplicaWait};
 
 /// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
 /// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset, `KEYS[5]` =
@@ -331,12 +331,23 @@ pub enum StockError {
     /// A key holds something that is not a number.
     #[error("the stored `{key}` is not a number: {value:?}")]
     NotANumber { key: String, value: String },
+    /// The sale was written on the master, but fewer replicas than `--stock-wait-replicas`
+    /// acknowledged it in time: a failover now would lose it, so it is not yet sold.
+    #[error(
+        "{acknowledged} of the {wanted} replica(s) the stock waits for (--stock-wait-replicas) acknowledged the \
+         sale within {timeout:?}; is the replica up and in sync (INFO replication)?"
+    )]
+    NotReplicated {
+        acknowledged: u32,
+        wanted: u32,
+        timeout: Duration,
+    },
 }
 
 /// The stock keys in Redis and the operations on them.
 #[derive(Clone)]
 pub struct StockStore {
-    connection: ConnectionManager,
+    connection: MasterConnection,
     read: Script,
     write: Script,
     settle: Script,
@@ -354,10 +365,13 @@ pub struct StockStore {
     /// the grant log):
     /// a reset deletes them in the same transaction.
     keys: Keys,
+    /// With `--stock-wait-replicas`: the connection the sales are written on, and the
+    /// `WAIT` each write takes there before it counts (see [`StockStore::with_replica_wait`]).
+    replicated_writes: Option<(MasterConnection, ReplicaWait)>,
 }
 
 impl StockStore {
-    pub fn new(connection: ConnectionManager) -> Self {
+    pub fn new(connection: MasterConnection) -> Self {
         StockStore {
             connection,
             read: Script::new(READ_SCRIPT),
@@ -369,7 +383,46 @@ impl StockStore {
             orders: false,
             atomic_sale_seen: Arc::default(),
             keys: Keys::default(),
+            replicated_writes: None,
         }
+    }
+
+    /// Every sale is written on `writes`, and counts only once `wait.replicas` replicas
+    /// acknowledged it (`WAIT`, on the same connection: it counts that client's writes).
+    /// A failover then cannot lose a sale a buyer was told of, nor the fence's mark, which
+    /// the write carries. On a connection of its own, since `WAIT` blocks it: the reads
+    /// of the other sales do not queue behind it.
+    pub fn with_replica_wait(mut self, writes: MasterConnection, wait: ReplicaWait) -> Self {
+        self.replicated_writes = Some((writes, wait));
+        self
+    }
+
+    pub fn waits_for_replicas(&self) -> bool {
+        self.replicated_writes.is_some()
+    }
+
+    /// The connection a sale's write goes on.
+    fn writes(&self) -> MasterConnection {
+        match &self.replicated_writes {
+            Some((writes, _)) => writes.clone(),
+            None => self.connection.clone(),
+        }
+    }
+
+    /// After a sale was written on `writes`: with a replica wait, `WAIT` there.
+    async fn replicated(&self, writes: &mut MasterConnection) -> Result<(), StockError> {
+        let Some((_, wait)) = &self.replicated_writes else {
+            return Ok(());
+        };
+        let acknowledged = wait.acknowledged(writes).await?;
+        if acknowledged < wait.replicas {
+            return Err(StockError::NotReplicated {
+                acknowledged,
+                wanted: wait.replicas,
+                timeout: wait.timeout,
+            });
+        }
+        Ok(())
     }
 
     /// A reset splits the stock into `segments` ([`crate::sale::segments`]).
@@ -480,7 +533,7 @@ impl StockStore {
     }
 
     /// The connection, for a reader that adds keys of its own (the dashboard).
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> MasterConnection {
         self.connection.clone()
     }
 
@@ -556,9 +609,13 @@ impl StockStore {
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
         }
-        let outcome: String = invocation.invoke_async(&mut self.connection.clone()).await?;
+        let mut writes = self.writes();
+        let outcome: String = invocation.invoke_async(&mut writes).await?;
         Ok(match outcome.as_str() {
-            "sold" => WriteOutcome::Sold,
+            "sold" => {
+                self.replicated(&mut writes).await?;
+                WriteOutcome::Sold
+            }
             "reset" => WriteOutcome::SaleReset,
             "fenced" => WriteOutcome::Fenced,
             "repeat" => WriteOutcome::AlreadyBought,
@@ -613,7 +670,8 @@ impl StockStore {
             .arg(json)
             .arg(&record.sale_id);
         self.add_sale_rules(&mut invocation, record);
-        let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut self.connection.clone()).await;
+        let mut writes = self.writes();
+        let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut writes).await;
         if let Ok((_, sale)) = &answer {
             *self
                 .atomic_sale_seen
@@ -621,7 +679,10 @@ impl StockStore {
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = SaleName(sale.clone());
         }
         match answer.map(|(code, _)| code) {
-            Ok(stock_before) if stock_before > 0 => Ok(AtomicOutcome::Sold { stock_before }),
+            Ok(stock_before) if stock_before > 0 => {
+                self.replicated(&mut writes).await?;
+                Ok(AtomicOutcome::Sold { stock_before })
+            }
             Ok(-2) => Ok(AtomicOutcome::Aborted),
             Ok(-3) => Ok(AtomicOutcome::AlreadyBought),
             Ok(_) => Ok(AtomicOutcome::SoldOut),

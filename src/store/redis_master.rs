@@ -18,7 +18,11 @@
 //!    they name another server, it connects there, and every clone follows.
 //! 3. **The failed command still fails.** Whether it ran before the server went away
 //!    is unknown, so only its caller can decide what to do: the lock sends its
-//!    owner-checked clean-up, then tries again.
+//!    owner-checked clean-up, then tries again; a sale settles its write, or tells its
+//!    buyer the outcome is unknown.
+//! 4. **Waiting for replicas.** [`ReplicaWait`] sends `WAIT` after a write, on the
+//!    connection that wrote it: the lock after a grant (`--lock-redis-wait-replicas`),
+//!    the sale after a sale (`--stock-wait-replicas`).
 //!
 //! ## Limitations
 //! - While the Sentinels have not yet promoted anyone (about a second after the
@@ -26,7 +30,7 @@
 //!   master, and every command fails.
 //! - What the old master acknowledged but had not yet sent to its replica is gone:
 //!   replication is asynchronous. That is the lesson of `make chaos`'s failover row,
-//!   and `--lock-redis-wait-replicas` (`WAIT`) is the lock's answer to it.
+//!   and `WAIT` (step 4) is the answer to it, for the lock and for the stock.
 //!
 //! ## References
 //! - Redis docs, "Sentinel client spec":
@@ -40,8 +44,6 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-
-use crate::lock::parts::unpoisoned;
 
 /// The URL scheme that names Sentinels instead of a server.
 pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
@@ -111,6 +113,53 @@ fn is_host_and_port(host: &str) -> bool {
     matches!(host.rsplit_once(':'), Some((name, port)) if !name.is_empty() && port.parse::<u16>().is_ok())
 }
 
+/// `WAIT replicas timeout` after a write, before it counts: asynchronous replication
+/// loses what the master acknowledged and no replica had when the Sentinels promote one.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaWait {
+    pub replicas: u32,
+    pub timeout: Duration,
+}
+
+impl ReplicaWait {
+    /// Sends `WAIT` on `connection`, after the write it follows there: blocks until
+    /// `replicas` replicas have every write this connection sent, or the timeout passes.
+    /// Answers how many did. The write must go on the same connection: `WAIT` counts the
+    /// writes of the client it is sent by.
+    pub async fn acknowledged(&self, connection: &mut MasterConnection) -> RedisResult<u32> {
+        redis::cmd("WAIT")
+            .arg(self.replicas)
+            .arg(self.timeout.as_millis() as u64)
+            .query_async(connection)
+            .await
+    }
+}
+
+/// Connects to the master `url` names (`redis://` or `redis-sentinel://`) and pings it,
+/// or explains how to get one running. `role` says what the Redis is for, and `flag`
+/// which option sets it, as the errors name them.
+pub async fn connect_checked(url: &str, role: &str, flag: &str) -> anyhow::Result<(MasterAddress, MasterConnection)> {
+    let address = MasterAddress::parse(url).map_err(|problem| {
+        anyhow::anyhow!(
+            "{problem}; set {flag} to a server, as in redis://127.0.0.1:6379, or to Sentinels and a master name, \
+             as in redis-sentinel://127.0.0.1:26379,127.0.0.1:26380#mymaster"
+        )
+    })?;
+    let unreachable = |error: redis::RedisError| {
+        let start = match address.moves() {
+            true => "Start the Sentinels and their master with `make cluster`",
+            false => "Start one with `make services` (or `redis-server --port 6379`)",
+        };
+        anyhow::anyhow!("cannot reach the {role} at {url}: {error}.\n  {start}, or point {flag} at a running server.")
+    };
+    let mut connection = MasterConnection::connect(&address).await.map_err(unreachable)?;
+    let _: String = redis::cmd("PING")
+        .query_async(&mut connection)
+        .await
+        .map_err(unreachable)?;
+    Ok((address, connection))
+}
+
 impl From<&redis::Client> for MasterAddress {
     fn from(client: &redis::Client) -> Self {
         MasterAddress::Server(client.clone())
@@ -171,7 +220,7 @@ impl MasterConnection {
 
     /// The client of the server we talk to now (for a subscription of its own).
     pub fn client(&self) -> redis::Client {
-        unpoisoned(&self.current).client.clone()
+        self.current().client.clone()
     }
 
     /// Whether the master may move under us (it is found through Sentinels).
@@ -181,11 +230,15 @@ impl MasterConnection {
 
     /// How many times the connection moved to another master: 0 on the first one.
     pub fn moves(&self) -> u64 {
-        unpoisoned(&self.current).generation
+        self.current().generation
+    }
+
+    fn current(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn now(&self) -> (ConnectionManager, u64) {
-        let current = unpoisoned(&self.current);
+        let current = self.current();
         (current.connection.clone(), current.generation)
     }
 
@@ -201,15 +254,11 @@ impl MasterConnection {
             return tracing::debug!(%error, "the Sentinels are being asked already");
         };
         let asked_lately = follower.last_lookup.elapsed() < LOOKUP_PAUSE;
-        if asked_lately || unpoisoned(&self.current).generation != generation {
+        if asked_lately || self.current().generation != generation {
             return;
         }
         follower.last_lookup = Instant::now();
-        let was = unpoisoned(&self.current)
-            .client
-            .get_connection_info()
-            .addr()
-            .to_string();
+        let was = self.current().client.get_connection_info().addr().to_string();
         let moved = async {
             let client = ask(&mut follower.sentinels).await?;
             if client.get_connection_info().addr().to_string() == was {
@@ -220,7 +269,7 @@ impl MasterConnection {
         match tokio::time::timeout(LOOKUP_TIMEOUT, moved).await {
             Ok(Ok(Some(mut next))) => {
                 let now = next.client.get_connection_info().addr().to_string();
-                let mut current = unpoisoned(&self.current);
+                let mut current = self.current();
                 next.generation = current.generation + 1;
                 *current = next;
                 tracing::warn!(was, now, "the Sentinels name a new master; the lock follows it");
@@ -314,7 +363,7 @@ impl ConnectionLike for MasterConnection {
     }
 
     fn get_db(&self) -> i64 {
-        unpoisoned(&self.current).connection.get_db()
+        self.current().connection.get_db()
     }
 }
 

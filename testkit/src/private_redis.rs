@@ -226,7 +226,8 @@ impl PrivateSentinel {
         command.query(&mut client.get_connection().unwrap()).unwrap()
     }
 
-    fn replicas(&self) -> usize {
+    /// How many replicas of its master this Sentinel knows.
+    pub fn replicas(&self) -> usize {
         self.query::<Vec<redis::Value>>(redis::cmd("SENTINEL").arg("replicas").arg(&self.name))
             .len()
     }
@@ -243,4 +244,58 @@ impl Drop for PrivateSentinel {
     fn drop(&mut self) {
         kill_even_if_frozen(&mut self.child);
     }
+}
+
+/// A master, its replica in sync, and a Sentinel that knows both.
+pub fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
+    let master = PrivateRedis::start();
+    let replica = PrivateRedis::start_replica_of(master.port);
+    let sentinel = PrivateSentinel::watch(name, master.port);
+    (master, replica, sentinel)
+}
+
+/// Kills the master and waits until the Sentinel names the replica instead.
+pub fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSentinel) -> Duration {
+    let killed = Instant::now();
+    drop(master); // SIGKILL
+    wait_for_promotion(replica, sentinel, killed);
+    killed.elapsed()
+}
+
+/// Waits until the Sentinel names `replica` master, 20 s at most after the kill at `killed`.
+pub fn wait_for_promotion(replica: &PrivateRedis, sentinel: &PrivateSentinel, killed: Instant) {
+    while sentinel.master_port() != replica.port {
+        assert!(
+            killed.elapsed() < Duration::from_secs(20),
+            "the Sentinel promoted nobody within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The replica stops hearing from its master, and the master forgets it: what the master
+/// grants from now on reaches no replica (as when the link between them is cut). The
+/// replica is frozen meanwhile, so it cannot reconnect before the master is killed.
+pub fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
+    cut_replicas_off(master, &[replica]);
+}
+
+/// [`cut_replica_off`] for every replica of `master` at once.
+pub fn cut_replicas_off(master: &PrivateRedis, replicas: &[&PrivateRedis]) {
+    for replica in replicas {
+        replica.freeze();
+    }
+    let mut connection = master.client().get_connection().unwrap();
+    let killed: usize = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(
+        killed,
+        replicas.len(),
+        "the master had {} replica(s) connected",
+        replicas.len()
+    );
 }

@@ -117,6 +117,13 @@ pub async fn redis_client() -> redis::Client {
     redis::Client::open(url.as_str()).expect("a Redis URL")
 }
 
+/// A connection to the master `client` names, as the service holds its stock's.
+pub async fn master_connection(client: &redis::Client) -> seckill::store::redis_master::MasterConnection {
+    seckill::store::redis_master::MasterConnection::connect(&client.into())
+        .await
+        .expect("Redis answered a moment ago")
+}
+
 pub async fn connection(client: &redis::Client) -> redis::aio::MultiplexedConnection {
     client
         .get_multiplexed_async_connection()

@@ -63,10 +63,23 @@ fn an_unreachable_redis_is_refused_with_its_url_and_how_to_start_one() {
     assert_eq!(output.status.code(), Some(1));
     let message = stderr(&output);
     assert!(
-        message.contains("cannot reach Redis at redis://127.0.0.1:1"),
+        message.contains("cannot reach the stock Redis at redis://127.0.0.1:1"),
         "{message}"
     );
     assert!(message.contains("make services"), "{message}");
+}
+
+#[test]
+fn stock_sentinels_that_do_not_answer_are_refused_with_the_url_and_how_to_start_them() {
+    let url = "redis-sentinel://127.0.0.1:1#seckill-stock";
+    let output = seckill(&["serve", "--redis-url", url]);
+    assert_eq!(output.status.code(), Some(1));
+    let message = stderr(&output);
+    assert!(
+        message.contains(&format!("cannot reach the stock Redis at {url}")),
+        "{message}"
+    );
+    assert!(message.contains("make cluster"), "{message}");
 }
 
 #[test]

@@ -31,6 +31,7 @@ mod sale {
     mod buyers;
     mod sold_out;
     mod local_queue;
+    mod stock_failover;
 }
 mod orders;
 mod config;

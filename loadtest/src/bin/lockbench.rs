@@ -26,6 +26,7 @@ use loadtest::render::document::{markdown, markdown_row, Block};
 use loadtest::render::tables::{against_recipes, lockbench_row, lockbench_table};
 use seckill::lock::DistributedLock;
 use seckill::sale::Guarding;
+use seckill::store::redis_master::MasterAddress;
 use seckill::strategy::Strategy;
 
 #[derive(Parser)]
@@ -62,8 +63,8 @@ struct Cli {
 async fn lock_of(strategy: Strategy) -> anyhow::Result<Arc<dyn DistributedLock>> {
     let mut config = seckill::config::Config::defaults();
     config.lock = strategy;
-    let redis = redis::Client::open(config.redis_url.as_str())?;
-    match seckill::wiring::build(&config, &redis).await? {
+    let stock_redis = MasterAddress::parse(&config.redis_url).map_err(anyhow::Error::msg)?;
+    match seckill::wiring::build(&config, &stock_redis).await? {
         Guarding::Lock(lock) => Ok(lock.backend().clone()),
         Guarding::AtomicScript => anyhow::bail!("`{strategy}` takes no lock"),
     }

@@ -28,6 +28,7 @@ use seckill::sale::grant_log::{overlapping_holders, GrantRecord};
 use seckill::sale::keys::Keys;
 use seckill::sale::segments::Segments;
 use seckill::sale::stock::SaleRecord;
+use seckill::store::redis_master::{connect_checked, MasterConnection};
 use seckill::strategy::FencingStatus;
 
 use super::crowd::{Tally, Target};
@@ -81,12 +82,13 @@ pub struct Judgement {
     pub findings: Vec<String>,
 }
 
-async fn connect(redis_url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .with_context(|| format!("cannot reach Redis at {redis_url} to check the result; fix --redis-url"))
+/// The stock's Redis: one server, or the master its Sentinels name, as the instances
+/// read it (`--redis-url` takes the same forms as `seckill serve`'s).
+pub async fn connect(redis_url: &str) -> anyhow::Result<MasterConnection> {
+    let role = "stock Redis to check the result";
+    Ok(connect_checked(redis_url, role, "--redis-url / SECKILL_REDIS_URL")
+        .await?
+        .1)
 }
 
 /// The sale's reset generation, read before the attack.

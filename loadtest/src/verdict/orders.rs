@@ -18,6 +18,7 @@ use sqlx::Connection;
 use seckill::orders::ORDERS_GROUP;
 use seckill::sale::keys::Keys;
 use seckill::sale::stock::SaleRecord;
+use seckill::store::redis_master::MasterConnection;
 
 use super::crowd::Target;
 
@@ -57,11 +58,7 @@ pub async fn read_if_on(
 
 /// Waits until the orders stream in `redis_url` drained, then reads this sale's orders from MySQL.
 async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::Result<OrdersState> {
-    let client = redis::Client::open(redis_url).with_context(|| format!("`{redis_url}` is not a Redis URL"))?;
-    let mut redis = client
-        .get_multiplexed_async_connection()
-        .await
-        .with_context(|| format!("cannot reach Redis at {redis_url} to check the orders"))?;
+    let mut redis = super::checker::connect(redis_url).await?;
     let started = Instant::now();
     let (mut unread, mut pending) = backlog(&mut redis, keys).await?;
     while unread + pending > 0 && started.elapsed() < DRAIN_TIMEOUT {
@@ -93,7 +90,7 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
 
 /// The group's entries not yet read, and read but not acknowledged. Before any writer
 /// created the group, every entry counts as unread.
-async fn backlog(redis: &mut redis::aio::MultiplexedConnection, keys: &Keys) -> anyhow::Result<(usize, usize)> {
+async fn backlog(redis: &mut MasterConnection, keys: &Keys) -> anyhow::Result<(usize, usize)> {
     let entries: usize = redis::cmd("XLEN").arg(keys.orders()).query_async(redis).await?;
     if entries == 0 {
         return Ok((0, 0));

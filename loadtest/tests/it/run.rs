@@ -440,8 +440,8 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
     };
     // Someone else resets the sale while the 500 buyers are queueing for the lock.
     let client = common::redis_client().await;
-    let store = seckill::sale::stock::StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
-        .with_keys(sale.keys().clone());
+    let store =
+        seckill::sale::stock::StockStore::new(common::master_connection(&client).await).with_keys(sale.keys().clone());
     tokio::time::sleep(Duration::from_millis(150)).await;
     store.reset(300).await.unwrap();
     let error = crowd
@@ -453,4 +453,65 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
         format!("{error:#}").contains("reset while the crowd was buying"),
         "{error:#}"
     );
+}
+
+/// The stock on a master that a Sentinel names (`--redis-url redis-sentinel://...`), as a
+/// shop keeps it, with every option of the sale at once: four segments, the sold-out
+/// flag, one unit per buyer (50 buyers ask twice) and orders. The instances, the
+/// `redis` lock (in the stock's Redis, so behind the same Sentinel) and the checker all
+/// find the master through the Sentinel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_option_of_the_sale() {
+    let _turn = common::take_turn().await;
+    let master = common::PrivateRedis::start();
+    let _replica = common::PrivateRedis::start_replica_of(master.port);
+    let sentinel = common::PrivateSentinel::watch("seckill-stock", master.port);
+    let sale = TestSale::new();
+    let every_option = Run {
+        stock_segments: 4,
+        one_per_buyer: true,
+        repeat_buyers: 0.1,
+        orders: true,
+    };
+    let start = || async {
+        let mut config = common::config(Strategy::Redis, &sale);
+        config.redis_url = sentinel.url();
+        config.acquire_timeout_ms = 30_000;
+        config.stock_segments = every_option.stock_segments;
+        config.one_per_buyer = every_option.one_per_buyer;
+        config.orders = every_option.orders;
+        config.sold_out_flag = true;
+        Instance::start(config)
+            .await
+            .unwrap_or_else(|error| panic!("cannot start an instance behind the Sentinel: {error:#}"))
+    };
+    let (first, second) = (start().await, start().await);
+    let options = Options {
+        redis_url: sentinel.url(),
+        ..options_for(vec![first.url.clone(), second.url.clone()], &sale, every_option)
+    };
+    let report = run(&options).await.expect("the load test runs");
+    println!("{}", report.render());
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+
+    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
+    assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
+    assert_eq!(report.error_count(), 0, "{}", report.render());
+    let orders = report.orders.clone().expect("the orders were checked");
+    assert_eq!(
+        (orders.rows, orders.unread, orders.pending),
+        (300, 0, 0),
+        "{}",
+        report.render()
+    );
+    // Everything was written to the master the Sentinel names, and nothing elsewhere.
+    let mut on_master = common::connection(&master.client()).await;
+    let lucky: i64 = redis::cmd("GET")
+        .arg(sale.keys().lucky())
+        .query_async(&mut on_master)
+        .await
+        .unwrap();
+    assert_eq!(lucky, 300);
 }

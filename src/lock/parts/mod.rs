@@ -4,7 +4,6 @@
 //! | --- | --- | --- |
 //! | [`release_notices`] | a release wakes a waiter of every instance (Redis pub/sub), a hint the lock still checks | `redis`, `redlock`, `mysql`, `mysql-version` |
 //! | [`keepalive`] | renews a lease while it is held, and says when it is lost | every lease-based lock |
-//! | [`master_connection`] | a connection to the Redis master that follows it when Sentinel moves it | `redis` |
 //! | [`reentrant`] | lets an owner take a key it already holds | every lock, through the wiring |
 //! | [`permits`] | the semaphore in front of MySQL | `mysql`, `mysql-version` |
 //! | [`kept_connections`] | MySQL connections kept between statements, so sqlx does not ping each one on its way back to the pool | `mysql`, `mysql-version` |
@@ -16,7 +15,6 @@
 pub mod held_grants;
 pub mod keepalive;
 pub mod kept_connections;
-pub mod master_connection;
 pub mod permits;
 pub mod counters;
 pub mod release_notices;

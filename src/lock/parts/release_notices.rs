@@ -20,13 +20,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use super::unpoisoned;
 use crate::lock::polling::poll_until_granted;
 use crate::lock::{LockError, LockGuard};
+use crate::store::redis_master::MasterConnection;
 
 /// Where the locks announce releases (the payload is the key).
 pub const RELEASE_CHANNEL: &str = "seckill:lock-released";
@@ -44,7 +44,7 @@ type Waiters = Arc<Mutex<HashMap<String, Weak<Notify>>>>;
 pub struct ReleaseNotices {
     waiters: Waiters,
     /// `None` when releases announce themselves (the `redis` lock's release script).
-    publisher: Option<ConnectionManager>,
+    publisher: Option<MasterConnection>,
     listener: JoinHandle<()>,
 }
 
@@ -64,14 +64,13 @@ impl ReleaseNotices {
 
     /// Listens on `board` and announces this instance's releases there, for a lock whose
     /// own backend cannot notify.
-    pub async fn announce_on(board: &redis::Client) -> redis::RedisResult<Self> {
-        let publisher = ConnectionManager::new(board.clone()).await?;
+    pub fn announce_on(board: MasterConnection) -> Self {
         let mut notices = Self::listen({
             let board = board.clone();
-            move || board.clone()
+            move || board.client()
         });
-        notices.publisher = Some(publisher);
-        Ok(notices)
+        notices.publisher = Some(board);
+        notices
     }
 
     /// Tells every instance that `key` was just released. Sent in the background: the

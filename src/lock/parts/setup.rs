@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::release_notices::ReleaseNotices;
+use crate::store::redis_master::{MasterAddress, MasterConnection};
 
 /// The flags every strategy may read, as the config set them.
 #[derive(Clone, Debug)]
@@ -16,7 +17,7 @@ pub struct Setup {
     /// `--lock-ttl-ms`: the lease of a grant.
     pub ttl: Duration,
     /// The Redis holding the stock (`--redis-url`), and its URL for messages.
-    pub stock_redis: ::redis::Client,
+    pub stock_redis: MasterAddress,
     pub stock_redis_url: String,
     /// `--release-notices`: whether the locks that poll hear of releases.
     pub release_notices: bool,
@@ -33,7 +34,8 @@ impl Setup {
         if !self.release_notices {
             return Ok(None);
         }
-        let notices = ReleaseNotices::announce_on(&self.stock_redis).await.with_context(|| {
+        let board = MasterConnection::connect(&self.stock_redis).await;
+        let notices = board.map(ReleaseNotices::announce_on).with_context(|| {
             format!(
                 "cannot reach the stock Redis ({}) to announce lock releases on it.\n  Start it with \
                  `make services`, or point --redis-url / SECKILL_REDIS_URL at a running server",

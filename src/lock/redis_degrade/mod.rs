@@ -119,6 +119,7 @@ use crate::lock::{
     DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockCounters, LockError, LockGuard, OwnStats, Owner,
     PermitStats, Release,
 };
+use crate::store::redis_master::MasterAddress;
 
 const BACKEND: &str = "redis-degrade";
 
@@ -280,19 +281,17 @@ pub async fn build(
 
 /// The Redis this lock keeps its lock in: the stock's, or `--lock-redis-url` checked.
 async fn lock_redis(args: &RedisArgs, setup: &Setup) -> anyhow::Result<redis::Client> {
-    if args.address(&setup.stock_redis)?.moves() {
+    let MasterAddress::Server(client) = args.address(&setup.stock_redis)? else {
         anyhow::bail!(
             "--lock redis-degrade does not follow Sentinels yet: its fallback decides by the lock Redis's own address. \
              Give it one server (--lock-redis-url redis://host:port), or use --lock redis with redis-sentinel://"
         );
+    };
+    if let Some(url) = &args.lock_redis_url {
+        let role = "lock Redis";
+        crate::store::redis_master::connect_checked(url, role, "--lock-redis-url / SECKILL_LOCK_REDIS_URL").await?;
     }
-    match &args.lock_redis_url {
-        None => Ok(setup.stock_redis.clone()),
-        Some(url) => Ok(crate::store::redis::connect_checked(url)
-            .await
-            .context("the lock Redis (--lock-redis-url / SECKILL_LOCK_REDIS_URL)")?
-            .0),
-    }
+    Ok(client)
 }
 
 /// The name of the shared mode. The instances that share a lock Redis must share its

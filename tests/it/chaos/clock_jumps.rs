@@ -35,8 +35,8 @@ const INITIAL: i64 = 10;
 /// The stock of a sale of the test's own, put on sale.
 async fn stock() -> StockStore {
     let client = common::redis_client().await;
-    let store = StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
-        .with_keys(common::TestSale::new().keys().clone());
+    let store =
+        StockStore::new(common::master_connection(&client).await).with_keys(common::TestSale::new().keys().clone());
     store.reset(INITIAL).await.unwrap();
     store
 }

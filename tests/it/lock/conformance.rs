@@ -333,7 +333,7 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
     let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
     let lose_lease = contenders.remove(0).lose_lease;
     let stock_client = common::redis_client().await;
-    let store = StockStore::new(::redis::aio::ConnectionManager::new(stock_client).await.unwrap())
+    let store = StockStore::new(common::master_connection(&stock_client).await)
         .with_keys(common::TestSale::new().keys().clone());
     store.reset(10).await.unwrap();
     let key = common::unique_key("lost");

@@ -6,8 +6,9 @@ use testkit as common;
 use std::time::{Duration, Instant};
 
 use seckill::lock::local::LocalLock;
-use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
+use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::{DistributedLock, HandOver, LockError};
+use seckill::store::redis_master::ReplicaWait;
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
     let client = common::redis_client().await;

@@ -4,30 +4,26 @@
 //! When it is lost, the second holder's token still outranks the first's.
 //!
 //! Each test has its own master, replica and Sentinel, on free ports; the stock's
-//! fence (where new epochs come from) is the test Redis, database 79.
+//! fence (where new epochs come from) is the test Redis.
 
 use testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{owner, redis_client, redis_options, unique_key, PrivateRedis, PrivateSentinel};
-use seckill::lock::parts::master_connection::MasterAddress;
-use seckill::lock::redis::{RedisLock, RedisLockOptions, ReplicaWait};
+use common::{
+    cut_replica_off, fail_over, owner, redis_client, redis_options, replicated_master, unique_key, wait_for_promotion,
+    PrivateRedis, PrivateSentinel,
+};
+use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::{DistributedLock, LockError};
+use seckill::store::redis_master::MasterAddress;
+use seckill::store::redis_master::ReplicaWait;
 
 /// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
 const TTL_MS: u64 = 6000;
 
 // Each test takes its turn (`common::take_turn`): a killed master's port is free for the
 // next server a test starts, and a lock still reconnecting to it would find a stranger.
-
-/// A master, its replica in sync, and a Sentinel that knows both.
-fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
-    let master = PrivateRedis::start();
-    let replica = PrivateRedis::start_replica_of(master.port);
-    let sentinel = PrivateSentinel::watch(name, master.port);
-    (master, replica, sentinel)
-}
 
 async fn lock_behind(sentinel: &PrivateSentinel, options: RedisLockOptions) -> RedisLock {
     let address = MasterAddress::parse(&sentinel.url()).unwrap();
@@ -68,40 +64,6 @@ async fn wait_until_replicated(master: &PrivateRedis, replica: &PrivateRedis, ke
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Kills the master and waits until the Sentinel names the replica instead.
-fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSentinel) -> Duration {
-    let killed = Instant::now();
-    drop(master); // SIGKILL
-    wait_for_promotion(replica, sentinel, killed);
-    killed.elapsed()
-}
-
-/// Waits until the Sentinel names `replica` master, 20 s at most after the kill at `killed`.
-fn wait_for_promotion(replica: &PrivateRedis, sentinel: &PrivateSentinel, killed: Instant) {
-    while sentinel.master_port() != replica.port {
-        assert!(
-            killed.elapsed() < Duration::from_secs(20),
-            "the Sentinel promoted nobody within 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The replica stops hearing from its master, and the master forgets it: what the master
-/// grants from now on reaches no replica (as when the link between them is cut). The
-/// replica is frozen meanwhile, so it cannot reconnect before the master is killed.
-fn cut_replica_off(master: &PrivateRedis, replica: &PrivateRedis) {
-    replica.freeze();
-    let mut connection = master.client().get_connection().unwrap();
-    let killed: u32 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut connection)
-        .unwrap();
-    assert_eq!(killed, 1, "the master had one replica connected");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,9 +20,7 @@ const ROUNDS: usize = 8;
 const WAITER_HEAD_START: Duration = Duration::from_millis(200);
 
 async fn notices() -> ReleaseNotices {
-    ReleaseNotices::announce_on(&common::redis_client().await)
-        .await
-        .expect("the test Redis runs (`make services`)")
+    ReleaseNotices::announce_on(common::master_connection(&common::redis_client().await).await)
 }
 
 /// One round on a fresh key: `holder` takes it, `waiter` starts waiting for it, and once

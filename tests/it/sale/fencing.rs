@@ -33,8 +33,7 @@ fn interleavings() -> Vec<[Step; 4]> {
 /// The stock of a sale of the test's own.
 async fn store() -> StockStore {
     let client = common::redis_client().await;
-    StockStore::new(redis::aio::ConnectionManager::new(client).await.unwrap())
-        .with_keys(common::TestSale::new().keys().clone())
+    StockStore::new(common::master_connection(&client).await).with_keys(common::TestSale::new().keys().clone())
 }
 
 /// Plays one interleaving: each holder writes `read - 1` if its read was allowed and
