@@ -42,7 +42,8 @@ lockbench: services
 ## make chaos: holders paused and killed, leaders and quorums lost, Redlock masters and
 ## the stock Redis and MariaDB killed, one instance cut off from its lock (partitioned,
 ## delayed, reset) by a nemesis, the lock Redis failed over by Sentinel after its replica
-## missed a grant (with and without WAIT), and the clock rows of make clock-jump, under
+## missed a grant, the stock's Redis after its replica missed sales (each with and without
+## WAIT), and the clock rows of make clock-jump, under
 ## load; 3 runs of each, one table.
 ## `scripts/chaos.sh RUNS STRATEGY...` or CHAOS_FAULTS="..." for fewer.
 chaos:

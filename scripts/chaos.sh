@@ -60,6 +60,18 @@
 #                                   only once the replica has it (Redisson's WAIT). No unit may be
 #                                   sold twice, fenced or not
 #
+# The stock failover faults: the stock itself (and the redis lock beside it) lives in that
+# replicated Redis, `--redis-url redis-sentinel://...`, as a shop keeps it. 400 buyers.
+#   stock-redis-failover            the replication link is cut, the master sells for 1 s what its
+#                                   replica never sees, the master is killed, Sentinel promotes the
+#                                   replica, and the sale goes on there; the old master rejoins as a
+#                                   replica. The promoted replica has the units the master sold in
+#                                   that second, and sells them again: the column "units that did not
+#                                   exist" (buyers told "sold" beyond the stock) shows them
+#   stock-redis-failover-wait       the same with `--stock-wait-replicas 1`: a sale counts only once
+#                                   the replica has it (WAIT); the buyers of that second hear that
+#                                   the outcome is unknown. No unit may be sold that did not exist
+#
 # The clock faults are the rows of scripts/clock-jump.sh (`make clock-jump`), played with its
 # own servers after the others; their table follows this one:
 #   redlock-clock-jump  redis-clock-jump  instance-clock-jump
@@ -88,10 +100,12 @@ shift || true
 ONLY=("$@")
 NETWORK_FAULTS="holder-partitioned waiters-partitioned answers-delayed connections-reset"
 FAILOVER_FAULTS="lock-redis-failover lock-redis-failover-wait"
+STOCK_FAILOVER_FAULTS="stock-redis-failover stock-redis-failover-wait"
 CLOCK_FAULTS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
-  lock-redis-paused stock-redis-killed mysql-killed order-writer-killed orders-mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS $CLOCK_FAULTS"
+  lock-redis-paused stock-redis-killed mysql-killed order-writer-killed orders-mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS
+  $STOCK_FAILOVER_FAULTS $CLOCK_FAULTS"
 OUTAGE_SECONDS=3
 # answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
 # and any renewal timeout.
@@ -106,6 +120,8 @@ NO_QUORUM_GRACE_MS=1000
 FAILOVER_LOCK_TTL_MS=6000
 CUT_BEFORE_GRANT_SECONDS=2
 SECOND_HOLDER_SECONDS=5
+# The stock failover faults: how long the master sells after the cut, before it is killed.
+UNREPLICATED_SALES_SECONDS=1
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
@@ -125,6 +141,7 @@ strategies_for() {
     zookeeper-*) echo zookeeper ;;
     redlock-*) echo redlock ;;
     lock-redis-failover*) echo redis ;;
+    stock-redis-failover*) echo redis ;;
     lock-redis-*) echo redis-degrade ;;
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
@@ -138,6 +155,23 @@ strategies_for() {
 is_network_fault() { [[ " $NETWORK_FAULTS " == *" $1 "* ]]; }
 is_failover_fault() { [[ " $FAILOVER_FAULTS " == *" $1 "* ]]; }
 is_clock_fault() { [[ " $CLOCK_FAULTS " == *" $1 "* ]]; }
+is_stock_failover_fault() { [[ " $STOCK_FAILOVER_FAULTS " == *" $1 "* ]]; }
+
+# The stock failover faults: the stock, and the redis lock beside it, in the replicated
+# Redis, found through its Sentinels; -wait adds the WAIT after every sale. The stock is
+# read there too (stock_cli), wherever the Sentinels have moved its master.
+STOCK_ON_SENTINELS=
+stock_on_sentinels() {
+  STOCK_ON_SENTINELS=
+  is_stock_failover_fault "$1" || return 0
+  STOCK_ON_SENTINELS=yes
+  local i flags="--redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL"
+  [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+}
+stock_cli() {
+  if [[ -n $STOCK_ON_SENTINELS ]]; then redis-cli -p "$(failover_master_port)" "$@"; else "${STOCK_REDIS[@]}" "$@"; fi
+}
 
 # The failover faults: both instances keep their lock in the replicated lock Redis, found
 # through its Sentinels, with a lease that outlives the failover; -wait adds Redisson's WAIT.
@@ -203,13 +237,13 @@ fence_refusals() { jq '[(.fence_refused // {})[]] | add // 0' "$1"; }
 # The number of answers whose kind starts with $2 ("503 ", ...), from the report's errors.
 answers() { jq --arg kind "$2" '[(.errors // {}) | to_entries[] | select(.key | startswith($kind)) | .value] | add // 0' "$1"; }
 now_ms() { date +%s%3N; }
-sale_times() { "${STOCK_REDIS[@]}" lrange sales 0 -1 | jq -r '.sold_at_ms // empty' | sort -n; }
+sale_times() { stock_cli lrange sales 0 -1 | jq -r '.sold_at_ms // empty' | sort -n; }
 
 # Waits (up to 2 s) until instance 1 holds the lock, where Redis can tell: the lock's
 # value starts with its holder's instance name (for Redlock, on the first master). Under a
 # network fault (FAULT, the second argument), the redis lock lives in the lock Redis.
 wait_until_first_holds() {
-  local lock_redis=("${STOCK_REDIS[@]}")
+  local lock_redis=(stock_cli)
   is_network_fault "$2" && lock_redis=("${LOCK_REDIS[@]}")
   is_failover_fault "$2" && lock_redis=(redis-cli -p "$(failover_master_port)")
   case ${1%%+*} in
@@ -281,6 +315,7 @@ strike() {
     connections-reset)
       for _ in $(seq 1 $RESETS); do nemesis reset; sleep 0.3; heal; sleep 0.5; done ;;
     lock-redis-failover*) fail_over_after_a_lost_grant "$holder" ;;
+    stock-redis-failover*) fail_over_after_unreplicated_sales ;;
   esac
 }
 cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
@@ -322,6 +357,22 @@ fail_over_after_a_lost_grant() {
   cluster restart "$master"
   now_ms >"$RESULTS/healed-at"
 }
+# fail_over_after_unreplicated_sales: the stock failover faults, step by step (see the header).
+fail_over_after_unreplicated_sales() {
+  local master master_port
+  master=$(failover_master)
+  master_port=$("$ROOT/scripts/cluster.sh" port "$master")
+  REPLICATION_CUT=yes
+  cut_replication "$master_port" >/dev/null
+  sleep "$UNREPLICATED_SALES_SECONDS"
+  cluster kill "$master"
+  poll 30 promoted_other_than "$master" || die "the Sentinels promoted no replica within 30 s; see $LOGS/chaos-cluster.log"
+  now_ms >"$RESULTS/promoted-at"
+  heal_replication
+  REPLICATION_CUT=
+  cluster restart "$master"
+  now_ms >"$RESULTS/healed-at"
+}
 promoted_other_than() { [[ $(failover_master) != "$1" ]]; }
 holds_now() { holds_for "$1" "$(redis-cli -p "$(failover_master_port)" get lock:stock)"; }
 
@@ -354,8 +405,8 @@ sold_without_quorum() {
   sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
 }
 
-header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
-table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | units that did not exist | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
+table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
 clock_rows=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
@@ -367,25 +418,29 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
     fencings=(on)
     if [[ $fault == holder-paused ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
-      reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
+      reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 beyond=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
         is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
         impatient_first "$fault"
         follow_sentinels "$fault"
+        stock_on_sentinels "$fault"
         quick_takeover "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
         report="$RESULTS/$name.json"
-        generation=$("${STOCK_REDIS[@]}" get stock:generation)
+        generation=$(stock_cli get stock:generation)
         rm -f "$RESULTS/fault-at" "$RESULTS/restored-at" "$RESULTS/healed-at"
         (
-          until_sold 10 "$generation" "${STOCK_REDIS[@]}"
+          until_sold 10 "$generation" stock_cli
           strike "$fault" "$strategy" "${INSTANCE_PIDS[0]}"
         ) &
         striker=$!
-        target/release/loadtest --users 200 --stock 100 --report-file "$report" >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
+        users=200 stock_url=$SECKILL_REDIS_URL
+        if is_stock_failover_fault "$fault"; then users=400 stock_url=$SECKILL_FAILOVER_LOCK_REDIS_URL; fi
+        target/release/loadtest --users "$users" --stock 100 --redis-url "$stock_url" --report-file "$report" \
+          >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
         wait "$striker" || true
         stop_instances
         stop_nemeses
@@ -411,12 +466,22 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         ((run_twice > 0)) && reproduced=$((reproduced + 1))
         [[ $verdict == lost ]] && lost=$((lost + 1))
         sold=$((sold + $(field "$report" lucky)))
+        # Buyers told "sold" beyond the stock: units that did not exist.
+        told=$(field "$report" told_sold)
+        ((told > 100)) && beyond=$((beyond + told - 100))
         refused=$((refused + $(answers "$report" "503 ")))
         other=$((other + $(field "$report" told_unknown)))
         verdicts+=("$verdict")
       done
       fenced=$(field "$report" fencing)
-      if [[ $fenced == on ]] && ((twice > 0 || lost > 0)); then unsafe+=("$fault/$strategy (sold twice or lost)"); fi
+      # The unmitigated stock failover sells units that did not exist, and its checker
+      # finds buyers told "sold" of sales Redis lost: the anomaly the row shows.
+      if [[ $fenced == on && $fault != stock-redis-failover ]] && ((twice > 0 || lost > 0)); then
+        unsafe+=("$fault/$strategy (sold twice or lost)")
+      fi
+      if [[ $fault != stock-redis-failover ]] && ((beyond > 0)); then
+        unsafe+=("$fault/$strategy ($beyond units sold that did not exist)")
+      fi
       if [[ $no_quorum != - ]] && ((no_quorum > 0)); then unsafe+=("$fault/$strategy (sold without a quorum)"); fi
       # A holder cut off past its lease must stop by itself, fenced or not.
       if [[ $fault == holder-partitioned && $fenced != on ]] && ((twice > 0)); then
@@ -426,13 +491,18 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       if [[ $fault == lock-redis-failover-wait && $fenced != on ]] && ((twice > 0)); then
         unsafe+=("$fault/$strategy fencing $fenced (sold twice: the replica had not acknowledged a grant that counted)")
       fi
+      if [[ $fault == stock-redis-failover ]]; then
+        beyond="$beyond (expected)"
+      elif [[ $fault == stock-redis-failover-wait ]]; then
+        beyond="$beyond (must be 0)"
+      fi
       if [[ $fenced == on || $fault == holder-partitioned || $fault == lock-redis-failover-wait ]]; then
         shown="$reproduced (must be 0)"
       else
         shown="$reproduced of $RUNS"
       fi
       [[ $resumed == - ]] || resumed="$resumed ms"
-      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $beyond | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break
@@ -441,7 +511,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
 done
 
 echo
-say "$RUNS runs per row (200 buyers, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
+say "$RUNS runs per row (200 buyers, 400 for the stock failover, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
 printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
 if ((${#clock_rows[@]} > 0)); then
   say "the clock faults: scripts/clock-jump.sh ${clock_rows[*]}"

@@ -28,7 +28,9 @@
 # and -b are plain Redis like lock-redis (nothing on disk); sentinel-1 ... -3 watch the master
 # `seckill-lock` and promote the replica when it dies. The members are named a and b, not
 # master and replica, because the roles swap on every failover. seckill finds the master
-# through the Sentinels (SECKILL_FAILOVER_LOCK_REDIS_URL, a redis-sentinel:// URL).
+# through the Sentinels (SECKILL_FAILOVER_LOCK_REDIS_URL, a redis-sentinel:// URL). The
+# chaos suite's stock failover rows keep the stock there too (--redis-url with that URL):
+# then the master loses sales, not a grant.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
