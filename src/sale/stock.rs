@@ -389,8 +389,9 @@ impl StockStore {
 
     /// Every sale is written on `writes`, and counts only once `wait.replicas` replicas
     /// acknowledged it (`WAIT`, on the same connection: it counts that client's writes).
-    /// A failover then cannot lose a sale a buyer was told of, nor the fence's mark, which
-    /// the write carries. On a connection of its own, since `WAIT` blocks it: the reads
+    /// A failover then cannot lose a sale a buyer was told of, nor the fence's mark its
+    /// read raised before it: the replica that has the write has everything the master
+    /// sent before it. One connection for the writes, since `WAIT` blocks it: the reads
     /// of the other sales do not queue behind it.
     pub fn with_replica_wait(mut self, writes: MasterConnection, wait: ReplicaWait) -> Self {
         self.replicated_writes = Some((writes, wait));
