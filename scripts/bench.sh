@@ -35,7 +35,7 @@ PORTS=(8080 8090)
 STRATEGIES=("$@")
 ((${#STRATEGIES[@]} > 0)) ||
   STRATEGIES=(none local atomic redis redis+no-local-queue redis+no-hand-over redis-degrade redlock redlock+no-local-queue redlock+no-hand-over etcd zookeeper
-              mysql mysql+no-hand-over mysql-version python-peer atomic+orders redis+orders
+              mysql mysql+no-hand-over mysql-version python-peer atomic+orders redis+orders redis+stock-wait
               redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
               mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16

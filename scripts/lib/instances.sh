@@ -27,6 +27,8 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    script that takes it (src/sale/buyers.rs)
 #   +orders          `--orders true`: each unit sold becomes an order row in MySQL, through
 #                    the Redis Stream stock:orders and the instances' consumer group (src/orders.rs)
+#   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
+#                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
 # Variants add up: `redis+segments-16+sold-out-flag`.
 # `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
@@ -45,7 +47,8 @@ variant_flags() {
       sold-out-flag) flags+=(--sold-out-flag true) ;;
       one-per-buyer) flags+=(--one-per-buyer true) ;;
       orders) flags+=(--orders true) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer and +orders, one after another (redis+segments-16+sold-out-flag)" ;;
+      stock-wait) flags+=(--stock-wait-replicas 1) ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer, +orders and +stock-wait, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
   echo "${flags[*]}"
@@ -90,6 +93,9 @@ spawn_instance() {
 # of PORTS, with the run's flags and FLAG..., and its own INSTANCE_FLAGS in place of the same
 # ones; logs in $LOGS/LABEL-PORT.log (LABEL: seckill-RUN unless given); returns when all listen.
 start_instances() {
+  local run_name=$1
+  [[ $1 == --label ]] && run_name=$3
+  [[ $run_name == *+stock-wait* ]] && start_stock_replica
   local label=
   if [[ $1 == --label ]]; then label=$2; shift 2; fi
   local run=$1 strategy=${1%%+*} flags; shift
@@ -111,12 +117,31 @@ await_instances() {
   for port in "${PORTS[@]}"; do wait_for "$1-$port" 10 listening "$port"; done
 }
 
+# +stock-wait: a replica of the stock's Redis (that of `make services`) for the run's
+# instances to wait for, on STOCK_REPLICA_PORT; stop_instances stops it.
+STOCK_REPLICA_PORT=6399
+STOCK_REPLICA_PID=
+start_stock_replica() {
+  redis-server --port "$STOCK_REPLICA_PORT" --bind 127.0.0.1 --replicaof 127.0.0.1 6379 --save "" \
+    --appendonly no >"$LOGS/stock-replica.log" 2>&1 &
+  STOCK_REPLICA_PID=$!
+  wait_for stock-replica 10 stock_replica_in_sync
+}
+stock_replica_in_sync() { redis-cli -p "$STOCK_REPLICA_PORT" info replication | grep -q 'master_link_status:up'; }
+stop_stock_replica() {
+  [[ -n $STOCK_REPLICA_PID ]] || return 0
+  kill "$STOCK_REPLICA_PID" 2>/dev/null || true
+  wait "$STOCK_REPLICA_PID" 2>/dev/null || true
+  STOCK_REPLICA_PID=
+}
+
 # stop_instances: stops every instance started, paused ones too (SIGTERM waits for SIGCONT).
 stop_instances() {
   local pid
   for pid in "${INSTANCE_PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill "$pid" 2>/dev/null || true; done
   for pid in "${INSTANCE_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   INSTANCE_PIDS=()
+  stop_stock_replica
 }
 
 # build_release: every binary (seckill, the load test, bench) in release mode.
