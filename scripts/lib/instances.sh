@@ -93,13 +93,11 @@ spawn_instance() {
 # of PORTS, with the run's flags and FLAG..., and its own INSTANCE_FLAGS in place of the same
 # ones; logs in $LOGS/LABEL-PORT.log (LABEL: seckill-RUN unless given); returns when all listen.
 start_instances() {
-  local run_name=$1
-  [[ $1 == --label ]] && run_name=$3
-  [[ $run_name == *+stock-wait* ]] && start_stock_replica
   local label=
   if [[ $1 == --label ]]; then label=$2; shift 2; fi
   local run=$1 strategy=${1%%+*} flags; shift
   label=${label:-seckill-$run}
+  [[ $run == *+stock-wait* ]] && start_stock_replica
   read -r -a flags <<<"$(variant_flags "$run")"
   local i own shared
   for i in "${!PORTS[@]}"; do
