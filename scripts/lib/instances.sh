@@ -120,8 +120,10 @@ await_instances() {
 STOCK_REPLICA_PORT=6399
 STOCK_REPLICA_PID=
 start_stock_replica() {
+  # Its own folder: a replica writes the master's snapshot (dump.rdb) where it runs.
+  mkdir -p "$RUN/stock-replica"
   redis-server --port "$STOCK_REPLICA_PORT" --bind 127.0.0.1 --replicaof 127.0.0.1 6379 --save "" \
-    --appendonly no >"$LOGS/stock-replica.log" 2>&1 &
+    --appendonly no --dir "$RUN/stock-replica" >"$LOGS/stock-replica.log" 2>&1 &
   STOCK_REPLICA_PID=$!
   wait_for stock-replica 10 stock_replica_in_sync
 }
