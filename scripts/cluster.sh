@@ -3,7 +3,8 @@
 # cluster, a 3-member ZooKeeper ensemble, five Redlock masters, the stock Redis with
 # every write fsynced to its append-only file (so a kill -9 loses no sale), a lock
 # Redis for redis-degrade, a lock Redis with one replica that three Sentinels fail over
-# (the failover group), and a MariaDB. Each on its own ports, beside `make services`,
+# (the failover group), a Redis Cluster of three masters with a replica each for the
+# stock (the stock cluster), and a MariaDB. Each on its own ports, beside `make services`,
 # with its data under .run/cluster/. The chaos runner kills, pauses and restarts them;
 # it never touches the servers of `make services` or anyone else's.
 #
@@ -19,9 +20,12 @@
 #                                       the name of the member that leads now (for failover-redis:
 #                                       the one the Sentinels name master)
 #   scripts/cluster.sh port NAME        the port of one member
+#   scripts/cluster.sh segments         which master of the stock cluster holds which segment of the
+#                                       sale the last reset made (SECKILL_KEY_PREFIX names the sale)
 #
 # NAME is stock-redis, lock-redis, redlock-6481 ... redlock-6485, sentinel-1 ... sentinel-3,
-# failover-redis-a, failover-redis-b, etcd-1 ... etcd-3, zookeeper-1 ... zookeeper-3 or mysql.
+# failover-redis-a, failover-redis-b, stock-cluster-1 ... stock-cluster-6, etcd-1 ... etcd-3,
+# zookeeper-1 ... zookeeper-3 or mysql.
 #
 # The failover group shows that Redis replication is asynchronous: the master answers OK to
 # a lock grant before its replica has it, so a failover can lose a lock. failover-redis-a
@@ -31,6 +35,14 @@
 # through the Sentinels (SECKILL_FAILOVER_LOCK_REDIS_URL, a redis-sentinel:// URL). The
 # chaos suite's stock failover rows keep the stock there too (--redis-url with that URL):
 # then the master loses sales, not a grant.
+#
+# The stock cluster is a Redis Cluster (cluster-enabled redis-server) of six nodes on
+# 7001-7006 (their cluster bus on 17001-17006), joined by `redis-cli --cluster create` on
+# the first start into three masters with one replica each; the masters split the 16,384
+# hash slots in three, and the sale's segments, one hash tag each, spread over them
+# (src/sale/keys.rs). A node keeps its place in the cluster in its nodes.conf, so a killed
+# node started again rejoins, as the replica of whichever node the cluster promoted in its
+# place. Like the failover group, nothing is kept on disk but that file.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +71,9 @@ SENTINEL_DOWN_AFTER_MS=1500
 # Sentinel's once-a-second INFO 0.77-0.91 s after REPLICAOF NO ONE: at 500 ms promotions
 # were given up and took up to 6.4 s; 1000 ms passed 30 failovers with 0.1 s to spare.
 SENTINEL_FAILOVER_TIMEOUT_MS=2000
+STOCK_CLUSTER_PORTS=(7001 7002 7003 7004 7005 7006) # stock-cluster-1 ... -6
+# A master silent this long is failed: its replica is promoted after about twice that.
+STOCK_CLUSTER_NODE_TIMEOUT_MS=1000
 ETCD_CLIENT_PORTS=(12379 22379 32379) # etcd-1, etcd-2, etcd-3
 ETCD_PEER_PORTS=(12380 22380 32380)
 ZK_CLIENT_PORTS=(2182 2183 2184) # zookeeper-1, -2, -3
@@ -74,6 +89,7 @@ members() {
   echo stock-redis lock-redis
   for port in "${REDLOCK_PORTS[@]}"; do echo "redlock-$port"; done
   echo sentinel-1 sentinel-2 sentinel-3 failover-redis-a failover-redis-b
+  for i in 1 2 3 4 5 6; do echo "stock-cluster-$i"; done
   echo etcd-1 etcd-2 etcd-3 zookeeper-1 zookeeper-2 zookeeper-3 mysql
 }
 
@@ -85,6 +101,7 @@ port_of() {
     failover-redis-a) echo "${FAILOVER_REDIS_PORTS[0]}" ;;
     failover-redis-b) echo "${FAILOVER_REDIS_PORTS[1]}" ;;
     sentinel-[123]) echo "${SENTINEL_PORTS[${1#sentinel-} - 1]}" ;;
+    stock-cluster-[1-6]) echo "${STOCK_CLUSTER_PORTS[${1#stock-cluster-} - 1]}" ;;
     etcd-[123]) echo "${ETCD_CLIENT_PORTS[${1#etcd-} - 1]}" ;;
     zookeeper-[123]) echo "${ZK_CLIENT_PORTS[${1#zookeeper-} - 1]}" ;;
     mysql) echo $MYSQL_PORT ;;
@@ -185,6 +202,38 @@ start_failover_redis() {
     --repl-diskless-sync-delay 0 --repl-diskless-load swapdb "${replicaof[@]}"
 }
 
+# cluster_field PORT FIELD: FIELD of CLUSTER INFO of the node on PORT (cluster_state, cluster_known_nodes...).
+cluster_field() { timeout 1 redis-cli -p "$1" cluster info | tr -d '\r' | sed -n "s/^$2://p"; }
+stock_cluster_ok() { [[ $(cluster_field "$1" cluster_state) == ok ]]; }
+
+# A node of the stock cluster. It remembers its cluster in its nodes.conf and rejoins it.
+start_stock_cluster_node() {
+  start_redis_server "$1" "$2" --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-node-timeout "$STOCK_CLUSTER_NODE_TIMEOUT_MS" --save '' --appendonly no \
+    --repl-diskless-sync-delay 0
+}
+
+# Once every node runs: the first time, join the six into three masters with a replica each; a
+# node started again without its nodes.conf (restart --empty) joins the cluster as a replica.
+form_stock_cluster() {
+  local port addresses=() known
+  for port in "${STOCK_CLUSTER_PORTS[@]}"; do addresses+=("127.0.0.1:$port"); done
+  known=$(cluster_field "${STOCK_CLUSTER_PORTS[0]}" cluster_known_nodes)
+  if [[ $known == 1 ]] && ! stock_cluster_ok "${STOCK_CLUSTER_PORTS[0]}"; then
+    redis-cli --cluster create "${addresses[@]}" --cluster-replicas 1 --cluster-yes >"$LOGS/stock-cluster-create.log" 2>&1 ||
+      die "redis-cli --cluster create failed; its output is in $LOGS/stock-cluster-create.log"
+  fi
+  for port in "${STOCK_CLUSTER_PORTS[@]}"; do
+    [[ $(cluster_field "$port" cluster_known_nodes) == 1 ]] || continue
+    local member
+    for member in "${STOCK_CLUSTER_PORTS[@]}"; do
+      [[ $member != "$port" ]] && stock_cluster_ok "$member" && break
+    done
+    redis-cli --cluster add-node "127.0.0.1:$port" "127.0.0.1:$member" --cluster-slave >>"$LOGS/stock-cluster-create.log" 2>&1 ||
+      die "the node on $port could not rejoin the stock cluster; see $LOGS/stock-cluster-create.log"
+  done
+}
+
 # Starts one member, without waiting for it (a cluster member waits for its peers).
 launch() {
   local name=$1 port
@@ -195,6 +244,7 @@ launch() {
     stock-redis | redlock-*) start_redis_server "$name" "$port" --save '' --appendonly yes --appendfsync always ;;
     lock-redis) start_redis_server "$name" "$port" --save '' --appendonly no ;;
     failover-redis-*) start_failover_redis "$name" "$port" ;;
+    stock-cluster-*) start_stock_cluster_node "$name" "$port" ;;
     sentinel-*)
       start_sentinel "$name" "$port" "$FAILOVER_MASTER_NAME" "${FAILOVER_REDIS_PORTS[0]}" "$SENTINEL_QUORUM" \
         down-after-milliseconds "$SENTINEL_DOWN_AFTER_MS" failover-timeout "$SENTINEL_FAILOVER_TIMEOUT_MS" ;;
@@ -213,6 +263,7 @@ await() {
   port=$(port_of "$name")
   case $name in
     failover-redis-* | sentinel-*) wait_for "$name" 30 failover_group_ready ;;
+    stock-cluster-*) form_stock_cluster; wait_for "$name" 30 stock_cluster_ok "$port" ;;
     etcd-*) wait_for "$name" 60 etcd_healthy "$port" ;;
     zookeeper-*) wait_for "$name" 90 zookeeper_serving "$port" ;;
     *) wait_for "$name" 60 listening "$port" ;;
@@ -232,7 +283,8 @@ start_members() {
   if (($# > 0)); then say "started: $*; data in $RUN"; return; fi
   say "started: stock Redis (AOF, fsync always) on $STOCK_REDIS_PORT, lock Redis on $LOCK_REDIS_PORT," \
     "Redlock masters on ${REDLOCK_PORTS[*]}, the failover group's Redis on ${FAILOVER_REDIS_PORTS[*]} (master:" \
-    "$(leader failover-redis)) and Sentinels on ${SENTINEL_PORTS[*]}, etcd on ${ETCD_CLIENT_PORTS[*]}," \
+    "$(leader failover-redis)) and Sentinels on ${SENTINEL_PORTS[*]}, the stock cluster on" \
+    "${STOCK_CLUSTER_PORTS[*]}, etcd on ${ETCD_CLIENT_PORTS[*]}," \
     "ZooKeeper on ${ZK_CLIENT_PORTS[*]}, MariaDB on $MYSQL_PORT; data in $RUN"
 }
 
@@ -273,6 +325,7 @@ env_settings() {
   echo "export SECKILL_LOCK_REDIS_URL=redis://127.0.0.1:$LOCK_REDIS_PORT"
   echo "export SECKILL_REDLOCK_URLS=${redlock[*]}"
   echo "export SECKILL_FAILOVER_LOCK_REDIS_URL=redis-sentinel://${sentinels[*]}#$FAILOVER_MASTER_NAME"
+  echo "export SECKILL_STOCK_CLUSTER_URL=redis-cluster://127.0.0.1:${STOCK_CLUSTER_PORTS[0]},127.0.0.1:${STOCK_CLUSTER_PORTS[1]}"
   echo "export SECKILL_ETCD_ENDPOINTS=${etcd[*]}"
   echo "export SECKILL_ZK_CONNECT=${zookeeper[*]}"
   echo "export SECKILL_MYSQL_URL=mysql://seckill:seckill@127.0.0.1:$MYSQL_PORT/seckill"
@@ -288,7 +341,8 @@ status() {
     else state="not running"; fi
     case $name in
       zookeeper-*) running "$name" && state+=" ($(zookeeper_mode "$port"))" ;;
-      failover-redis-*) running "$name" && state+=" ($(replication_field "$port" role | sed s/slave/replica/))" ;;
+      failover-redis-* | stock-cluster-*)
+        running "$name" && state+=" ($(replication_field "$port" role | sed s/slave/replica/))" ;;
     esac
     say "$name: $state (port $port)"
   done
@@ -296,7 +350,35 @@ status() {
   who=$(leader etcd 2>/dev/null) && say "etcd leader: $who"
   who=$(leader zookeeper 2>/dev/null) && say "zookeeper leader: $who"
   who=$(leader failover-redis 2>/dev/null) && say "failover-redis master (as the Sentinels name it): $who"
+  for port in "${STOCK_CLUSTER_PORTS[@]}"; do
+    if stock_cluster_ok "$port" 2>/dev/null; then segments; break; fi
+  done
   return 0
+}
+
+# The master of the stock cluster that serves each slot range, and the segments of the last
+# reset whose hash tag falls in it. The keys' names are src/sale/keys.rs's.
+segments() {
+  local port prefix=${SECKILL_KEY_PREFIX:-} count i slot owner
+  for port in "${STOCK_CLUSTER_PORTS[@]}"; do stock_cluster_ok "$port" && break; done
+  stock_cluster_ok "$port" || die "the stock cluster is not up: scripts/cluster.sh start"
+  count=$(timeout 2 redis-cli -c -p "$port" get "${prefix}{sale}:stock:segments" | tr -d '\r')
+  [[ $count =~ ^[0-9]+$ ]] || { say "stock cluster: no sale yet (reset one with --redis-url \$SECKILL_STOCK_CLUSTER_URL)"; return 0; }
+  # CLUSTER SHARDS-like view from CLUSTER SLOTS: "first last master-port" per range.
+  local ranges
+  ranges=$(timeout 2 redis-cli -p "$port" --json cluster slots | jq -r '.[] | "\(.[0]) \(.[1]) \(.[2][1])"')
+  while read -r first last master; do
+    local held=()
+    for ((i = 0; i < count; i++)); do
+      slot=$(timeout 1 redis-cli -p "$port" cluster keyslot "{segment:$i}" | tr -d '\r')
+      if ((slot >= first && slot <= last)); then held+=("$i"); fi
+    done
+    owner=unknown
+    for name in $(members); do
+      if [[ $(port_of "$name") == "$master" ]]; then owner=$name; fi
+    done
+    say "stock cluster: $owner (port $master) serves slots $first-$last: segments ${held[*]:-none} of $count"
+  done <<<"$ranges"
 }
 
 signal() {
@@ -328,5 +410,6 @@ case "${1:-start}" in
     say "$name: started again on $(port_of "$name")" ;;
   leader) leader "${2:?leader of etcd, zookeeper or failover-redis?}" ;;
   port) port_of "${2:?port of which member?}" ;;
-  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart, leader or port" ;;
+  segments) segments ;;
+  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart, leader, port or segments" ;;
 esac

@@ -11,7 +11,6 @@ use crate::http::admin::ResetAccess;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
 use crate::orders::OrderWriter;
-use crate::sale::keys::Keys;
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
@@ -31,7 +30,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .with_segments(segments)
         .with_one_per_buyer(config.one_per_buyer)
         .with_orders(config.orders)
-        .with_keys(Keys::with_prefix(&config.key_prefix));
+        .with_keys(wiring::stock_keys(config, &stock_redis, segments)?);
     let store = match wiring::stock_replica_wait(config) {
         None => store,
         Some(wait) => {

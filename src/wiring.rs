@@ -35,6 +35,38 @@ pub fn segments(config: &Config) -> anyhow::Result<Segments> {
     Ok(segments)
 }
 
+/// The sale's keys, laid out for the stock's Redis (see [`crate::sale::keys`]), or why
+/// an option cannot work on a Redis Cluster yet.
+pub fn stock_keys(config: &Config, stock_redis: &MasterAddress, segments: Segments) -> anyhow::Result<Keys> {
+    let keys = Keys::with_prefix(&config.key_prefix).on_cluster(stock_redis.is_cluster());
+    if !keys.is_on_cluster() {
+        return Ok(keys);
+    }
+    if config.key_prefix.contains(['{', '}']) {
+        anyhow::bail!(
+            "--key-prefix `{}` holds a brace, and on a Redis Cluster the sale puts each segment's keys under a \
+             hash tag of its own (`{{segment:2}}`): a brace in the prefix would become the tag. Leave the braces out",
+            config.key_prefix
+        );
+    }
+    if segments != Segments::ONE && config.one_per_buyer {
+        anyhow::bail!(
+            "--one-per-buyer checks a buyer in the script that takes the unit, and on a Redis Cluster each of the \
+             {} segments keeps its own buyers, in its own slot: a buyer could get one unit per segment. \
+             Leave --stock-segments at 1 with --one-per-buyer on a cluster, or sell on one Redis",
+            segments.count()
+        );
+    }
+    if segments != Segments::ONE && config.orders {
+        anyhow::bail!(
+            "--orders reads one orders stream, and on a Redis Cluster each of the {} segments appends to its \
+             own, in its own slot. Leave --stock-segments at 1 with --orders on a cluster, or sell on one Redis",
+            segments.count()
+        );
+    }
+    Ok(keys)
+}
+
 /// The sold-out flag (`--sold-out-flag`), or why this strategy has no use for it.
 pub fn sold_out_memory(config: &Config, segments: Segments) -> anyhow::Result<Option<SoldOutMemory>> {
     if !config.sold_out_flag {
@@ -104,7 +136,9 @@ pub async fn order_writer(
         .context("--orders writes every order into MySQL")?;
     Ok(Some(OrderWriter::new(
         redis,
-        Keys::with_prefix(&config.key_prefix).orders(),
+        Keys::with_prefix(&config.key_prefix)
+            .on_cluster(stock_redis.is_cluster())
+            .orders(),
         mysql,
         config.instance_name(),
         Duration::from_millis(config.orders_claim_idle_ms),

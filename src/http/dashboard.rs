@@ -23,7 +23,7 @@ use futures_util::Stream;
 use serde::Serialize;
 
 use crate::api::StockSnapshot;
-use crate::sale::stock::{number, queue_snapshot_reads, snapshot_from, SaleRecord, StockError, StockStore};
+use crate::sale::stock::{number, SaleRecord, StockError, StockStore};
 
 /// How often the page is told.
 const TICK: Duration = Duration::from_millis(250);
@@ -83,38 +83,44 @@ pub struct DashboardView {
     pub snapshot: StockSnapshot,
     pub generation: i64,
     pub records: Vec<SaleRecord>,
-    /// Records read from the list, readable or not: where the next look starts.
-    pub records_read: usize,
+    /// Records read from each list of sale records, readable or not: where the next look
+    /// starts. One list on one Redis, one per segment on a Redis Cluster.
+    pub records_read: Vec<usize>,
     /// `("<instance> <error code>", count)`.
     pub refusals: Vec<(String, i64)>,
 }
 
-/// What the page shows, in one round trip: the counters, the reset generation, up to
-/// `limit` sale records from index `from` on, and the refusals.
-pub async fn look_at_the_sale(store: &StockStore, from: usize, limit: usize) -> Result<DashboardView, StockError> {
-    let last = (from + limit).saturating_sub(1);
-    let mut pipe = redis::pipe();
+/// What the page shows: the counters, the reset generation, up to `limit` sale records
+/// of each list from the index `from` holds for it on, and the refusals.
+pub async fn look_at_the_sale(store: &StockStore, from: &[usize], limit: usize) -> Result<DashboardView, StockError> {
     let keys = store.keys();
-    queue_snapshot_reads(&mut pipe, keys);
-    pipe.get(keys.generation())
-        .lrange(keys.sales(), from as isize, last as isize)
-        .hgetall(keys.refusals());
-    type Raw = (
-        Option<String>,
-        Option<String>,
-        i64,
-        Option<String>,
-        Option<String>,
-        Vec<String>,
-        Vec<(String, i64)>,
-    );
-    let (stock, lucky, sales, initial, generation, raw, refusals): Raw =
-        pipe.query_async(&mut store.connection()).await?;
+    let snapshot = store.snapshot().await?;
+    let mut connection = store.connection();
+    let (generation, refusals): (Option<String>, Vec<(String, i64)>) = redis::pipe()
+        .get(keys.generation())
+        .hgetall(keys.refusals())
+        .query_async(&mut connection)
+        .await?;
+    let (mut records, mut records_read) = (Vec::new(), Vec::new());
+    for (list, group) in keys.groups(store.segments()).into_iter().enumerate() {
+        let first = from.get(list).copied().unwrap_or(0);
+        let raw: Vec<String> = redis::cmd("LRANGE")
+            .arg(keys.sales_of(group))
+            .arg(first)
+            .arg((first + limit).saturating_sub(1))
+            .query_async(&mut connection)
+            .await?;
+        records.extend(
+            raw.iter()
+                .filter_map(|line| serde_json::from_str::<SaleRecord>(line).ok()),
+        );
+        records_read.push(raw.len());
+    }
     Ok(DashboardView {
-        snapshot: snapshot_from((stock, lucky, sales, initial), keys)?,
+        snapshot,
         generation: number(&keys.generation(), generation.as_deref())?.unwrap_or(0),
-        records: raw.iter().filter_map(|line| serde_json::from_str(line).ok()).collect(),
-        records_read: raw.len(),
+        records,
+        records_read,
         refusals,
     })
 }
@@ -135,7 +141,8 @@ struct Cursor {
     store: StockStore,
     banner: Banner,
     generation: Option<i64>,
-    next_record: usize,
+    /// Where the next look starts in each list of sale records.
+    next_record: Vec<usize>,
 }
 
 /// `GET /events`: a tick every [`TICK`]; a Redis that does not answer is an `error`
@@ -145,7 +152,7 @@ pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Resul
         store,
         banner,
         generation: None,
-        next_record: 0,
+        next_record: Vec::new(),
     };
     let stream = futures_util::stream::unfold((cursor, true), |(mut cursor, first)| async move {
         if !first {
@@ -159,7 +166,7 @@ pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Resul
 
 impl Cursor {
     async fn next_event(&mut self) -> Event {
-        let view = match look_at_the_sale(&self.store, self.next_record, RECORDS_PER_EVENT).await {
+        let view = match look_at_the_sale(&self.store, &self.next_record, RECORDS_PER_EVENT).await {
             Ok(view) => view,
             Err(error) => {
                 return Event::default().event("error").data(format!(
@@ -171,11 +178,14 @@ impl Cursor {
         if reset && self.generation.is_some() {
             // The list started over: read it again from its first record next time.
             self.generation = Some(view.generation);
-            self.next_record = 0;
+            self.next_record.clear();
             return self.tick(true, &view.snapshot, Vec::new(), view.refusals);
         }
         self.generation = Some(view.generation);
-        self.next_record += view.records_read;
+        self.next_record.resize(view.records_read.len(), 0);
+        for (next, read) in self.next_record.iter_mut().zip(&view.records_read) {
+            *next += read;
+        }
         let sales = view.records.into_iter().map(SoldUnit::from).collect();
         self.tick(reset, &view.snapshot, sales, view.refusals)
     }

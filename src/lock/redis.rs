@@ -279,15 +279,24 @@ impl RedisArgs {
     /// Where the lock lives: the stock's Redis, a server of its own, or the master that
     /// Sentinels name.
     pub fn address(&self, stock_redis: &MasterAddress) -> anyhow::Result<MasterAddress> {
-        match &self.lock_redis_url {
-            None => Ok(stock_redis.clone()),
+        let address = match &self.lock_redis_url {
+            None => stock_redis.clone(),
             Some(url) => MasterAddress::parse(url).map_err(|problem| {
                 anyhow::anyhow!(
                     "{problem}; set --lock-redis-url / SECKILL_LOCK_REDIS_URL to redis://host:port or \
                      redis-sentinel://host:port,host:port#master-name"
                 )
-            }),
+            })?,
+        };
+        if address.is_cluster() {
+            anyhow::bail!(
+                "the Redis lock needs one master, a server or the one Sentinels name: its scripts keep a grant \
+                 and its waiters together, and a Redis Cluster spreads them over its masters. The stock may \
+                 live on a cluster: point --lock-redis-url / SECKILL_LOCK_REDIS_URL at a server of the lock's \
+                 own, as in redis://127.0.0.1:6379"
+            );
         }
+        Ok(address)
     }
 }
 

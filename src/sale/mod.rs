@@ -598,7 +598,7 @@ impl Sale {
             Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
             Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
             Err(error) => self
-                .settle(&record.sale_id, &sale, error)
+                .settle(segment, &record.sale_id, &sale, error)
                 .await
                 .map(|settled| match settled {
                     Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
@@ -612,7 +612,13 @@ impl Sale {
 
     /// The write's answer was lost: ask Redis which outcome stands until it answers.
     /// `read_from` is the sale the read saw, or the one the atomic script was sent to.
-    async fn settle(&self, sale_id: &str, read_from: &SaleName, error: StockError) -> Result<Settled, AppError> {
+    async fn settle(
+        &self,
+        segment: Segment,
+        sale_id: &str,
+        read_from: &SaleName,
+        error: StockError,
+    ) -> Result<Settled, AppError> {
         if self.store.waits_for_replicas() {
             // The master may have the sale and its replicas not yet: whatever the master
             // says now, a failover may undo. The buyer is told the truth, that nobody knows.
@@ -624,7 +630,7 @@ impl Sale {
         tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
         let deadline = Instant::now() + SETTLE_DEADLINE;
         let every_pause = ConstantBuilder::new().with_delay(SETTLE_RETRY).without_max_times();
-        (|| self.store.settle(sale_id, read_from))
+        (|| self.store.settle(segment, sale_id, read_from))
             .retry(every_pause)
             .when(|_| Instant::now() < deadline)
             .await
@@ -657,7 +663,7 @@ impl Sale {
                 reset_with,
             }),
             Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
-            Err(error) => match self.settle(&record.sale_id, &sent_to, error).await? {
+            Err(error) => match self.settle(Segment::WHOLE, &record.sale_id, &sent_to, error).await? {
                 Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
                 Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {

@@ -246,7 +246,7 @@ impl SaleRecord {
 pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
 
 /// Adds the reads of a [`StockSnapshot`] to `pipe`; [`snapshot_from`] reads their answers.
-pub fn queue_snapshot_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
+fn queue_snapshot_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
     pipe.get(keys.stock())
         .get(keys.lucky())
         .llen(keys.sales())
@@ -254,7 +254,7 @@ pub fn queue_snapshot_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
 }
 
 /// The snapshot in the answers to [`queue_snapshot_reads`].
-pub fn snapshot_from((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<StockSnapshot, StockError> {
+fn snapshot_from((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<StockSnapshot, StockError> {
     Ok(StockSnapshot {
         stock: number(&keys.stock(), stock.as_deref())?.unwrap_or(0),
         lucky: number(&keys.lucky(), lucky.as_deref())?.unwrap_or(0),
@@ -460,16 +460,16 @@ impl StockStore {
     /// the order: their three keys (the buyers, the orders stream, the sale's name) go last
     /// among the KEYS, and their two arguments next among the ARGV (the buyer to hold to
     /// one unit, `1` to append the order; each empty when off).
-    fn add_sale_rules(&self, invocation: &mut redis::ScriptInvocation<'_>, record: &SaleRecord) {
+    fn add_sale_rules(&self, invocation: &mut redis::ScriptInvocation<'_>, segment: Segment, record: &SaleRecord) {
         let buyer = match (self.one_per_buyer, &record.buyer) {
             (true, Some(buyer)) => buyer.as_str(),
             _ => "",
         };
         let order = if self.orders { "1" } else { "" };
         invocation
-            .key(self.keys.buyers())
-            .key(self.keys.orders())
-            .key(self.keys.sale_name())
+            .key(self.keys.buyers_of(segment))
+            .key(self.keys.orders_of(segment))
+            .key(self.keys.sale_name_of(segment))
             .arg(buyer)
             .arg(order);
     }
@@ -487,6 +487,10 @@ impl StockStore {
     /// Puts `stock` units on sale, split into this store's segments, and forgets every
     /// earlier sale, its outcomes and the fencing high-water marks: a new sale begins.
     pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
+        let name = format!("{:032x}", rand::random::<u128>());
+        if self.keys.is_on_cluster() {
+            return self.reset_on_cluster(stock, &name).await;
+        }
         let mut pipe = redis::pipe();
         pipe.atomic()
             .del(self.keys.every_possible_segment_key())
@@ -502,13 +506,45 @@ impl StockStore {
             .del(self.keys.grants())
             .del(self.keys.refusals())
             .incr(self.keys.generation(), 1)
-            .set(self.keys.sale_name(), format!("{:032x}", rand::random::<u128>()));
+            .set(self.keys.sale_name(), name);
         if self.segments != Segments::ONE {
             for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
                 pipe.set(self.keys.stock_of(segment), units);
             }
         }
         pipe.query_async::<()>(&mut self.connection.clone()).await?;
+        Ok(())
+    }
+
+    /// [`StockStore::reset`] on a Redis Cluster, where a transaction stays in one slot:
+    /// one for the sale as a whole, which names the new sale, then one per segment,
+    /// which puts its units on sale under a copy of that name. A seller that reads a
+    /// segment not yet reset still sells in the old sale, which that segment's reset
+    /// then forgets, as a reset forgets every sale before it.
+    async fn reset_on_cluster(&self, stock: i64, name: &str) -> Result<(), StockError> {
+        let mut connection = self.connection.clone();
+        let count = self.segments.count();
+        redis::pipe()
+            .atomic()
+            .set(self.keys.initial_stock(), stock)
+            .set(self.keys.segment_count(), count)
+            .del(self.keys.grants())
+            .del(self.keys.refusals())
+            .incr(self.keys.generation(), 1)
+            .set(self.keys.sale_name(), name)
+            .query_async::<()>(&mut connection)
+            .await?;
+        for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
+            redis::pipe()
+                .atomic()
+                .del(self.keys.every_key_of(segment))
+                .set(self.keys.stock_of(segment), units)
+                .set(self.keys.lucky_of(segment), 0)
+                .set(self.keys.sale_name_of(segment), name)
+                .set(self.keys.segment_count_of(segment), count)
+                .query_async::<()>(&mut connection)
+                .await?;
+        }
         Ok(())
     }
 
@@ -528,9 +564,35 @@ impl StockStore {
     }
 
     pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
-        let mut pipe = redis::pipe();
-        queue_snapshot_reads(&mut pipe, &self.keys);
-        snapshot_from(pipe.query_async(&mut self.connection.clone()).await?, &self.keys)
+        if !self.keys.is_on_cluster() {
+            let mut pipe = redis::pipe();
+            queue_snapshot_reads(&mut pipe, &self.keys);
+            return snapshot_from(pipe.query_async(&mut self.connection.clone()).await?, &self.keys);
+        }
+        // One round trip per slot: the segments' counts, added up.
+        let mut connection = self.connection.clone();
+        let initial: Option<String> = redis::cmd("GET")
+            .arg(self.keys.initial_stock())
+            .query_async(&mut connection)
+            .await?;
+        let mut total = StockSnapshot {
+            stock: 0,
+            lucky: 0,
+            sales: 0,
+            initial: number(&self.keys.initial_stock(), initial.as_deref())?,
+        };
+        for segment in self.keys.groups(self.segments) {
+            let (stock, lucky, sales): (Option<String>, Option<String>, i64) = redis::pipe()
+                .get(self.keys.stock_of(segment))
+                .get(self.keys.lucky_of(segment))
+                .llen(self.keys.sales_of(segment))
+                .query_async(&mut connection)
+                .await?;
+            total.stock += number(&self.keys.stock_of(segment), stock.as_deref())?.unwrap_or(0);
+            total.lucky += number(&self.keys.lucky_of(segment), lucky.as_deref())?.unwrap_or(0);
+            total.sales += sales;
+        }
+        Ok(total)
     }
 
     /// The connection, for a reader that adds keys of its own (the dashboard).
@@ -564,9 +626,9 @@ impl StockStore {
         let mut invocation = self.read.key(self.keys.stock_of(segment));
         invocation
             .key(self.keys.fence_of(segment))
-            .key(self.keys.fence_refusals())
-            .key(self.keys.segment_count())
-            .key(self.keys.sale_name())
+            .key(self.keys.fence_refusals_of(segment))
+            .key(self.keys.segment_count_of(segment))
+            .key(self.keys.sale_name_of(segment))
             .arg(segment.of);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
@@ -598,14 +660,14 @@ impl StockStore {
         let json = serde_json::to_string(record).expect("a sale record serializes");
         let mut invocation = self.write.key(self.keys.stock_of(segment));
         invocation
-            .key(self.keys.lucky())
-            .key(self.keys.sales())
-            .key(self.keys.outcomes())
+            .key(self.keys.lucky_of(segment))
+            .key(self.keys.sales_of(segment))
+            .key(self.keys.outcomes_of(segment))
             .key(self.keys.fence_of(segment))
-            .key(self.keys.fence_refusals())
-            .key(self.keys.stock());
+            .key(self.keys.fence_refusals_of(segment))
+            .key(self.keys.total_stock_of(segment));
         invocation.arg(&record.sale_id).arg(new_stock).arg(json);
-        self.add_sale_rules(&mut invocation, record);
+        self.add_sale_rules(&mut invocation, segment, record);
         invocation.arg(&read_from.0);
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter);
@@ -628,11 +690,11 @@ impl StockStore {
     /// otherwise aborted for good (a late write is then refused). `read_from` is the sale
     /// the read saw (for the atomic script, [`StockStore::sale_seen_by_atomic`] before it
     /// was sent): once a reset renamed it, an outcome not found is unknown.
-    pub async fn settle(&self, sale_id: &str, read_from: &SaleName) -> Result<Settled, StockError> {
+    pub async fn settle(&self, segment: Segment, sale_id: &str, read_from: &SaleName) -> Result<Settled, StockError> {
         let outcome: String = self
             .settle
-            .key(self.keys.outcomes())
-            .key(self.keys.sale_name())
+            .key(self.keys.outcomes_of(segment))
+            .key(self.keys.sale_name_of(segment))
             .arg(sale_id)
             .arg(&read_from.0)
             .invoke_async(&mut self.connection.clone())
@@ -662,15 +724,16 @@ impl StockStore {
     /// The whole sale as one script.
     pub async fn sell_atomically(&self, record: &SaleRecord) -> Result<AtomicOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let mut invocation = self.atomic_sale.key(self.keys.stock());
+        let whole = Segment::WHOLE;
+        let mut invocation = self.atomic_sale.key(self.keys.total_stock_of(whole));
         invocation
-            .key(self.keys.lucky())
-            .key(self.keys.sales())
-            .key(self.keys.outcomes())
-            .key(self.keys.segment_count())
+            .key(self.keys.lucky_of(whole))
+            .key(self.keys.sales_of(whole))
+            .key(self.keys.outcomes_of(whole))
+            .key(self.keys.segment_count_of(whole))
             .arg(json)
             .arg(&record.sale_id);
-        self.add_sale_rules(&mut invocation, record);
+        self.add_sale_rules(&mut invocation, whole, record);
         let mut writes = self.writes();
         let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut writes).await;
         if let Ok((_, sale)) = &answer {

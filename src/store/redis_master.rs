@@ -20,7 +20,11 @@
 //!    is unknown, so only its caller can decide what to do: the lock sends its
 //!    owner-checked clean-up, then tries again; a sale settles its write, or tells its
 //!    buyer the outcome is unknown.
-//! 4. **Waiting for replicas.** [`ReplicaWait`] sends `WAIT` after a write, on the
+//! 4. **A cluster.** `redis-cluster://host:port,...` names nodes of a Redis Cluster
+//!    ([`super::redis_cluster`]): the cluster's own client sends each command to the
+//!    master of its key's slot, and follows the cluster when it promotes a replica or
+//!    moves a slot, so no Sentinel is asked.
+//! 5. **Waiting for replicas.** [`ReplicaWait`] sends `WAIT` after a write, on the
 //!    connection that wrote it: the lock after a grant (`--lock-redis-wait-replicas`),
 //!    the sale after a sale (`--stock-wait-replicas`).
 //!
@@ -42,8 +46,11 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use super::redis_cluster::{is_host_and_port, ClusterAddress};
 
 /// The URL scheme that names Sentinels instead of a server.
 pub const SENTINEL_SCHEME: &str = "redis-sentinel://";
@@ -52,11 +59,13 @@ pub const LOOKUP_PAUSE: Duration = Duration::from_millis(100);
 /// How long asking the Sentinels, and connecting to the master they name, may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Where the master is: a server, or what the Sentinels say.
+/// Where the master is: a server, what the Sentinels say, or, for a cluster, the master
+/// of each key's slot.
 #[derive(Clone, Debug)]
 pub enum MasterAddress {
     Server(redis::Client),
     Sentinels(SentinelAddress),
+    Cluster(ClusterAddress),
 }
 
 /// The Sentinels of a master, and its name: `redis-sentinel://host:port,...[/db]#name`.
@@ -68,8 +77,12 @@ pub struct SentinelAddress {
 }
 
 impl MasterAddress {
-    /// Reads `redis://...` or `redis-sentinel://...`, naming what is wrong with a bad one.
+    /// Reads `redis://...`, `redis-sentinel://...` or `redis-cluster://...`, naming what is
+    /// wrong with a bad one.
     pub fn parse(url: &str) -> Result<Self, String> {
+        if let Some(cluster) = ClusterAddress::parse(url) {
+            return cluster.map(MasterAddress::Cluster);
+        }
         let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
             return redis::Client::open(url)
                 .map(MasterAddress::Server)
@@ -107,10 +120,11 @@ impl MasterAddress {
     pub fn moves(&self) -> bool {
         matches!(self, MasterAddress::Sentinels(_))
     }
-}
 
-fn is_host_and_port(host: &str) -> bool {
-    matches!(host.rsplit_once(':'), Some((name, port)) if !name.is_empty() && port.parse::<u16>().is_ok())
+    /// Whether the keys spread over the masters of a cluster, by hash slot.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, MasterAddress::Cluster(_))
+    }
 }
 
 /// `WAIT replicas timeout` after a write, before it counts: asynchronous replication
@@ -146,9 +160,10 @@ pub async fn connect_checked(url: &str, role: &str, flag: &str) -> anyhow::Resul
         )
     })?;
     let unreachable = |error: redis::RedisError| {
-        let start = match address.moves() {
-            true => "Start the Sentinels and their master with `make cluster`",
-            false => "Start one with `make services` (or `redis-server --port 6379`)",
+        let start = match &address {
+            MasterAddress::Sentinels(_) => "Start the Sentinels and their master with `make cluster`",
+            MasterAddress::Cluster(_) => "Start the Redis Cluster with `make cluster`",
+            MasterAddress::Server(_) => "Start one with `make services` (or `redis-server --port 6379`)",
         };
         anyhow::anyhow!("cannot reach the {role} at {url}: {error}.\n  {start}, or point {flag} at a running server.")
     };
@@ -170,8 +185,15 @@ impl From<&redis::Client> for MasterAddress {
 /// command failed on an older server does not move us again.
 struct Current {
     client: redis::Client,
-    connection: ConnectionManager,
+    connection: Link,
     generation: u64,
+}
+
+/// One server's connection, or a cluster's, which holds one per master and routes.
+#[derive(Clone)]
+enum Link {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
 }
 
 /// How the connection finds the master again: the Sentinels, and when it last asked.
@@ -196,6 +218,14 @@ impl MasterConnection {
                 current: Arc::new(StdMutex::new(Current::open(client.clone()).await?)),
                 follower: None,
             }),
+            MasterAddress::Cluster(address) => Ok(MasterConnection {
+                current: Arc::new(StdMutex::new(Current {
+                    client: address.first_node()?,
+                    connection: Link::Cluster(address.connect().await?),
+                    generation: 0,
+                })),
+                follower: None,
+            }),
             MasterAddress::Sentinels(address) => {
                 let node = SentinelNodeConnectionInfo::default()
                     .set_redis_connection_info(redis::RedisConnectionInfo::default().set_db(address.db));
@@ -218,7 +248,8 @@ impl MasterConnection {
         }
     }
 
-    /// The client of the server we talk to now (for a subscription of its own).
+    /// The client of the server we talk to now (for a subscription of its own); for a
+    /// cluster, of its first node.
     pub fn client(&self) -> redis::Client {
         self.current().client.clone()
     }
@@ -237,7 +268,7 @@ impl MasterConnection {
         self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn now(&self) -> (ConnectionManager, u64) {
+    fn now(&self) -> (Link, u64) {
         let current = self.current();
         (current.connection.clone(), current.generation)
     }
@@ -286,7 +317,7 @@ impl Current {
         let connection = crate::store::redis::connection_manager(&client).await?;
         Ok(Current {
             client,
-            connection,
+            connection: Link::Server(connection),
             generation: 0,
         })
     }
@@ -327,6 +358,34 @@ fn error_reply(value: &Value) -> Option<redis::RedisError> {
     match value {
         Value::ServerError(reply) => Some(reply.clone().into()),
         _ => None,
+    }
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::Server(connection) => connection.req_packed_command(cmd),
+            Link::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Server(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Server(connection) => connection.get_db(),
+            Link::Cluster(connection) => connection.get_db(),
+        }
     }
 }
 
@@ -398,6 +457,15 @@ mod tests {
         assert!(error("redis-sentinel://127.0.0.1#m").contains("not a Sentinel's host:port"));
         assert!(error("redis-sentinel://127.0.0.1:1/x#m").contains("not a database number"));
         assert!(error("http://127.0.0.1:6379").contains("not a Redis URL"));
+    }
+
+    #[test]
+    fn a_cluster_url_names_a_cluster() {
+        let address = MasterAddress::parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001").unwrap();
+        assert!(address.is_cluster() && !address.moves());
+        assert!(MasterAddress::parse("redis-cluster://127.0.0.1")
+            .unwrap_err()
+            .contains("host:port"));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | [`locks`] | lock options, owners, and the race a lock must close |
 //! | [`backends`] | the shared etcd, ZooKeeper, MariaDB and Redlock masters `make services` starts |
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
+//! | [`private_cluster`] | a Redis Cluster of a test's own, masters with a replica each |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
 //! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
 //! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
@@ -20,6 +21,7 @@ pub mod instances;
 pub mod locks;
 pub mod backends;
 pub mod private_redis;
+pub mod private_cluster;
 pub mod private_server;
 pub mod wall_clock;
 pub mod pages;
@@ -30,6 +32,7 @@ pub use backends::*;
 pub use instances::*;
 pub use locks::*;
 pub use pages::*;
+pub use private_cluster::*;
 pub use private_redis::*;
 pub use private_server::*;
 pub use test_redis::*;

@@ -65,6 +65,26 @@ impl PrivateRedis {
         replica
     }
 
+    /// A node of a Redis Cluster on `port` (its bus on `port + 10000`), not yet in any
+    /// cluster: [`crate::private_cluster`] joins them.
+    pub fn start_cluster_node(port: u16, node_timeout_ms: u64) -> Self {
+        let timeout = node_timeout_ms.to_string();
+        Self::spawn_with(
+            port,
+            temp_dir("private-cluster-node"),
+            false,
+            &[],
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                &timeout,
+            ],
+        )
+    }
+
     /// A section of `INFO`, as text.
     pub fn info(&self, section: &str) -> String {
         let mut connection = self.client().get_connection().unwrap();

@@ -118,7 +118,7 @@ async fn main() -> ExitCode {
                 users: 500,
                 initial_stock: 300,
                 redis_url: config.redis_url.clone(),
-                keys: seckill::sale::keys::Keys::with_prefix(&config.key_prefix),
+                keys: seckill::sale::keys::Keys::for_stock_at(&config.key_prefix, &config.redis_url),
                 mysql_url: config.mysql_url.clone(),
                 admin_token,
                 goose_metrics: false,

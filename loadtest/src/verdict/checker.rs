@@ -100,27 +100,42 @@ pub async fn generation(redis_url: &str, keys: &Keys) -> anyhow::Result<i64> {
     Ok(generation.unwrap_or(0))
 }
 
-/// The sale as Redis holds it now, under `keys`.
+/// The sale as Redis holds it now, under `keys`: on a Redis Cluster, each segment's
+/// counts and records from the master that holds it, added up
+/// ([`seckill::sale::keys`]).
 pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState> {
-    type Raw = (
-        Option<i64>,
-        Option<i64>,
-        Option<i64>,
-        Vec<String>,
-        Vec<String>,
-        BTreeMap<String, usize>,
-    );
-    let (stock, lucky, generation, raw, raw_grants, refusals): Raw = redis::pipe()
-        .get(keys.stock())
-        .get(keys.lucky())
+    let mut redis = connect(redis_url).await?;
+    let (generation, raw_grants, count): (Option<i64>, Vec<String>, Option<u32>) = redis::pipe()
         .get(keys.generation())
-        .lrange(keys.sales(), 0, -1)
         .lrange(keys.grants(), 0, -1)
-        .hgetall(keys.fence_refusals())
-        .query_async(&mut connect(redis_url).await?)
+        .get(keys.segment_count())
+        .query_async(&mut redis)
         .await
         .context("reading the sale back from Redis")?;
-    let segment_stocks = read_segment_stocks(redis_url, keys).await?;
+    let segments = match count.map(Segments::new) {
+        Some(Ok(segments)) => segments,
+        _ => Segments::ONE,
+    };
+    type Raw = (Option<i64>, Option<i64>, Vec<String>, BTreeMap<String, usize>);
+    let (mut stock, mut lucky, mut raw, mut refusals) = (0, 0, Vec::new(), BTreeMap::new());
+    // One round trip per place the counts are: one on one Redis, one per segment on a cluster.
+    for group in keys.groups(segments) {
+        let (units, buyers, records, refused): Raw = redis::pipe()
+            .get(keys.total_stock_of(group))
+            .get(keys.lucky_of(group))
+            .lrange(keys.sales_of(group), 0, -1)
+            .hgetall(keys.fence_refusals_of(group))
+            .query_async(&mut redis)
+            .await
+            .context("reading the sale back from Redis")?;
+        stock += units.unwrap_or(0);
+        lucky += buyers.unwrap_or(0);
+        raw.extend(records);
+        for (step, count) in refused {
+            *refusals.entry(step).or_default() += count;
+        }
+    }
+    let segment_stocks = read_segment_stocks(&mut redis, keys, segments).await?;
     let mut records = Vec::with_capacity(raw.len());
     let mut unreadable_records = 0;
     for line in &raw {
@@ -135,8 +150,8 @@ pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState
         .collect();
     let refused = |step: &str| refusals.get(step).copied().unwrap_or(0);
     Ok(SaleState {
-        stock: stock.unwrap_or(0),
-        lucky: lucky.unwrap_or(0),
+        stock,
+        lucky,
         generation: generation.unwrap_or(0),
         records,
         unreadable_records,
@@ -149,20 +164,22 @@ pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState
     })
 }
 
-/// Each segment's units left, when the last reset split the stock (none otherwise).
-async fn read_segment_stocks(redis_url: &str, keys: &Keys) -> anyhow::Result<Vec<i64>> {
-    let mut redis = connect(redis_url).await?;
-    let count: Option<u32> = redis::cmd("GET")
-        .arg(keys.segment_count())
-        .query_async(&mut redis)
-        .await?;
-    let segments = match count.map(Segments::new) {
-        Some(Ok(segments)) if segments != Segments::ONE => segments,
-        _ => return Ok(Vec::new()),
-    };
-    let stock_keys: Vec<String> = segments.all().map(|segment| keys.stock_of(segment)).collect();
-    let stocks: Vec<Option<i64>> = redis::cmd("MGET").arg(&stock_keys).query_async(&mut redis).await?;
-    Ok(stocks.into_iter().map(|stock| stock.unwrap_or(0)).collect())
+/// Each segment's units left, when the last reset split the stock (none otherwise). One
+/// `GET` each: on a cluster, the segments live on different masters.
+async fn read_segment_stocks(
+    redis: &mut MasterConnection,
+    keys: &Keys,
+    segments: Segments,
+) -> anyhow::Result<Vec<i64>> {
+    if segments == Segments::ONE {
+        return Ok(Vec::new());
+    }
+    let mut stocks = Vec::new();
+    for segment in segments.all() {
+        let units: Option<i64> = redis::cmd("GET").arg(keys.stock_of(segment)).query_async(redis).await?;
+        stocks.push(units.unwrap_or(0));
+    }
+    Ok(stocks)
 }
 
 /// Compares what Redis holds with what the buyers were told.

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::TestSale;
 use loadtest::{run, Options, Report, Verdict};
+use seckill::sale::segments::Segments;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
@@ -514,4 +515,66 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
         .await
         .unwrap();
     assert_eq!(lucky, 300);
+}
+
+/// The stock on a Redis Cluster of three masters, each with a replica: six segments,
+/// which their hash tags spread over the masters, and the sold-out flag. The `redis`
+/// lock cannot live on a cluster (its scripts keep a grant and its waiters together), so
+/// it is on the test Redis. The instances and the checker read the segments from
+/// whichever master holds each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stock_on_a_redis_cluster_sells_exactly_300_over_segments_on_every_master() {
+    let _turn = common::take_turn().await;
+    let cluster = common::PrivateRedisCluster::start(3);
+    let sale = TestSale::new();
+    let segmented = Run {
+        stock_segments: 6,
+        ..PLAIN
+    };
+    let start = || async {
+        let mut config = common::config(Strategy::Redis, &sale);
+        config.redis_url = cluster.url();
+        config.redis.lock_redis_url = Some(common::redis_url());
+        config.acquire_timeout_ms = 30_000;
+        config.stock_segments = segmented.stock_segments;
+        config.sold_out_flag = true;
+        Instance::start(config)
+            .await
+            .unwrap_or_else(|error| panic!("cannot start an instance on the cluster: {error:#}"))
+    };
+    let (first, second) = (start().await, start().await);
+    let keys = sale.keys().clone().on_cluster(true);
+    let options = Options {
+        redis_url: cluster.url(),
+        keys: keys.clone(),
+        ..options_for(vec![first.url.clone(), second.url.clone()], &sale, segmented)
+    };
+    let report = run(&options).await.expect("the load test runs");
+    println!("{}", report.render());
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+
+    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
+    assert_eq!(report.units_sold_twice, 0);
+    assert_eq!(report.error_count(), 0, "{}", report.render());
+    // Every master sold some: each holds the lucky count of the segments whose slots it owns.
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    let mut sold_by_master = Vec::new();
+    for master in &masters {
+        let mut connection = common::connection(&master.client()).await;
+        let mut sold = 0;
+        for segment in Segments::new(6).unwrap().all() {
+            let lucky: Option<i64> = redis::cmd("GET")
+                .arg(keys.lucky_of(segment))
+                .query_async(&mut connection)
+                .await
+                .unwrap_or(None); // MOVED: another master's segment
+            sold += lucky.unwrap_or(0);
+        }
+        sold_by_master.push(sold);
+    }
+    assert_eq!(sold_by_master.iter().sum::<i64>(), 300, "{sold_by_master:?}");
+    assert!(sold_by_master.iter().all(|&sold| sold > 0), "{sold_by_master:?}");
 }

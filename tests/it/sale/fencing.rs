@@ -199,7 +199,7 @@ async fn a_sale_settled_as_aborted_cannot_be_written_later() {
     let record = SaleRecord::new(&seller, "late-write", Segment::WHOLE, INITIAL, None, 0.0, 0);
     let sale = current_sale(&store).await;
     assert_eq!(
-        store.settle("late-write", &sale).await.unwrap(),
+        store.settle(Segment::WHOLE, "late-write", &sale).await.unwrap(),
         seckill::sale::stock::Settled::NotSold
     );
     assert_eq!(
@@ -227,7 +227,7 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
         WriteOutcome::Sold
     );
     assert_eq!(
-        store.settle("early-write", &sale).await.unwrap(),
+        store.settle(Segment::WHOLE, "early-write", &sale).await.unwrap(),
         seckill::sale::stock::Settled::Sold {
             stock_after: INITIAL - 1
         }
@@ -326,7 +326,7 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
     );
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
-        store.settle("answer-lost", &sale).await.unwrap(),
+        store.settle(Segment::WHOLE, "answer-lost", &sale).await.unwrap(),
         seckill::sale::stock::Settled::Unknown
     );
 }
@@ -372,7 +372,10 @@ async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold(
     ));
     store.reset(INITIAL).await.unwrap();
     assert_eq!(
-        store.settle("atomic-answer-lost", &sent_to).await.unwrap(),
+        store
+            .settle(Segment::WHOLE, "atomic-answer-lost", &sent_to)
+            .await
+            .unwrap(),
         seckill::sale::stock::Settled::Unknown
     );
     // Once an answer told the store the new name, an id that never reached Redis, with
@@ -381,7 +384,10 @@ async fn an_atomic_sale_that_committed_before_a_reset_never_settles_as_not_sold(
     store.sell_atomically(&after_reset).await.unwrap();
     let sent_to = store.sale_seen_by_atomic();
     assert_eq!(
-        store.settle("atomic-never-sent", &sent_to).await.unwrap(),
+        store
+            .settle(Segment::WHOLE, "atomic-never-sent", &sent_to)
+            .await
+            .unwrap(),
         seckill::sale::stock::Settled::NotSold
     );
 }

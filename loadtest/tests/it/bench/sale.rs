@@ -120,7 +120,10 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     // tests beside this one take the cores, its waits (and so this bound) stretch more
     // than the eight connections' of the sale do. A CI run measured 671 sales/s under
     // load beside a sustained rate far above it. `make bench` runs alone and shows the ratio.
-    assert!(bound_under_load.is_finite() && bound_under_load > 0.0, "{bound_under_load}");
+    assert!(
+        bound_under_load.is_finite() && bound_under_load > 0.0,
+        "{bound_under_load}"
+    );
     assert!(result["probed_window"]["sold"].as_u64().unwrap() > 0, "{result}");
     assert!(
         stdout.contains("| that window / backend bound under load |"),

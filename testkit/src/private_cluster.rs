@@ -1,0 +1,87 @@
+//! A Redis Cluster of a test's own: masters with a replica each, on free loopback ports.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::private_redis::PrivateRedis;
+
+/// How long a master may be silent before the cluster fails it over. Short, so that a
+/// test's failover takes a couple of seconds.
+pub const NODE_TIMEOUT_MS: u64 = 1000;
+
+/// `masters` masters and one replica each, joined by `redis-cli --cluster create`, which
+/// spreads the 16,384 slots evenly over the masters.
+pub struct PrivateRedisCluster {
+    pub nodes: Vec<PrivateRedis>,
+}
+
+impl PrivateRedisCluster {
+    pub fn start(masters: usize) -> Self {
+        let ports = cluster_ports(2 * masters);
+        let nodes: Vec<PrivateRedis> = ports
+            .iter()
+            .map(|&port| PrivateRedis::start_cluster_node(port, NODE_TIMEOUT_MS))
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs: `make test` installs redis-tools");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = PrivateRedisCluster { nodes };
+        cluster.wait_until_every_node_says_ok();
+        cluster
+    }
+
+    /// The URL seckill reads: `redis-cluster://` and two of the nodes.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes[..2]
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        format!("redis-cluster://{}", seeds.join(","))
+    }
+
+    /// The nodes that are masters now.
+    pub fn masters(&self) -> Vec<&PrivateRedis> {
+        self.nodes
+            .iter()
+            .filter(|node| node.info("replication").contains("role:master"))
+            .collect()
+    }
+
+    fn wait_until_every_node_says_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for node in &self.nodes {
+            loop {
+                let mut connection = node.client().get_connection().unwrap();
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut connection).unwrap();
+                if info.contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster was not ok within 20 s: {info}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// `count` free ports whose bus ports (`port + 10000`) are free too.
+fn cluster_ports(count: usize) -> Vec<u16> {
+    let mut held = Vec::new();
+    while held.len() < count {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let Some(bus) = port.checked_add(10_000) else { continue };
+        if let Ok(bus_listener) = std::net::TcpListener::bind(("127.0.0.1", bus)) {
+            held.push((port, listener, bus_listener));
+        }
+    }
+    held.into_iter().map(|(port, _, _)| port).collect()
+}
