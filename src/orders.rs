@@ -106,17 +106,6 @@ impl OrderWriter {
         }
     }
 
-    /// Runs the writer in a task of its own, until [`RunningWriter::stop`].
-    pub fn start(self) -> RunningWriter {
-        let running = RunningWriter {
-            stopping: CancellationToken::new(),
-            task: TaskTracker::new(),
-        };
-        running.task.spawn(self.run(running.stopping.clone()));
-        running.task.close();
-        running
-    }
-
     /// Writes orders until `stopping` is cancelled. A step cut short there leaves its
     /// entries unacknowledged, so they are written again, once: see 3 above.
     async fn run(mut self, stopping: CancellationToken) {
@@ -264,6 +253,21 @@ pub struct RunningWriter {
 }
 
 impl RunningWriter {
+    /// Runs each writer in a task of its own, until [`RunningWriter::stop`]: one per
+    /// orders stream, which is one, or on a Redis Cluster one per segment (each in its
+    /// segment's hash slot, see [`crate::sale::keys`]).
+    pub fn start(writers: Vec<OrderWriter>) -> RunningWriter {
+        let running = RunningWriter {
+            stopping: CancellationToken::new(),
+            task: TaskTracker::new(),
+        };
+        for writer in writers {
+            running.task.spawn(writer.run(running.stopping.clone()));
+        }
+        running.task.close();
+        running
+    }
+
     /// Stops the writer and waits for it, at most [`STOP_BOUND`].
     pub async fn stop(&self) {
         self.stopping.cancel();

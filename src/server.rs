@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::http::admin::ResetAccess;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
-use crate::orders::OrderWriter;
+use crate::orders::RunningWriter;
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
@@ -26,11 +26,12 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             .await?;
     let segments = wiring::segments(config)?;
     let sold_out = wiring::sold_out_memory(config, segments)?;
+    let keys = wiring::stock_keys(config, &stock_redis)?;
     let store = StockStore::new(connection)
         .with_segments(segments)
         .with_one_per_buyer(config.one_per_buyer)
         .with_orders(config.orders)
-        .with_keys(wiring::stock_keys(config, &stock_redis, segments)?);
+        .with_keys(keys.clone());
     let store = match wiring::stock_replica_wait(config) {
         None => store,
         Some(wait) => {
@@ -68,9 +69,9 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
             .then(|| segments.all().map(|_| LocalQueue::new(hand_over)).collect()),
     });
-    let order_writer = wiring::order_writer(config, &stock_redis, sale.metrics().clone())
+    let order_writer = wiring::order_writers(config, &stock_redis, &keys, segments, sale.metrics().clone())
         .await?
-        .map(OrderWriter::start);
+        .map(RunningWriter::start);
     let limits = Limits {
         max_in_flight: config.max_in_flight as usize,
         request_timeout: request_timeout(config),

@@ -36,8 +36,8 @@ pub fn segments(config: &Config) -> anyhow::Result<Segments> {
 }
 
 /// The sale's keys, laid out for the stock's Redis (see [`crate::sale::keys`]), or why
-/// an option cannot work on a Redis Cluster yet.
-pub fn stock_keys(config: &Config, stock_redis: &MasterAddress, segments: Segments) -> anyhow::Result<Keys> {
+/// the prefix cannot name them on a Redis Cluster.
+pub fn stock_keys(config: &Config, stock_redis: &MasterAddress) -> anyhow::Result<Keys> {
     let keys = Keys::with_prefix(&config.key_prefix).on_cluster(stock_redis.is_cluster());
     if !keys.is_on_cluster() {
         return Ok(keys);
@@ -47,21 +47,6 @@ pub fn stock_keys(config: &Config, stock_redis: &MasterAddress, segments: Segmen
             "--key-prefix `{}` holds a brace, and on a Redis Cluster the sale puts each segment's keys under a \
              hash tag of its own (`{{segment:2}}`): a brace in the prefix would become the tag. Leave the braces out",
             config.key_prefix
-        );
-    }
-    if segments != Segments::ONE && config.one_per_buyer {
-        anyhow::bail!(
-            "--one-per-buyer checks a buyer in the script that takes the unit, and on a Redis Cluster each of the \
-             {} segments keeps its own buyers, in its own slot: a buyer could get one unit per segment. \
-             Leave --stock-segments at 1 with --one-per-buyer on a cluster, or sell on one Redis",
-            segments.count()
-        );
-    }
-    if segments != Segments::ONE && config.orders {
-        anyhow::bail!(
-            "--orders reads one orders stream, and on a Redis Cluster each of the {} segments appends to its \
-             own, in its own slot. Leave --stock-segments at 1 with --orders on a cluster, or sell on one Redis",
-            segments.count()
         );
     }
     Ok(keys)
@@ -118,30 +103,35 @@ pub async fn build(config: &Config, stock_redis: &MasterAddress) -> anyhow::Resu
     Ok(Guarding::Lock(Reentrant::new(lock)))
 }
 
-/// With `--orders`, the instance's consumer of the orders stream (see [`crate::orders`]),
-/// on a Redis connection and a small MySQL pool of its own.
-pub async fn order_writer(
+/// With `--orders`, the instance's consumers of the orders streams (see [`crate::orders`]):
+/// one per stream (one, or one per segment on a cluster), each on a Redis connection of
+/// its own, sharing a small MySQL pool.
+pub async fn order_writers(
     config: &Config,
     stock_redis: &MasterAddress,
+    keys: &Keys,
+    segments: Segments,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Option<OrderWriter>> {
+) -> anyhow::Result<Option<Vec<OrderWriter>>> {
     if !config.orders {
         return Ok(None);
     }
-    let redis = MasterConnection::connect(stock_redis)
-        .await
-        .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
     let mysql = crate::store::mysql::connect_checked(&config.mysql_url, crate::orders::WRITER_CONNECTIONS)
         .await
         .context("--orders writes every order into MySQL")?;
-    Ok(Some(OrderWriter::new(
-        redis,
-        Keys::with_prefix(&config.key_prefix)
-            .on_cluster(stock_redis.is_cluster())
-            .orders(),
-        mysql,
-        config.instance_name(),
-        Duration::from_millis(config.orders_claim_idle_ms),
-        metrics,
-    )))
+    let mut writers = Vec::new();
+    for group in keys.groups(segments) {
+        let redis = MasterConnection::connect(stock_redis)
+            .await
+            .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
+        writers.push(OrderWriter::new(
+            redis,
+            keys.orders_of(group),
+            mysql.clone(),
+            config.instance_name(),
+            Duration::from_millis(config.orders_claim_idle_ms),
+            metrics.clone(),
+        ));
+    }
+    Ok(Some(writers))
 }

@@ -338,12 +338,34 @@ impl Sale {
     ) {
         let waiting_since = Instant::now();
         let known = self.known_empty().await;
-        let mut segments = self
-            .store
-            .segments()
-            .random_visiting_order()
-            .filter(|segment| !known.is_empty(*segment))
-            .peekable();
+        let checked_buyer = self.store.buyer_to_check_per_segment(buyer.as_ref());
+        let order: Vec<Segment> = match checked_buyer {
+            // On a cluster, one walk per buyer (see `crate::sale::buyers`).
+            Some(buyer) => {
+                let segments = self.store.segments();
+                segments.visiting_order(buyer.home(segments.count())).collect()
+            }
+            None => self.store.segments().random_visiting_order().collect(),
+        };
+        let (skipped, to_try): (Vec<Segment>, Vec<Segment>) =
+            order.into_iter().partition(|segment| known.is_empty(*segment));
+        if let (Some(buyer), false) = (checked_buyer, to_try.is_empty()) {
+            // A segment the flag skips may be where this buyer got a unit before it emptied.
+            for segment in skipped {
+                match self.store.bought_in(segment, buyer).await {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        let _ = answer.send(Err(AppError::AlreadyBought));
+                        return;
+                    }
+                    Err(error) => {
+                        let _ = answer.send(Err(error.into()));
+                        return;
+                    }
+                }
+            }
+        }
+        let mut segments = to_try.into_iter().peekable();
         if segments.peek().is_none() {
             // Every segment is known empty in the sale of this name: no lock to ask.
             self.metrics.record_sold_out_from_memory();
@@ -532,7 +554,7 @@ impl Sale {
 
         // 2. Read and check.
         let reading = Instant::now();
-        let read = self.store.read(segment, token, &sale_id).await;
+        let read = self.store.read_for(segment, token, &sale_id, buyer).await;
         self.metrics.record_step(SaleStep::Read, reading.elapsed());
         let (stock, sale) = match read? {
             StockRead::Stock { units, sale } => (units, sale),
@@ -547,6 +569,7 @@ impl Sale {
                     reset_with,
                 })
             }
+            StockRead::AlreadyBought => return Err(AppError::AlreadyBought),
         };
         if stock <= 0 {
             return Ok(answer(false, 0));

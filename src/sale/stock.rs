@@ -63,29 +63,32 @@ use crate::store::redis_master::{MasterConnection, ReplicaWait};
 
 /// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
 /// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset, `KEYS[5]` =
-/// the sale's name.
-/// `ARGV[1]` = the segment count the seller sells from; `ARGV[2]`, `ARGV[3]` = the
-/// holder's token (epoch, counter), `ARGV[4]` = the sale id; no more ARGV for an
-/// unfenced read. The mark remembers the newest token and the one sale
+/// the sale's name, `KEYS[6]` = the segment's buyers.
+/// `ARGV[1]` = the segment count the seller sells from; `ARGV[2]` = a buyer to refuse if
+/// they got a unit of this segment already (empty: no such check; on a cluster, see
+/// [`crate::sale::buyers`]); `ARGV[3]`, `ARGV[4]` = the holder's token (epoch,
+/// counter), `ARGV[5]` = the sale id; no more ARGV for an unfenced read. The mark remembers the newest token and the one sale
 /// that read with it: a second sale with the same token is refused, because two grants
 /// that carry one token (a counter that started over, a failover) cannot both be the
-/// newest holder. Returns `{'ok', stock, the sale's name}`, `{'fenced', newest token seen}`, or
-/// `{'segments', the count of the last reset}` when the seller splits the stock otherwise.
+/// newest holder. Returns `{'ok', stock, the sale's name}`, `{'fenced', newest token seen}`,
+/// `{'segments', the count of the last reset}` when the seller splits the stock otherwise,
+/// or `{'repeat'}` when the buyer got a unit here already.
 pub const READ_SCRIPT: &str = r#"
 local segments = redis.call('GET', KEYS[4]) or '1'
 if segments ~= ARGV[1] then return {'segments', segments} end
-if ARGV[2] then
+if ARGV[3] then
   local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter', 'sale')
-  local epoch, counter = tonumber(ARGV[2]), tonumber(ARGV[3])
+  local epoch, counter = tonumber(ARGV[3]), tonumber(ARGV[4])
   local seen_epoch, seen_counter = tonumber(seen[1]) or -1, tonumber(seen[2]) or -1
   local older = epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter)
-  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[4]
+  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[5]
   if older or tie then
     redis.call('HINCRBY', KEYS[3], 'read', 1)
     return {'fenced', seen[1] .. '.' .. seen[2]}
   end
-  redis.call('HSET', KEYS[2], 'epoch', ARGV[2], 'counter', ARGV[3], 'sale', ARGV[4])
+  redis.call('HSET', KEYS[2], 'epoch', ARGV[3], 'counter', ARGV[4], 'sale', ARGV[5])
 end
+if ARGV[2] ~= '' and redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 1 then return {'repeat'} end
 return {'ok', redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[5]) or ''}
 "#;
 
@@ -272,6 +275,8 @@ pub enum StockRead {
     Fenced { newest: String },
     /// The sale was last reset into another number of segments than this seller's.
     OtherSegments { reset_with: String },
+    /// The buyer got a unit of this segment already (checked on a cluster only).
+    AlreadyBought,
 }
 
 /// The name a reset gave the sale ([`Keys::sale_name`]); empty for a sale no reset named.
@@ -434,6 +439,22 @@ impl StockStore {
 
     pub fn segments(&self) -> Segments {
         self.segments
+    }
+
+    /// The buyer that each segment's read checks too: with one unit per buyer on a
+    /// cluster, where each segment keeps its own buyers (see [`crate::sale::buyers`]).
+    pub fn buyer_to_check_per_segment<'b>(&self, buyer: Option<&'b BuyerId>) -> Option<&'b BuyerId> {
+        buyer.filter(|_| self.one_per_buyer && self.keys.is_on_cluster())
+    }
+
+    /// Whether `buyer` got a unit of `segment` already (one `SISMEMBER`, no lock: the
+    /// set of buyers only grows during a sale).
+    pub async fn bought_in(&self, segment: Segment, buyer: &BuyerId) -> Result<bool, StockError> {
+        Ok(redis::cmd("SISMEMBER")
+            .arg(self.keys.buyers_of(segment))
+            .arg(buyer.as_str())
+            .query_async(&mut self.connection.clone())
+            .await?)
     }
 
     /// The sale refuses a second unit to a buyer, in the script that takes the unit.
@@ -623,13 +644,27 @@ impl StockStore {
         token: Option<&FencingToken>,
         sale_id: &str,
     ) -> Result<StockRead, StockError> {
+        self.read_for(segment, token, sale_id, None).await
+    }
+
+    /// [`StockStore::read`] for `buyer`, whom a segment of a cluster refuses when they got a
+    /// unit of it already ([`StockStore::buyer_to_check_per_segment`]).
+    pub async fn read_for(
+        &self,
+        segment: Segment,
+        token: Option<&FencingToken>,
+        sale_id: &str,
+        buyer: Option<&BuyerId>,
+    ) -> Result<StockRead, StockError> {
         let mut invocation = self.read.key(self.keys.stock_of(segment));
         invocation
             .key(self.keys.fence_of(segment))
             .key(self.keys.fence_refusals_of(segment))
             .key(self.keys.segment_count_of(segment))
             .key(self.keys.sale_name_of(segment))
-            .arg(segment.of);
+            .key(self.keys.buyers_of(segment))
+            .arg(segment.of)
+            .arg(self.buyer_to_check_per_segment(buyer).map_or("", BuyerId::as_str));
         if let Some(token) = token {
             invocation.arg(token.epoch).arg(token.counter).arg(sale_id);
         }
@@ -640,6 +675,7 @@ impl StockStore {
         match status.as_deref() {
             Some("fenced") => Ok(StockRead::Fenced { newest: value }),
             Some("segments") => Ok(StockRead::OtherSegments { reset_with: value }),
+            Some("repeat") => Ok(StockRead::AlreadyBought),
             _ => Ok(StockRead::Stock {
                 units: number(&self.keys.stock(), Some(&value))?.unwrap_or(0),
                 sale: SaleName(sale.unwrap_or_default()),

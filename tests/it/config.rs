@@ -447,3 +447,25 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
     );
     assert!(parse(&["--local-queue"]).local_queue);
 }
+
+/// The stock may live on a Redis Cluster, the `redis` lock may not, and a key prefix
+/// with a brace would become the segments' hash tag: each refused with the fix.
+#[test]
+fn on_a_redis_cluster_the_redis_lock_and_a_prefix_with_braces_are_refused_with_the_fix() {
+    let cluster = common::PrivateRedisCluster::start(3);
+    let serve = |args: &[&str]| {
+        let output = seckill(&[&["serve", "--redis-url", &cluster.url()][..], args].concat());
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        stderr(&output)
+    };
+    let lock = serve(&["--lock", "redis", "--key-prefix", "t-cluster-lock:"]);
+    assert!(
+        lock.contains("the Redis lock needs one master") && lock.contains("--lock-redis-url"),
+        "{lock}"
+    );
+    let braces = serve(&["--lock", "local", "--key-prefix", "{shop}:"]);
+    assert!(
+        braces.contains("--key-prefix `{shop}:` holds a brace") && braces.contains("Leave the braces out"),
+        "{braces}"
+    );
+}

@@ -17,6 +17,7 @@ use sqlx::Connection;
 
 use seckill::orders::ORDERS_GROUP;
 use seckill::sale::keys::Keys;
+use seckill::sale::segments::Segments;
 use seckill::sale::stock::SaleRecord;
 use seckill::store::redis_master::MasterConnection;
 
@@ -88,18 +89,30 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
     })
 }
 
-/// The group's entries not yet read, and read but not acknowledged. Before any writer
-/// created the group, every entry counts as unread.
+/// The group's entries not yet read, and read but not acknowledged, in every orders
+/// stream: one, or one per segment on a Redis Cluster.
 async fn backlog(redis: &mut MasterConnection, keys: &Keys) -> anyhow::Result<(usize, usize)> {
-    let entries: usize = redis::cmd("XLEN").arg(keys.orders()).query_async(redis).await?;
+    let count: Option<u32> = redis::cmd("GET").arg(keys.segment_count()).query_async(redis).await?;
+    let segments = count
+        .and_then(|count| Segments::new(count).ok())
+        .unwrap_or(Segments::ONE);
+    let (mut unread, mut pending) = (0, 0);
+    for group in keys.groups(segments) {
+        let (stream_unread, stream_pending) = stream_backlog(redis, &keys.orders_of(group)).await?;
+        unread += stream_unread;
+        pending += stream_pending;
+    }
+    Ok((unread, pending))
+}
+
+/// One stream's backlog. Before any writer created the group, every entry counts as unread.
+async fn stream_backlog(redis: &mut MasterConnection, stream: &str) -> anyhow::Result<(usize, usize)> {
+    let entries: usize = redis::cmd("XLEN").arg(stream).query_async(redis).await?;
     if entries == 0 {
         return Ok((0, 0));
     }
-    let groups: Vec<HashMap<String, redis::Value>> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg(keys.orders())
-        .query_async(redis)
-        .await?;
+    let groups: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("XINFO").arg("GROUPS").arg(stream).query_async(redis).await?;
     let name_is = |group: &HashMap<String, redis::Value>| matches!(group.get("name"), Some(redis::Value::BulkString(name)) if name == ORDERS_GROUP.as_bytes());
     let Some(group) = groups.iter().find(|group| name_is(group)) else {
         return Ok((entries, 0));
@@ -118,7 +131,7 @@ async fn backlog(redis: &mut MasterConnection, keys: &Keys) -> anyhow::Result<(u
                 _ => "0-0".to_owned(),
             };
             let after: Vec<redis::Value> = redis::cmd("XRANGE")
-                .arg(keys.orders())
+                .arg(stream)
                 .arg(format!("({last_read}"))
                 .arg("+")
                 .query_async(redis)

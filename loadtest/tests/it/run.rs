@@ -517,26 +517,31 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
     assert_eq!(lucky, 300);
 }
 
-/// The stock on a Redis Cluster of three masters, each with a replica: six segments,
-/// which their hash tags spread over the masters, and the sold-out flag. The `redis`
-/// lock cannot live on a cluster (its scripts keep a grant and its waiters together), so
-/// it is on the test Redis. The instances and the checker read the segments from
-/// whichever master holds each.
+/// The stock on a Redis Cluster of three masters, each with a replica, with every option
+/// of the sale at once: six segments, which their hash tags spread over the masters, the
+/// sold-out flag, one unit per buyer (50 buyers ask twice) and orders, one stream per
+/// segment. The `redis` lock cannot live on a cluster (its scripts keep a grant and its
+/// waiters together), so it is on the test Redis. The instances and the checker read
+/// each segment from whichever master holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stock_on_a_redis_cluster_sells_exactly_300_over_segments_on_every_master() {
+async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_sale() {
     let _turn = common::take_turn().await;
     let cluster = common::PrivateRedisCluster::start(3);
     let sale = TestSale::new();
-    let segmented = Run {
+    let every_option = Run {
         stock_segments: 6,
-        ..PLAIN
+        one_per_buyer: true,
+        repeat_buyers: 0.1,
+        orders: true,
     };
     let start = || async {
         let mut config = common::config(Strategy::Redis, &sale);
         config.redis_url = cluster.url();
         config.redis.lock_redis_url = Some(common::redis_url());
         config.acquire_timeout_ms = 30_000;
-        config.stock_segments = segmented.stock_segments;
+        config.stock_segments = every_option.stock_segments;
+        config.one_per_buyer = every_option.one_per_buyer;
+        config.orders = every_option.orders;
         config.sold_out_flag = true;
         Instance::start(config)
             .await
@@ -547,7 +552,7 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_over_segments_on_every_mas
     let options = Options {
         redis_url: cluster.url(),
         keys: keys.clone(),
-        ..options_for(vec![first.url.clone(), second.url.clone()], &sale, segmented)
+        ..options_for(vec![first.url.clone(), second.url.clone()], &sale, every_option)
     };
     let report = run(&options).await.expect("the load test runs");
     println!("{}", report.render());
@@ -556,8 +561,15 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_over_segments_on_every_mas
 
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
     assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
-    assert_eq!(report.units_sold_twice, 0);
+    assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
     assert_eq!(report.error_count(), 0, "{}", report.render());
+    let orders = report.orders.clone().expect("the orders were checked");
+    assert_eq!(
+        (orders.rows, orders.unread, orders.pending),
+        (300, 0, 0),
+        "{}",
+        report.render()
+    );
     // Every master sold some: each holds the lucky count of the segments whose slots it owns.
     let masters = cluster.masters();
     assert_eq!(masters.len(), 3);

@@ -106,3 +106,40 @@ async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought
     assert!(!common::healthz(&app.url).await.one_per_buyer);
     app.stop().await.unwrap();
 }
+
+/// On a Redis Cluster each segment keeps its own buyers (`src/sale/buyers.rs`): a buyer
+/// whose segment sold out after their purchase must be refused there, not sold a unit of
+/// the next segment. Two segments of one unit each; alice buys the unit of her home
+/// segment, then asks again: her walk passes that empty segment first, and it knows
+/// her. With the sold-out flag the empty segment is skipped without a lock, and asked
+/// whether she bought there.
+async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_flag: bool) {
+    let _turn = common::take_turn().await;
+    let cluster = common::PrivateRedisCluster::start(3);
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+        config.redis_url = cluster.url();
+        config.redis.lock_redis_url = Some(common::redis_url());
+        config.one_per_buyer = true;
+        config.stock_segments = 2;
+        config.sold_out_flag = sold_out_flag;
+    })
+    .await;
+    common::reset_stock(&app.url, 2).await;
+    let http = reqwest::Client::new();
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
+    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "409 already_bought");
+    assert_eq!(common::buy_as(&http, &app.url, "bob").await, "sold");
+    assert_eq!(common::buy_as(&http, &app.url, "carol").await, "sold out");
+    app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_buyer_whose_segment_sold_out_is_refused_there() {
+    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_buyer_whose_segment_the_sold_out_flag_skips_is_refused_there() {
+    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(true).await;
+}
