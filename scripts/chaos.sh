@@ -72,6 +72,21 @@
 #                                   the replica has it (WAIT); the buyers of that second hear that
 #                                   the outcome is unknown. No unit may be sold that did not exist
 #
+# The stock cluster faults: the stock lives on the cluster's Redis Cluster (three masters with a
+# replica each, `--redis-url redis-cluster://...`) in 6 segments, which spread over the masters;
+# the redis lock lives in the lock Redis, since a lock cannot live on a cluster. 400 buyers.
+#   stock-shard-failover            the replication link of the master that serves segment 0 is cut,
+#                                   it sells for 1 s what its replica never sees, it is killed, the
+#                                   cluster promotes the replica, and the sale goes on there; the old
+#                                   master rejoins as a replica. Units that did not exist, as above,
+#                                   now from one shard of three
+#   stock-shard-failover-wait       the same with `--stock-wait-replicas 1` (WAIT at the segment's
+#                                   master). No unit may be sold that did not exist
+#   stock-reshard                   segment 0's hash slot migrates to another master during the
+#                                   sale, keys and all (scripts/cluster.sh move-segment, the steps of
+#                                   `redis-cli --cluster reshard`); the instances follow ASK and
+#                                   MOVED. Nothing may be lost or sold twice
+#
 # The clock faults are the rows of scripts/clock-jump.sh (`make clock-jump`), played with its
 # own servers after the others; their table follows this one:
 #   redlock-clock-jump  redis-clock-jump  instance-clock-jump
@@ -101,11 +116,14 @@ ONLY=("$@")
 NETWORK_FAULTS="holder-partitioned waiters-partitioned answers-delayed connections-reset"
 FAILOVER_FAULTS="lock-redis-failover lock-redis-failover-wait"
 STOCK_FAILOVER_FAULTS="stock-redis-failover stock-redis-failover-wait"
+SHARD_FAULTS="stock-shard-failover stock-shard-failover-wait stock-reshard"
+# The unmitigated stock failovers: their units that did not exist are the lesson, not a failure.
+UNMITIGATED_STOCK_FAULTS="stock-redis-failover stock-shard-failover"
 CLOCK_FAULTS="redlock-clock-jump redis-clock-jump instance-clock-jump"
 ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
   lock-redis-paused stock-redis-killed mysql-killed order-writer-killed orders-mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS
-  $STOCK_FAILOVER_FAULTS $CLOCK_FAULTS"
+  $STOCK_FAILOVER_FAULTS $SHARD_FAULTS $CLOCK_FAULTS"
 OUTAGE_SECONDS=3
 # answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
 # and any renewal timeout.
@@ -122,6 +140,10 @@ CUT_BEFORE_GRANT_SECONDS=2
 SECOND_HOLDER_SECONDS=5
 # The stock failover faults: how long the master sells after the cut, before it is killed.
 UNREPLICATED_SALES_SECONDS=1
+# The stock cluster faults: segments, so that every master serves some, and a pause in
+# every sale long enough that 100 units last past the failover (about 3 s at 6 at once).
+SHARD_SEGMENTS=6
+SHARD_PAUSE_BEFORE_WRITE_MS=200
 
 say() { printf '[chaos] %s\n' "$*"; }
 die() { printf '[chaos] error: %s\n' "$*" >&2; exit 1; }
@@ -141,7 +163,7 @@ strategies_for() {
     zookeeper-*) echo zookeeper ;;
     redlock-*) echo redlock ;;
     lock-redis-failover*) echo redis ;;
-    stock-redis-failover*) echo redis ;;
+    stock-redis-failover* | stock-shard-failover* | stock-reshard) echo redis ;;
     lock-redis-*) echo redis-degrade ;;
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
@@ -156,6 +178,8 @@ is_network_fault() { [[ " $NETWORK_FAULTS " == *" $1 "* ]]; }
 is_failover_fault() { [[ " $FAILOVER_FAULTS " == *" $1 "* ]]; }
 is_clock_fault() { [[ " $CLOCK_FAULTS " == *" $1 "* ]]; }
 is_stock_failover_fault() { [[ " $STOCK_FAILOVER_FAULTS " == *" $1 "* ]]; }
+is_shard_fault() { [[ " $SHARD_FAULTS " == *" $1 "* ]]; }
+is_unmitigated_stock_fault() { [[ " $UNMITIGATED_STOCK_FAULTS " == *" $1 "* ]]; }
 
 # The stock failover faults: the stock, and the redis lock beside it, in the replicated
 # Redis, found through its Sentinels; -wait adds the WAIT after every sale. The stock is
@@ -170,7 +194,40 @@ stock_on_sentinels() {
   for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
 }
 stock_cli() {
-  if [[ -n $STOCK_ON_SENTINELS ]]; then redis-cli -p "$(failover_master_port)" "$@"; else "${STOCK_REDIS[@]}" "$@"; fi
+  if [[ -n $STOCK_ON_CLUSTER ]]; then cluster_stock_cli "$@"
+  elif [[ -n $STOCK_ON_SENTINELS ]]; then redis-cli -p "$(failover_master_port)" "$@"
+  else "${STOCK_REDIS[@]}" "$@"; fi
+}
+
+# The stock cluster faults: the stock on the Redis Cluster, the lock in the lock Redis;
+# -wait adds the WAIT after every sale.
+STOCK_ON_CLUSTER=
+stock_on_cluster() {
+  STOCK_ON_CLUSTER=
+  is_shard_fault "$1" || return 0
+  STOCK_ON_CLUSTER=yes
+  local i flags="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS"
+  # Six segments sell at once: slower sales keep the sale going through the failover.
+  flags+=" --chaos-pause-before-write-ms $SHARD_PAUSE_BEFORE_WRITE_MS"
+  [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+}
+
+# The three reads this script makes of the stock, on the cluster, where the sale's keys
+# carry hash tags and each segment keeps its own counts (src/sale/keys.rs): the
+# generation, the units sold (added up) and the sale records (one list after another).
+cluster_stock_cli() {
+  local port i
+  port=$("$ROOT/scripts/cluster.sh" port "$("$ROOT/scripts/cluster.sh" shard-master 0)")
+  case "$*" in
+    "get stock:generation") redis-cli -c -p "$port" get "{sale}:stock:generation" ;;
+    "get lucky")
+      for ((i = 0; i < SHARD_SEGMENTS; i++)); do redis-cli -c -p "$port" get "{segment:$i}:lucky"; done |
+        awk '{ sum += $1 } END { print sum + 0 }' ;;
+    "lrange sales 0 -1")
+      for ((i = 0; i < SHARD_SEGMENTS; i++)); do redis-cli -c -p "$port" lrange "{segment:$i}:sales" 0 -1; done ;;
+    *) die "cluster_stock_cli cannot read '$*' from the stock cluster" ;;
+  esac
 }
 
 # The failover faults: both instances keep their lock in the replicated lock Redis, found
@@ -244,6 +301,7 @@ sale_times() { stock_cli lrange sales 0 -1 | jq -r '.sold_at_ms // empty' | sort
 # network fault (FAULT, the second argument), the redis lock lives in the lock Redis.
 wait_until_first_holds() {
   local lock_redis=(stock_cli)
+  is_shard_fault "$2" && return 0 # six locks, one per segment: no one lock to watch
   is_network_fault "$2" && lock_redis=("${LOCK_REDIS[@]}")
   is_failover_fault "$2" && lock_redis=(redis-cli -p "$(failover_master_port)")
   case ${1%%+*} in
@@ -316,6 +374,8 @@ strike() {
       for _ in $(seq 1 $RESETS); do nemesis reset; sleep 0.3; heal; sleep 0.5; done ;;
     lock-redis-failover*) fail_over_after_a_lost_grant "$holder" ;;
     stock-redis-failover*) fail_over_after_unreplicated_sales ;;
+    stock-shard-failover*) fail_over_a_shard_after_unreplicated_sales ;;
+    stock-reshard) cluster move-segment 0; now_ms >"$RESULTS/healed-at" ;;
   esac
 }
 cluster_leader() { "$ROOT/scripts/cluster.sh" leader "$1"; }
@@ -362,6 +422,29 @@ fail_over_after_unreplicated_sales() {
   sleep "$UNREPLICATED_SALES_SECONDS"
   kill_until_promoted "$master"
   rejoin_as_replica "$master"
+}
+
+# fail_over_a_shard_after_unreplicated_sales: stock-shard-failover, step by step (see the header).
+fail_over_a_shard_after_unreplicated_sales() {
+  local master port
+  master=$("$ROOT/scripts/cluster.sh" shard-master 0)
+  port=$("$ROOT/scripts/cluster.sh" port "$master")
+  REPLICATION_CUT=yes
+  cut_replication "$port" >/dev/null
+  sleep "$UNREPLICATED_SALES_SECONDS"
+  cluster kill "$master"
+  poll 30 shard_promoted_other_than "$master" ||
+    die "the stock cluster promoted no replica of $master within 30 s; see $LOGS/chaos-cluster.log"
+  now_ms >"$RESULTS/promoted-at"
+  heal_replication
+  REPLICATION_CUT=
+  cluster restart "$master"
+  now_ms >"$RESULTS/healed-at"
+}
+# Promoted: the cluster names another master of segment 0 (an error while it fails over is no answer).
+shard_promoted_other_than() {
+  local now
+  now=$("$ROOT/scripts/cluster.sh" shard-master 0) && [[ -n $now && $now != "$1" ]]
 }
 
 # kill_until_promoted MASTER: kill -9 the failover group's master, and wait until the
@@ -432,6 +515,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         impatient_first "$fault"
         follow_sentinels "$fault"
         stock_on_sentinels "$fault"
+        stock_on_cluster "$fault"
         quick_takeover "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
@@ -446,6 +530,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         striker=$!
         users=200 stock_url=$SECKILL_REDIS_URL
         if is_stock_failover_fault "$fault"; then users=400 stock_url=$SECKILL_FAILOVER_LOCK_REDIS_URL; fi
+        if is_shard_fault "$fault"; then users=400 stock_url=$SECKILL_STOCK_CLUSTER_URL; fi
         target/release/loadtest --users "$users" --stock 100 --redis-url "$stock_url" --report-file "$report" \
           >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
         wait "$striker" || true
@@ -483,13 +568,13 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       fenced=$(field "$report" fencing)
       # The unmitigated stock failover sells units that did not exist, and its checker
       # finds buyers told "sold" of sales Redis lost: the anomaly the row shows.
-      if [[ $fenced == on && $fault != stock-redis-failover ]] && ((twice > 0 || lost > 0)); then
+      if [[ $fenced == on ]] && ! is_unmitigated_stock_fault "$fault" && ((twice > 0 || lost > 0)); then
         unsafe+=("$fault/$strategy (sold twice or lost)")
       fi
       # Where nothing may be sold twice, nothing may be sold beyond the stock either; the
       # unfenced rows oversell by design, and count it as units sold twice.
-      if [[ ($fenced == on || $fault == holder-partitioned || $fault == *-failover-wait) && $fault != stock-redis-failover ]] &&
-        ((beyond > 0)); then
+      if [[ $fenced == on || $fault == holder-partitioned || $fault == *-failover-wait ]] &&
+        ! is_unmitigated_stock_fault "$fault" && ((beyond > 0)); then
         unsafe+=("$fault/$strategy fencing $fenced ($beyond units sold that did not exist)")
       fi
       if [[ $no_quorum != - ]] && ((no_quorum > 0)); then unsafe+=("$fault/$strategy (sold without a quorum)"); fi
@@ -501,9 +586,9 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       if [[ $fault == lock-redis-failover-wait && $fenced != on ]] && ((twice > 0)); then
         unsafe+=("$fault/$strategy fencing $fenced (sold twice: the replica had not acknowledged a grant that counted)")
       fi
-      if [[ $fault == stock-redis-failover ]]; then
+      if is_unmitigated_stock_fault "$fault"; then
         beyond="$beyond (expected)"
-      elif [[ $fault == stock-redis-failover-wait ]]; then
+      elif is_stock_failover_fault "$fault" || is_shard_fault "$fault"; then
         beyond="$beyond (must be 0)"
       fi
       if [[ $fenced == on || $fault == holder-partitioned || $fault == lock-redis-failover-wait ]]; then
@@ -521,7 +606,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
 done
 
 echo
-say "$RUNS runs per row (200 buyers, 400 for the stock failover, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
+say "$RUNS runs per row (200 buyers, 400 for the stock failovers and the reshard, 100 units, two instances), $(date -u +%Y-%m-%d), $(nproc) cores:"
 printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
 if ((${#clock_rows[@]} > 0)); then
   say "the clock faults: scripts/clock-jump.sh ${clock_rows[*]}"

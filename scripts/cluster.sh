@@ -22,6 +22,10 @@
 #   scripts/cluster.sh port NAME        the port of one member
 #   scripts/cluster.sh segments         which master of the stock cluster holds which segment of the
 #                                       sale the last reset made (SECKILL_KEY_PREFIX names the sale)
+#   scripts/cluster.sh shard-master N   the member of the stock cluster that serves segment N now
+#   scripts/cluster.sh move-segment N   migrate the hash slot of segment N, keys and all, to another
+#                                       master of the stock cluster, as `redis-cli --cluster reshard`
+#                                       moves each slot (MIGRATING/IMPORTING, MIGRATE, SETSLOT NODE)
 #
 # NAME is stock-redis, lock-redis, redlock-6481 ... redlock-6485, sentinel-1 ... sentinel-3,
 # failover-redis-a, failover-redis-b, stock-cluster-1 ... stock-cluster-6, etcd-1 ... etcd-3,
@@ -356,12 +360,53 @@ status() {
   return 0
 }
 
+# A node of the stock cluster that answers, to ask about the cluster. Any node knows the
+# whole map of slots, even while the cluster is failing a master over (cluster_state:fail).
+stock_cluster_port() {
+  local port
+  for port in "${STOCK_CLUSTER_PORTS[@]}"; do
+    [[ $(timeout 1 redis-cli -p "$port" ping 2>/dev/null) == PONG ]] && { echo "$port"; return; }
+  done
+  die "no node of the stock cluster answers: scripts/cluster.sh start"
+}
+
+# The port of the master that serves slot $1 now.
+slot_master_port() {
+  timeout 2 redis-cli -p "$(stock_cluster_port)" --json cluster slots |
+    jq -r --argjson slot "$1" '.[] | select(.[0] <= $slot and $slot <= .[1]) | .[2][1]'
+}
+segment_slot() { timeout 1 redis-cli -p "$(stock_cluster_port)" cluster keyslot "{segment:$1}" | tr -d '\r'; }
+member_on() {
+  local name
+  for name in $(members); do [[ $(port_of "$name") == "$1" ]] && { echo "$name"; return; }; done
+  die "no member listens on $1"
+}
+
+# move_segment N: the slot of segment N, from its master to the next master in port order.
+move_segment() {
+  local slot from to from_id to_id keys port
+  slot=$(segment_slot "$1")
+  from=$(slot_master_port "$slot")
+  to=$(timeout 2 redis-cli -p "$from" --json cluster slots | jq -r --arg from "$from" \
+    '[.[] | .[2][1] | tostring | select(. != $from)] | unique | .[0]')
+  [[ -n $from && -n $to ]] || die "cannot tell where segment $1's slot is, or where to move it"
+  from_id=$(redis-cli -p "$from" cluster myid | tr -d '\r')
+  to_id=$(redis-cli -p "$to" cluster myid | tr -d '\r')
+  redis-cli -p "$to" cluster setslot "$slot" importing "$from_id" >/dev/null
+  redis-cli -p "$from" cluster setslot "$slot" migrating "$to_id" >/dev/null
+  while keys=$(redis-cli -p "$from" cluster getkeysinslot "$slot" 100 | tr -d '\r') && [[ -n $keys ]]; do
+    # shellcheck disable=SC2086 # one argument per key
+    redis-cli -p "$from" migrate 127.0.0.1 "$to" "" 0 5000 keys $keys >/dev/null
+  done
+  for port in "$to" "$from"; do redis-cli -p "$port" cluster setslot "$slot" node "$to_id" >/dev/null; done
+  say "segment $1 (slot $slot) moved from $(member_on "$from") to $(member_on "$to")"
+}
+
 # The master of the stock cluster that serves each slot range, and the segments of the last
 # reset whose hash tag falls in it. The keys' names are src/sale/keys.rs's.
 segments() {
   local port prefix=${SECKILL_KEY_PREFIX:-} count i slot owner
-  for port in "${STOCK_CLUSTER_PORTS[@]}"; do stock_cluster_ok "$port" && break; done
-  stock_cluster_ok "$port" || die "the stock cluster is not up: scripts/cluster.sh start"
+  port=$(stock_cluster_port)
   count=$(timeout 2 redis-cli -c -p "$port" get "${prefix}{sale}:stock:segments" | tr -d '\r')
   [[ $count =~ ^[0-9]+$ ]] || { say "stock cluster: no sale yet (reset one with --redis-url \$SECKILL_STOCK_CLUSTER_URL)"; return 0; }
   # CLUSTER SHARDS-like view from CLUSTER SLOTS: "first last master-port" per range.
@@ -411,5 +456,7 @@ case "${1:-start}" in
   leader) leader "${2:?leader of etcd, zookeeper or failover-redis?}" ;;
   port) port_of "${2:?port of which member?}" ;;
   segments) segments ;;
-  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart, leader, port or segments" ;;
+  shard-master) member_on "$(slot_master_port "$(segment_slot "${2:?shard-master of which segment?}")")" ;;
+  move-segment) move_segment "${2:?move which segment?}" ;;
+  *) die "unknown command '${1}'; use start, stop, status, env, kill, pause, resume, restart, leader, port, segments, shard-master or move-segment" ;;
 esac

@@ -87,6 +87,8 @@ use crate::strategy::FencingStatus;
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between two such questions.
 const SETTLE_RETRY: Duration = Duration::from_millis(200);
+/// Between two tries of a fenced read whose Redis master was away (see [`Sale::decrement`]).
+const READ_RETRY: Duration = Duration::from_millis(100);
 /// Upper bound on everything after the lock is granted: a read and a write (each
 /// bounded by the Redis response timeout), settling, release, and slack. The HTTP
 /// request timeout is the acquire timeout plus this for each stock segment a buyer may
@@ -440,7 +442,13 @@ impl Sale {
 
         // 2 and 3. Read, check, write; and tell the buyer, unless another segment may have a unit.
         let outcome = self
-            .decrement(&guard, segment, lock_wait_ms, purchase.buyer.as_ref())
+            .decrement(
+                &guard,
+                segment,
+                lock_wait_ms,
+                purchase.buyer.as_ref(),
+                waiting_since + self.acquire_timeout,
+            )
             .await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
         // Read empty, or emptied by this sale: the flag learns it (see `crate::sale::sold_out`).
@@ -533,12 +541,18 @@ impl Sale {
         Ok((turn, guard))
     }
 
+    /// Steps 2 and 3 under `guard`. A read that fails because the stock's master is away
+    /// (dead, or failing over: a Sentinel's or a cluster's) is tried again until
+    /// `deadline`, the buyer's: nothing was written yet, and a read with the same token
+    /// and sale id is the same read to the fence. So a failover of the stock holds the
+    /// buyers who hold a lock until there is a master again, instead of failing them.
     async fn decrement(
         &self,
         guard: &LockGuard,
         segment: Segment,
         lock_wait_ms: f64,
         buyer: Option<&BuyerId>,
+        deadline: Instant,
     ) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fencing.is_on());
@@ -554,7 +568,12 @@ impl Sale {
 
         // 2. Read and check.
         let reading = Instant::now();
-        let read = self.store.read_for(segment, token, &sale_id, buyer).await;
+        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
+        let read = (|| self.store.read_for(segment, token, &sale_id, buyer))
+            .retry(every_pause)
+            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
+            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
+            .await;
         self.metrics.record_step(SaleStep::Read, reading.elapsed());
         let (stock, sale) = match read? {
             StockRead::Stock { units, sale } => (units, sale),
@@ -718,4 +737,17 @@ enum Tried {
 /// 96 random bits: no two sale attempts share an id.
 fn new_sale_id() -> String {
     format!("{:024x}", rand::random::<u128>() >> 32)
+}
+
+/// Whether a stock operation failed because no master serves its key now: the server is
+/// gone or silent, a replica, or a cluster whose slot has no master yet.
+fn master_away(error: &StockError) -> bool {
+    let StockError::Redis(error) = error else {
+        return false;
+    };
+    crate::store::redis_master::may_mean_the_master_moved(error)
+        || matches!(
+            error.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown | redis::ServerErrorKind::TryAgain)
+        )
 }

@@ -415,12 +415,54 @@ impl StockStore {
         }
     }
 
-    /// After a sale was written on `writes`: with a replica wait, `WAIT` there.
-    async fn replicated(&self, writes: &mut MasterConnection) -> Result<(), StockError> {
+    /// Runs a selling script on the writes' connection. With a replica wait, the script
+    /// and its `WAIT` go in one pipeline, so both reach the one server that runs the
+    /// script: sent apart, the `WAIT` could follow a master that moved in between (a
+    /// Sentinel's, or a slot's on a cluster) to a server where this connection wrote
+    /// nothing, and that server would count its replicas at once. Answers the script's
+    /// answer and, with a wait, how many replicas acknowledged it.
+    async fn run_selling<T: redis::FromRedisValue>(
+        &self,
+        call: &SellingCall<'_>,
+    ) -> Result<(redis::RedisResult<T>, Option<u32>), StockError> {
+        let mut writes = self.writes();
         let Some((_, wait)) = &self.replicated_writes else {
+            let mut invocation = call.script.prepare_invoke();
+            for key in &call.keys {
+                invocation.key(key);
+            }
+            for arg in &call.args {
+                invocation.arg(arg);
+            }
+            return Ok((invocation.invoke_async(&mut writes).await, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .cmd("EVALSHA")
+            .arg(call.script.get_hash())
+            .arg(call.keys.len())
+            .arg(&call.keys)
+            .arg(&call.args)
+            .cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis() as u64);
+        let (answer, acknowledged): (redis::RedisResult<T>, redis::RedisResult<u32>) =
+            match pipe.query_async(&mut writes).await? {
+                (Err(error), _) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                    call.script.load_async(&mut writes).await?;
+                    pipe.query_async(&mut writes).await?
+                }
+                answers => answers,
+            };
+        Ok((answer, Some(acknowledged?)))
+    }
+
+    /// A sale's outcome once its script sold: with a replica wait, only when enough
+    /// replicas acknowledged it.
+    fn replicated(&self, acknowledged: Option<u32>) -> Result<(), StockError> {
+        let (Some((_, wait)), Some(acknowledged)) = (&self.replicated_writes, acknowledged) else {
             return Ok(());
         };
-        let acknowledged = wait.acknowledged(writes).await?;
         if acknowledged < wait.replicas {
             return Err(StockError::NotReplicated {
                 acknowledged,
@@ -481,18 +523,18 @@ impl StockStore {
     /// the order: their three keys (the buyers, the orders stream, the sale's name) go last
     /// among the KEYS, and their two arguments next among the ARGV (the buyer to hold to
     /// one unit, `1` to append the order; each empty when off).
-    fn add_sale_rules(&self, invocation: &mut redis::ScriptInvocation<'_>, segment: Segment, record: &SaleRecord) {
+    fn add_sale_rules(&self, call: &mut SellingCall<'_>, segment: Segment, record: &SaleRecord) {
         let buyer = match (self.one_per_buyer, &record.buyer) {
             (true, Some(buyer)) => buyer.as_str(),
             _ => "",
         };
         let order = if self.orders { "1" } else { "" };
-        invocation
-            .key(self.keys.buyers_of(segment))
-            .key(self.keys.orders_of(segment))
-            .key(self.keys.sale_name_of(segment))
-            .arg(buyer)
-            .arg(order);
+        call.keys.extend([
+            self.keys.buyers_of(segment),
+            self.keys.orders_of(segment),
+            self.keys.sale_name_of(segment),
+        ]);
+        call.args.extend([buyer.to_owned(), order.to_owned()]);
     }
 
     /// The sale's keys, named from a prefix (`--key-prefix`); the default names without.
@@ -694,25 +736,28 @@ impl StockStore {
         token: Option<&FencingToken>,
     ) -> Result<WriteOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
-        let mut invocation = self.write.key(self.keys.stock_of(segment));
-        invocation
-            .key(self.keys.lucky_of(segment))
-            .key(self.keys.sales_of(segment))
-            .key(self.keys.outcomes_of(segment))
-            .key(self.keys.fence_of(segment))
-            .key(self.keys.fence_refusals_of(segment))
-            .key(self.keys.total_stock_of(segment));
-        invocation.arg(&record.sale_id).arg(new_stock).arg(json);
-        self.add_sale_rules(&mut invocation, segment, record);
-        invocation.arg(&read_from.0);
+        let mut call = SellingCall {
+            script: &self.write,
+            keys: vec![
+                self.keys.stock_of(segment),
+                self.keys.lucky_of(segment),
+                self.keys.sales_of(segment),
+                self.keys.outcomes_of(segment),
+                self.keys.fence_of(segment),
+                self.keys.fence_refusals_of(segment),
+                self.keys.total_stock_of(segment),
+            ],
+            args: vec![record.sale_id.clone(), new_stock.to_string(), json],
+        };
+        self.add_sale_rules(&mut call, segment, record);
+        call.args.push(read_from.0.clone());
         if let Some(token) = token {
-            invocation.arg(token.epoch).arg(token.counter);
+            call.args.extend([token.epoch.to_string(), token.counter.to_string()]);
         }
-        let mut writes = self.writes();
-        let outcome: String = invocation.invoke_async(&mut writes).await?;
-        Ok(match outcome.as_str() {
+        let (outcome, acknowledged) = self.run_selling::<String>(&call).await?;
+        Ok(match outcome?.as_str() {
             "sold" => {
-                self.replicated(&mut writes).await?;
+                self.replicated(acknowledged)?;
                 WriteOutcome::Sold
             }
             "reset" => WriteOutcome::SaleReset,
@@ -761,17 +806,19 @@ impl StockStore {
     pub async fn sell_atomically(&self, record: &SaleRecord) -> Result<AtomicOutcome, StockError> {
         let json = serde_json::to_string(record).expect("a sale record serializes");
         let whole = Segment::WHOLE;
-        let mut invocation = self.atomic_sale.key(self.keys.total_stock_of(whole));
-        invocation
-            .key(self.keys.lucky_of(whole))
-            .key(self.keys.sales_of(whole))
-            .key(self.keys.outcomes_of(whole))
-            .key(self.keys.segment_count_of(whole))
-            .arg(json)
-            .arg(&record.sale_id);
-        self.add_sale_rules(&mut invocation, whole, record);
-        let mut writes = self.writes();
-        let answer: redis::RedisResult<(i64, String)> = invocation.invoke_async(&mut writes).await;
+        let mut call = SellingCall {
+            script: &self.atomic_sale,
+            keys: vec![
+                self.keys.total_stock_of(whole),
+                self.keys.lucky_of(whole),
+                self.keys.sales_of(whole),
+                self.keys.outcomes_of(whole),
+                self.keys.segment_count_of(whole),
+            ],
+            args: vec![json, record.sale_id.clone()],
+        };
+        self.add_sale_rules(&mut call, whole, record);
+        let (answer, acknowledged) = self.run_selling::<(i64, String)>(&call).await?;
         if let Ok((_, sale)) = &answer {
             *self
                 .atomic_sale_seen
@@ -780,7 +827,7 @@ impl StockStore {
         }
         match answer.map(|(code, _)| code) {
             Ok(stock_before) if stock_before > 0 => {
-                self.replicated(&mut writes).await?;
+                self.replicated(acknowledged)?;
                 Ok(AtomicOutcome::Sold { stock_before })
             }
             Ok(-2) => Ok(AtomicOutcome::Aborted),
@@ -796,6 +843,14 @@ impl StockStore {
             Err(error) => Err(error.into()),
         }
     }
+}
+
+/// A selling script (the fenced write, or the atomic sale) with its keys and arguments,
+/// kept apart so that [`StockStore::run_selling`] can send it alone or before a `WAIT`.
+struct SellingCall<'s> {
+    script: &'s Script,
+    keys: Vec<String>,
+    args: Vec<String>,
 }
 
 /// Parses a stored counter, naming the key if it holds something else.

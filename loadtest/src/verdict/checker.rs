@@ -20,6 +20,7 @@
 //! all: [`super::run`] refuses it as invalid.
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
@@ -100,10 +101,27 @@ pub async fn generation(redis_url: &str, keys: &Keys) -> anyhow::Result<i64> {
     Ok(generation.unwrap_or(0))
 }
 
+/// How long the checker waits for the stock's Redis to answer: a crowd may end while
+/// the stock's master fails over (`make chaos`'s stock failover rows).
+const READ_PATIENCE: Duration = Duration::from_secs(30);
+
 /// The sale as Redis holds it now, under `keys`: on a Redis Cluster, each segment's
 /// counts and records from the master that holds it, added up
-/// ([`seckill::sale::keys`]).
+/// ([`seckill::sale::keys`]). Read again, for up to [`READ_PATIENCE`], while Redis fails.
 pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState> {
+    let started = Instant::now();
+    loop {
+        match read_sale_once(redis_url, keys).await {
+            Err(error) if started.elapsed() < READ_PATIENCE => {
+                eprintln!("the stock's Redis did not give the sale back ({error:#}); asking again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            answer => return answer,
+        }
+    }
+}
+
+async fn read_sale_once(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState> {
     let mut redis = connect(redis_url).await?;
     let (generation, raw_grants, count): (Option<i64>, Vec<String>, Option<u32>) = redis::pipe()
         .get(keys.generation())
