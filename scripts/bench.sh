@@ -11,7 +11,7 @@
 # redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound;
 # and 16 segments again with the sold-out flag, for the table "After the sell-out";
 # and atomic and redis with every unit sold written as an order through a Redis Stream into
-# MySQL (`+orders`, src/orders.rs), beside the same strategies without.
+# MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without.
 # A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls

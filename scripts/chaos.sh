@@ -21,7 +21,7 @@
 #   mysql-killed                    MariaDB is killed under the MySQL locks; restarted at once
 #
 # The order faults: `redis+orders`, each unit sold becomes an order written into MySQL
-# through the stream stock:orders (src/orders.rs); every instance takes over orders another
+# through the stream stock:orders (src/orders/mod.rs); every instance takes over orders another
 # left pending for 1 s (--orders-claim-idle-ms). The verdict waits for the orders and
 # counts a missing one as a lost sale.
 #   order-writer-killed             MariaDB is paused (SIGSTOP) for 3 s, so that each instance's

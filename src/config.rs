@@ -39,6 +39,29 @@ pub struct Cli {
 pub enum Command {
     /// Serve the flash sale over HTTP.
     Serve(Config),
+    /// Compare the orders in MySQL with the stock in Redis (after a failover of the stock).
+    Reconcile(ReconcileArgs),
+}
+
+/// `seckill reconcile`'s options: where the sale is, in Redis and in MySQL.
+#[derive(Clone, Debug, Args)]
+pub struct ReconcileArgs {
+    /// The stock's Redis: `redis://`, `redis-sentinel://...#name` or `redis-cluster://...`.
+    #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// The sale's key prefix (`--key-prefix` of its instances).
+    #[arg(long, env = "SECKILL_KEY_PREFIX", default_value = "")]
+    pub key_prefix: String,
+    /// The MySQL the orders are written into.
+    #[arg(
+        long,
+        env = "SECKILL_MYSQL_URL",
+        default_value = "mysql://seckill:seckill@127.0.0.1:3306/seckill"
+    )]
+    pub mysql_url: String,
+    /// How long to wait for the orders streams to drain before counting.
+    #[arg(long, default_value_t = 30_000)]
+    pub wait_ms: u64,
 }
 
 /// How one instance of the service runs.
@@ -129,7 +152,7 @@ pub struct Config {
     pub stock_wait_timeout_ms: u64,
     /// Whether each unit sold also becomes an order row in MySQL (`seckill_orders`): the
     /// script that takes the unit appends it to the Redis Stream `stock:orders`, and a
-    /// consumer group of the instances writes it (`src/orders.rs`). Needs --mysql-url.
+    /// consumer group of the instances writes it (`src/orders/mod.rs`). Needs --mysql-url.
     #[arg(long, env = "SECKILL_ORDERS", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub orders: bool,

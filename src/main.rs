@@ -1,4 +1,5 @@
-//! `seckill serve`: config -> telemetry -> connect -> serve.
+//! `seckill serve`: config -> telemetry -> connect -> serve. `seckill reconcile`: the
+//! orders against the stock; exit code 3 when they disagree.
 
 use std::process::ExitCode;
 
@@ -11,6 +12,17 @@ async fn main() -> ExitCode {
     seckill::telemetry::init();
     let result = match cli.command {
         Command::Serve(config) => seckill::server::serve(config).await,
+        Command::Reconcile(args) => match seckill::orders::reconcile::reconcile(&args).await {
+            Ok(found) => {
+                println!("{}", found.render());
+                return if found.agrees() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(3)
+                };
+            }
+            Err(error) => Err(error),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

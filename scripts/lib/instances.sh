@@ -26,7 +26,7 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #   +one-per-buyer   `--one-per-buyer true`: a buyer gets one unit at most, checked in the
 #                    script that takes it (src/sale/buyers.rs)
 #   +orders          `--orders true`: each unit sold becomes an order row in MySQL, through
-#                    the Redis Stream stock:orders and the instances' consumer group (src/orders.rs)
+#                    the Redis Stream stock:orders and the instances' consumer group (src/orders/mod.rs)
 #   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
 #                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
 # Variants add up: `redis+segments-16+sold-out-flag`.

@@ -5,6 +5,6 @@
 //! MySQL locks). Each fails with an error that names the server and the fix.
 
 pub mod redis;
-pub mod redis_master;
 pub mod redis_cluster;
+pub mod redis_master;
 pub mod mysql;

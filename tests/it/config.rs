@@ -430,7 +430,10 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
     let parse = |args: &[&str]| {
         let Command::Serve(config) = Cli::try_parse_from(["seckill", "serve"].iter().chain(args))
             .unwrap_or_else(|error| panic!("{args:?} was refused: {error}"))
-            .command;
+            .command
+        else {
+            panic!("`seckill serve` parsed as another command");
+        };
         config
     };
     let bare = parse(&["--orders", "--one-per-buyer", "--sold-out-flag", "--port", "8091"]);

@@ -1,4 +1,4 @@
-//! Orders (`--orders`, `src/orders.rs`), against the project's test Redis and a real
+//! Orders (`--orders`, `src/orders/mod.rs`), against the project's test Redis and a real
 //! MariaDB: every unit sold by two instances becomes one order row; an order a dead
 //! consumer read and wrote but never acknowledged is taken over and written again,
 //! still one row; a MariaDB killed and started again under the sale loses no order.
@@ -226,4 +226,87 @@ async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_
     let next = wait_for_orders(&sale, &mut redis, &mysql_url, &next_sale, 3, Duration::from_secs(30)).await;
     assert_eq!(ids(next), next_sold);
     app.stop().await.unwrap();
+}
+
+/// `seckill reconcile` against a real sale: three units sold with orders agree (exit 0);
+/// then what a failover of the stock leaves behind, played by hand in the two stores: the
+/// record of one sale is gone from Redis (the promoted replica never had it) while its
+/// order is in MySQL, and another sale of the same unit has a record and an order (the
+/// replica sold it again). Reconcile names both, and exits 3.
+#[tokio::test]
+async fn reconcile_agrees_on_a_clean_sale_and_names_what_a_lost_sale_left_behind() {
+    let sale = common::TestSale::new();
+    let mysql_url = common::mysql_url();
+    let app = instance(&sale, mysql_url.clone()).await;
+    common::reset_stock(&app.url, 3).await;
+    let http = reqwest::Client::new();
+    for _ in 0..3 {
+        assert_eq!(common::buy(&http, &app.url).await, "sold");
+    }
+    let (name, _) = sold(&sale).await;
+    let mut redis = common::connection(&common::redis_client().await).await;
+    wait_for_orders(&sale, &mut redis, &mysql_url, &name, 3, Duration::from_secs(10)).await;
+    app.stop().await.unwrap();
+
+    let reconcile = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_seckill"))
+            .args([
+                "reconcile",
+                "--redis-url",
+                &common::redis_url(),
+                "--key-prefix",
+                sale.prefix(),
+            ])
+            .args(["--mysql-url", &mysql_url, "--wait-ms", "2000"])
+            .output()
+            .expect("seckill runs")
+    };
+    let clean = reconcile();
+    let report = String::from_utf8_lossy(&clean.stdout).into_owned();
+    assert_eq!(
+        clean.status.code(),
+        Some(0),
+        "{report}{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(
+        report.contains("orders in MySQL                 3") && report.contains("verdict: AGREE"),
+        "{report}"
+    );
+
+    // The unit sold first (stock_before 3) was lost with its record, and sold again to
+    // "late": the promoted replica's record of that sale, and its order.
+    let first: String = redis.lpop(sale.keys().sales(), None).await.unwrap();
+    let first: seckill::sale::stock::SaleRecord = serde_json::from_str(&first).unwrap();
+    let mut resold = first.clone();
+    resold.sale_id = format!("late-{}", &name[..16]); // the primary key: one per test run
+    let _: () = redis
+        .rpush(sale.keys().sales(), serde_json::to_string(&resold).unwrap())
+        .await
+        .unwrap();
+    let pool = sqlx::MySqlPool::connect(&mysql_url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO seckill_orders (sale_id, sale, buyer, instance, segment, stock_before, sold_at) \
+         VALUES (?, ?, 'late', 'promoted', NULL, ?, NOW(3))",
+    )
+    .bind(&resold.sale_id)
+    .bind(&name)
+    .bind(first.stock_before)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let after = reconcile();
+    let report = String::from_utf8_lossy(&after.stdout).into_owned();
+    assert_eq!(after.status.code(), Some(3), "{report}");
+    for line in [
+        "orders in MySQL                 4",
+        "orders missing                  0",
+        "orders the stock does not know  1",
+        "units with two orders           1",
+        "units sold beyond the stock     1",
+        "verdict: DISAGREE",
+    ] {
+        assert!(report.contains(line), "no `{line}` in:\n{report}");
+    }
 }

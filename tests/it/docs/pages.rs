@@ -137,16 +137,26 @@ fn words(text: &str) -> impl Iterator<Item = &str> {
 
 /// The options `seckill serve --help` prints: its flags (`--port`) and variables
 /// (`SECKILL_PORT`). Run without the test's own `SECKILL_*` variables.
-fn serve_options() -> BTreeSet<String> {
+/// The flags and variables of `seckill serve` and `seckill reconcile`.
+fn seckill_options() -> BTreeSet<String> {
+    let mut options = options_of("serve");
+    options.extend(options_of("reconcile"));
+    options
+}
+
+fn options_of(subcommand: &str) -> BTreeSet<String> {
     let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-    command.args(["serve", "--help"]);
+    command.args([subcommand, "--help"]);
     for (key, _) in std::env::vars() {
         if key.starts_with("SECKILL_") {
             command.env_remove(key);
         }
     }
     let output = command.output().expect("the seckill binary runs");
-    assert!(output.status.success(), "seckill serve --help failed: {output:?}");
+    assert!(
+        output.status.success(),
+        "seckill {subcommand} --help failed: {output:?}"
+    );
     let help = String::from_utf8(output.stdout).unwrap();
     // An option's own line (`      --port <PORT>`, `  -h, --help`) is indented less than
     // its description, whose wrapped lines may start with a flag too.
@@ -161,7 +171,7 @@ fn serve_options() -> BTreeSet<String> {
         .filter_map(|after| after.split_once('=').map(|(name, _)| name));
     let options: BTreeSet<String> = flags.chain(variables).map(str::to_owned).collect();
     assert!(
-        options.contains("--port") && options.contains("SECKILL_PORT"),
+        options.contains("--redis-url") && options.contains("SECKILL_REDIS_URL"),
         "this test no longer reads the help's format:\n{help}"
     );
     options
@@ -180,15 +190,15 @@ fn options_named_in(text: &str) -> BTreeSet<String> {
 }
 
 #[test]
-fn the_configuration_page_names_every_flag_and_variable_of_seckill_serve_and_no_other() {
-    let served = serve_options();
+fn the_configuration_page_names_every_flag_and_variable_of_seckill_serve_and_reconcile_and_no_other() {
+    let served = seckill_options();
     let named = options_named_in(&read(Path::new(CONFIGURATION_PAGE)));
     let missing: Vec<_> = served.difference(&named).cloned().collect();
     let extra: Vec<_> = named.difference(&served).cloned().collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "update {CONFIGURATION_PAGE} from `seckill serve --help` (src/config.rs):\n  \
-         missing from the page: {}\n  named on the page, but not options of seckill serve: {}",
+        "update {CONFIGURATION_PAGE} from `seckill serve --help` and `seckill reconcile --help` (src/config.rs):\n  \
+         missing from the page: {}\n  named on the page, but not options of seckill: {}",
         missing.join(" "),
         extra.join(" ")
     );

@@ -22,6 +22,8 @@
 //! yet is still written. Each order names the sale it belongs to (`stock:sale`, drawn at
 //! every reset), so the orders of earlier sales are not counted in a new one. The first
 //! consumer creates the group (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`.
+//!
+//! [`reconcile`] compares the orders in MySQL with the stock in Redis after a failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +37,8 @@ use tokio_util::task::TaskTracker;
 use crate::metrics::Metrics;
 use crate::sale::stock::SaleRecord;
 use crate::store::redis_master::MasterConnection;
+
+pub mod reconcile;
 
 /// The consumer group of the instances that write the orders.
 pub const ORDERS_GROUP: &str = "orders";
@@ -303,6 +307,9 @@ pub struct Order {
     pub buyer: Option<String>,
     pub instance: String,
     pub sold_at_ms: u64,
+    /// The unit: its segment (`None` for a stock in one piece) and the stock its sale read.
+    pub segment: Option<u32>,
+    pub stock_before: i64,
 }
 
 impl Order {
@@ -317,6 +324,8 @@ impl Order {
             buyer: record.buyer,
             instance: record.instance,
             sold_at_ms: record.sold_at_ms,
+            segment: record.segment,
+            stock_before: record.stock_before,
         })
     }
 }
@@ -326,13 +335,16 @@ async fn write_orders(mysql: &MySqlPool, orders: &[Order]) -> Result<(), sqlx::E
     if orders.is_empty() {
         return Ok(());
     }
-    let mut insert =
-        sqlx::QueryBuilder::new("INSERT IGNORE INTO seckill_orders (sale_id, sale, buyer, instance, sold_at) ");
+    let mut insert = sqlx::QueryBuilder::new(
+        "INSERT IGNORE INTO seckill_orders (sale_id, sale, buyer, instance, segment, stock_before, sold_at) ",
+    );
     insert.push_values(orders, |mut row, order| {
         row.push_bind(&order.sale_id)
             .push_bind(&order.sale)
             .push_bind(&order.buyer)
             .push_bind(&order.instance)
+            .push_bind(order.segment)
+            .push_bind(order.stock_before)
             .push("FROM_UNIXTIME(")
             .push_bind_unseparated(order.sold_at_ms as f64 / 1000.0)
             .push_unseparated(")");
