@@ -61,7 +61,9 @@
 #                                   sold twice, fenced or not
 #
 # The stock failover faults: the stock itself (and the redis lock beside it) lives in that
-# replicated Redis, `--redis-url redis-sentinel://...`, as a shop keeps it. 400 buyers.
+# replicated Redis, `--redis-url redis-sentinel://...`, as a shop keeps it. 400 buyers, and
+# `--orders`: after each run `seckill reconcile` compares the orders in MySQL with the sale,
+# and the column "units with two orders" is what it found (a shop runs it after a failover).
 #   stock-redis-failover            the replication link is cut, the master sells for 1 s what its
 #                                   replica never sees, the master is killed, Sentinel promotes the
 #                                   replica, and the sale goes on there; the old master rejoins as a
@@ -189,7 +191,7 @@ stock_on_sentinels() {
   STOCK_ON_SENTINELS=
   is_stock_failover_fault "$1" || return 0
   STOCK_ON_SENTINELS=yes
-  local i flags="--redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL"
+  local i flags="--redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --orders"
   [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
   for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
 }
@@ -206,7 +208,7 @@ stock_on_cluster() {
   STOCK_ON_CLUSTER=
   is_shard_fault "$1" || return 0
   STOCK_ON_CLUSTER=yes
-  local i flags="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS"
+  local i flags="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS --orders"
   # Six segments sell at once: slower sales keep the sale going through the failover.
   flags+=" --chaos-pause-before-write-ms $SHARD_PAUSE_BEFORE_WRITE_MS"
   [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
@@ -495,8 +497,8 @@ sold_without_quorum() {
   sale_times | awk -v from="$from" -v to="$to" '$1 > from && $1 < to { n++ } END { print n + 0 }'
 }
 
-header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | units that did not exist | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
-table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+header="| fault | strategy | fencing | runs | runs with a unit sold twice | holders that overlapped | writes and reads the fence refused | units sold twice | runs that lost a sale | sold | units that did not exist | units with two orders | 503 answers | unknown outcomes | sold without a quorum | longest time without a sale after the fault (worst run) | time to first sale after the heal (worst run) | verdicts |"
+table=("$header" "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 unsafe=()
 clock_rows=()
 for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
@@ -508,7 +510,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
     fencings=(on)
     if [[ $fault == holder-paused ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
-      reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 beyond=0 refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
+      reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 beyond=0 reconciled=- refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
         name="$fault-$strategy-fencing-$fencing-$run"
         is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
@@ -537,6 +539,12 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         stop_instances
         stop_nemeses
         [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
+        if is_stock_failover_fault "$fault" || is_shard_fault "$fault"; then
+          target/release/seckill reconcile --redis-url "$stock_url" --wait-ms 10000 >"$LOGS/chaos-$name-reconcile.log" 2>&1 || true
+          doubled=$(sed -n 's/^  units with two orders *\([0-9]*\).*/\1/p' "$LOGS/chaos-$name-reconcile.log")
+          [[ -n $doubled ]] || die "seckill reconcile gave no answer for $name; see $LOGS/chaos-$name-reconcile.log"
+          reconciled=$(( ${reconciled/-/0} + doubled ))
+        fi
         [[ -s $RESULTS/fault-at ]] || die "the fault $fault never struck in $name (fewer than 10 units sold?)"
         fault_at=$(cat "$RESULTS/fault-at")
         ended_at=$(date -r "$report" +%s%3N)
@@ -586,10 +594,15 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
       if [[ $fault == lock-redis-failover-wait && $fenced != on ]] && ((twice > 0)); then
         unsafe+=("$fault/$strategy fencing $fenced (sold twice: the replica had not acknowledged a grant that counted)")
       fi
+      # A sale no replica acknowledged must leave no order behind either.
+      if [[ $reconciled != - ]] && ! is_unmitigated_stock_fault "$fault" && ((reconciled > 0)); then
+        unsafe+=("$fault/$strategy ($reconciled units with two orders)")
+      fi
       if is_unmitigated_stock_fault "$fault"; then
-        beyond="$beyond (expected)"
+        beyond="$beyond (expected)" reconciled="$reconciled (expected)"
       elif is_stock_failover_fault "$fault" || is_shard_fault "$fault"; then
         beyond="$beyond (must be 0)"
+        [[ $reconciled == - ]] || reconciled="$reconciled (must be 0)"
       fi
       if [[ $fenced == on || $fault == holder-partitioned || $fault == lock-redis-failover-wait ]]; then
         shown="$reproduced (must be 0)"
@@ -597,7 +610,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         shown="$reproduced of $RUNS"
       fi
       [[ $resumed == - ]] || resumed="$resumed ms"
-      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $beyond | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
+      table+=("| $fault | $strategy | $fenced | $RUNS | $shown | $overlapped | $fenced_off | $twice | $lost | $sold | $beyond | $reconciled | $refused | $other | $no_quorum | $worst ms | $resumed | ${verdicts[*]} |")
       printf '%s\n' "${table[-1]}"
       # A strategy without tokens runs unfenced whatever --fencing says: once is enough.
       [[ $fenced == no_tokens ]] && break

@@ -124,14 +124,17 @@ pub async fn order_writers(
         let redis = MasterConnection::connect(stock_redis)
             .await
             .with_context(|| format!("connecting the order writer to Redis at {}", config.redis_url))?;
-        writers.push(OrderWriter::new(
-            redis,
-            keys.orders_of(group),
-            mysql.clone(),
-            config.instance_name(),
-            Duration::from_millis(config.orders_claim_idle_ms),
-            metrics.clone(),
-        ));
+        writers.push(
+            OrderWriter::new(
+                redis,
+                keys.orders_of(group),
+                mysql.clone(),
+                config.instance_name(),
+                Duration::from_millis(config.orders_claim_idle_ms),
+                metrics.clone(),
+            )
+            .with_replica_wait(stock_replica_wait(config)),
+        );
     }
     Ok(Some(writers))
 }

@@ -23,12 +23,21 @@
 //! every reset), so the orders of earlier sales are not counted in a new one. The first
 //! consumer creates the group (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`.
 //!
+//! 5. **With `--stock-wait-replicas`, only what the replicas have.** A failover loses
+//!    what the master had not yet sent its replicas: a sale, and its entry. Its buyer
+//!    was told the outcome is unknown; an order already written from that entry would
+//!    outlive the sale, and the promoted replica would sell its unit again. So the
+//!    writer sends its read and a `WAIT` in one pipeline: the read (`XREADGROUP`, or
+//!    `XAUTOCLAIM`) is a write of the group's, so replicas that have it have every
+//!    entry before it. Fewer acknowledgements than the sale waits for, and the entries
+//!    stay pending, to be read and waited for again.
+//!
 //! [`reconcile`] compares the orders in MySQL with the stock in Redis after a failure.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use sqlx::MySqlPool;
 use tokio_util::sync::CancellationToken;
@@ -36,7 +45,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::metrics::Metrics;
 use crate::sale::stock::SaleRecord;
-use crate::store::redis_master::MasterConnection;
+use crate::store::redis_master::{MasterConnection, ReplicaWait};
 
 pub mod reconcile;
 
@@ -71,6 +80,9 @@ pub struct OrderWriter {
     /// Entries pending longer than this under another consumer are taken over.
     claim_idle: Duration,
     metrics: Arc<Metrics>,
+    /// With `--stock-wait-replicas`: the replicas an entry must reach before its order
+    /// is written (see 5 above).
+    replica_wait: Option<ReplicaWait>,
 }
 
 /// Where the next read starts.
@@ -107,7 +119,40 @@ impl OrderWriter {
             consumer,
             claim_idle,
             metrics,
+            replica_wait: None,
         }
+    }
+
+    /// Writes only the orders whose entries `wait.replicas` replicas have (5 above).
+    pub fn with_replica_wait(mut self, wait: Option<ReplicaWait>) -> Self {
+        self.replica_wait = wait;
+        self
+    }
+
+    /// Sends `read`, with a replica wait followed by `WAIT` in one pipeline, so that both
+    /// reach the server that ran the read, and fails with
+    /// [`OrderError::NotReplicated`] when too few replicas acknowledged it.
+    async fn read_replicated<T: redis::FromRedisValue>(&mut self, read: redis::Cmd) -> Result<T, OrderError> {
+        let Some(wait) = self.replica_wait else {
+            return Ok(read.query_async(&mut self.redis).await?);
+        };
+        let (answer, acknowledged): (redis::RedisResult<T>, redis::RedisResult<u32>) = redis::pipe()
+            .ignore_errors()
+            .add_command(read)
+            .cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis() as u64)
+            .query_async(&mut self.redis)
+            .await?;
+        let answer = answer?;
+        let acknowledged = acknowledged?;
+        if acknowledged < wait.replicas {
+            return Err(OrderError::NotReplicated {
+                acknowledged,
+                wanted: wait.replicas,
+            });
+        }
+        Ok(answer)
     }
 
     /// Writes orders until `stopping` is cancelled. A step cut short there leaves its
@@ -154,10 +199,17 @@ impl OrderWriter {
         if read_from == ReadFrom::New {
             options = options.block(BLOCK.as_millis() as usize);
         }
-        let read: redis::RedisResult<Option<StreamReadReply>> = self
-            .redis
-            .xread_options(&[&self.stream], &[read_from.id()], &options)
-            .await;
+        let mut command = redis::cmd(if options.read_only() { "XREAD" } else { "XREADGROUP" });
+        command
+            .arg(&options)
+            .arg("STREAMS")
+            .arg(&self.stream)
+            .arg(read_from.id());
+        let read = match self.read_replicated::<Option<StreamReadReply>>(command).await {
+            Err(OrderError::Redis(error)) => Err(error),
+            Err(other) => return Err(other),
+            Ok(reply) => Ok(reply),
+        };
         let entries: Vec<StreamId> = match read {
             Ok(reply) => reply
                 .into_iter()
@@ -180,22 +232,19 @@ impl OrderWriter {
     async fn take_over_stalled(&mut self) -> Result<Progress, OrderError> {
         let mut start = "0-0".to_owned();
         loop {
-            let options = StreamAutoClaimOptions::default().count(BATCH);
-            let claimed: redis::RedisResult<StreamAutoClaimReply> = self
-                .redis
-                .xautoclaim_options(
-                    &self.stream,
-                    ORDERS_GROUP,
-                    &self.consumer,
-                    self.claim_idle.as_millis() as u64,
-                    &start,
-                    options,
-                )
-                .await;
-            let reply = match claimed {
+            let mut command = redis::cmd("XAUTOCLAIM");
+            command
+                .arg(&self.stream)
+                .arg(ORDERS_GROUP)
+                .arg(&self.consumer)
+                .arg(self.claim_idle.as_millis() as u64)
+                .arg(&start)
+                .arg("COUNT")
+                .arg(BATCH);
+            let reply = match self.read_replicated::<StreamAutoClaimReply>(command).await {
                 Ok(reply) => reply,
-                Err(error) if error.code() == Some("NOGROUP") => return Ok(Progress::Done),
-                Err(error) => return Err(error.into()),
+                Err(OrderError::Redis(error)) if error.code() == Some("NOGROUP") => return Ok(Progress::Done),
+                Err(error) => return Err(error),
             };
             if !reply.claimed.is_empty() {
                 tracing::info!(
@@ -360,4 +409,8 @@ enum OrderError {
     Redis(#[from] redis::RedisError),
     #[error("mysql (orders table) failed: {0}")]
     Mysql(#[from] sqlx::Error),
+    #[error(
+        "{acknowledged} of the {wanted} replica(s) have the entries read (--stock-wait-replicas); their orders wait"
+    )]
+    NotReplicated { acknowledged: u32, wanted: u32 },
 }

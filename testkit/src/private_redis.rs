@@ -266,6 +266,29 @@ impl Drop for PrivateSentinel {
     }
 }
 
+/// Waits (10 s at most) until a replica of `master` acknowledges a write: a replica whose
+/// link is up may still be loading its first copy, and acknowledge nothing for a while.
+pub fn wait_until_a_replica_acknowledges(master: &PrivateRedis) {
+    let mut connection = master.client().get_connection().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _: () = redis::cmd("SET")
+            .arg("replica-check")
+            .arg(1)
+            .query(&mut connection)
+            .unwrap();
+        let acknowledged: u32 = redis::cmd("WAIT").arg(1).arg(500).query(&mut connection).unwrap();
+        if acknowledged >= 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replica of {} acknowledged a write within 10 s",
+            master.port
+        );
+    }
+}
+
 /// A master, its replica in sync, and a Sentinel that knows both.
 pub fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSentinel) {
     let master = PrivateRedis::start();
