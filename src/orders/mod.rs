@@ -30,7 +30,13 @@
 //!    writer sends its read and a `WAIT` in one pipeline: the read (`XREADGROUP`, or
 //!    `XAUTOCLAIM`) is a write of the group's, so replicas that have it have every
 //!    entry before it. Fewer acknowledgements than the sale waits for, and the entries
-//!    stay pending, to be read and waited for again.
+//!    stay pending, to be read and waited for again. The read does not block then, and
+//!    the writer polls every [`POLL_WITH_WAIT`] instead: with blocking reads, two runs
+//!    of `make chaos`'s waited failover rows still left 1 and 2 units with two orders,
+//!    and five runs without them left none. A blocked read is served by another
+//!    client's `XADD`, outside the reader's own command, which is the suspect; a
+//!    small experiment by hand did not show `WAIT` miscounting it, so the cause is not
+//!    proven, only the cure measured.
 //!
 //! [`reconcile`] compares the orders in MySQL with the stock in Redis after a failure.
 
@@ -59,6 +65,8 @@ pub const RECORD_FIELD: &str = "record";
 const BATCH: usize = 100;
 /// How long one read waits for new entries; under the connection's response timeout.
 const BLOCK: Duration = Duration::from_millis(1000);
+/// Between two reads that found nothing, with a replica wait (the reads do not block, 5).
+const POLL_WITH_WAIT: Duration = Duration::from_millis(50);
 /// Pause after a failure (MySQL or Redis down) before the same entries are tried again.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
 /// How long a stopping instance waits for its writer; an order it had not acknowledged
@@ -196,7 +204,7 @@ impl OrderWriter {
         let mut options = StreamReadOptions::default()
             .group(ORDERS_GROUP, &self.consumer)
             .count(BATCH);
-        if read_from == ReadFrom::New {
+        if read_from == ReadFrom::New && self.replica_wait.is_none() {
             options = options.block(BLOCK.as_millis() as usize);
         }
         let mut command = redis::cmd(if options.read_only() { "XREAD" } else { "XREADGROUP" });
@@ -224,6 +232,9 @@ impl OrderWriter {
             Err(error) if error.code() == Some("UNBLOCKED") => return Ok(Progress::Done),
             Err(error) => return Err(error.into()),
         };
+        if entries.is_empty() && self.replica_wait.is_some() {
+            tokio::time::sleep(POLL_WITH_WAIT).await;
+        }
         self.write(&entries, Source::Read).await
     }
 

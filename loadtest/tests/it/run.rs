@@ -67,6 +67,21 @@ fn options_for(hosts: Vec<String>, sale: &TestSale, run: Run) -> Options {
     }
 }
 
+/// A run with every option of the sale: held, exactly 300 units sold, each with its order.
+fn assert_every_option_held(report: &Report) {
+    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
+    assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
+    assert_eq!(report.error_count(), 0, "{}", report.render());
+    let orders = report.orders.clone().expect("the orders were checked");
+    assert_eq!(
+        (orders.rows, orders.unread, orders.pending),
+        (300, 0, 0),
+        "{}",
+        report.render()
+    );
+}
+
 /// Two instances of `strategy` selling a sale of their own, the crowd, the report.
 async fn flash_sale(strategy: Strategy) -> Report {
     flash_sale_for(strategy, &TestSale::new(), PLAIN).await
@@ -496,17 +511,7 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 
-    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
-    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
-    assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
-    assert_eq!(report.error_count(), 0, "{}", report.render());
-    let orders = report.orders.clone().expect("the orders were checked");
-    assert_eq!(
-        (orders.rows, orders.unread, orders.pending),
-        (300, 0, 0),
-        "{}",
-        report.render()
-    );
+    assert_every_option_held(&report);
     // Everything was written to the master the Sentinel names, and nothing elsewhere.
     let mut on_master = common::connection(&master.client()).await;
     let lucky: i64 = redis::cmd("GET")
@@ -559,17 +564,7 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_s
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 
-    assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
-    assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
-    assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
-    assert_eq!(report.error_count(), 0, "{}", report.render());
-    let orders = report.orders.clone().expect("the orders were checked");
-    assert_eq!(
-        (orders.rows, orders.unread, orders.pending),
-        (300, 0, 0),
-        "{}",
-        report.render()
-    );
+    assert_every_option_held(&report);
     // Every master sold some: each holds the lucky count of the segments whose slots it owns.
     let masters = cluster.masters();
     assert_eq!(masters.len(), 3);
