@@ -42,7 +42,9 @@
 //!    it, and a replica promoted in between grants the lock again. With
 //!    `--lock-redis-wait-replicas N`, every grant and renewal is followed by
 //!    `WAIT N timeout`, and counts only when N replicas acknowledged it; otherwise the
-//!    grant is taken back (step 5) and the buyer told. Redisson waits too, after every
+//!    grant is taken back (step 5) and the buyer told. A `WAIT` sent after the
+//!    connection followed the Sentinels elsewhere would count another server's replicas,
+//!    so it then counts as none ([`ReplicaWait::acknowledged_since`]). Redisson waits too, after every
 //!    acquire, renewal and unlock script (`checkLockSyncedSlaves`, on by default,
 //!    `slavesSyncTimeout` 1 s), and refuses only when *none* of the connected replicas
 //!    acknowledged.
@@ -559,6 +561,7 @@ fn keep_alive(
         let (mut connection, scripts) = (connection.clone(), scripts.clone());
         let (key, token) = (key_owned.clone(), token.clone());
         async move {
+            let moves_before = connection.moves();
             let extended: i64 = scripts
                 .renew
                 .key(&key)
@@ -568,7 +571,7 @@ fn keep_alive(
                 .await
                 .map_err(|e| LockError::backend(BACKEND, e))?;
             if extended == 1 {
-                wait_for_replicas(&mut connection, wait, "renewal").await?;
+                wait_for_replicas(&mut connection, wait, moves_before, "renewal").await?;
             }
             Ok(extended == 1)
         }
@@ -607,15 +610,17 @@ impl Drop for RedisLock {
 }
 
 /// Step 7: `WAIT` until `wait.replicas` replicas have every write sent so far on
-/// `connection`, the grant or renewal among them; an error when fewer did in time.
+/// `connection`, the grant or renewal among them; an error when fewer did in time, or
+/// when the connection moved to another master since the write (`moves_before`).
 async fn wait_for_replicas(
     connection: &mut MasterConnection,
     wait: Option<ReplicaWait>,
+    moves_before: u64,
     what: &'static str,
 ) -> Result<(), LockError> {
     let Some(wait) = wait else { return Ok(()) };
     let acknowledged = wait
-        .acknowledged(connection)
+        .acknowledged_since(connection, moves_before)
         .await
         .map_err(|e| LockError::backend(BACKEND, e))?;
     if acknowledged < wait.replicas {
@@ -761,12 +766,15 @@ impl DistributedLock for RedisLock {
         }
         let seen = begun.count();
         let mut sent = Instant::now();
+        // Where the grant goes: a WAIT after a move would go elsewhere (step 7).
+        let mut moves_before = self.granting.moves();
         let mut answer = self.run_acquire_script(key, &token).await;
         if let Ok((-1, _)) = answer {
             self.begin_epoch(key, &begun, seen)
                 .await
                 .map_err(|error| self.failed(key, error))?;
             sent = Instant::now();
+            moves_before = self.granting.moves();
             answer = self.run_acquire_script(key, &token).await;
         }
         let (epoch, fencing_counter) = match answer {
@@ -781,8 +789,8 @@ impl DistributedLock for RedisLock {
             return Err(LockError::Busy { key: key.to_owned() });
         }
         // Step 7: a grant that no replica has yet would not survive a failover.
-        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), self.options.wait_for_replicas, "grant").await
-        {
+        let wait = self.options.wait_for_replicas;
+        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), wait, moves_before, "grant").await {
             self.clean_up_failed_acquire(key, token);
             return Err(error);
         }

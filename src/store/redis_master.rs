@@ -147,6 +147,23 @@ impl ReplicaWait {
             .query_async(connection)
             .await
     }
+
+    /// [`ReplicaWait::acknowledged`] for a write sent when the connection had made
+    /// `moves_before` moves ([`MasterConnection::moves`]). If it followed the Sentinels to
+    /// another master since, the `WAIT` went to a server where it wrote nothing, which
+    /// counts its replicas at once: the write is then acknowledged by none. (The stock's
+    /// sales avoid the question by sending their `WAIT` in one pipeline with the write.)
+    pub async fn acknowledged_since(&self, connection: &mut MasterConnection, moves_before: u64) -> RedisResult<u32> {
+        let acknowledged = self.acknowledged(connection).await?;
+        if connection.moves() != moves_before {
+            tracing::warn!(
+                acknowledged,
+                "the master moved between a write and its WAIT; the write counts as acknowledged by none"
+            );
+            return Ok(0);
+        }
+        Ok(acknowledged)
+    }
 }
 
 /// Connects to the master `url` names (`redis://` or `redis-sentinel://`) and pings it,

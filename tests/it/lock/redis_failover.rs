@@ -280,3 +280,62 @@ async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outran
     );
     first.release().await.unwrap();
 }
+
+/// A `WAIT` sent after the connection followed the Sentinel to a new master counts that
+/// master's replicas, not the write's: a write on the old master, the master killed, the
+/// connection moved, and the promoted master with a replica of its own. A plain `WAIT`
+/// then says 1 for a write no server has; `acknowledged_since` counts none, so a grant or
+/// renewal sent before a move is never taken for replicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_sent_after_the_master_moved_acknowledges_nothing() {
+    let _turn = common::take_turn().await;
+    let master = PrivateRedis::start();
+    let _replicas = [
+        PrivateRedis::start_replica_of(master.port),
+        PrivateRedis::start_replica_of(master.port),
+    ];
+    let sentinel = PrivateSentinel::watch("wait-after-a-move", master.port);
+    while sentinel.replicas() < 2 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let address = MasterAddress::parse(&sentinel.url()).unwrap();
+    let mut connection = seckill::store::redis_master::MasterConnection::connect(&address)
+        .await
+        .unwrap();
+    let wait = ReplicaWait {
+        replicas: 1,
+        timeout: Duration::from_millis(200),
+    };
+    let moves_before = connection.moves();
+    let _: () = redis::cmd("SET")
+        .arg("written-before-the-move")
+        .arg(1)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    drop(master); // SIGKILL
+
+    // Commands fail until the Sentinel promotes a replica; the connection then follows it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while connection.moves() == moves_before {
+        assert!(
+            Instant::now() < deadline,
+            "the connection did not follow the Sentinel within 20 s"
+        );
+        let _: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut connection).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The Sentinel makes the other replica the promoted master's: a plain WAIT counts it.
+    while wait.acknowledged(&mut connection).await.unwrap_or(0) < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the promoted master got no replica within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        wait.acknowledged_since(&mut connection, moves_before).await.unwrap(),
+        0,
+        "a WAIT after a move counted the new master's replicas for a write it never had"
+    );
+}
