@@ -207,30 +207,25 @@ impl OrderWriter {
         if read_from == ReadFrom::New && self.replica_wait.is_none() {
             options = options.block(BLOCK.as_millis() as usize);
         }
-        let mut command = redis::cmd(if options.read_only() { "XREAD" } else { "XREADGROUP" });
+        let mut command = redis::cmd("XREADGROUP");
         command
             .arg(&options)
             .arg("STREAMS")
             .arg(&self.stream)
             .arg(read_from.id());
-        let read = match self.read_replicated::<Option<StreamReadReply>>(command).await {
-            Err(OrderError::Redis(error)) => Err(error),
-            Err(other) => return Err(other),
-            Ok(reply) => Ok(reply),
-        };
-        let entries: Vec<StreamId> = match read {
+        let entries: Vec<StreamId> = match self.read_replicated::<Option<StreamReadReply>>(command).await {
             Ok(reply) => reply
                 .into_iter()
                 .flat_map(|reply| reply.keys)
                 .flat_map(|key| key.ids)
                 .collect(),
-            Err(error) if error.code() == Some("NOGROUP") => {
+            Err(OrderError::Redis(error)) if error.code() == Some("NOGROUP") => {
                 self.create_group().await?;
                 return Ok(Progress::Done);
             }
             // The stream was deleted (by hand: a reset leaves it) while this read waited on it: read the new one.
-            Err(error) if error.code() == Some("UNBLOCKED") => return Ok(Progress::Done),
-            Err(error) => return Err(error.into()),
+            Err(OrderError::Redis(error)) if error.code() == Some("UNBLOCKED") => return Ok(Progress::Done),
+            Err(error) => return Err(error),
         };
         if entries.is_empty() && self.replica_wait.is_some() {
             tokio::time::sleep(POLL_WITH_WAIT).await;

@@ -118,9 +118,7 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<Reconciliation> {
             args.redis_url, args.key_prefix
         )
     })?;
-    let segments = count
-        .and_then(|count| Segments::new(count).ok())
-        .unwrap_or(Segments::ONE);
+    let segments = Segments::as_stored(count);
     let groups = keys.groups(segments);
     let still_in_streams =
         wait_for_the_streams(&mut redis, &keys, &groups, Duration::from_millis(args.wait_ms)).await?;

@@ -353,18 +353,14 @@ impl Sale {
             order.into_iter().partition(|segment| known.is_empty(*segment));
         if let (Some(buyer), false) = (checked_buyer, to_try.is_empty()) {
             // A segment the flag skips may be where this buyer got a unit before it emptied.
-            for segment in skipped {
-                match self.store.bought_in(segment, buyer).await {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        let _ = answer.send(Err(AppError::AlreadyBought));
-                        return;
-                    }
-                    Err(error) => {
-                        let _ = answer.send(Err(error.into()));
-                        return;
-                    }
-                }
+            let refused = match self.store.bought_in_any(&skipped, buyer).await {
+                Ok(false) => None,
+                Ok(true) => Some(AppError::AlreadyBought),
+                Err(error) => Some(error.into()),
+            };
+            if let Some(refused) = refused {
+                let _ = answer.send(Err(refused));
+                return;
             }
         }
         let mut segments = to_try.into_iter().peekable();

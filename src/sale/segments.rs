@@ -62,6 +62,15 @@ impl Segments {
         self.0
     }
 
+    /// The segments the last reset made, from the count it stored
+    /// ([`crate::sale::keys::Keys::segment_count`]): the stock in one piece when there is
+    /// none, or one no reset could have stored.
+    pub fn as_stored(count: Option<u32>) -> Self {
+        count
+            .and_then(|count| Segments::new(count).ok())
+            .unwrap_or(Segments::ONE)
+    }
+
     /// Every segment, in order.
     pub fn all(self) -> impl Iterator<Item = Segment> {
         self.visiting_order(0)

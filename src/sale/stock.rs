@@ -489,14 +489,20 @@ impl StockStore {
         buyer.filter(|_| self.one_per_buyer && self.keys.is_on_cluster())
     }
 
-    /// Whether `buyer` got a unit of `segment` already (one `SISMEMBER`, no lock: the
-    /// set of buyers only grows during a sale).
-    pub async fn bought_in(&self, segment: Segment, buyer: &BuyerId) -> Result<bool, StockError> {
-        Ok(redis::cmd("SISMEMBER")
-            .arg(self.keys.buyers_of(segment))
-            .arg(buyer.as_str())
-            .query_async(&mut self.connection.clone())
-            .await?)
+    /// Whether `buyer` got a unit of any of `segments` already (a `SISMEMBER` each, no
+    /// lock: a set of buyers only grows during a sale).
+    pub async fn bought_in_any(&self, segments: &[Segment], buyer: &BuyerId) -> Result<bool, StockError> {
+        for segment in segments {
+            let bought: bool = redis::cmd("SISMEMBER")
+                .arg(self.keys.buyers_of(*segment))
+                .arg(buyer.as_str())
+                .query_async(&mut self.connection.clone())
+                .await?;
+            if bought {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The sale refuses a second unit to a buyer, in the script that takes the unit.

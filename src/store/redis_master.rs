@@ -26,7 +26,9 @@
 //!    moves a slot, so no Sentinel is asked.
 //! 5. **Waiting for replicas.** [`ReplicaWait`] sends `WAIT` after a write, on the
 //!    connection that wrote it: the lock after a grant (`--lock-redis-wait-replicas`),
-//!    the sale after a sale (`--stock-wait-replicas`).
+//!    which counts none if the connection moved in between
+//!    ([`ReplicaWait::acknowledged_since`]); the sale after a sale
+//!    (`--stock-wait-replicas`), in one pipeline with it.
 //!
 //! ## Limitations
 //! - While the Sentinels have not yet promoted anyone (about a second after the
@@ -34,7 +36,7 @@
 //!   master, and every command fails.
 //! - What the old master acknowledged but had not yet sent to its replica is gone:
 //!   replication is asynchronous. That is the lesson of `make chaos`'s failover row,
-//!   and `WAIT` (step 4) is the answer to it, for the lock and for the stock.
+//!   and `WAIT` (step 5) is the answer to it, for the lock and for the stock.
 //!
 //! ## References
 //! - Redis docs, "Sentinel client spec":

@@ -297,6 +297,26 @@ pub fn replicated_master(name: &str) -> (PrivateRedis, PrivateRedis, PrivateSent
     (master, replica, sentinel)
 }
 
+/// A master, two replicas in sync, and a Sentinel that knows all three, as a shop runs
+/// them: after a failover, the promoted replica still has a replica of its own.
+pub fn master_with_two_replicas(name: &str) -> (PrivateRedis, [PrivateRedis; 2], PrivateSentinel) {
+    let master = PrivateRedis::start();
+    let replicas = [
+        PrivateRedis::start_replica_of(master.port),
+        PrivateRedis::start_replica_of(master.port),
+    ];
+    let sentinel = PrivateSentinel::watch(name, master.port);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while sentinel.replicas() < replicas.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the Sentinel did not find both replicas of {name} within 15 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (master, replicas, sentinel)
+}
+
 /// Kills the master and waits until the Sentinel names the replica instead.
 pub fn fail_over(master: PrivateRedis, replica: &PrivateRedis, sentinel: &PrivateSentinel) -> Duration {
     let killed = Instant::now();

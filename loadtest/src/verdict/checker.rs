@@ -130,10 +130,7 @@ async fn read_sale_once(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleStat
         .query_async(&mut redis)
         .await
         .context("reading the sale back from Redis")?;
-    let segments = match count.map(Segments::new) {
-        Some(Ok(segments)) => segments,
-        _ => Segments::ONE,
-    };
+    let segments = Segments::as_stored(count);
     type Raw = (Option<i64>, Option<i64>, Vec<String>, BTreeMap<String, usize>);
     let (mut stock, mut lucky, mut raw, mut refusals) = (0, 0, Vec::new(), BTreeMap::new());
     // One round trip per place the counts are: one on one Redis, one per segment on a cluster.

@@ -93,9 +93,7 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
 /// stream: one, or one per segment on a Redis Cluster.
 async fn backlog(redis: &mut MasterConnection, keys: &Keys) -> anyhow::Result<(usize, usize)> {
     let count: Option<u32> = redis::cmd("GET").arg(keys.segment_count()).query_async(redis).await?;
-    let segments = count
-        .and_then(|count| Segments::new(count).ok())
-        .unwrap_or(Segments::ONE);
+    let segments = Segments::as_stored(count);
     let (mut unread, mut pending) = (0, 0);
     for group in keys.groups(segments) {
         let (stream_unread, stream_pending) = stream_backlog(redis, &keys.orders_of(group)).await?;

@@ -37,14 +37,19 @@ async fn start(strategy: Strategy, sale: &TestSale) -> Instance {
     start_for(strategy, sale, PLAIN).await
 }
 
-async fn start_for(strategy: Strategy, sale: &TestSale, run: Run) -> Instance {
-    common::redis_client().await; // the project's test Redis, or a clear panic
+/// An instance of `strategy` selling `sale` as `run` says: its options, and a buyer's patience.
+fn config_for(strategy: Strategy, sale: &TestSale, run: Run) -> seckill::config::Config {
     let mut config = common::config(strategy, sale);
     config.acquire_timeout_ms = 30_000;
     config.stock_segments = run.stock_segments;
     config.one_per_buyer = run.one_per_buyer;
     config.orders = run.orders;
-    Instance::start(config)
+    config
+}
+
+async fn start_for(strategy: Strategy, sale: &TestSale, run: Run) -> Instance {
+    common::redis_client().await; // the project's test Redis, or a clear panic
+    Instance::start(config_for(strategy, sale, run))
         .await
         .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
 }
@@ -490,12 +495,8 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
         orders: true,
     };
     let start = || async {
-        let mut config = common::config(Strategy::Redis, &sale);
+        let mut config = config_for(Strategy::Redis, &sale, every_option);
         config.redis_url = sentinel.url();
-        config.acquire_timeout_ms = 30_000;
-        config.stock_segments = every_option.stock_segments;
-        config.one_per_buyer = every_option.one_per_buyer;
-        config.orders = every_option.orders;
         config.sold_out_flag = true;
         Instance::start(config)
             .await
@@ -540,13 +541,9 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_s
         orders: true,
     };
     let start = || async {
-        let mut config = common::config(Strategy::Redis, &sale);
+        let mut config = config_for(Strategy::Redis, &sale, every_option);
         config.redis_url = cluster.url();
         config.redis.lock_redis_url = Some(common::redis_url());
-        config.acquire_timeout_ms = 30_000;
-        config.stock_segments = every_option.stock_segments;
-        config.one_per_buyer = every_option.one_per_buyer;
-        config.orders = every_option.orders;
         config.sold_out_flag = true;
         Instance::start(config)
             .await

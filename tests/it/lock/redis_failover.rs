@@ -289,15 +289,7 @@ async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outran
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_sent_after_the_master_moved_acknowledges_nothing() {
     let _turn = common::take_turn().await;
-    let master = PrivateRedis::start();
-    let _replicas = [
-        PrivateRedis::start_replica_of(master.port),
-        PrivateRedis::start_replica_of(master.port),
-    ];
-    let sentinel = PrivateSentinel::watch("wait-after-a-move", master.port);
-    while sentinel.replicas() < 2 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (master, _replicas, sentinel) = common::master_with_two_replicas("wait-after-a-move");
     let address = MasterAddress::parse(&sentinel.url()).unwrap();
     let mut connection = seckill::store::redis_master::MasterConnection::connect(&address)
         .await

@@ -37,15 +37,7 @@ impl Told {
 /// failover, until the promoted master says "sold out".
 async fn sell_through_a_failover_of_the_stock(name: &str, wait_replicas: u32) -> Told {
     let _turn = common::take_turn().await;
-    let master = common::PrivateRedis::start();
-    let replicas = [
-        common::PrivateRedis::start_replica_of(master.port),
-        common::PrivateRedis::start_replica_of(master.port),
-    ];
-    let sentinel = common::PrivateSentinel::watch(name, master.port);
-    while sentinel.replicas() < replicas.len() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (master, replicas, sentinel) = common::master_with_two_replicas(name);
     let sale = TestSale::new();
     let instance = common::instance_with(Strategy::Redis, &sale, |config| {
         config.redis_url = sentinel.url();
