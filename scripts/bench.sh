@@ -11,7 +11,10 @@
 # redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound;
 # and 16 segments again with the sold-out flag, for the table "After the sell-out";
 # and atomic and redis with every unit sold written as an order through a Redis Stream into
-# MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without.
+# MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without; and, last, the
+# stock on the Redis Cluster of `make cluster` (`+stock-cluster`: its six nodes are started
+# for the run, and stopped after if they were not running) beside the same run on one Redis,
+# for the table "Past one machine".
 # A RUN is a strategy or a strategy and a variant, as for `make demo`, or `python-peer`:
 # the same sale written with Starlette and redis-py's lock (loadtest/peer/app.py), two
 # uvicorn instances, its packages installed into .run/peer-venv on first use; it polls
@@ -39,7 +42,8 @@ STRATEGIES=("$@")
               redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
               mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
-              redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag)
+              redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag
+              atomic+stock-cluster redis+segments-6+lock-redis redis+segments-6+lock-redis+stock-cluster)
 
 # The pages of docs/results/ that show the tables, and the sentence that opens the paragraph
 # above each table in tables.md (`tables::bench` in loadtest/src/render/tables.rs).
@@ -54,6 +58,8 @@ PAGE_PARTS=(
   "bench|Ordering by sustained sales/s: "
   "bench-past-one-lock|Past one lock: "
   "bench-past-one-lock|After the sell-out: "
+  "bench-past-one-lock|Past one machine: "
+  "bench-past-one-lock|A model of the scale: "
 )
 
 # split_tables TABLES FOLDER: writes the parts of TABLES into FOLDER/PAGE.md, one file a
@@ -143,12 +149,30 @@ start_python_peer() {
 mkdir -p "$RESULTS"
 begin_run
 
+# The stock cluster's nodes, for the runs on it; stopped at exit if this started them.
+STOCK_CLUSTER_STARTED=()
+stop_stock_cluster() {
+  if ((${#STOCK_CLUSTER_STARTED[@]} > 0)); then "$ROOT/scripts/cluster.sh" stop "${STOCK_CLUSTER_STARTED[@]}"; fi
+}
+trap 'end_run; stop_stock_cluster' EXIT
+for run in "${STRATEGIES[@]}"; do
+  uses_stock_cluster "$run" || continue
+  for node in "${STOCK_CLUSTER_NODES[@]}"; do
+    [[ -e $RUN/cluster/pids/$node.pid ]] || STOCK_CLUSTER_STARTED+=("$node")
+  done
+  "$ROOT/scripts/cluster.sh" start "${STOCK_CLUSTER_NODES[@]}"
+  break
+done
+
 # The processes whose CPU use `bench` reports: both instances and every backing server.
 watch_flags() {
-  local pidfile i
+  local pidfile i node
   for pidfile in "$RUN"/pids/*.pid; do
     echo "--watch $(basename "$pidfile" .pid)=$(cat "$pidfile")"
   done
+  if uses_stock_cluster "$run"; then
+    for node in "${STOCK_CLUSTER_NODES[@]}"; do echo "--watch $node=$(cat "$RUN/cluster/pids/$node.pid")"; done
+  fi
   local name=seckill
   is_peer "$run" && name=python-peer
   for i in "${!INSTANCE_PIDS[@]}"; do echo "--watch $name-${PORTS[$i]}=${INSTANCE_PIDS[$i]}"; done
@@ -160,11 +184,10 @@ for run in "${STRATEGIES[@]}"; do
   if is_peer "$run"; then start_python_peer "$(peer_poll_seconds "$run")"; else start_instances "$run"; fi
   say "$run: round trips, ${BENCH_RUNS:-5} crowd runs, serial client, sustained load"
   read -r -a watch <<<"$(watch_flags | tr '\n' ' ')"
-  # The lock Redis of redis-degrade, for the round-trip probe (the instances got it as a flag).
-  lock_redis=()
-  [[ ${run%%+*} == redis-degrade ]] && lock_redis=(env SECKILL_LOCK_REDIS_URL="$LOCK_REDIS_URL")
+  # The stock's and the lock's Redis the run's flags name, for the probes and the checker.
+  read -r -a servers <<<"$(probe_env "$run" | tr '\n' ' ')"
   status=0
-  "${lock_redis[@]}" target/release/bench measure --label "$run" --out "$RESULTS/$run.json" \
+  env "${servers[@]}" target/release/bench measure --label "$run" --out "$RESULTS/$run.json" \
     --runs "${BENCH_RUNS:-5}" --seconds "${BENCH_SECONDS:-2}" --connections "${BENCH_CONNECTIONS:-64}" \
     "${watch[@]}" || status=$?
   case $status in

@@ -10,10 +10,12 @@
 //!
 //! The server builds these and nothing else. The load test (`loadtest/`) and the tests
 //! read them back with the same types, so a field renamed here fails to compile there
-//! instead of reading as missing. Two readers cannot share the types and copy them by
-//! hand: the dashboard's script (`src/http/dashboard.html`, which reads the stream of
-//! `GET /events`) and the shell scripts that read `/healthz` with `jq`
-//! (`scripts/demo-degrade.sh` reads `lock_stats.degrade`). Change them with a field.
+//! instead of reading as missing. Three readers and a writer cannot share the types and
+//! copy them by hand: the dashboard's script (`src/http/dashboard.html`, which reads the
+//! stream of `GET /events`), the shell scripts that read `/healthz` with `jq`
+//! (`scripts/demo-degrade.sh` reads `lock_stats.degrade`), and the Python peer of `make
+//! bench` (`loadtest/peer/app.py`), whose `/healthz` answers a [`Health`] for the load test
+//! to read. Change them with a field.
 //!
 //! The contract comes before the sale in the reading order because the sale describes
 //! itself in it ([`Health`], from `Sale::health`).
@@ -69,6 +71,10 @@ pub struct Health {
     pub one_per_buyer: bool,
     /// Each unit sold becomes an order in MySQL (`--orders`).
     pub orders: bool,
+    /// The replicas every sale waits for before its buyer is told (`--stock-wait-replicas`;
+    /// 0: none). Absent from a peer that does not wait.
+    #[serde(default)]
+    pub stock_wait_replicas: u32,
     pub instance: String,
     pub port: u16,
     /// What every key of the sale starts with (`--key-prefix`).

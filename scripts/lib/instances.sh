@@ -11,6 +11,10 @@
 # The lock Redis of redis-degrade (`--lock-redis-url`): that of `make services`. chaos.sh
 # sets it to the cluster's after sourcing this file.
 LOCK_REDIS_URL=redis://127.0.0.1:6380
+# The stock cluster of `make cluster` (scripts/cluster.sh: three masters, a replica each),
+# for `+stock-cluster`; `scripts/cluster.sh env` prints the same URL.
+STOCK_CLUSTER_URL=redis-cluster://127.0.0.1:7001,127.0.0.1:7002
+STOCK_CLUSTER_NODES=(stock-cluster-1 stock-cluster-2 stock-cluster-3 stock-cluster-4 stock-cluster-5 stock-cluster-6)
 
 # A run is a strategy (`redis`), or a strategy and a variant after a `+`:
 #   +no-local-queue  `--local-queue false`: every buyer asks the lock itself, instead of
@@ -29,15 +33,24 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 #                    the Redis Stream stock:orders and the instances' consumer group (src/orders/mod.rs)
 #   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
 #                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
+#   +lock-redis      `--lock-redis-url`: the lock in a Redis of its own (LOCK_REDIS_URL), apart
+#                    from the stock; `redis-degrade` always keeps it there
+#   +stock-cluster   `--redis-url` of the stock cluster (STOCK_CLUSTER_URL): the sale's keys
+#                    spread over three masters by hash slot (src/store/redis_cluster.rs); the
+#                    caller starts its nodes. The redis lock cannot live on a cluster: add +lock-redis
 # Variants add up: `redis+segments-16+sold-out-flag`.
-# `redis-degrade` keeps its lock in the lock Redis (LOCK_REDIS_URL), apart from the stock.
 variant_flags() {
   local strategy=${1%%+*} variants=() variant
   [[ $1 == *+* ]] && IFS=+ read -r -a variants <<<"${1#*+}"
-  local flags=()
-  [[ $strategy == redis-degrade ]] && flags+=(--lock-redis-url "$LOCK_REDIS_URL")
+  local flags=() lock_redis=no
+  [[ $strategy == redis-degrade ]] && lock_redis=yes
   for variant in "${variants[@]}"; do
     case $variant in
+      lock-redis) lock_redis=yes ;;
+      stock-cluster)
+        [[ $strategy != redis || " ${variants[*]} " == *" lock-redis "* ]] ||
+          die "\`$1\`: the redis lock needs one master, and a cluster spreads its grant and its waiters over three; add +lock-redis, as in redis+segments-6+lock-redis+stock-cluster"
+        flags+=(--redis-url "$STOCK_CLUSTER_URL") ;;
       no-local-queue) flags+=(--local-queue false) ;;
       no-hand-over) flags+=(--hand-over false) ;;
       no-semaphore) flags+=(--mysql-permits 0 --mysql-pool 64 --local-queue false) ;;
@@ -48,11 +61,30 @@ variant_flags() {
       one-per-buyer) flags+=(--one-per-buyer true) ;;
       orders) flags+=(--orders true) ;;
       stock-wait) flags+=(--stock-wait-replicas 1) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer, +orders and +stock-wait, one after another (redis+segments-16+sold-out-flag)" ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer, +orders, +stock-wait, +lock-redis and +stock-cluster, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
+  [[ $lock_redis == yes ]] && flags+=(--lock-redis-url "$LOCK_REDIS_URL")
   echo "${flags[*]}"
 }
+
+# probe_env RUN: the SECKILL_* settings, one a word, that point a client outside the
+# instances (the bench's probes, the checker) at the servers the run's flags name.
+probe_env() {
+  local flags
+  read -r -a flags <<<"$(variant_flags "$1")"
+  set -- "${flags[@]}"
+  while (($# > 1)); do
+    case $1 in
+      --redis-url) echo "SECKILL_REDIS_URL=$2" ;;
+      --lock-redis-url) echo "SECKILL_LOCK_REDIS_URL=$2" ;;
+    esac
+    shift
+  done
+}
+
+# uses_stock_cluster RUN: whether the run's stock is on the stock cluster.
+uses_stock_cluster() { [[ "$1+" == *+stock-cluster+* ]]; }
 
 # refuse_busy_ports: dies, naming the port, if something already listens on one of PORTS.
 refuse_busy_ports() {

@@ -276,6 +276,7 @@ impl Sale {
             sold_out_flag: self.sold_out.is_some(),
             one_per_buyer: self.store.one_per_buyer(),
             orders: self.store.orders(),
+            stock_wait_replicas: self.store.replicas_waited_for(),
             instance: self.seller.instance.clone(),
             port: self.seller.port,
             key_prefix: self.store.keys().prefix().to_owned(),

@@ -407,6 +407,11 @@ impl StockStore {
         self.replicated_writes.is_some()
     }
 
+    /// How many replicas each sale waits for; 0 when it waits for none.
+    pub fn replicas_waited_for(&self) -> u32 {
+        self.replicated_writes.as_ref().map_or(0, |(_, wait)| wait.replicas)
+    }
+
     /// The connection a sale's write goes on.
     fn writes(&self) -> MasterConnection {
         match &self.replicated_writes {

@@ -76,6 +76,48 @@ impl ClusterAddress {
             .get_async_connection()
             .await
     }
+
+    /// The `host:port` of every master serving slots now, as the first node that answers
+    /// says: for what is counted per server, not per key (a server's `INFO`).
+    pub async fn masters(&self) -> RedisResult<Vec<String>> {
+        let mut last_error = None;
+        for node in &self.nodes {
+            let asked = async {
+                let mut connection = redis::Client::open(format!("redis://{node}"))?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query_async::<String>(&mut connection)
+                    .await
+            };
+            match tokio::time::timeout(RESPONSE_TIMEOUT, asked).await {
+                Ok(Ok(nodes)) => return Ok(masters_in(&nodes)),
+                Ok(Err(error)) => last_error = Some(error),
+                Err(_) => last_error = Some((redis::ErrorKind::Io, "no answer in time").into()),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| (redis::ErrorKind::Io, "no node named").into()))
+    }
+}
+
+/// The masters with slots in a `CLUSTER NODES` answer, one node a line:
+/// `<id> <host:port@bus-port> <flags> <master-id> <ping> <pong> <epoch> <link> <slot>...`.
+fn masters_in(cluster_nodes: &str) -> Vec<String> {
+    cluster_nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let flags = fields.get(2)?;
+            let serves_slots = fields.len() > 8;
+            let is_master = flags.split(',').any(|flag| flag == "master");
+            let failed = flags.split(',').any(|flag| flag == "fail" || flag == "fail?");
+            (is_master && serves_slots && !failed).then(|| {
+                let address = fields[1].split(['@', ',']).next().unwrap_or(fields[1]);
+                address.to_owned()
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn is_host_and_port(host: &str) -> bool {
@@ -129,6 +171,22 @@ mod tests {
         assert!(
             error.contains("`127.0.0.1:7000/2`") && error.contains("no database numbers"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn the_masters_are_the_nodes_that_serve_slots_and_have_not_failed() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922
+c3 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
+d4 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+e5 127.0.0.1:7005@17005,host-5 master - 0 1 7 connected 10923-16383
+f6 127.0.0.1:7006@17006 master - 0 1 0 connected
+";
+        assert_eq!(
+            masters_in(nodes),
+            ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7005"]
         );
     }
 

@@ -8,6 +8,7 @@
 
 mod store {
     mod mysql;
+    mod redis_cluster;
 }
 mod lock {
     mod conformance;

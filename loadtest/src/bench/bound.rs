@@ -15,7 +15,7 @@
 //! a step is counted). The round-trip times are measured in the same run ([`measure_round_trips`]),
 //! on a quiet machine, one request at a time, and for the kind of request the step is:
 //! a write that a server must make durable first (etcd's and ZooKeeper's logs, MySQL's
-//! commit, a Redlock master's append-only file) costs far more than a PING, so each
+//! commit, a Redlock master's append-only file) costs far more than a read, so each
 //! backend is timed twice, reading and writing, and each step uses its own kind.
 //!
 //! That is the **protocol bound**: it judges a lock against its own design, so a lock that
@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
 pub use seckill::lock::critical_path::{Access, Backend, Step};
+use seckill::store::redis_master::{MasterAddress, MasterConnection, ReplicaWait};
 use seckill::strategy::Strategy;
 
 use crate::latency::Latencies;
@@ -241,11 +242,15 @@ const PROBE_NODE: &str = "/seckill-bench-round-trip";
 struct Probe {
     backend: Backend,
     server: ProbedServer,
+    /// The `WAIT` the sale sends with each write of the stock (`--stock-wait-replicas`):
+    /// the stock's write probe sends it too, in one pipeline, as the sale does.
+    replica_wait: Option<ReplicaWait>,
 }
 
 enum ProbedServer {
-    /// One Redis, or every Redlock master at once.
-    Redis(Vec<redis::aio::MultiplexedConnection>),
+    /// One Redis (a server, the master the Sentinels name, or a cluster, which sends the
+    /// probe's key to its slot's master), or every Redlock master at once.
+    Redis(Vec<MasterConnection>),
     Etcd(Box<etcd_client::Client>),
     Zookeeper(zookeeper_client::Client),
     Mysql(sqlx::MySqlConnection),
@@ -262,8 +267,8 @@ impl Probe {
         let redis = |urls: Vec<String>| async move {
             let mut connections = Vec::new();
             for url in urls {
-                let client = redis::Client::open(url.as_str())?;
-                connections.push(client.get_multiplexed_async_connection().await?);
+                let address = MasterAddress::parse(&url).map_err(anyhow::Error::msg)?;
+                connections.push(MasterConnection::connect(&address).await?);
             }
             anyhow::Ok(ProbedServer::Redis(connections))
         };
@@ -291,7 +296,15 @@ impl Probe {
                 ProbedServer::Mysql(sqlx::MySqlConnection::connect(&config.mysql_url).await?)
             }
         };
-        Ok(Probe { backend, server })
+        let replica_wait = match backend {
+            Backend::StockRedis => seckill::wiring::stock_replica_wait(config),
+            _ => None,
+        };
+        Ok(Probe {
+            backend,
+            server,
+            replica_wait,
+        })
     }
 
     /// One request of the kind, answered: how long it took.
@@ -308,9 +321,25 @@ impl Probe {
     async fn ask(&mut self, access: Access) -> anyhow::Result<Duration> {
         let sent = Instant::now();
         match &mut self.server {
+            ProbedServer::Redis(connections) if access == Access::Write && self.replica_wait.is_some() => {
+                let wait = self.replica_wait.expect("matched above");
+                redis::pipe()
+                    .cmd("SET")
+                    .arg(PROBE_KEY)
+                    .arg("1")
+                    .arg("PX")
+                    .arg(60_000)
+                    .ignore()
+                    .cmd("WAIT")
+                    .arg(wait.replicas)
+                    .arg(wait.timeout.as_millis() as u64)
+                    .query_async::<Vec<redis::Value>>(&mut connections[0].clone())
+                    .await?;
+            }
             ProbedServer::Redis(connections) => {
                 let command = match access {
-                    Access::Read => redis::cmd("PING"),
+                    // A read of one key, not a PING: a cluster sends a PING to every node.
+                    Access::Read => redis::cmd("EXISTS").arg(PROBE_KEY).to_owned(),
                     Access::Write => redis::cmd("SET")
                         .arg(PROBE_KEY)
                         .arg("1")
@@ -348,10 +377,7 @@ impl Probe {
 /// `command` on every connection at once, until a majority has answered, as a Redlock
 /// grant and release wait for no more (the others' answers are left to come). One
 /// connection is asked directly, without a task per request to skew the figure.
-async fn until_a_majority_answered(
-    connections: &[redis::aio::MultiplexedConnection],
-    command: redis::Cmd,
-) -> redis::RedisResult<()> {
+async fn until_a_majority_answered(connections: &[MasterConnection], command: redis::Cmd) -> redis::RedisResult<()> {
     if let [connection] = connections {
         return command
             .query_async::<redis::Value>(&mut connection.clone())

@@ -16,7 +16,9 @@
 //!    With the stock in N segments (`--stock-segments`), N locks sell at once, so the
 //!    sustained bounds are N times one lock's: the most segments can give.
 //!
-//! [`lockbench`] measures the locks alone, without the sale around them.
+//! [`scale`] sets the runs with the stock on a Redis Cluster beside the same runs on one
+//! Redis, and models the cluster past this machine. [`lockbench`] measures the locks alone,
+//! without the sale around them.
 //!
 //! [`crate::render::tables`] turns the results of every strategy into the README's
 //! tables, and settles with them the original articles' claim "performance: redis >
@@ -36,10 +38,13 @@ pub mod cpu;
 
 pub mod lockbench;
 
+pub mod scale;
+
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use seckill::config::Config;
+use seckill::store::redis_cluster::ClusterAddress;
 use seckill::strategy::{FencingStatus, Strategy};
 
 use crate::latency::Latencies;
@@ -56,6 +61,7 @@ pub const TARGET_RATIO: f64 = 0.7;
 pub const SERIAL_TARGET_RATIO: f64 = 0.8;
 
 /// How to measure one strategy.
+#[derive(Clone)]
 pub struct BenchOptions {
     /// The crowd (hosts, buyers, stock, where to check the result).
     pub crowd: Options,
@@ -121,6 +127,9 @@ pub struct StrategyBench {
     /// Whether the instances ran with `--sold-out-flag`.
     #[serde(default)]
     pub sold_out_flag: bool,
+    /// The masters of the Redis Cluster the stock was on; `None` for one Redis.
+    #[serde(default)]
+    pub stock_shards: Option<u32>,
     pub expected_to_oversell: bool,
     pub crowd: CrowdSummary,
     pub crowd_runs: Vec<Report>,
@@ -226,21 +235,34 @@ impl StrategyBench {
 }
 
 /// The runs of each lock that was also run over several stock segments: its plain run
-/// (one segment, no variant) and its segmented ones without the sold-out flag (which
-/// changes only the tail), by strategy, then by segments.
+/// (one segment, no variant) and its runs with no variant but `+segments-N` (the sold-out
+/// flag changes only the tail; a lock or a stock elsewhere is another comparison), by
+/// strategy, then by segments.
 pub fn runs_over_segments(benches: &[StrategyBench]) -> Vec<&StrategyBench> {
+    let only_segmented = |bench: &StrategyBench| {
+        bench.label == bench.strategy || bench.label == format!("{}+segments-{}", bench.strategy, bench.stock_segments)
+    };
     let split = |strategy: &str| {
         benches
             .iter()
-            .any(|bench| bench.strategy == strategy && bench.stock_segments > 1)
+            .any(|bench| bench.strategy == strategy && bench.stock_segments > 1 && only_segmented(bench))
     };
     let mut runs: Vec<&StrategyBench> = benches
         .iter()
-        .filter(|bench| bench.critical_path.is_some() && split(&bench.strategy))
-        .filter(|bench| (bench.stock_segments > 1 && !bench.sold_out_flag) || bench.label == bench.strategy)
+        .filter(|bench| bench.critical_path.is_some() && split(&bench.strategy) && only_segmented(bench))
         .collect();
     runs.sort_by_key(|bench| (bench.strategy.clone(), bench.stock_segments));
     runs
+}
+
+/// How many masters serve the stock, if it is on a Redis Cluster.
+async fn stock_shards(redis_url: &str) -> anyhow::Result<Option<u32>> {
+    let Some(cluster) = ClusterAddress::parse(redis_url) else {
+        return Ok(None);
+    };
+    let masters = cluster.map_err(anyhow::Error::msg)?.masters().await;
+    let masters = masters.with_context(|| format!("asking the stock cluster {redis_url} for its masters"))?;
+    Ok(Some(masters.len() as u32))
 }
 
 fn round_trips_of(path: Option<&[Step]>) -> Option<f64> {
@@ -257,6 +279,15 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
             target.strategy
         )
     })?;
+    // The probes time the stock's writes as the instances send them: with the `WAIT` of
+    // `--stock-wait-replicas` when they wait, so that the bounds include it.
+    let options = &BenchOptions {
+        config: Config {
+            stock_wait_replicas: target.stock_wait_replicas,
+            ..options.config.clone()
+        },
+        ..options.clone()
+    };
 
     // Round trips are timed three times (now, after the crowd, after the serial client)
     // and the quickest median of each kept: one stall of this shared machine during one
@@ -302,6 +333,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         fencing: target.fencing,
         stock_segments: target.stock_segments,
         sold_out_flag: target.sold_out_flag,
+        stock_shards: stock_shards(&options.config.redis_url).await?,
         expected_to_oversell: strategy.expected_to_oversell(),
         crowd: crowd.summary,
         crowd_runs: crowd.runs,

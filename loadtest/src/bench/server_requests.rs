@@ -5,7 +5,7 @@
 //! everything the servers did, waiters and renewals included, which is what a busy
 //! server (etcd using a whole core, say) is busy with. Each server says it its own way:
 //! - Redis (the stock's, the lock's, the Redlock masters): `INFO commandstats`, calls per
-//!   command (a Lua script is one `evalsha`).
+//!   command (a Lua script is one `evalsha`); a cluster's masters added up.
 //! - etcd: its `/metrics`, gRPC messages received per method (a unary call is one; a
 //!   watch or keep-alive stream counts each message sent on it).
 //! - MySQL: `SHOW GLOBAL STATUS`, statements by kind (`Com_select`, `Com_insert`, ...),
@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use seckill::config::Config;
 use seckill::lock::critical_path::Backend;
+use seckill::store::redis_cluster::ClusterAddress;
 use seckill::strategy::Strategy;
 
 /// One kind of request on one server, per unit sold.
@@ -87,10 +88,27 @@ pub fn per_sale(before: &Counters, after: &Counters, units_sold: usize) -> Vec<R
     rates
 }
 
-/// `INFO commandstats` of every server, calls per command, added up.
+/// `INFO commandstats` of every server, calls per command, added up; for a cluster, of
+/// every master serving slots.
 async fn redis_commands(urls: &[String]) -> anyhow::Result<Vec<(String, f64)>> {
-    let mut calls = Vec::new();
+    let mut servers = Vec::new();
     for url in urls {
+        match ClusterAddress::parse(url) {
+            None => servers.push(url.clone()),
+            Some(cluster) => {
+                let cluster = cluster.map_err(anyhow::Error::msg)?;
+                servers.extend(
+                    cluster
+                        .masters()
+                        .await?
+                        .iter()
+                        .map(|master| format!("redis://{master}")),
+                );
+            }
+        }
+    }
+    let mut calls = Vec::new();
+    for url in &servers {
         let client = redis::Client::open(url.as_str())?;
         let mut connection = client.get_multiplexed_async_connection().await?;
         let info: String = redis::cmd("INFO")

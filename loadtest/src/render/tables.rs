@@ -6,6 +6,7 @@ use crate::bench::bound::PAUSE_UNDER_LOAD;
 use crate::bench::bound::{Access, Backend, RoundTrip};
 use crate::bench::breakdown::{mean_ms, StepTime};
 use crate::bench::lockbench::Run;
+use crate::bench::scale::{self, Model, MODELLED_SHARDS};
 use crate::bench::{runs_over_segments, Spread, StrategyBench, SERIAL_TARGET_RATIO, TARGET_RATIO};
 use crate::verdict::{Report, Verdict};
 
@@ -85,8 +86,9 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
              of {windows} windows. A bound is one sale per path, a path's round trips x each backend's \
              round-trip time measured in the same run: the protocol bound takes the lock's own path, the \
              backend bound the fewest round trips any correct lock on that backend needs, the serial bound \
-             that for one client alone (acquire, read, write, release). The goals: sustained at least \
-             {TARGET_RATIO} of the backend bound, serial at least {SERIAL_TARGET_RATIO} of the serial bound."
+             that for one client alone (acquire, read, write, release). A run that waits for a replica \
+             (`+stock-wait`) times the stock's write with its `WAIT`, in one pipeline, as the sale sends it. \
+             The goals: sustained at least {TARGET_RATIO} of the backend bound, serial at least {SERIAL_TARGET_RATIO} of the serial bound."
         )),
         Block::Table(rates(benches)),
         Block::Text(format!(
@@ -128,7 +130,7 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
         Block::Table(server_requests(benches)),
         Block::Text(ordering(benches)),
     ];
-    if benches.iter().any(|bench| bench.stock_segments > 1) {
+    if !runs_over_segments(benches).is_empty() {
         blocks.push(Block::Text(
             "Past one lock: the stock split into N segments (`--stock-segments N`, `src/sale/segments.rs`), each \
              behind a lock key of its own, so N holders sell at once. The bound is N times one lock's backend \
@@ -149,7 +151,110 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
         )));
         blocks.push(Block::Table(after_the_sell_out(benches)));
     }
+    if !scale::on_two_stocks(benches).is_empty() {
+        blocks.push(Block::Text(
+            "Past one machine: the stock on the Redis Cluster of `make cluster` (`+stock-cluster`: three masters \
+             with a replica each, every segment's keys under a hash tag of its own, `src/store/redis_cluster.rs`) \
+             beside the same run on one Redis, in this report. All six nodes share this machine's cores with \
+             everything else, so the rows measure what the cluster costs a sale, not how far it scales: the stock's \
+             CPU per sale adds up every node, replicas included."
+                .to_owned(),
+        ));
+        blocks.push(Block::Table(on_two_stocks(benches)));
+        blocks.push(Block::Text(
+            "A model of the scale, with each shard on a machine of its own, from the one-Redis run's figures \
+             (`loadtest/src/bench/scale.rs`): sales/s = min(segments x one segment's bound, shards holding a \
+             segment x 1,000,000 / the stock's µs per sale, 1,000,000 / the lock server's µs per sale), with as \
+             many segments per shard as the measured cluster held. It leaves out the walk across empty segments \
+             near the sell-out, the orders writer and the network between machines."
+                .to_owned(),
+        ));
+        blocks.push(Block::Table(scale_model(benches)));
+    }
     blocks
+}
+
+/// Each run on the cluster beside the same run on one Redis.
+fn on_two_stocks(benches: &[StrategyBench]) -> Table {
+    let mut table = Table::new(&[
+        ("run on the cluster", Left),
+        ("masters", Right),
+        ("stock segments", Right),
+        ("sustained sales/s, one Redis", Right),
+        ("sustained sales/s, cluster", Right),
+        ("cluster / one Redis", Right),
+        ("stock CPU µs per sale, one Redis", Right),
+        ("stock CPU µs per sale, cluster", Right),
+        ("what ran out on the cluster", Left),
+    ]);
+    for pair in scale::on_two_stocks(benches) {
+        let (cluster, one_redis) = (pair.cluster, pair.one_redis);
+        table.push(vec![
+            cluster.label.clone(),
+            cluster
+                .stock_shards
+                .map_or_else(|| MISSING.to_owned(), |shards| shards.to_string()),
+            cluster.stock_segments.to_string(),
+            spread(&one_redis.sustained_spread, 0),
+            spread(&cluster.sustained_spread, 0),
+            format!(
+                "{:.2}",
+                cluster.sustained.sales_per_second / one_redis.sustained.sales_per_second
+            ),
+            micros(scale::stock_us_per_sale(one_redis)),
+            micros(scale::stock_us_per_sale(cluster)),
+            cluster.sustained_cpu.saturated.clone(),
+        ]);
+    }
+    table
+}
+
+/// The model of [`scale`], read at a few shard counts for each one-Redis run.
+fn scale_model(benches: &[StrategyBench]) -> Table {
+    let mut columns = vec![
+        ("run on one Redis", Left),
+        ("segments a shard holds", Right),
+        ("one segment's bound", Right),
+        ("stock µs per sale", Right),
+        ("lock server µs per sale", Right),
+    ];
+    let headers: Vec<String> = MODELLED_SHARDS
+        .iter()
+        .map(|shards| {
+            format!(
+                "{shards} shard{}: sales/s (what stops it)",
+                if *shards == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    columns.extend(headers.iter().map(|header| (header.as_str(), Right)));
+    let mut table = Table::new(&columns);
+    for pair in scale::on_two_stocks(benches) {
+        let Some(model) = Model::of(&pair) else {
+            continue;
+        };
+        let mut row = vec![
+            pair.one_redis.label.clone(),
+            match model.segments_per_shard {
+                0 => "the sale in one piece".to_owned(),
+                per_shard => per_shard.to_string(),
+            },
+            rate(model.segment_bound),
+            micros(Some(model.stock_us_per_sale)),
+            micros(model.lock_server_us_per_sale),
+        ];
+        row.extend(MODELLED_SHARDS.iter().map(|&shards| {
+            let (sales, limit) = model.at(shards);
+            format!("{sales:.0} ({})", limit.name())
+        }));
+        table.push(row);
+    }
+    table
+}
+
+/// CPU time per sale in whole µs, or [`MISSING`].
+fn micros(us: Option<f64>) -> String {
+    us.map_or_else(|| MISSING.to_owned(), |us| format!("{us:.0}"))
 }
 
 /// How fast each lock's instances answer the buyers who come after the last unit.

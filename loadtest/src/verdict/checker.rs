@@ -455,6 +455,7 @@ mod tests {
             sold_out_flag: false,
             one_per_buyer,
             orders: false,
+            stock_wait_replicas: 0,
             instance: "seckill-8080".into(),
             port: 8080,
             key_prefix: String::new(),

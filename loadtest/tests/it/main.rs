@@ -8,6 +8,7 @@
 mod run;
 mod degrade_under_load;
 mod bench {
+    mod bound;
     mod sale;
     mod lockbench;
     mod peers;

@@ -118,3 +118,76 @@ fn runs_over_stock_segments_are_set_against_n_locks_and_the_stock_in_one_piece()
     assert!(page.contains("Past one lock: stock segments"), "the chart's section");
     assert!(page.contains("redis+segments-4"), "the chart's row");
 }
+
+/// A run with its stock on the Redis Cluster is set beside its twin on one Redis (the same
+/// label without `+stock-cluster`), and the twin's figures feed the model of the scale:
+/// one segment's bound, the stock's and the lock server's CPU per sale.
+#[test]
+fn a_run_on_the_stock_cluster_is_set_beside_its_twin_on_one_redis_and_modelled() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let canned_run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(canned("bench-redis.json")).unwrap()).unwrap();
+    let run = |label: &str, sales: u32, processes: serde_json::Value| {
+        let mut run = canned_run.clone();
+        run["label"] = label.into();
+        run["stock_segments"] = 6.into();
+        run["sustained"]["sales_per_second"] = sales.into();
+        run["sustained_spread"] = serde_json::json!({"median": sales, "min": sales - 200, "max": sales + 200});
+        run["backend_bound_sales_per_second"] = 12000.into();
+        run["sustained_cpu"]["processes"] = processes;
+        run
+    };
+    // One Redis: 0.4 cores for 4000 sales/s is 100 µs a sale; the lock Redis, 50.
+    let one_redis = run(
+        "redis+segments-6+lock-redis",
+        4000,
+        serde_json::json!([{"name": "redis", "cores": 0.4}, {"name": "lock-redis", "cores": 0.2}]),
+    );
+    // The cluster: every node counts, replicas too: 0.9 cores for 3000 sales/s is 300 µs.
+    let mut cluster = run(
+        "redis+segments-6+lock-redis+stock-cluster",
+        3000,
+        serde_json::json!([
+            {"name": "stock-cluster-1", "cores": 0.3}, {"name": "stock-cluster-2", "cores": 0.3},
+            {"name": "stock-cluster-3", "cores": 0.2}, {"name": "stock-cluster-4", "cores": 0.1},
+            {"name": "lock-redis", "cores": 0.2}
+        ]),
+    );
+    cluster["stock_shards"] = 3.into();
+    let files: Vec<PathBuf> = [("one-redis", one_redis), ("cluster", cluster)]
+        .into_iter()
+        .map(|(name, run)| {
+            let file = dir.path().join(format!("{name}.json"));
+            std::fs::write(&file, run.to_string()).unwrap();
+            file
+        })
+        .collect();
+
+    let output = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("report")
+        .args(&files)
+        .output()
+        .expect("bench report runs");
+    let tables = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(tables.contains("Past one machine: "), "{tables}");
+    assert!(
+        tables.contains(
+            "| redis+segments-6+lock-redis+stock-cluster | 3 | 6 | 4000 (3800–4200) | 3000 (2800–3200) | 0.75 | 100 | 300 |"
+        ),
+        "{tables}"
+    );
+    // Two segments a shard; one segment's bound 12000 / 6; a shard sells 10,000/s on its
+    // core, the one lock Redis 20,000/s: the locks stop it first, then the lock's server.
+    assert!(
+        tables.contains(
+            "| redis+segments-6+lock-redis | 2 | 2000 | 100 | 50 | 4000 (the locks) | 12000 (the locks) \
+             | 20000 (the lock's server) | 20000 (the lock's server) |"
+        ),
+        "{tables}"
+    );
+    assert!(
+        !tables.contains("Past one lock"),
+        "a run with its lock or its stock elsewhere is no run over segments: {tables}"
+    );
+}
