@@ -75,6 +75,10 @@ pub struct Health {
     /// 0: none). Absent from a peer that does not wait.
     #[serde(default)]
     pub stock_wait_replicas: u32,
+    /// The most buyers one grant sells to (`--group-commit`, `--group-max`); 0: one unit
+    /// per grant. Absent from a peer that does not group.
+    #[serde(default)]
+    pub group_max: u32,
     pub instance: String,
     pub port: u16,
     /// What every key of the sale starts with (`--key-prefix`).

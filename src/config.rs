@@ -23,6 +23,10 @@ use crate::strategy::{Fencing, Strategy};
 pub const MAX_STOCK: i64 = 1_000_000_000;
 /// The most segments a stock may be split into (`--stock-segments`).
 pub const MAX_SEGMENTS: u32 = 64;
+/// `--group-max` when not given: the most buyers one grant sells to (`src/sale/group.rs`).
+pub const DEFAULT_GROUP_MAX: u32 = 64;
+/// The largest `--group-max` taken: a group's write carries three arguments per buyer.
+pub const MOST_IN_A_GROUP: u32 = 1024;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -173,6 +177,16 @@ pub struct Config {
     #[arg(long, env = "SECKILL_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub hand_over: bool,
+    /// Whether a grant sells to every buyer then waiting in this instance's local queue
+    /// for the same lock, up to --group-max: one fenced read, one fenced write of all
+    /// their units, one release (`src/sale/group.rs`). Off, every grant sells one unit.
+    #[arg(long, env = "SECKILL_GROUP_COMMIT", default_value_t = false, action = clap::ArgAction::Set,
+          num_args = 0..=1, default_missing_value = "true")]
+    pub group_commit: bool,
+    /// With --group-commit: the most buyers one grant sells to.
+    #[arg(long, env = "SECKILL_GROUP_MAX", default_value_t = DEFAULT_GROUP_MAX,
+          value_parser = clap::value_parser!(u32).range(1..=MOST_IN_A_GROUP as i64))]
+    pub group_max: u32,
     /// Whether the locks whose backend cannot wake a waiter (`mysql`, `mysql-version`,
     /// `redlock`) announce each release on the stock Redis, so that a waiter of another
     /// instance tries at once instead of at its next poll (`src/lock/parts/release_notices.rs`).

@@ -29,8 +29,9 @@
 //!    (the stock in Redis, the fenced read and write, the atomic script),
 //!    [`sale::sold_out`] (the flag that answers "sold out" without a lock),
 //!    [`sale::grant_log`] (each grant from grant to release, to count overlaps),
-//!    [`sale::local_queue`] (the buyers of one instance in line for a lock) and
-//!    [`sale::error`] (every way a request fails, and the one HTTP answer each becomes).
+//!    [`sale::local_queue`] (the buyers of one instance in line for a lock),
+//!    [`sale::error`] (every way a request fails, and the one HTTP answer each becomes)
+//!    and [`sale::group`] (group commit: one grant sells to every buyer in line).
 //! 7. [`orders`]: each unit sold becomes an order, written from the stock's Redis
 //!    Stream into MySQL by a consumer group.
 //! 8. [`wiring`]: from the config to the lock: it picks the strategy, which builds itself.

@@ -18,6 +18,7 @@
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
 //! | `seckill_sale_step_seconds{step}` | histogram | each step of a sale under a lock: `queued` (for this instance's local queue), `lock` (the lock's acquire, after the queue), `read` and `write` (the stock, fenced), `release` |
 //! | `seckill_fencing_refusals_total{step}` | counter | reads and writes the stock refused because a newer holder had been there |
+//! | `seckill_group_size` | histogram | `--group-commit`: the buyers each grant sold to, one observation per grant |
 //! | `seckill_info{strategy,fencing,instance}` | gauge | always 1: what this instance runs |
 //!
 //! A strategy adds metrics of its own through its lock
@@ -32,6 +33,9 @@ use prometheus::proto::MetricFamily;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+
+/// Group sizes, one buyer to `--group-max`'s most (`crate::sale::group`).
+const GROUP_SIZE_BUCKETS: [f64; 12] = [1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0, 32.0, 64.0, 1024.0];
 
 /// Lock waits from 1 ms to about 16 s: a free Redis lock is granted in about a
 /// millisecond, a crowd behind a MySQL lock waits seconds.
@@ -93,6 +97,7 @@ pub struct Metrics {
     lock_waiters: IntGauge,
     sale_steps: HistogramVec,
     fencing_refusals: IntCounterVec,
+    group_size: Histogram,
 }
 
 /// Where the stock refused a token: on the read, or on the write.
@@ -165,6 +170,14 @@ impl Metrics {
             &["step"],
         )
         .expect("a valid metric");
+        let group_size = Histogram::with_opts(
+            HistogramOpts::new(
+                "seckill_group_size",
+                "With --group-commit: the buyers one grant sold to, per grant.",
+            )
+            .buckets(GROUP_SIZE_BUCKETS.to_vec()),
+        )
+        .expect("a valid metric");
         let info = IntGaugeVec::new(
             Opts::new("seckill_info", "What this instance runs; always 1."),
             &["strategy", "fencing", "instance"],
@@ -177,6 +190,7 @@ impl Metrics {
             Box::new(lock_waiters.clone()),
             Box::new(sale_steps.clone()),
             Box::new(fencing_refusals.clone()),
+            Box::new(group_size.clone()),
             Box::new(info),
         ] {
             registry.register(collector).expect("registered once");
@@ -193,7 +207,13 @@ impl Metrics {
             lock_waiters,
             sale_steps,
             fencing_refusals,
+            group_size,
         }
+    }
+
+    /// A grant sold to a group of `buyers` (`--group-commit`).
+    pub fn record_group(&self, buyers: usize) {
+        self.group_size.observe(buyers as f64);
     }
 
     /// One buyer's answer: sold, sold out, or the error code of a refusal.

@@ -26,6 +26,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
             .await?;
     let segments = wiring::segments(config)?;
     let sold_out = wiring::sold_out_memory(config, segments)?;
+    let group_max = wiring::group_max(config)?;
     let keys = wiring::stock_keys(config, &stock_redis)?;
     let store = StockStore::new(connection)
         .with_segments(segments)
@@ -68,6 +69,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         sold_out,
         local_queue: (config.local_queue && config.lock.takes_a_local_queue())
             .then(|| segments.all().map(|_| LocalQueue::new(hand_over)).collect()),
+        group_max,
     });
     let order_writer = wiring::order_writers(config, &stock_redis, &keys, segments, sale.metrics().clone())
         .await?

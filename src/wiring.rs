@@ -52,6 +52,34 @@ pub fn stock_keys(config: &Config, stock_redis: &MasterAddress) -> anyhow::Resul
     Ok(keys)
 }
 
+/// `--group-commit`'s most buyers per grant (`--group-max`), or why this run cannot group:
+/// a group is the buyers waiting in an instance's local queue (see [`crate::sale::group`]).
+pub fn group_max(config: &Config) -> anyhow::Result<Option<u32>> {
+    if !config.group_commit {
+        return Ok(None);
+    }
+    if config.lock == Strategy::Atomic {
+        anyhow::bail!(
+            "--group-commit sells to a group under one lock grant, and `--lock atomic` takes no lock: its one script \
+             already sells each unit in one round trip. Leave --group-commit off, or pick a lock strategy"
+        );
+    }
+    if !config.lock.takes_a_local_queue() {
+        anyhow::bail!(
+            "--group-commit gathers the buyers waiting in an instance's local queue, and `--lock {}` has none: a \
+             baseline shows its race one buyer at a time. Leave --group-commit off with the baselines",
+            config.lock
+        );
+    }
+    if !config.local_queue {
+        anyhow::bail!(
+            "--group-commit gathers the buyers waiting in the local queue, and --local-queue false takes the queue \
+             away. Leave --local-queue on (its default), or --group-commit off"
+        );
+    }
+    Ok(Some(config.group_max))
+}
+
 /// The sold-out flag (`--sold-out-flag`), or why this strategy has no use for it.
 pub fn sold_out_memory(config: &Config, segments: Segments) -> anyhow::Result<Option<SoldOutMemory>> {
     if !config.sold_out_flag {

@@ -100,6 +100,7 @@ async def healthz(request):
         "one_per_buyer": False,
         "orders": False,
         "stock_wait_replicas": 0,
+        "group_max": 0,
         "instance": INSTANCE,
         "port": PORT,
         "key_prefix": "",

@@ -33,6 +33,8 @@ STOCK_CLUSTER_NODES=(stock-cluster-1 stock-cluster-2 stock-cluster-3 stock-clust
 #                    the Redis Stream stock:orders and the instances' consumer group (src/orders/mod.rs)
 #   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
 #                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
+#   +group-commit    `--group-commit true`: one grant sells to every buyer then waiting in the
+#                    instance's local queue (src/sale/group.rs)
 #   +lock-redis      `--lock-redis-url`: the lock in a Redis of its own (LOCK_REDIS_URL), apart
 #                    from the stock; `redis-degrade` always keeps it there
 #   +stock-cluster   `--redis-url` of the stock cluster (STOCK_CLUSTER_URL): the sale's keys
@@ -61,7 +63,8 @@ variant_flags() {
       one-per-buyer) flags+=(--one-per-buyer true) ;;
       orders) flags+=(--orders true) ;;
       stock-wait) flags+=(--stock-wait-replicas 1) ;;
-      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer, +orders, +stock-wait, +lock-redis and +stock-cluster, one after another (redis+segments-16+sold-out-flag)" ;;
+      group-commit) flags+=(--group-commit true) ;;
+      *) die "unknown variant \`$variant\` in \`$1\`; the variants are +no-local-queue, +no-hand-over, +no-semaphore, +no-release-notices, +segments-N (N from 1 to 64), +sold-out-flag, +one-per-buyer, +orders, +stock-wait, +group-commit, +lock-redis and +stock-cluster, one after another (redis+segments-16+sold-out-flag)" ;;
     esac
   done
   [[ $lock_redis == yes ]] && flags+=(--lock-redis-url "$LOCK_REDIS_URL")

@@ -2,10 +2,12 @@
 //!
 //! The HTTP layer turns each variant into one answer (see `crate::sale::error`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Why a lock could not be taken or given back.
-#[derive(Debug, thiserror::Error)]
+/// Why a lock could not be taken or given back. Clone, so that every buyer of a group
+/// (`crate::sale::group`) can be told the one reason the group's grant failed.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum LockError {
     /// Someone else holds the key right now (only from `try_acquire`).
     #[error("lock `{key}` is held by someone else")]
@@ -22,7 +24,7 @@ pub enum LockError {
     Backend {
         backend: &'static str,
         #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        source: Arc<dyn std::error::Error + Send + Sync>,
     },
     /// The lock was shut down: the process is stopping.
     #[error("the {backend} lock is shut down; no new locks are granted")]
@@ -33,7 +35,7 @@ impl LockError {
     pub fn backend(backend: &'static str, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         LockError::Backend {
             backend,
-            source: Box::new(source),
+            source: Arc::new(source),
         }
     }
 }

@@ -20,7 +20,8 @@ use crate::api::ErrorBody;
 use crate::lock::LockError;
 use crate::sale::stock::StockError;
 
-#[derive(Debug, thiserror::Error)]
+/// Clone, so that every buyer of a group (`crate::sale::group`) hears why it failed.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum AppError {
     /// The request itself is wrong; the message says how.
     #[error("{0}")]

@@ -197,12 +197,25 @@ impl Turn<'_> {
     /// (steps 2 and 3). Then the turn passes, and a handed grant that found nobody
     /// waiting goes back.
     pub async fn release(
-        mut self,
+        self,
         lock: &Reentrant,
         guard: LockGuard,
         next: impl FnOnce() -> Owner,
     ) -> Result<(), LockError> {
         let someone_waits = self.queue.waiting.load(Ordering::SeqCst) > 0;
+        self.release_handing_over_if(someone_waits, lock, guard, next).await
+    }
+
+    /// [`Turn::release`], handing over only if `someone_waits`. With group commit
+    /// ([`crate::sale::group`]) the buyers a group just served may still be in the queue
+    /// on their way out, and only those still on the group's waiting list take a turn.
+    pub async fn release_handing_over_if(
+        mut self,
+        someone_waits: bool,
+        lock: &Reentrant,
+        guard: LockGuard,
+        next: impl FnOnce() -> Owner,
+    ) -> Result<(), LockError> {
         let released = if self.queue.hand_over && someone_waits && self.baton.in_a_row < HAND_OVERS_IN_A_ROW {
             lock.hand_over(guard, &next()).await
         } else {

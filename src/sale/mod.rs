@@ -26,6 +26,10 @@
 //! to 4 run in one segment, under its own local queue and lock key, and again in the
 //! next while the segment read is empty. "Sold out" means every segment was read empty.
 //!
+//! With `--group-commit` ([`group`]), steps 1 to 4 are taken once for every buyer then
+//! waiting in the segment's local queue: one grant, one fenced read, one fenced write of
+//! all their units, each buyer told its own outcome, one release.
+//!
 //! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
 //! read the same `stock`. That gap is the race the lock must close, and the `none`
 //! strategy shows what happens when nothing does. Step 3 is one script only so that a
@@ -57,6 +61,7 @@ pub mod sold_out;
 pub mod grant_log;
 pub mod local_queue;
 pub mod error;
+pub mod group;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,6 +80,7 @@ use crate::metrics::{FencedStep, Metrics, SaleStep};
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
 use crate::sale::grant_log::{unix_us, GrantRecord};
+use crate::sale::group::{GroupCommit, GroupSettled, GroupWrite, GroupWritten, Member, MemberWritten};
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::segments::Segment;
 use crate::sale::sold_out::{KnownEmpty, SoldOutMemory};
@@ -179,6 +185,9 @@ pub struct SaleSetup {
     /// the stock; `None` for the baselines (whose lesson is the race) and with
     /// `--local-queue false`.
     pub local_queue: Option<Vec<LocalQueue>>,
+    /// `--group-commit`: the most buyers one grant sells to; `None` sells one unit per
+    /// grant. Needs the local queue, whose waiting buyers make the groups.
+    pub group_max: Option<u32>,
 }
 
 /// Everything a sale needs; shared by every request of one instance.
@@ -193,12 +202,15 @@ pub struct Sale {
     metrics: Arc<Metrics>,
     sold_out: Option<SoldOutMemory>,
     local_queue: Option<Vec<LocalQueue>>,
+    /// With `--group-commit`: the buyers waiting to be sold to in a group (see [`group`]).
+    groups: Option<GroupCommit>,
     /// Every sale task still running.
     in_flight: SalesInFlight,
 }
 
 impl Sale {
     pub fn new(setup: SaleSetup) -> Self {
+        let groups = setup.group_max.map(|max| GroupCommit::new(setup.store.segments(), max));
         Sale {
             store: setup.store,
             guarding: setup.guarding,
@@ -209,6 +221,7 @@ impl Sale {
             chaos_pause_before_write: setup.chaos_pause_before_write,
             metrics: setup.metrics,
             sold_out: setup.sold_out,
+            groups,
             local_queue: setup.local_queue,
             in_flight: SalesInFlight::default(),
         }
@@ -277,6 +290,7 @@ impl Sale {
             one_per_buyer: self.store.one_per_buyer(),
             orders: self.store.orders(),
             stock_wait_replicas: self.store.replicas_waited_for(),
+            group_max: self.groups.as_ref().map_or(0, |groups| groups.max as u32),
             instance: self.seller.instance.clone(),
             port: self.seller.port,
             key_prefix: self.store.keys().prefix().to_owned(),
@@ -404,7 +418,8 @@ impl Sale {
     }
 
     /// Steps 0 to 4 in one segment. The buyer is answered here unless the segment was
-    /// empty and another is left to try.
+    /// empty and another is left to try. With `--group-commit`, in a group
+    /// ([`Sale::sell_from_in_a_group`]).
     async fn sell_from(
         &self,
         lock: &Reentrant,
@@ -413,13 +428,12 @@ impl Sale {
         answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
         purchase: &Purchase,
     ) -> Tried {
+        if let Some(groups) = &self.groups {
+            return self
+                .sell_from_in_a_group(groups, lock, segment, last, answer, purchase)
+                .await;
+        }
         let waiting_since = purchase.waiting_since;
-        let mut tell = |outcome| {
-            if let Some(answer) = answer.take() {
-                let _ = answer.send(outcome);
-            }
-            Tried::Answered
-        };
         let asked = Instant::now();
         let waiting = self.metrics.waiting_for_the_lock();
         let granted = tokio::select! {
@@ -430,7 +444,7 @@ impl Sale {
         let granted_at_us = unix_us();
         let (turn, guard) = match granted {
             Ok(granted) => granted,
-            Err(error) => return tell(Err(error)),
+            Err(error) => return conclude(Err(error), last, answer),
         };
         drop(waiting);
         self.metrics.record_lock_wait(asked.elapsed().as_secs_f64());
@@ -449,29 +463,56 @@ impl Sale {
             .await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
         // Read empty, or emptied by this sale: the flag learns it (see `crate::sale::sold_out`).
-        if let (Some(memory), Some(sale), Ok(SaleOutcome { stock_after: 0, .. })) =
-            (&self.sold_out, &purchase.sale_name, &outcome)
-        {
-            memory.learn_empty(sale, segment);
+        if let (Ok(SaleOutcome { stock_after: 0, .. }), Some(sale)) = (&outcome, &purchase.sale_name) {
+            self.learn_empty(sale, segment);
         }
-        let next = if empty && !last { Tried::Empty } else { tell(outcome) };
+        let next = conclude(outcome, last, answer);
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
+        let released = Released {
+            segment,
+            granted_at_us,
+            sold_or_tried: !empty,
+        };
+        self.release(lock, turn, None, guard, released).await;
+        next
+    }
+
+    /// With the sold-out flag, remembers that `segment` is empty in the sale named `sale`.
+    fn learn_empty(&self, sale: &str, segment: Segment) {
+        if let Some(memory) = &self.sold_out {
+            memory.learn_empty(sale, segment);
+        }
+    }
+
+    /// Step 4: gives the lock back (to the next buyer of the local queue, where it can),
+    /// then logs the grant. `someone_waits` overrides the local queue's own count of the
+    /// buyers after this one (group commit knows better, see [`crate::sale::group`]).
+    async fn release(
+        &self,
+        lock: &Reentrant,
+        turn: Option<local_queue::Turn<'_>>,
+        someone_waits: Option<bool>,
+        guard: LockGuard,
+        released: Released,
+    ) {
         let grant = GrantRecord {
             instance: self.seller.instance.clone(),
-            segment: segment.label(),
+            segment: released.segment.label(),
             fencing_token: guard.fencing_token().cloned(),
-            granted_at_us,
+            granted_at_us: released.granted_at_us,
             released_at_us: unix_us(),
         };
         let releasing = Instant::now();
-        let released = match turn {
+        let next = || Owner::new(&self.seller.instance);
+        let outcome = match (turn, someone_waits) {
             // The local queue hands the lock to its next buyer where it can.
-            Some(turn) => turn.release(lock, guard, || Owner::new(&self.seller.instance)).await,
-            None => guard.release().await,
+            (Some(turn), Some(waits)) => turn.release_handing_over_if(waits, lock, guard, next).await,
+            (Some(turn), None) => turn.release(lock, guard, next).await,
+            (None, _) => guard.release().await,
         };
         self.metrics.record_step(SaleStep::Release, releasing.elapsed());
-        match released {
+        match outcome {
             Ok(()) => {}
             // A fenced sale cannot have overlapped another holder's; an unfenced one may have.
             Err(LockError::Lost { key }) => {
@@ -486,12 +527,11 @@ impl Sale {
         // Off the lock's path: the next local buyer may already hold it. A grant that read
         // an empty segment sold nothing and could sell nothing, so it is not logged: after
         // the sell-out, the log would otherwise grow with every answer.
-        if !empty {
+        if released.sold_or_tried {
             if let Err(error) = grant_log::append(&self.store, &grant).await {
                 tracing::debug!(%error, "the grant log missed a grant");
             }
         }
-        next
     }
 
     /// Steps 0 and 1 in `segment`, by `deadline`: our turn in this instance's local
@@ -505,23 +545,33 @@ impl Sale {
         asked: Instant,
         deadline: Instant,
     ) -> Result<(Option<local_queue::Turn<'_>>, LockGuard), AppError> {
-        let lock_key = self.store.keys().lock_of(segment);
         let mut turn = match &self.local_queue {
             // The deadline is the buyer's, over every segment it tried.
             Some(queues) => Some(
                 queues[segment.index as usize]
                     .wait_for_turn(deadline)
                     .await
-                    .ok_or_else(|| LockError::Timeout {
-                        key: lock_key.clone(),
-                        waited: self.acquire_timeout,
-                    })?,
+                    .ok_or_else(|| self.lock_timeout(segment))?,
             ),
             None => None,
         };
         let queued = Instant::now();
         self.metrics.record_step(SaleStep::Queued, queued - asked);
-        let handed = match &mut turn {
+        let guard = self.grant_in_turn(lock, segment, turn.as_mut(), deadline).await?;
+        Ok((turn, guard))
+    }
+
+    /// Step 1 once the turn is ours (or without a local queue): the grant the last
+    /// holder handed to this turn, or a grant of our own, by `deadline`.
+    async fn grant_in_turn(
+        &self,
+        lock: &Reentrant,
+        segment: Segment,
+        turn: Option<&mut local_queue::Turn<'_>>,
+        deadline: Instant,
+    ) -> Result<LockGuard, AppError> {
+        let queued = Instant::now();
+        let handed = match turn {
             Some(turn) => turn.handed_grant_or_step_aside(deadline).await,
             None => None,
         };
@@ -531,11 +581,143 @@ impl Sale {
                 let owner = Owner::new(&self.seller.instance);
                 // From now: a step aside or a queued place may have used some of it.
                 let left = deadline.saturating_duration_since(Instant::now());
-                lock.acquire(&lock_key, &owner, left).await?
+                lock.acquire(&self.store.keys().lock_of(segment), &owner, left).await?
             }
         };
         self.metrics.record_step(SaleStep::Lock, queued.elapsed());
-        Ok((turn, guard))
+        Ok(guard)
+    }
+
+    /// The error of a buyer whose deadline passed before its turn came.
+    fn lock_timeout(&self, segment: Segment) -> AppError {
+        LockError::Timeout {
+            key: self.store.keys().lock_of(segment),
+            waited: self.acquire_timeout,
+        }
+        .into()
+    }
+
+    /// Steps 0 to 4 in one segment, in a group ([`crate::sale::group`]): the buyer joins
+    /// the segment's waiting list, then waits for its turn in the local queue or for its
+    /// outcome. The buyer whose turn comes leads a group ([`Sale::sell_to_group`]) and
+    /// hears its own outcome, as every buyer of the group does, before the release.
+    async fn sell_from_in_a_group(
+        &self,
+        groups: &GroupCommit,
+        lock: &Reentrant,
+        segment: Segment,
+        last: bool,
+        answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+        purchase: &Purchase,
+    ) -> Tried {
+        let queue = match &self.local_queue {
+            Some(queues) => &queues[segment.index as usize],
+            None => {
+                let error = AppError::internal("group commit without a local queue (refused at start)");
+                return conclude(Err(error), last, answer);
+            }
+        };
+        let waiting = groups.waiting_in(segment);
+        let deadline = purchase.waiting_since + self.acquire_timeout;
+        let mut ticket = waiting.join(purchase.buyer.clone(), purchase.waiting_since, deadline);
+        let asked = Instant::now();
+        let unanswered = || AppError::internal("a group's leader ended without answering one of its buyers");
+        let outcome = tokio::select! {
+            biased;
+            outcome = &mut ticket.outcome => outcome.unwrap_or_else(|_| Err(unanswered())),
+            turn = queue.wait_for_turn(deadline) => match (turn, ticket.answered()) {
+                // The group before took this buyer, and answered it as it passed the turn on.
+                (_, Some(outcome)) => outcome,
+                (None, None) => match waiting.leave(&ticket) {
+                    true => Err(self.lock_timeout(segment)),
+                    false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
+                },
+                (Some(turn), None) => {
+                    self.metrics.record_step(SaleStep::Queued, asked.elapsed());
+                    let group = waiting.take(&ticket, groups.max);
+                    let leading = self.sell_to_group(groups, lock, segment, turn, group, purchase);
+                    tokio::pin!(leading);
+                    // The leader's own outcome comes before the group's release: the
+                    // buyer hears it then, and the release goes on after.
+                    let mut own = None;
+                    loop {
+                        tokio::select! {
+                            outcome = &mut ticket.outcome, if own.is_none() => {
+                                own = Some(conclude(outcome.unwrap_or_else(|_| Err(unanswered())), last, answer));
+                            }
+                            () = &mut leading => break,
+                        }
+                    }
+                    return match own {
+                        Some(tried) => tried,
+                        None => conclude(Err(unanswered()), last, answer),
+                    };
+                }
+            },
+            // Not in a group yet: a stopping instance turns it away.
+            () = self.in_flight.stopping.cancelled() => match waiting.leave(&ticket) {
+                true => Err(AppError::ShuttingDown),
+                false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
+            },
+        };
+        conclude(outcome, last, answer)
+    }
+
+    /// Steps 1 to 4 for a group, by its leader, who holds the segment's turn: one grant,
+    /// one read, one write, each buyer told, one release.
+    async fn sell_to_group(
+        &self,
+        groups: &GroupCommit,
+        lock: &Reentrant,
+        segment: Segment,
+        mut turn: local_queue::Turn<'_>,
+        group: Vec<Member>,
+        purchase: &Purchase,
+    ) {
+        // No buyer of the group waits for the lock past its own deadline.
+        let Some(deadline) = group.iter().map(|member| member.deadline).min() else {
+            return;
+        };
+        let asked = Instant::now();
+        let waiting = self.metrics.waiting_for_the_lock();
+        let granted = tokio::select! {
+            granted = self.grant_in_turn(lock, segment, Some(&mut turn), deadline) => granted,
+            () = self.in_flight.stopping.cancelled() => Err(AppError::ShuttingDown),
+        };
+        let granted_at_us = unix_us();
+        drop(waiting);
+        let guard = match granted {
+            Ok(guard) => guard,
+            Err(error) => {
+                for member in group {
+                    member.tell(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        self.metrics.record_lock_wait(asked.elapsed().as_secs_f64());
+        self.metrics.record_group(group.len());
+        let outcomes = self.decrement_group(groups, &guard, segment, &group, deadline).await;
+        let sold_or_tried = !outcomes
+            .iter()
+            .all(|outcome| matches!(outcome, Ok(SaleOutcome { sold: false, .. })));
+        let emptied = outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, Ok(SaleOutcome { stock_after: 0, .. })));
+        if let (true, Some(sale)) = (emptied, &purchase.sale_name) {
+            self.learn_empty(sale, segment);
+        }
+        for (member, outcome) in group.into_iter().zip(outcomes) {
+            member.tell(outcome);
+        }
+        let released = Released {
+            segment,
+            granted_at_us,
+            sold_or_tried,
+        };
+        let someone_waits = groups.waiting_in(segment).someone_waits();
+        self.release(lock, Some(turn), Some(someone_waits), guard, released)
+            .await;
     }
 
     /// Steps 2 and 3 under `guard`. A read that fails because the stock's master is away
@@ -649,6 +831,207 @@ impl Sale {
         }
     }
 
+    /// Steps 2 and 3 for a group under `guard`: one fenced read, then one fenced write of
+    /// `min(buyers, stock)` units (see [`crate::sale::group`]). Each buyer's outcome, in
+    /// the group's order; a refusal of the read or the write is every buyer's.
+    async fn decrement_group(
+        &self,
+        groups: &GroupCommit,
+        guard: &LockGuard,
+        segment: Segment,
+        group: &[Member],
+        deadline: Instant,
+    ) -> Vec<Result<SaleOutcome, AppError>> {
+        let everyone = |error: AppError| group.iter().map(|_| Err(error.clone())).collect();
+        let locked_at_ms = unix_ms(); // the lock was granted just before this call
+        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
+        // The group's read and write carry one id, as one sale's do: the fence's.
+        let group_id = new_sale_id();
+        let lock_wait_ms = |member: &Member| member.waiting_since.elapsed().as_secs_f64() * 1000.0;
+        let answer = |member: &Member, sold, stock_after| SaleOutcome {
+            sold,
+            stock_after,
+            lock_wait_ms: lock_wait_ms(member),
+            fencing_token: guard.fencing_token().cloned(),
+        };
+
+        // 2. Read and check, tried again while the master is away, as one sale's read is.
+        let reading = Instant::now();
+        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
+        let read = (|| self.store.read(segment, token, &group_id))
+            .retry(every_pause)
+            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
+            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
+            .await;
+        self.metrics.record_step(SaleStep::Read, reading.elapsed());
+        let (stock, sale) = match read {
+            Ok(StockRead::Stock { units, sale }) => (units, sale),
+            Ok(StockRead::Fenced { newest }) => {
+                tracing::warn!(token = ?token, newest, buyers = group.len(), "the stock refused a group's read: a newer holder, or another with this token, has been here");
+                self.metrics.record_fencing_refusal(FencedStep::Read);
+                return everyone(AppError::LockLost);
+            }
+            Ok(StockRead::OtherSegments { reset_with }) => {
+                return everyone(AppError::SegmentsDisagree {
+                    this_instance: segment.of,
+                    reset_with,
+                })
+            }
+            Ok(StockRead::AlreadyBought) => return everyone(AppError::internal("a group's read checked a buyer")),
+            Err(error) => return everyone(error.into()),
+        };
+        if stock <= 0 {
+            return self.sold_out_here(segment, group, &answer).await;
+        }
+        // A lease that ran out while we read means someone else may be selling now.
+        if !guard.is_held() {
+            return everyone(AppError::LockLost);
+        }
+        if let Some(pause) = self.chaos_pause_before_write {
+            // As for one sale (see `decrement`): the window a paused holder writes in.
+            tokio::time::sleep(pause).await;
+        }
+
+        // 3. Write every unit of the group, each buyer's record under its own sale id.
+        let records: Vec<SaleRecord> = group
+            .iter()
+            .map(|member| {
+                SaleRecord::new(
+                    &self.seller,
+                    &new_sale_id(),
+                    segment,
+                    0, // the script knows which unit each buyer gets
+                    guard.fencing_token().cloned(),
+                    lock_wait_ms(member),
+                    locked_at_ms,
+                )
+                .with_buyer(member.buyer.as_ref())
+                .in_group(&group_id)
+            })
+            .collect();
+        let write = GroupWrite {
+            segment,
+            group_id: &group_id,
+            stock_read: stock,
+            read_from: &sale,
+            token,
+            records: &records,
+        };
+        let writing = Instant::now();
+        let written = groups.scripts.write(&self.store, &write).await;
+        self.metrics.record_step(SaleStep::Write, writing.elapsed());
+        let written = match written {
+            Ok(GroupWritten::Written(written)) => written,
+            Ok(GroupWritten::Fenced) => {
+                tracing::warn!(token = ?token, buyers = group.len(), "the stock refused a group's write: another holder read in between");
+                self.metrics.record_fencing_refusal(FencedStep::Write);
+                return everyone(AppError::LockLost);
+            }
+            Ok(GroupWritten::SaleReset) => {
+                tracing::info!(
+                    group_id,
+                    "a reset began a new sale between the group's read and its write; nothing was written"
+                );
+                return everyone(AppError::SaleReset);
+            }
+            Ok(GroupWritten::Aborted) => return everyone(AppError::internal("a group's sale id was reused")),
+            Err(error) => match self.settle_group(groups, &write, error).await {
+                Ok(written) => written,
+                Err(unknown) => return unknown,
+            },
+        };
+        group
+            .iter()
+            .zip(written)
+            .map(|(member, written)| match written {
+                MemberWritten::Sold { stock_after } => Ok(answer(member, true, stock_after)),
+                MemberWritten::SoldOut => Ok(answer(member, false, 0)),
+                MemberWritten::AlreadyBought => Err(AppError::AlreadyBought),
+            })
+            .collect()
+    }
+
+    /// A group's read found `segment` empty: "sold out" to every buyer, but on a cluster
+    /// with one unit per buyer, "already bought" to those who got a unit of it before
+    /// (each segment a buyer passes checks its buyers: see [`crate::sale::buyers`]).
+    async fn sold_out_here(
+        &self,
+        segment: Segment,
+        group: &[Member],
+        answer: &impl Fn(&Member, bool, i64) -> SaleOutcome,
+    ) -> Vec<Result<SaleOutcome, AppError>> {
+        let checked: Vec<&BuyerId> = group
+            .iter()
+            .filter_map(|member| self.store.buyer_to_check_per_segment(member.buyer.as_ref()))
+            .collect();
+        let bought = match checked.is_empty() {
+            true => Vec::new(),
+            false => match self.store.bought_here(segment, &checked).await {
+                Ok(bought) => bought,
+                Err(error) => return group.iter().map(|_| Err(AppError::from(error.clone()))).collect(),
+            },
+        };
+        let bought_here = |buyer: &BuyerId| {
+            checked
+                .iter()
+                .zip(&bought)
+                .any(|(checked, &yes)| yes && *checked == buyer)
+        };
+        group
+            .iter()
+            .map(|member| match &member.buyer {
+                Some(buyer) if bought_here(buyer) => Err(AppError::AlreadyBought),
+                _ => Ok(answer(member, false, 0)),
+            })
+            .collect()
+    }
+
+    /// A group's write went unanswered: ask Redis how it ended, as [`Sale::settle`] does
+    /// for one sale. `Err` holds every buyer's answer when that cannot be known.
+    async fn settle_group(
+        &self,
+        groups: &GroupCommit,
+        write: &GroupWrite<'_>,
+        error: StockError,
+    ) -> Result<Vec<MemberWritten>, Vec<Result<SaleOutcome, AppError>>> {
+        let each = |error: &dyn Fn(String) -> AppError| -> Vec<Result<SaleOutcome, AppError>> {
+            write
+                .records
+                .iter()
+                .map(|record| Err(error(record.sale_id.clone())))
+                .collect()
+        };
+        if self.store.waits_for_replicas() {
+            // As for one sale: whatever the master says now, a failover may undo.
+            tracing::warn!(group_id = write.group_id, %error, "the group's sale is not known to be replicated; its outcome is unknown");
+            return Err(each(&|sale_id| AppError::SaleOutcomeUnknown { sale_id }));
+        }
+        tracing::warn!(group_id = write.group_id, %error, "the group's write went unanswered; settling it");
+        let until = Instant::now() + SETTLE_DEADLINE;
+        let every_pause = ConstantBuilder::new().with_delay(SETTLE_RETRY).without_max_times();
+        let settled = (|| {
+            groups.scripts.settle(
+                &self.store,
+                write.segment,
+                write.group_id,
+                write.records,
+                write.read_from,
+            )
+        })
+        .retry(every_pause)
+        .when(|_| Instant::now() < until)
+        .await;
+        match settled {
+            Ok(GroupSettled::Written(written)) => Ok(written),
+            Ok(GroupSettled::NotWritten) => Err(each(&|_| AppError::SaleNotWritten)),
+            Ok(GroupSettled::Unknown) => Err(each(&|sale_id| AppError::SaleOutcomeLostInReset { sale_id })),
+            Err(error) => {
+                tracing::error!(group_id = write.group_id, %error, "redis did not answer; the group's outcome is unknown");
+                Err(each(&|sale_id| AppError::SaleOutcomeUnknown { sale_id }))
+            }
+        }
+    }
+
     /// The write's answer was lost: ask Redis which outcome stands until it answers.
     /// `read_from` is the sale the read saw, or the one the atomic script was sent to.
     async fn settle(
@@ -729,6 +1112,30 @@ enum Tried {
     Answered,
     /// The segment was empty, and another is left to try.
     Empty,
+}
+
+/// Tells the buyer its outcome in one segment, unless the segment was empty and another
+/// is left to try (`last` is false).
+fn conclude(
+    outcome: Result<SaleOutcome, AppError>,
+    last: bool,
+    answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+) -> Tried {
+    if !last && matches!(outcome, Ok(SaleOutcome { sold: false, .. })) {
+        return Tried::Empty;
+    }
+    if let Some(answer) = answer.take() {
+        let _ = answer.send(outcome);
+    }
+    Tried::Answered
+}
+
+/// What the release of a grant logs (see [`Sale::release`]).
+struct Released {
+    segment: Segment,
+    granted_at_us: u64,
+    /// Whether the grant sold, or failed trying; one that read its segment empty is not logged.
+    sold_or_tried: bool,
 }
 
 /// 96 random bits: no two sale attempts share an id.

@@ -197,6 +197,10 @@ pub struct SaleRecord {
     /// The lock grant's fencing token, when the strategy gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
+    /// The group sold under one grant, by the group's sale id, with `--group-commit`
+    /// ([`crate::sale::group`]): its records share one fencing token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// Milliseconds the buyer waited for the lock.
     pub lock_wait_ms: f64,
     /// Unix time, in milliseconds, when the lock was granted and when the sale was written.
@@ -232,6 +236,7 @@ impl SaleRecord {
             segment: segment.label(),
             buyer: None,
             fencing_token,
+            group: None,
             lock_wait_ms,
             locked_at_ms,
             sold_at_ms: unix_ms(),
@@ -241,6 +246,12 @@ impl SaleRecord {
     /// The same record, naming the buyer the request named.
     pub fn with_buyer(mut self, buyer: Option<&BuyerId>) -> Self {
         self.buyer = buyer.map(|buyer| buyer.as_str().to_owned());
+        self
+    }
+
+    /// The same record, sold in the group of this sale id ([`crate::sale::group`]).
+    pub fn in_group(mut self, group_id: &str) -> Self {
+        self.group = Some(group_id.to_owned());
         self
     }
 }
@@ -328,7 +339,7 @@ pub enum AtomicOutcome {
 }
 
 /// Why a stock operation failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum StockError {
     /// Redis did not answer, or answered an error.
     #[error("redis (stock) failed: {0}")]
@@ -426,7 +437,7 @@ impl StockStore {
     /// Sentinel's, or a slot's on a cluster) to a server where this connection wrote
     /// nothing, and that server would count its replicas at once. Answers the script's
     /// answer and, with a wait, how many replicas acknowledged it.
-    async fn run_selling<T: redis::FromRedisValue>(
+    pub(super) async fn run_selling<T: redis::FromRedisValue>(
         &self,
         call: &SellingCall<'_>,
     ) -> Result<(redis::RedisResult<T>, Option<u32>), StockError> {
@@ -464,7 +475,7 @@ impl StockStore {
 
     /// A sale's outcome once its script sold: with a replica wait, only when enough
     /// replicas acknowledged it.
-    fn replicated(&self, acknowledged: Option<u32>) -> Result<(), StockError> {
+    pub(super) fn replicated(&self, acknowledged: Option<u32>) -> Result<(), StockError> {
         let (Some((_, wait)), Some(acknowledged)) = (&self.replicated_writes, acknowledged) else {
             return Ok(());
         };
@@ -492,6 +503,18 @@ impl StockStore {
     /// cluster, where each segment keeps its own buyers (see [`crate::sale::buyers`]).
     pub fn buyer_to_check_per_segment<'b>(&self, buyer: Option<&'b BuyerId>) -> Option<&'b BuyerId> {
         buyer.filter(|_| self.one_per_buyer && self.keys.is_on_cluster())
+    }
+
+    /// Which of `buyers` got a unit of `segment` already, one answer each (`SMISMEMBER`, no
+    /// lock: a set of buyers only grows during a sale). For a group that read a segment
+    /// empty on a cluster, as the fenced read checks one buyer ([`crate::sale::buyers`]).
+    pub async fn bought_here(&self, segment: Segment, buyers: &[&BuyerId]) -> Result<Vec<bool>, StockError> {
+        let mut ask = redis::cmd("SMISMEMBER");
+        ask.arg(self.keys.buyers_of(segment));
+        for buyer in buyers {
+            ask.arg(buyer.as_str());
+        }
+        Ok(ask.query_async(&mut self.connection.clone()).await?)
     }
 
     /// Whether `buyer` got a unit of any of `segments` already (a `SISMEMBER` each, no
@@ -858,10 +881,10 @@ impl StockStore {
 
 /// A selling script (the fenced write, or the atomic sale) with its keys and arguments,
 /// kept apart so that [`StockStore::run_selling`] can send it alone or before a `WAIT`.
-struct SellingCall<'s> {
-    script: &'s Script,
-    keys: Vec<String>,
-    args: Vec<String>,
+pub(super) struct SellingCall<'s> {
+    pub(super) script: &'s Script,
+    pub(super) keys: Vec<String>,
+    pub(super) args: Vec<String>,
 }
 
 /// Parses a stored counter, naming the key if it holds something else.

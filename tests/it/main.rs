@@ -32,6 +32,7 @@ mod sale {
     mod buyers;
     mod sold_out;
     mod local_queue;
+    mod group;
     mod stock_failover;
 }
 mod orders;

@@ -364,24 +364,34 @@ pub fn units_sold_twice(records: &[SaleRecord]) -> usize {
 /// same token source and the same lock. Records are appended while the lock is held, so
 /// under a working lock a later record carries a later grant. Each source (a strategy
 /// that switches backends has two) and each segment's lock is checked on its own: the
-/// holders of two segments sell at once. `None` when no record has a token.
+/// holders of two segments sell at once. The records of one group (`--group-commit`,
+/// one grant for many units) share their token: an equal token is a regression unless
+/// both records name the same group. `None` when no record has a token.
 pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
-    // A lock is a token source and a segment; its tokens in the order they were written.
+    // A lock is a token source and a segment; its tokens, and their groups, in the order
+    // they were written.
     type Lock<'a> = (&'a str, Option<u32>);
-    let mut by_lock: BTreeMap<Lock, Vec<(u64, u64)>> = BTreeMap::new();
+    type Grant<'a> = ((u64, u64), Option<&'a str>);
+    let mut by_lock: BTreeMap<Lock, Vec<Grant>> = BTreeMap::new();
     for record in records {
         if let Some(token) = &record.fencing_token {
             let lock = (token.source.as_ref(), record.segment);
-            by_lock.entry(lock).or_default().push(token.order());
+            by_lock
+                .entry(lock)
+                .or_default()
+                .push((token.order(), record.group.as_deref()));
         }
     }
     if by_lock.is_empty() {
         return None;
     }
+    let regressed = |(before, group_before): &Grant, (after, group): &Grant| {
+        after < before || (after == before && (group.is_none() || group != group_before))
+    };
     Some(
         by_lock
             .values()
-            .map(|tokens| tokens.windows(2).filter(|pair| pair[1] <= pair[0]).count())
+            .map(|tokens| tokens.windows(2).filter(|pair| regressed(&pair[0], &pair[1])).count())
             .sum(),
     )
 }
@@ -402,6 +412,7 @@ mod tests {
             segment: None,
             buyer: None,
             fencing_token: token.map(|(source, counter)| FencingToken::new(source, 0, counter)),
+            group: None,
             lock_wait_ms: 0.0,
             locked_at_ms: 0,
             sold_at_ms: 0,
@@ -456,6 +467,7 @@ mod tests {
             one_per_buyer,
             orders: false,
             stock_wait_replicas: 0,
+            group_max: 0,
             instance: "seckill-8080".into(),
             port: 8080,
             key_prefix: String::new(),
@@ -580,6 +592,32 @@ mod tests {
         let twice = [in_segment(0, 2, 10), in_segment(1, 2, 3), in_segment(0, 2, 9)];
         assert_eq!(units_sold_twice(&twice), 1);
         assert_eq!(fencing_regressions(&twice), Some(1));
+    }
+
+    #[test]
+    fn a_token_may_repeat_within_one_group_and_nowhere_else() {
+        let in_group = |stock_before, counter, group: Option<&str>| SaleRecord {
+            group: group.map(str::to_owned),
+            ..record(stock_before, Some(("redis", counter)))
+        };
+        // Group g1 sold three units under token 7, then g2 two under token 8.
+        let grouped = [
+            in_group(5, 7, Some("g1")),
+            in_group(4, 7, Some("g1")),
+            in_group(3, 7, Some("g1")),
+            in_group(2, 8, Some("g2")),
+            in_group(1, 8, Some("g2")),
+        ];
+        assert_eq!(fencing_regressions(&grouped), Some(0));
+        // Token 8 again in another group: two grants that carried one token.
+        let two_groups = [in_group(2, 8, Some("g2")), in_group(1, 8, Some("g3"))];
+        assert_eq!(fencing_regressions(&two_groups), Some(1));
+        // And outside any group, as before.
+        let ungrouped = [in_group(2, 8, None), in_group(1, 8, None)];
+        assert_eq!(fencing_regressions(&ungrouped), Some(1));
+        // A group's token that goes back is a regression, group or not.
+        let back = [in_group(2, 8, Some("g2")), in_group(1, 7, Some("g2"))];
+        assert_eq!(fencing_regressions(&back), Some(1));
     }
 
     #[test]

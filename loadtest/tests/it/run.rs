@@ -23,6 +23,8 @@ struct Run {
     one_per_buyer: bool,
     repeat_buyers: f64,
     orders: bool,
+    /// `--group-commit`: one grant sells to every buyer waiting in its instance's queue.
+    group_commit: bool,
 }
 
 /// One stock, no buyer held to one unit, no buyer buying twice.
@@ -31,6 +33,7 @@ const PLAIN: Run = Run {
     one_per_buyer: false,
     repeat_buyers: 0.0,
     orders: false,
+    group_commit: false,
 };
 
 async fn start(strategy: Strategy, sale: &TestSale) -> Instance {
@@ -44,6 +47,7 @@ fn config_for(strategy: Strategy, sale: &TestSale, run: Run) -> seckill::config:
     config.stock_segments = run.stock_segments;
     config.one_per_buyer = run.one_per_buyer;
     config.orders = run.orders;
+    config.group_commit = run.group_commit;
     config
 }
 
@@ -250,6 +254,105 @@ async fn the_etcd_lock_over_four_stock_segments_sells_exactly_300_to_500_buyers(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_lock_table_over_four_stock_segments_sells_exactly_300_to_500_buyers() {
     assert_four_segments_held(Strategy::Mysql).await;
+}
+
+/// With `--group-commit` one grant sells to every buyer then waiting in its instance's
+/// local queue: the crowd still gets exactly 300 units, each once, and fewer grants than
+/// units sold them. A group's units share its grant's token, which the checker accepts
+/// within one group's records only: a fenced lock shows no regression.
+async fn assert_grouped_held(strategy: Strategy) {
+    let sale = TestSale::new();
+    let grouped = Run {
+        group_commit: true,
+        ..PLAIN
+    };
+    let report = flash_sale_for(strategy, &sale, grouped).await;
+    assert_held(&report);
+    if strategy.issues_fencing_tokens() {
+        assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
+    }
+    let records = common::sale_records(&sale).await;
+    let groups: std::collections::BTreeSet<String> = records
+        .iter()
+        .map(|record| record.group.clone().expect("a grouped sale's record names its group"))
+        .collect();
+    assert!(
+        groups.len() < records.len(),
+        "some grant sold more than one unit: {} groups for {} units",
+        groups.len(),
+        records.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_lock_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::Redis).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_that_degrades_to_mysql_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::RedisDegrade).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::Redlock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_etcd_lock_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::Etcd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zookeeper_lock_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::Zookeeper).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_lock_table_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mysql_version_lock_in_groups_sells_exactly_300_to_500_buyers() {
+    assert_grouped_held(Strategy::MysqlVersion).await;
+}
+
+/// Groups with every other option of the sale: four segments (a group per segment), the
+/// sold-out flag, one unit per buyer (50 buyers ask twice, and a group may hold both of
+/// a buyer's requests) and orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_lock_in_groups_sells_exactly_300_with_every_option_of_the_sale() {
+    let sale = TestSale::new();
+    let every_option = Run {
+        stock_segments: 4,
+        one_per_buyer: true,
+        repeat_buyers: 0.1,
+        orders: true,
+        group_commit: true,
+    };
+    let _turn = common::take_turn().await;
+    let start = || async {
+        let mut config = config_for(Strategy::Redis, &sale, every_option);
+        config.sold_out_flag = true;
+        Instance::start(config)
+            .await
+            .unwrap_or_else(|error| panic!("cannot start an instance: {error:#}"))
+    };
+    let (first, second) = (start().await, start().await);
+    let report = run(&options_for(
+        vec![first.url.clone(), second.url.clone()],
+        &sale,
+        every_option,
+    ))
+    .await
+    .expect("the load test runs");
+    println!("{}", report.render());
+    first.stop().await.unwrap();
+    second.stop().await.unwrap();
+    assert_every_option_held(&report);
+    assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
 }
 
 /// 500 requests from 450 buyers: 50 buy twice at once, through both instances. With `--one-per-buyer` none gets two units, and every
@@ -493,6 +596,7 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
         one_per_buyer: true,
         repeat_buyers: 0.1,
         orders: true,
+        group_commit: false,
     };
     let start = || async {
         let mut config = config_for(Strategy::Redis, &sale, every_option);
@@ -539,6 +643,7 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_s
         one_per_buyer: true,
         repeat_buyers: 0.1,
         orders: true,
+        group_commit: false,
     };
     let start = || async {
         let mut config = config_for(Strategy::Redis, &sale, every_option);

@@ -112,8 +112,9 @@ async fn without_the_option_a_buyer_may_buy_twice_and_the_records_say_who_bought
 /// the next segment. Two segments of one unit each; alice buys the unit of her home
 /// segment, then asks again: her walk passes that empty segment first, and it knows
 /// her. With the sold-out flag the empty segment is skipped without a lock, and asked
-/// whether she bought there.
-async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_flag: bool) {
+/// whether she bought there. With group commit her group's read finds it empty, and the
+/// group asks it whether its buyers bought there.
+async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_flag: bool, group_commit: bool) {
     let _turn = common::take_turn().await;
     let cluster = common::PrivateRedisCluster::start(3);
     let sale = common::TestSale::new();
@@ -123,6 +124,7 @@ async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_f
         config.one_per_buyer = true;
         config.stock_segments = 2;
         config.sold_out_flag = sold_out_flag;
+        config.group_commit = group_commit;
     })
     .await;
     common::reset_stock(&app.url, 2).await;
@@ -136,10 +138,15 @@ async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_f
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_buyer_whose_segment_sold_out_is_refused_there() {
-    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(false).await;
+    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(false, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_buyer_in_a_group_whose_segment_sold_out_is_refused_there() {
+    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(false, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_buyer_whose_segment_the_sold_out_flag_skips_is_refused_there() {
-    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(true).await;
+    a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(true, false).await;
 }
