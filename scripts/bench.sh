@@ -11,7 +11,9 @@
 # redis, etcd and mysql: the report's table "Past one lock" sets them against N locks' bound;
 # and 16 segments again with the sold-out flag, for the table "After the sell-out";
 # and atomic and redis with every unit sold written as an order through a Redis Stream into
-# MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without; and, last, the
+# MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without; redis, etcd,
+# zookeeper and mysql with `+group-commit` (one grant sells to every buyer waiting in the
+# instance's queue, src/sale/group.rs), for the table "Past one sale per grant"; and, last, the
 # stock on the Redis Cluster of `make cluster` (`+stock-cluster`: its six nodes are started
 # for the run, and stopped after if they were not running) beside the same run on one Redis,
 # for the table "Past one machine".
@@ -43,6 +45,7 @@ STRATEGIES=("$@")
               etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
               mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
               redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag
+              redis+group-commit etcd+group-commit zookeeper+group-commit mysql+group-commit
               atomic+stock-cluster redis+segments-6+lock-redis redis+segments-6+lock-redis+stock-cluster)
 
 # The pages of docs/results/ that show the tables, and the sentence that opens the paragraph
@@ -58,6 +61,7 @@ PAGE_PARTS=(
   "bench|Ordering by sustained sales/s: "
   "bench-past-one-lock|Past one lock: "
   "bench-past-one-lock|After the sell-out: "
+  "bench-past-one-lock|Past one sale per grant: "
   "bench-past-one-lock|Past one machine: "
   "bench-past-one-lock|A model of the scale: "
 )

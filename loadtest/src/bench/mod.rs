@@ -36,6 +36,8 @@ pub mod turnaround;
 
 pub mod cpu;
 
+pub mod groups;
+
 pub mod lockbench;
 
 pub mod scale;
@@ -52,6 +54,7 @@ use crate::verdict::{Options, Report, Verdict};
 use bound::{RoundTrip, Step};
 use breakdown::StepTime;
 use cpu::{CpuReport, Watched};
+use groups::GroupSizes;
 use server_requests::RequestRate;
 use sustained::{Load, Throughput};
 
@@ -187,6 +190,9 @@ pub struct StrategyBench {
     /// What the servers answered per unit sold over the sustained windows, busiest first.
     #[serde(default)]
     pub sustained_requests: Vec<RequestRate>,
+    /// With `--group-commit`: the units each grant sold over the sustained windows.
+    #[serde(default)]
+    pub sustained_groups: Option<GroupSizes>,
 }
 
 impl StrategyBench {
@@ -357,6 +363,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         serial_turnaround_ms: serial.turnaround_ms,
         sustained_steps: sustained.steps,
         sustained_requests: sustained.requests,
+        sustained_groups: sustained.groups,
     })
 }
 
@@ -439,6 +446,7 @@ struct Sustained {
     requests: Vec<RequestRate>,
     cpu: CpuReport,
     steps: Vec<StepTime>,
+    groups: Option<GroupSizes>,
 }
 
 async fn sustained_windows(strategy: Strategy, options: &BenchOptions) -> anyhow::Result<Sustained> {
@@ -447,7 +455,7 @@ async fn sustained_windows(strategy: Strategy, options: &BenchOptions) -> anyhow
         name: "load generator".into(),
         pid: std::process::id(),
     });
-    let steps_before = breakdown::scrape(&options.crowd.hosts).await.ok();
+    let pages_before = breakdown::scrape(&options.crowd.hosts).await.ok();
     let requests_before = server_requests::read(strategy, &options.config).await;
     let before = cpu::sample(&watched);
     let started = std::time::Instant::now();
@@ -463,11 +471,20 @@ async fn sustained_windows(strategy: Strategy, options: &BenchOptions) -> anyhow
         &cpu::sample(&watched),
         started.elapsed().as_secs_f64(),
     );
+    let pages_after = breakdown::scrape(&options.crowd.hosts).await.ok();
+    let (steps, groups) = match (pages_before, pages_after) {
+        (Some(before), Some(after)) => (
+            breakdown::step_times(&breakdown::step_sums(&before), &breakdown::step_sums(&after)),
+            groups::between(&before, &after),
+        ),
+        _ => (Vec::new(), None),
+    };
     Ok(Sustained {
         spread: Spread::of(windows.iter().map(|window| window.sales_per_second)),
         requests: server_requests::per_sale(&requests_before, &requests_after, sold_in_windows),
         cpu,
-        steps: steps_between(steps_before, &options.crowd.hosts).await,
+        steps,
+        groups,
         windows,
     })
 }

@@ -191,3 +191,40 @@ fn a_run_on_the_stock_cluster_is_set_beside_its_twin_on_one_redis_and_modelled()
         "a run with its lock or its stock elsewhere is no run over segments: {tables}"
     );
 }
+
+/// A run with `+group-commit` is set beside the same run without groups: its speed-up,
+/// its units per grant, and the one-unit bound re-stated per grant.
+#[test]
+fn a_grouped_run_is_set_beside_the_same_lock_without_groups_and_its_bound_per_grant() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let plain: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(canned("bench-redis.json")).unwrap()).unwrap();
+    let mut grouped = plain.clone();
+    grouped["label"] = "redis+group-commit".into();
+    grouped["sustained"]["sales_per_second"] = 9720.into();
+    grouped["sustained_spread"] = serde_json::json!({"median": 9720, "min": 9000, "max": 10000});
+    grouped["backend_bound_sales_per_second"] = 2000.into();
+    grouped["sustained_groups"] =
+        serde_json::json!({"grants": 100.0, "mean": 6.0, "median_at_most": 6.0, "p99_at_most": 16.0});
+    let files: Vec<PathBuf> = [("plain", plain), ("grouped", grouped)]
+        .into_iter()
+        .map(|(name, run)| {
+            let file = dir.path().join(format!("{name}.json"));
+            std::fs::write(&file, run.to_string()).unwrap();
+            file
+        })
+        .collect();
+    let output = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .arg("report")
+        .args(&files)
+        .output()
+        .expect("bench report runs");
+    let tables = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(tables.contains("Past one sale per grant: "), "{tables}");
+    // 9720 against the plain run's 3240; six units a grant at 2000 grants a second.
+    assert!(
+        tables.contains("| redis+group-commit | 9720 (9000–10000) | 3240 (2916–3564) | 3.00x | 6.0 | 6 | 16 | 2000 | 12000 | 0.81 |"),
+        "{tables}"
+    );
+}
