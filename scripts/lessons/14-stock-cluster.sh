@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lesson 13, on a Redis Cluster: one shard of the stock failed over under load, without
+# Lesson 14, on a Redis Cluster: one shard of the stock failed over under load, without
 # and with `--stock-wait-replicas 1`, then a slot moved during the sale: the
 # `stock-shard-failover` and `stock-reshard` rows of `make chaos`, one run each; which
 # master serves which segment afterwards; what `seckill reconcile` found after each

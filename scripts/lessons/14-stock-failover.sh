@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lesson 13: the stock's own Redis failed over under load, without and with
+# Lesson 14: the stock's own Redis failed over under load, without and with
 # `--stock-wait-replicas 1`: the `stock-redis-failover` rows of `make chaos`, one run each,
 # then what each run's load test said, and what `seckill reconcile` found in the orders.
 # The script starts its own cluster.
