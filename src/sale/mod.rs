@@ -642,15 +642,18 @@ impl Sale {
                     let mut own = None;
                     loop {
                         tokio::select! {
+                            biased;
                             outcome = &mut ticket.outcome, if own.is_none() => {
                                 own = Some(conclude(outcome.unwrap_or_else(|_| Err(unanswered())), last, answer));
                             }
                             () = &mut leading => break,
                         }
                     }
+                    // The group told every buyer before it released; a told outcome not
+                    // read yet is in the ticket.
                     return match own {
                         Some(tried) => tried,
-                        None => conclude(Err(unanswered()), last, answer),
+                        None => conclude(ticket.answered().unwrap_or_else(|| Err(unanswered())), last, answer),
                     };
                 }
             },
