@@ -165,6 +165,7 @@ for run in "${STRATEGIES[@]}"; do
     [[ -e $RUN/cluster/pids/$node.pid ]] || STOCK_CLUSTER_STARTED+=("$node")
   done
   "$ROOT/scripts/cluster.sh" start "${STOCK_CLUSTER_NODES[@]}"
+  "$ROOT/scripts/cluster.sh" heal-stock-cluster
   break
 done
 

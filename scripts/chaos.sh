@@ -9,6 +9,10 @@
 #   holder-paused                   an instance holding the lock is stopped (SIGSTOP) past its lease,
 #                                   then let go; fencing on and off. For ZooKeeper it is a session expiry.
 #   holder-killed                   an instance holding the lock is killed (SIGKILL)
+#   holder-paused-grouped           holder-paused with `--group-commit`: the holder sells to a group
+#                                   of buyers under one grant (src/sale/group.rs), so a late write
+#                                   is a whole group's; fencing on and off
+#   holder-killed-grouped           holder-killed with `--group-commit`: a group dies with its holder
 #   etcd-leader-killed              the etcd leader of three is killed; restarted 3 s later
 #   etcd-quorum-lost                two of three etcd members are killed; restarted 3 s later
 #   zookeeper-leader-killed         the ZooKeeper leader of three is killed; restarted 3 s later
@@ -116,13 +120,14 @@ RUNS=${1:-3}
 shift || true
 ONLY=("$@")
 NETWORK_FAULTS="holder-partitioned waiters-partitioned answers-delayed connections-reset"
+GROUPED_FAULTS="holder-paused-grouped holder-killed-grouped"
 FAILOVER_FAULTS="lock-redis-failover lock-redis-failover-wait"
 STOCK_FAILOVER_FAULTS="stock-redis-failover stock-redis-failover-wait"
 SHARD_FAULTS="stock-shard-failover stock-shard-failover-wait stock-reshard"
 # The unmitigated stock failovers: their units that did not exist are the lesson, not a failure.
 UNMITIGATED_STOCK_FAULTS="stock-redis-failover stock-shard-failover"
 CLOCK_FAULTS="redlock-clock-jump redis-clock-jump instance-clock-jump"
-ALL_FAULTS="holder-paused holder-killed etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
+ALL_FAULTS="holder-paused holder-killed $GROUPED_FAULTS etcd-leader-killed etcd-quorum-lost zookeeper-leader-killed
   redlock-2-of-5-killed redlock-3-of-5-killed redlock-master-restarted-empty lock-redis-killed
   lock-redis-paused stock-redis-killed mysql-killed order-writer-killed orders-mysql-killed $NETWORK_FAULTS $FAILOVER_FAULTS
   $STOCK_FAILOVER_FAULTS $SHARD_FAULTS $CLOCK_FAULTS"
@@ -161,6 +166,7 @@ strategies_for() {
   case $1 in
     holder-paused | holder-killed | holder-partitioned | waiters-partitioned | answers-delayed | connections-reset)
       echo redis redis-degrade redlock etcd zookeeper mysql mysql-version ;;
+    *-grouped) echo redis etcd zookeeper mysql ;;
     etcd-*) echo etcd ;;
     zookeeper-*) echo zookeeper ;;
     redlock-*) echo redlock ;;
@@ -176,6 +182,7 @@ strategies_for() {
   esac
 }
 
+is_grouped_fault() { [[ " $GROUPED_FAULTS " == *" $1 "* ]]; }
 is_network_fault() { [[ " $NETWORK_FAULTS " == *" $1 "* ]]; }
 is_failover_fault() { [[ " $FAILOVER_FAULTS " == *" $1 "* ]]; }
 is_clock_fault() { [[ " $CLOCK_FAULTS " == *" $1 "* ]]; }
@@ -208,6 +215,8 @@ stock_on_cluster() {
   STOCK_ON_CLUSTER=
   is_shard_fault "$1" || return 0
   STOCK_ON_CLUSTER=yes
+  # A run cut short (a move, a failover) may leave a slot half moved: start from a sound cluster.
+  cluster heal-stock-cluster
   local i flags="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS --orders"
   # Six segments sell at once: slower sales keep the sale going through the failover.
   flags+=" --chaos-pause-before-write-ms $SHARD_PAUSE_BEFORE_WRITE_MS"
@@ -258,6 +267,13 @@ short_partition_seconds() {
     zookeeper) echo 2.5 ;;
     *) echo 1.5 ;;
   esac
+}
+
+# The grouped faults: every instance sells in groups (--group-commit).
+in_groups() {
+  local i
+  is_grouped_fault "$1" || return 0
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" --group-commit true"; done
 }
 
 # The order faults: an order left pending by a dead writer is taken over after 1 s.
@@ -350,8 +366,8 @@ strike() {
   wait_until_first_holds "$strategy" "$fault"
   now_ms >"$RESULTS/fault-at"
   case $fault in
-    holder-paused) kill -STOP "$holder"; sleep "$(past_lease_seconds "$strategy")"; kill -CONT "$holder" ;;
-    holder-killed) kill -KILL "$holder" ;;
+    holder-paused | holder-paused-grouped) kill -STOP "$holder"; sleep "$(past_lease_seconds "$strategy")"; kill -CONT "$holder" ;;
+    holder-killed | holder-killed-grouped) kill -KILL "$holder" ;;
     etcd-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader etcd)" ;;
     etcd-quorum-lost)
       local leader follower
@@ -508,7 +524,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
     # A paused holder can write late, and a cut-off one must not; both run with fencing on
     # and off. Every other fault runs with fencing on.
     fencings=(on)
-    if [[ $fault == holder-paused ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
+    if [[ $fault == holder-paused* ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
     for fencing in "${fencings[@]}"; do
       reproduced=0 overlapped=0 fenced_off=0 twice=0 lost=0 sold=0 beyond=0 reconciled=- refused=0 other=0 worst=0 no_quorum=- resumed=- verdicts=()
       for run in $(seq 1 "$RUNS"); do
@@ -519,6 +535,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         stock_on_sentinels "$fault"
         stock_on_cluster "$fault"
         quick_takeover "$fault"
+        in_groups "$fault"
         # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
