@@ -9,9 +9,9 @@
 #   holder-paused                   an instance holding the lock is stopped (SIGSTOP) past its lease,
 #                                   then let go; fencing on and off. For ZooKeeper it is a session expiry.
 #   holder-killed                   an instance holding the lock is killed (SIGKILL)
-#   holder-paused-grouped           holder-paused with `--group-commit`: the holder sells to a group
-#                                   of buyers under one grant (src/sale/group.rs), so a late write
-#                                   is a whole group's; fencing on and off
+#   holder-paused-grouped           holder-paused with `--group-commit --group-max 8`: the holder
+#                                   sells to a group of buyers under one grant (src/sale/group.rs),
+#                                   so a late write is a whole group's; fencing on and off
 #   holder-killed-grouped           holder-killed with `--group-commit`: a group dies with its holder
 #   etcd-leader-killed              the etcd leader of three is killed; restarted 3 s later
 #   etcd-quorum-lost                two of three etcd members are killed; restarted 3 s later
@@ -269,11 +269,14 @@ short_partition_seconds() {
   esac
 }
 
-# The grouped faults: every instance sells in groups (--group-commit).
+# The grouped faults: every instance sells in groups (--group-commit) of 8 at most, so that
+# 100 units take a dozen grants or more and the fault lands mid-sale (groups of 64 sell the
+# stock in three or four grants, often over before it strikes).
+GROUP_MAX=8
 in_groups() {
   local i
   is_grouped_fault "$1" || return 0
-  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" --group-commit true"; done
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" --group-commit true --group-max $GROUP_MAX"; done
 }
 
 # The order faults: an order left pending by a dead writer is taken over after 1 s.
