@@ -63,7 +63,7 @@ PAGE_PARTS=(
   "bench-past-one-lock|After the sell-out: "
   "bench-past-one-lock|Past one sale per grant: "
   "bench-past-one-lock|Past one machine: "
-  "bench-past-one-lock|A model of the scale: "
+  "bench-past-one-lock|A model of the scale, "
 )
 
 # split_tables TABLES FOLDER: writes the parts of TABLES into FOLDER/PAGE.md, one file a

@@ -104,13 +104,24 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<Reconciliation> {
     let (address, mut redis) =
         connect_checked(&args.redis_url, "stock Redis", "--redis-url / SECKILL_REDIS_URL").await?;
     let keys = Keys::with_prefix(&args.key_prefix).on_cluster(address.is_cluster());
+    // What a Redis that stopped answering midway is told to check.
+    let unanswered = |what: &str| {
+        let cluster = match address.is_cluster() {
+            true => ", and every node of the cluster says cluster_state:ok (`redis-cli -p PORT cluster info`)",
+            false => "",
+        };
+        format!(
+            "{what} from the stock's Redis at {}: check that it is up{cluster}, then run seckill reconcile again",
+            args.redis_url
+        )
+    };
     let (sale, initial, count): (Option<String>, Option<i64>, Option<u32>) = redis::pipe()
         .get(keys.sale_name())
         .get(keys.initial_stock())
         .get(keys.segment_count())
         .query_async(&mut redis)
         .await
-        .context("reading the sale from Redis")?;
+        .with_context(|| unanswered("reading the sale"))?;
     let sale = sale.with_context(|| {
         format!(
             "Redis at {} holds no sale under the prefix {:?}: reset one (POST /stock/reset), or give the prefix \
@@ -120,8 +131,9 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<Reconciliation> {
     })?;
     let segments = Segments::as_stored(count);
     let groups = keys.groups(segments);
-    let still_in_streams =
-        wait_for_the_streams(&mut redis, &keys, &groups, Duration::from_millis(args.wait_ms)).await?;
+    let still_in_streams = wait_for_the_streams(&mut redis, &keys, &groups, Duration::from_millis(args.wait_ms))
+        .await
+        .with_context(|| unanswered("reading the orders streams"))?;
     let mut records = Vec::new();
     for group in &groups {
         let raw: Vec<String> = redis::cmd("LRANGE")
@@ -129,7 +141,8 @@ pub async fn reconcile(args: &ReconcileArgs) -> anyhow::Result<Reconciliation> {
             .arg(0)
             .arg(-1)
             .query_async(&mut redis)
-            .await?;
+            .await
+            .with_context(|| unanswered("reading the sale records"))?;
         records.extend(
             raw.iter()
                 .filter_map(|line| serde_json::from_str::<SaleRecord>(line).ok()),

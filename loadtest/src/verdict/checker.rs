@@ -116,6 +116,13 @@ pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState
                 eprintln!("the stock's Redis did not give the sale back ({error:#}); asking again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
+            Err(error) if keys.is_on_cluster() => {
+                return Err(error.context(format!(
+                    "the stock's Redis Cluster at {redis_url} did not give the sale back for {READ_PATIENCE:?}: check \
+                     that every node says cluster_state:ok (`redis-cli -p PORT cluster info`; `scripts/cluster.sh \
+                     heal-stock-cluster` forms the cluster of `make cluster` again when a slot was left half moved)"
+                )))
+            }
             answer => return answer,
         }
     }
