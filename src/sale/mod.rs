@@ -347,12 +347,7 @@ impl Sale {
     /// Steps 0 to 4, in one segment after another (see [`crate::sale::segments`]) until one
     /// has a unit or every one was read empty. The answer goes out as soon as the
     /// buyer's outcome is known, each release after it.
-    async fn sell_under_lock(
-        &self,
-        lock: &Reentrant,
-        buyer: Option<BuyerId>,
-        answer: oneshot::Sender<Result<SaleOutcome, AppError>>,
-    ) {
+    async fn sell_under_lock(&self, lock: &Reentrant, buyer: Option<BuyerId>, answer: BuyerAnswer) {
         let waiting_since = Instant::now();
         let known = self.known_empty().await;
         let checked_buyer = self.store.buyer_to_check_per_segment(buyer.as_ref());
@@ -425,7 +420,7 @@ impl Sale {
         lock: &Reentrant,
         segment: Segment,
         last: bool,
-        answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+        answer: &mut Option<BuyerAnswer>,
         purchase: &Purchase,
     ) -> Tried {
         if let Some(groups) = &self.groups {
@@ -607,7 +602,7 @@ impl Sale {
         lock: &Reentrant,
         segment: Segment,
         last: bool,
-        answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
+        answer: &mut Option<BuyerAnswer>,
         purchase: &Purchase,
     ) -> Tried {
         let queue = match &self.local_queue {
@@ -1108,6 +1103,9 @@ struct Purchase {
     sale_name: Option<String>,
 }
 
+/// Where a buyer's answer goes: to the request that waits for it.
+type BuyerAnswer = oneshot::Sender<Result<SaleOutcome, AppError>>;
+
 /// How the try of one segment ended.
 #[derive(Debug, PartialEq, Eq)]
 enum Tried {
@@ -1119,11 +1117,7 @@ enum Tried {
 
 /// Tells the buyer its outcome in one segment, unless the segment was empty and another
 /// is left to try (`last` is false).
-fn conclude(
-    outcome: Result<SaleOutcome, AppError>,
-    last: bool,
-    answer: &mut Option<oneshot::Sender<Result<SaleOutcome, AppError>>>,
-) -> Tried {
+fn conclude(outcome: Result<SaleOutcome, AppError>, last: bool, answer: &mut Option<BuyerAnswer>) -> Tried {
     if !last && matches!(outcome, Ok(SaleOutcome { sold: false, .. })) {
         return Tried::Empty;
     }
