@@ -627,6 +627,9 @@ impl Sale {
                     true => Err(self.lock_timeout(segment)),
                     false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
                 },
+                // The turn came as this buyer's deadline passed: it leaves, and the next
+                // buyer leads (a group waits for the lock no longer than its earliest buyer).
+                (Some(_), None) if Instant::now() >= deadline && waiting.leave(&ticket) => Err(self.lock_timeout(segment)),
                 (Some(turn), None) => {
                     self.metrics.record_step(SaleStep::Queued, asked.elapsed());
                     let group = waiting.take(&ticket, groups.max);
