@@ -174,37 +174,33 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
     let client = common::redis_client().await;
     let mut redis = common::connection(&client).await;
     let fence = sale.keys().fence_of(Segment::WHOLE);
-    let reduce = |url: String| async move {
-        let answer = reqwest::get(format!("{url}/stock/reduce"))
-            .await
-            .expect("the instance answers");
-        let status = answer.status().as_u16();
-        let body: serde_json::Value = answer.json().await.unwrap_or_default();
-        (status, body["error"].as_str().unwrap_or("sold").to_owned())
+    // The sale id the fence's high-water mark names: the last group that read.
+    let mark = || {
+        let mut redis = redis.clone();
+        let fence = fence.clone();
+        async move {
+            let mark: Option<String> = redis::cmd("HGET")
+                .arg(&fence)
+                .arg("sale")
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            mark
+        }
+    };
+    let http = reqwest::Client::new();
+    let buy = || {
+        let (http, url) = (http.clone(), instance.url.clone());
+        tokio::spawn(async move { common::buy(&http, &url).await })
     };
 
-    let first = tokio::spawn(reduce(instance.url.clone()));
-    // The first buyer's group has read: its mark names it.
-    let first_group = until(Duration::from_secs(5), || async {
-        let mark: Option<String> = redis::cmd("HGET")
-            .arg(&fence)
-            .arg("sale")
-            .query_async(&mut redis.clone())
-            .await
-            .unwrap();
-        mark
-    })
-    .await;
-    let group: Vec<_> = (0..5).map(|_| tokio::spawn(reduce(instance.url.clone()))).collect();
+    let first = buy();
+    // The first buyer's group has read: the mark names it.
+    let first_group = until(Duration::from_secs(5), mark).await;
+    let group: Vec<_> = (0..5).map(|_| buy()).collect();
     // The second group has read: the mark names another sale id. A newer holder reads.
     until(Duration::from_secs(5), || async {
-        let mark: Option<String> = redis::cmd("HGET")
-            .arg(&fence)
-            .arg("sale")
-            .query_async(&mut redis.clone())
-            .await
-            .unwrap();
-        mark.filter(|mark| *mark != first_group)
+        mark().await.filter(|mark| *mark != first_group)
     })
     .await;
     let _: i64 = redis::cmd("HINCRBY")
@@ -215,11 +211,11 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
         .await
         .unwrap();
 
-    assert_eq!(first.await.unwrap(), (200, "sold".to_owned()));
+    assert_eq!(first.await.unwrap(), "sold");
     for buyer in group {
         assert_eq!(
             buyer.await.unwrap(),
-            (503, "lock_lost".to_owned()),
+            "503 lock_lost",
             "every buyer of the refused group"
         );
     }
@@ -229,19 +225,15 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
         (9, 1, 1),
         "only the first buyer's unit is sold"
     );
-    let metrics = reqwest::get(format!("{}/metrics", instance.url))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("seckill_group_size_count 2"),
-        "two grants, two groups: {metrics}"
+    assert_eq!(
+        common::metric(&instance.url, "seckill_group_size_count").await,
+        2.0,
+        "two grants, two groups"
     );
-    assert!(
-        metrics.contains("seckill_group_size_sum 6"),
-        "of one buyer, then five: {metrics}"
+    assert_eq!(
+        common::metric(&instance.url, "seckill_group_size_sum").await,
+        6.0,
+        "of one buyer, then five"
     );
     instance.stop().await.unwrap();
 }
