@@ -721,10 +721,8 @@ impl Sale {
             .await;
     }
 
-    /// Steps 2 and 3 under `guard`. A read that fails because the stock's master is away
-    /// (dead, or failing over: a Sentinel's or a cluster's) is tried again until
-    /// `deadline`, the buyer's: nothing was written yet, and a read with the same token
-    /// and sale id is the same read to the fence. So a failover of the stock holds the
+    /// Steps 2 and 3 under `guard`. The read waits out a failover of the stock's master
+    /// until `deadline`, the buyer's ([`Sale::fenced_read`]): so a failover holds the
     /// buyers who hold a lock until there is a master again, instead of failing them.
     async fn decrement(
         &self,
@@ -747,29 +745,9 @@ impl Sale {
         };
 
         // 2. Read and check.
-        let reading = Instant::now();
-        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
-        let read = (|| self.store.read_for(segment, token, &sale_id, buyer))
-            .retry(every_pause)
-            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
-            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
-            .await;
-        self.metrics.record_step(SaleStep::Read, reading.elapsed());
-        let (stock, sale) = match read? {
-            StockRead::Stock { units, sale } => (units, sale),
-            StockRead::Fenced { newest } => {
-                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
-                self.metrics.record_fencing_refusal(FencedStep::Read);
-                return Err(AppError::LockLost);
-            }
-            StockRead::OtherSegments { reset_with } => {
-                return Err(AppError::SegmentsDisagree {
-                    this_instance: segment.of,
-                    reset_with,
-                })
-            }
-            StockRead::AlreadyBought => return Err(AppError::AlreadyBought),
-        };
+        let (stock, sale) = self
+            .fenced_read(guard, segment, token, &sale_id, buyer, deadline)
+            .await?;
         if stock <= 0 {
             return Ok(answer(false, 0));
         }
@@ -832,6 +810,43 @@ impl Sale {
         }
     }
 
+    /// Step 2's read under `guard`, for one sale or a group's: the units in `segment` and
+    /// the sale they belong to, or why this sale stops here. A read that fails because
+    /// the stock's master is away (dead, or failing over: a Sentinel's or a cluster's)
+    /// is tried again until `deadline`. Nothing was written yet, and a read with the same
+    /// token and sale id is the same read to the fence.
+    async fn fenced_read(
+        &self,
+        guard: &LockGuard,
+        segment: Segment,
+        token: Option<&FencingToken>,
+        sale_id: &str,
+        buyer: Option<&BuyerId>,
+        deadline: Instant,
+    ) -> Result<(i64, SaleName), AppError> {
+        let reading = Instant::now();
+        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
+        let read = (|| self.store.read_for(segment, token, sale_id, buyer))
+            .retry(every_pause)
+            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
+            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
+            .await;
+        self.metrics.record_step(SaleStep::Read, reading.elapsed());
+        match read? {
+            StockRead::Stock { units, sale } => Ok((units, sale)),
+            StockRead::Fenced { newest } => {
+                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
+                self.metrics.record_fencing_refusal(FencedStep::Read);
+                Err(AppError::LockLost)
+            }
+            StockRead::OtherSegments { reset_with } => Err(AppError::SegmentsDisagree {
+                this_instance: segment.of,
+                reset_with,
+            }),
+            StockRead::AlreadyBought => Err(AppError::AlreadyBought),
+        }
+    }
+
     /// Steps 2 and 3 for a group under `guard`: one fenced read, then one fenced write of
     /// `min(buyers, stock)` units (see [`crate::sale::group`]). Each buyer's outcome, in
     /// the group's order; a refusal of the read or the write is every buyer's.
@@ -856,30 +871,10 @@ impl Sale {
             fencing_token: guard.fencing_token().cloned(),
         };
 
-        // 2. Read and check, tried again while the master is away, as one sale's read is.
-        let reading = Instant::now();
-        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
-        let read = (|| self.store.read(segment, token, &group_id))
-            .retry(every_pause)
-            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
-            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
-            .await;
-        self.metrics.record_step(SaleStep::Read, reading.elapsed());
-        let (stock, sale) = match read {
-            Ok(StockRead::Stock { units, sale }) => (units, sale),
-            Ok(StockRead::Fenced { newest }) => {
-                tracing::warn!(token = ?token, newest, buyers = group.len(), "the stock refused a group's read: a newer holder, or another with this token, has been here");
-                self.metrics.record_fencing_refusal(FencedStep::Read);
-                return everyone(AppError::LockLost);
-            }
-            Ok(StockRead::OtherSegments { reset_with }) => {
-                return everyone(AppError::SegmentsDisagree {
-                    this_instance: segment.of,
-                    reset_with,
-                })
-            }
-            Ok(StockRead::AlreadyBought) => return everyone(AppError::internal("a group's read checked a buyer")),
-            Err(error) => return everyone(error.into()),
+        // 2. Read and check, as one sale does; a group's read checks no buyer.
+        let (stock, sale) = match self.fenced_read(guard, segment, token, &group_id, None, deadline).await {
+            Ok(read) => read,
+            Err(error) => return everyone(error),
         };
         if stock <= 0 {
             return self.sold_out_here(segment, group, &answer).await;
@@ -918,28 +913,9 @@ impl Sale {
             token,
             records: &records,
         };
-        let writing = Instant::now();
-        let written = groups.scripts.write(&self.store, &write).await;
-        self.metrics.record_step(SaleStep::Write, writing.elapsed());
-        let written = match written {
-            Ok(GroupWritten::Written(written)) => written,
-            Ok(GroupWritten::Fenced) => {
-                tracing::warn!(token = ?token, buyers = group.len(), "the stock refused a group's write: another holder read in between");
-                self.metrics.record_fencing_refusal(FencedStep::Write);
-                return everyone(AppError::LockLost);
-            }
-            Ok(GroupWritten::SaleReset) => {
-                tracing::info!(
-                    group_id,
-                    "a reset began a new sale between the group's read and its write; nothing was written"
-                );
-                return everyone(AppError::SaleReset);
-            }
-            Ok(GroupWritten::Aborted) => return everyone(AppError::internal("a group's sale id was reused")),
-            Err(error) => match self.settle_group(groups, &write, error).await {
-                Ok(written) => written,
-                Err(unknown) => return unknown,
-            },
+        let written = match self.write_group(groups, &write).await {
+            Ok(written) => written,
+            Err(every_outcome) => return every_outcome,
         };
         group
             .iter()
@@ -950,6 +926,36 @@ impl Sale {
                 MemberWritten::AlreadyBought => Err(AppError::AlreadyBought),
             })
             .collect()
+    }
+
+    /// Step 3's write for a group: each buyer's part of it, or, when nothing of it was
+    /// sold or its outcome is not known, every buyer's outcome.
+    async fn write_group(
+        &self,
+        groups: &GroupCommit,
+        write: &GroupWrite<'_>,
+    ) -> Result<Vec<MemberWritten>, Vec<Result<SaleOutcome, AppError>>> {
+        let everyone = |error: AppError| write.records.iter().map(|_| Err(error.clone())).collect();
+        let writing = Instant::now();
+        let written = groups.scripts.write(&self.store, write).await;
+        self.metrics.record_step(SaleStep::Write, writing.elapsed());
+        match written {
+            Ok(GroupWritten::Written(written)) => Ok(written),
+            Ok(GroupWritten::Fenced) => {
+                tracing::warn!(token = ?write.token, buyers = write.records.len(), "the stock refused a group's write: another holder read in between");
+                self.metrics.record_fencing_refusal(FencedStep::Write);
+                Err(everyone(AppError::LockLost))
+            }
+            Ok(GroupWritten::SaleReset) => {
+                tracing::info!(
+                    group_id = write.group_id,
+                    "a reset began a new sale between the group's read and its write; nothing was written"
+                );
+                Err(everyone(AppError::SaleReset))
+            }
+            Ok(GroupWritten::Aborted) => Err(everyone(AppError::internal("a group's sale id was reused"))),
+            Err(error) => self.settle_group(groups, write, error).await,
+        }
     }
 
     /// A group's read found `segment` empty: "sold out" to every buyer, but on a cluster
