@@ -178,10 +178,11 @@ pub async fn autoinc_lock_mode(pool: &MySqlPool) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(READ_AUTOINC_LOCK_MODE).fetch_one(pool).await
 }
 
-/// How a [`MySqlLock`] behaves.
+/// How a MySQL lock behaves: the lock table ([`MySqlLock`]) and the version lock
+/// ([`crate::lock::mysql_version`]) take the same options.
 #[derive(Clone, Copy, Debug)]
 pub struct MySqlLockOptions {
-    /// How long a row lives without renewal.
+    /// How long a grant lives without renewal.
     pub ttl: Duration,
     /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
@@ -214,6 +215,16 @@ impl MySqlArgs {
         (self.mysql_permits > 0).then_some(self.mysql_permits as usize)
     }
 
+    /// The options of a MySQL lock built from these flags: renewed, with the
+    /// setup's TTL.
+    pub fn options(&self, setup: &Setup) -> MySqlLockOptions {
+        MySqlLockOptions {
+            ttl: setup.ttl,
+            renew: true,
+            permits: self.permits(),
+        }
+    }
+
     /// The pool of the MySQL locks, after checking that the semaphore leaves
     /// connections free for renewals and releases.
     pub async fn connect(&self, mysql_url: &str) -> anyhow::Result<MySqlPool> {
@@ -240,13 +251,8 @@ impl MySqlArgs {
 pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlLock> {
     let pool = args.connect(&setup.mysql_url).await?;
     refuse_out_of_order_tokens(&setup.mysql_url, &pool).await?;
-    let options = MySqlLockOptions {
-        ttl: setup.ttl,
-        renew: true,
-        permits: args.permits(),
-    };
     let notices = setup.release_notices().await?;
-    Ok(MySqlLock::new(pool, options).with_release_notices(notices))
+    Ok(MySqlLock::new(pool, args.options(setup)).with_release_notices(notices))
 }
 
 /// Refuses a MySQL server on which the lock table's tokens could come out of the grants'

@@ -83,7 +83,7 @@ use crate::store::mysql::micros;
 
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
-use crate::lock::mysql::MySqlArgs;
+use crate::lock::mysql::{MySqlArgs, MySqlLockOptions};
 use crate::lock::parts::keepalive::LeaseKeeper;
 use crate::lock::parts::kept_connections::KeptConnections;
 use crate::lock::parts::permits::{Permits, Turn};
@@ -135,17 +135,6 @@ const HAND_OVER: &str = "UPDATE seckill_version_locks \
      SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND owner = ?";
 
-/// How a [`MySqlVersionLock`] behaves.
-#[derive(Clone, Copy, Debug)]
-pub struct MySqlVersionLockOptions {
-    /// How long a grant lives without renewal.
-    pub ttl: Duration,
-    /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
-    pub renew: bool,
-    /// How many acquire attempts of this instance may talk to MySQL at once; `None`: no bound.
-    pub permits: Option<usize>,
-}
-
 /// Builds `--lock mysql-version` from the MySQL locks' flags.
 pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
     build_on(args.connect(&setup.mysql_url).await?, args, setup).await
@@ -153,13 +142,8 @@ pub async fn build(args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersi
 
 /// The same on a pool made already (`redis-degrade` shares its pool with its mode).
 pub async fn build_on(pool: MySqlPool, args: &MySqlArgs, setup: &Setup) -> anyhow::Result<MySqlVersionLock> {
-    let options = MySqlVersionLockOptions {
-        ttl: setup.ttl,
-        renew: true,
-        permits: args.permits(),
-    };
     let notices = setup.release_notices().await?;
-    Ok(MySqlVersionLock::new(pool, options).with_release_notices(notices))
+    Ok(MySqlVersionLock::new(pool, args.options(setup)).with_release_notices(notices))
 }
 
 /// An optimistic lock on rows of `seckill_version_locks`.
@@ -175,7 +159,7 @@ pub struct MySqlVersionLock {
 struct Grants {
     /// Every statement of the lock goes through its kept connections.
     connections: KeptConnections,
-    options: MySqlVersionLockOptions,
+    options: MySqlLockOptions,
     counters: Arc<AttemptCounters>,
     /// Grants this handle holds, version to (name, owner), so `shutdown` can give them back.
     held: HeldGrants<(String, u64), String>,
@@ -225,7 +209,7 @@ fn backend_error(error: sqlx::Error) -> LockError {
 
 impl MySqlVersionLock {
     /// Uses `pool`, migrated already (see [`crate::store::mysql`]).
-    pub fn new(pool: MySqlPool, options: MySqlVersionLockOptions) -> Self {
+    pub fn new(pool: MySqlPool, options: MySqlLockOptions) -> Self {
         MySqlVersionLock {
             grants: Grants {
                 connections: KeptConnections::new(pool, options.ttl),

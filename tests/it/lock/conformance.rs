@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use seckill::lock::etcd::EtcdLock;
 use seckill::lock::local::LocalLock;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::parts::reentrant::Reentrant;
 use seckill::lock::redis::RedisLock;
 use seckill::lock::redis_degrade::mode::SharedMode;
@@ -653,7 +653,7 @@ conformance_suite!(
         vanished_holder_frees_within: Some(MYSQL_TTL),
     },
     |_client: ::redis::Client, n: usize| async move {
-        let options = MySqlVersionLockOptions {
+        let options = MySqlLockOptions {
             ttl: MYSQL_TTL,
             renew: true,
             permits: Some(3),
@@ -736,7 +736,7 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
             .unwrap();
         let mysql_lock = MySqlVersionLock::new(
             pool.clone(),
-            MySqlVersionLockOptions {
+            MySqlLockOptions {
                 ttl,
                 renew: true,
                 permits: Some(3),

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions, TAKE_IF_UNCHANGED};
+use seckill::lock::mysql_version::{MySqlVersionLock, TAKE_IF_UNCHANGED};
 use seckill::lock::{DistributedLock, HandOver, LockError};
 use sqlx::MySqlPool;
 
-fn options(permits: Option<usize>) -> MySqlVersionLockOptions {
-    MySqlVersionLockOptions {
+fn options(permits: Option<usize>) -> MySqlLockOptions {
+    MySqlLockOptions {
         ttl: Duration::from_millis(5000),
         renew: true,
         permits,
@@ -260,7 +260,7 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
 async fn a_version_lock_whose_server_went_silent_fails_in_time() {
     let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let ttl = Duration::from_secs(2);
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl,
         ..options(Some(3))
     };
@@ -272,7 +272,7 @@ async fn a_version_lock_whose_server_went_silent_fails_in_time() {
 async fn a_version_lock_against_a_slow_mysql_answers_by_its_deadline_and_gives_its_late_grant_back() {
     let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
     let pool = common::mysql_pool().await;
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl: Duration::from_secs(30),
         ..options(Some(1))
     };

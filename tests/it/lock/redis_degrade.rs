@@ -10,7 +10,8 @@ use testkit as common;
 use std::time::{Duration, Instant};
 
 use common::PrivateRedis;
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::mysql::MySqlLockOptions;
+use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::redis::RedisLock;
 use seckill::lock::redis_degrade::mode::{Mode, SharedMode};
 use seckill::lock::redis_degrade::outage::OutageRule;
@@ -30,7 +31,7 @@ async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Dur
     .unwrap();
     let mysql_lock = MySqlVersionLock::new(
         pool.clone(),
-        MySqlVersionLockOptions {
+        MySqlLockOptions {
             ttl: TTL,
             renew: true,
             permits: Some(3),

@@ -12,7 +12,8 @@ use common::nemesis::Fault;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::mysql::MySqlLockOptions;
+use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::parts::reentrant::Reentrant;
 use seckill::sale::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
 use seckill::strategy::Strategy;
@@ -154,7 +155,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
         .connect_with(direct.clone().port(proxy.port))
         .await
         .unwrap();
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl: Duration::from_secs(30),
         renew: true,
         permits: None,
@@ -203,7 +204,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
 #[tokio::test]
 async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_at_shutdown() {
     let pool = common::mysql_pool().await;
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl: Duration::from_secs(30),
         renew: true,
         permits: None,

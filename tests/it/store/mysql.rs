@@ -14,7 +14,7 @@ use common::nemesis::Fault;
 use std::time::{Duration, Instant};
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::DistributedLock;
 use sqlx::MySqlPool;
 
@@ -81,7 +81,7 @@ const LOCK_TTL: Duration = Duration::from_secs(10);
 fn version_lock(pool: &MySqlPool) -> MySqlVersionLock {
     MySqlVersionLock::new(
         pool.clone(),
-        MySqlVersionLockOptions {
+        MySqlLockOptions {
             ttl: LOCK_TTL,
             renew: false,
             permits: Some(4),
