@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
-use seckill::lock::mysql_version::{MySqlVersionLock, MySqlVersionLockOptions};
+use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::parts::release_notices::ReleaseNotices;
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::DistributedLock;
@@ -24,13 +24,13 @@ async fn notices() -> ReleaseNotices {
 }
 
 /// One round on a fresh key: `holder` takes it, `waiter` starts waiting for it, and once
-/// the waiter has had its head start, `before_release` runs and the holder releases.
-/// Answers the time from the release's answer to the waiter's grant.
+/// the waiter has had its head start, the holder releases. `at_release` runs as soon as
+/// the release is answered. Answers the time from the release's answer to the grant.
 async fn hand_over_once(
     holder: &dyn DistributedLock,
     waiter: Arc<dyn DistributedLock>,
     key: &str,
-    before_release: impl FnOnce(),
+    at_release: impl FnOnce(),
 ) -> Duration {
     let held = holder
         .acquire(key, &common::owner(), Duration::from_secs(1))
@@ -44,9 +44,9 @@ async fn hand_over_once(
         }
     });
     tokio::time::sleep(WAITER_HEAD_START).await;
-    before_release();
     held.release().await.unwrap();
     let released = Instant::now();
+    at_release();
     let (granted_at, granted) = waiting.await.unwrap();
     granted
         .expect("the waiter gets the key once it is released")
@@ -91,7 +91,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll() {
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl: Duration::from_secs(5),
         renew: true,
         permits: Some(3),
@@ -105,11 +105,11 @@ async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll()
 
 /// Step 2 of `src/lock/mysql_version.rs`: a waiter that saw the row held and then hears
 /// the release announced compares and sets at the version it saw, without reading the
-/// row again. Over the rounds, the waiter's reads after each release are counted; a
-/// poll that falls between the count and the release may add one now and then.
+/// row again. Over the rounds, the waiter's reads from each release's answer to its grant
+/// are counted. A poll whose pause ends in that window reads, and may add one now and then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_it_again() {
-    let options = MySqlVersionLockOptions {
+    let options = MySqlLockOptions {
         ttl: Duration::from_secs(5),
         renew: true,
         permits: Some(3),
@@ -120,16 +120,16 @@ async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_
     let mut reads_after_releases = 0;
     for round in 0..ROUNDS {
         let key = common::unique_key(&format!("version-notice-{round}"));
-        let mut reads_while_held = 0;
+        let mut reads_at_release = 0;
         hand_over_once(&holder, waiter.clone(), &key, || {
-            reads_while_held = waiter.rows_read();
+            reads_at_release = waiter.rows_read();
             assert!(
-                reads_while_held > 0,
+                reads_at_release > 0,
                 "the waiter should have read the row while it was held"
             );
         })
         .await;
-        reads_after_releases += waiter.rows_read() - reads_while_held;
+        reads_after_releases += waiter.rows_read() - reads_at_release;
     }
     println!("{reads_after_releases} reads after {ROUNDS} releases");
     assert!(
