@@ -204,7 +204,8 @@ async fn read_segment_stocks(
     Ok(stocks)
 }
 
-/// Compares what Redis holds with what the buyers were told.
+/// Compares what Redis holds with what the buyers were told. An oversell outranks a
+/// lost sale; the notes explain a run without changing its verdict.
 pub fn judge(
     initial: i64,
     target: &Target,
@@ -212,14 +213,52 @@ pub fn judge(
     tally: &Tally,
     orders: Option<&OrdersState>,
 ) -> Judgement {
-    let mut oversold = Vec::new();
-    let mut lost = Vec::new();
-    if let Some(orders) = orders {
-        let (extra, missing) = judge_orders(orders, &sale.records);
-        oversold.extend(extra);
-        lost.extend(missing);
+    let counts = Counts::of(sale);
+    let (mut oversold, mut lost) = orders.map_or_else(Default::default, |orders| judge_orders(orders, &sale.records));
+    oversold.extend(oversold_findings(initial, target, sale, &counts));
+    lost.extend(lost_findings(sale, tally));
+    let verdict = if !oversold.is_empty() {
+        Verdict::Oversold
+    } else if !lost.is_empty() {
+        Verdict::Lost
+    } else {
+        Verdict::Held
+    };
+    let mut findings: Vec<String> = oversold.into_iter().chain(lost).collect();
+    findings.extend(notes(target, sale, tally, &counts));
+    Judgement {
+        verdict,
+        units_sold_twice: counts.units_sold_twice,
+        fencing_regressions: counts.fencing_regressions,
+        holders_overlapped: counts.holders_overlapped,
+        buyers_served_twice: counts.buyers_served_twice,
+        findings,
     }
+}
 
+/// What the sale records and the grant log count, as [`Judgement`] reports them.
+struct Counts {
+    units_sold_twice: usize,
+    fencing_regressions: Option<usize>,
+    holders_overlapped: usize,
+    buyers_served_twice: usize,
+}
+
+impl Counts {
+    fn of(sale: &SaleState) -> Self {
+        Counts {
+            units_sold_twice: units_sold_twice(&sale.records),
+            fencing_regressions: fencing_regressions(&sale.records),
+            holders_overlapped: overlapping_holders(&sale.grants),
+            buyers_served_twice: buyers_served_twice(&sale.records),
+        }
+    }
+}
+
+/// What says more units were sold than there were: the counts disagree with the
+/// initial stock, or the records show a unit, a token or a buyer twice.
+fn oversold_findings(initial: i64, target: &Target, sale: &SaleState, counts: &Counts) -> Vec<String> {
+    let mut oversold = Vec::new();
     if sale.lucky > initial {
         oversold.push(format!("{} buyers got a unit out of {initial}", sale.lucky));
     }
@@ -244,23 +283,30 @@ pub fn judge(
     if sale_records as i64 != sale.lucky {
         oversold.push(format!("{sale_records} sale records for {} lucky buyers", sale.lucky));
     }
-    let units_sold_twice = units_sold_twice(&sale.records);
-    if units_sold_twice > 0 {
-        oversold.push(format!("{units_sold_twice} units appear in more than one sale record"));
+    if counts.units_sold_twice > 0 {
+        oversold.push(format!(
+            "{} units appear in more than one sale record",
+            counts.units_sold_twice
+        ));
     }
-    let fencing_regressions = fencing_regressions(&sale.records);
-    if let Some(regressions @ 1..) = fencing_regressions {
+    if let Some(regressions @ 1..) = counts.fencing_regressions {
         oversold.push(format!(
             "fencing tokens went backwards {regressions} times: two holders overlapped"
         ));
     }
-    let buyers_served_twice = buyers_served_twice(&sale.records);
-    if target.one_per_buyer && buyers_served_twice > 0 {
+    if target.one_per_buyer && counts.buyers_served_twice > 0 {
         oversold.push(format!(
-            "{buyers_served_twice} buyers got more than one unit, though the sale sells one per buyer"
+            "{} buyers got more than one unit, though the sale sells one per buyer",
+            counts.buyers_served_twice
         ));
     }
-    let holders_overlapped = overlapping_holders(&sale.grants);
+    oversold
+}
+
+/// What says a buyer was told something the stock does not show: a "sold" Redis did
+/// not count, a unit counted that nobody may have been sold, a repeat refused wrongly.
+fn lost_findings(sale: &SaleState, tally: &Tally) -> Vec<String> {
+    let mut lost = Vec::new();
     let told_sold = tally.sold as i64;
     let might_have_sold = told_sold + tally.outcome_unknown as i64;
     if sale.lucky < told_sold {
@@ -274,7 +320,6 @@ pub fn judge(
             sale.lucky, tally.outcome_unknown
         ));
     }
-
     let served: HashSet<&str> = sale
         .records
         .iter()
@@ -290,57 +335,50 @@ pub fn judge(
             "{refused_wrongly} buyers were refused a second unit but hold no first one"
         ));
     }
+    lost
+}
 
-    let mut findings: Vec<String> = oversold.iter().chain(&lost).cloned().collect();
-    if !target.one_per_buyer && buyers_served_twice > 0 {
-        findings.push(format!(
-            "{buyers_served_twice} buyers got more than one unit: the sale does not hold buyers to one (--one-per-buyer)"
+/// What explains a run without judging it: repeat buyers of a sale that allows them,
+/// overlaps the fence caught, units left by failed requests, unclear answers, no fence.
+fn notes(target: &Target, sale: &SaleState, tally: &Tally, counts: &Counts) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !target.one_per_buyer && counts.buyers_served_twice > 0 {
+        notes.push(format!(
+            "{} buyers got more than one unit: the sale does not hold buyers to one (--one-per-buyer)",
+            counts.buyers_served_twice
         ));
     }
     let FenceRefusals { reads, writes } = sale.fence_refusals;
-    if holders_overlapped > 0 || reads + writes > 0 {
-        findings.push(format!(
-            "{holders_overlapped} holders overlapped another; the fence refused {reads} reads and {writes} writes; \
-             {units_sold_twice} units were sold twice"
+    if counts.holders_overlapped > 0 || reads + writes > 0 {
+        notes.push(format!(
+            "{} holders overlapped another; the fence refused {reads} reads and {writes} writes; \
+             {} units were sold twice",
+            counts.holders_overlapped, counts.units_sold_twice
         ));
     }
     let errors: usize = tally.errors.values().sum();
     if errors > 0 && sale.stock > 0 {
-        findings.push(format!(
+        notes.push(format!(
             "{} units stayed unsold because {errors} requests failed (see errors): not an oversell",
             sale.stock
         ));
     }
     if tally.outcome_unknown > 0 {
-        findings.push(format!(
+        notes.push(format!(
             "{} buyers got no clear answer; Redis says {} of them were sold",
             tally.outcome_unknown,
-            (sale.lucky - told_sold).max(0)
+            (sale.lucky - tally.sold as i64).max(0)
         ));
     }
     match target.fencing {
-        FencingStatus::Off => findings.push("the sale ran unfenced: --fencing off".to_owned()),
-        FencingStatus::NoTokens => findings.push(format!(
+        FencingStatus::Off => notes.push("the sale ran unfenced: --fencing off".to_owned()),
+        FencingStatus::NoTokens => notes.push(format!(
             "the sale ran unfenced: `{}` issues no fencing tokens",
             target.strategy
         )),
         FencingStatus::On | FencingStatus::NotNeeded => {}
     }
-    let verdict = if !oversold.is_empty() {
-        Verdict::Oversold
-    } else if !lost.is_empty() {
-        Verdict::Lost
-    } else {
-        Verdict::Held
-    };
-    Judgement {
-        verdict,
-        units_sold_twice,
-        fencing_regressions,
-        holders_overlapped,
-        buyers_served_twice,
-        findings,
-    }
+    notes
 }
 
 /// How many buyers are named in more than one sale record.
