@@ -70,12 +70,21 @@ pub fn comparison(reports: &[Report]) -> Table {
 }
 
 /// The README's tables of a benchmark: the crowd runs, then the rates against the
-/// bounds, then the ordering found and what each strategy ran out of.
+/// bounds, then the ordering found and what each strategy ran out of; then what the
+/// runs past one lock add, when there are some.
 pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
+    let mut blocks = one_lock(benches);
+    blocks.extend(past_one_lock(benches));
+    blocks
+}
+
+/// Every run as one lock guarding one stock: the crowd, the rates against the bounds,
+/// the same under load, where the time goes, the servers' requests, the ordering.
+fn one_lock(benches: &[StrategyBench]) -> Vec<Block> {
     let runs = benches.first().map_or(0, |bench| bench.crowd.runs);
     let connections = benches.first().map_or(0, |bench| bench.sustained.connections);
     let windows = benches.first().map_or(0, |bench| bench.sustained_windows);
-    let mut blocks = vec![
+    vec![
         Block::Text(format!(
             "The crowd: 500 buyers, 300 units, two instances; median (min–max) of {runs} runs."
         )),
@@ -129,7 +138,14 @@ pub fn bench(benches: &[StrategyBench]) -> Vec<Block> {
         ),
         Block::Table(server_requests(benches)),
         Block::Text(ordering(benches)),
-    ];
+    ]
+}
+
+/// The runs that go past one lock, each beside its twin: over segments, after the
+/// sell-out, in groups, on the stock cluster. Only the parts the report has runs for.
+fn past_one_lock(benches: &[StrategyBench]) -> Vec<Block> {
+    let connections = benches.first().map_or(0, |bench| bench.sustained.connections);
+    let mut blocks = Vec::new();
     if !runs_over_segments(benches).is_empty() {
         blocks.push(Block::Text(
             "Past one lock: the stock split into N segments (`--stock-segments N`, `src/sale/segments.rs`), each \
