@@ -249,9 +249,9 @@ impl Metrics {
     }
 
     /// Counts a buyer as waiting for the lock until the returned guard is dropped.
-    pub fn waiting_for_the_lock(&self) -> WaiterGuard<'_> {
+    pub fn waiting_for_the_lock(&self) -> WaiterGuard {
         self.lock_waiters.inc();
-        WaiterGuard(&self.lock_waiters)
+        WaiterGuard(self.lock_waiters.clone())
     }
 
     pub fn record_fencing_refusal(&self, step: FencedStep) {
@@ -276,10 +276,11 @@ impl Metrics {
     }
 }
 
-/// Keeps one buyer counted in `seckill_lock_waiters` while it lives.
-pub struct WaiterGuard<'a>(&'a IntGauge);
+/// Keeps one buyer counted in `seckill_lock_waiters` while it lives. It owns a handle
+/// of the gauge, so a buyer on a group's waiting list can carry it.
+pub struct WaiterGuard(IntGauge);
 
-impl Drop for WaiterGuard<'_> {
+impl Drop for WaiterGuard {
     fn drop(&mut self) {
         self.0.dec();
     }

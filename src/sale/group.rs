@@ -51,6 +51,7 @@ use redis::Script;
 use tokio::sync::oneshot;
 
 use crate::lock::FencingToken;
+use crate::metrics::WaiterGuard;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
 use crate::sale::segments::{Segment, Segments};
@@ -141,9 +142,17 @@ pub struct Member {
     /// The buyer's deadline for a grant: no group waits for the lock past its earliest.
     pub deadline: Instant,
     answer: oneshot::Sender<MemberOutcome>,
+    /// The buyer counted in `seckill_lock_waiters` until its group is granted, or it
+    /// leaves the list: as a buyer alone is counted until its grant.
+    waiting: Option<WaiterGuard>,
 }
 
 impl Member {
+    /// The group's grant came, or will not come: this buyer no longer waits for the lock.
+    pub fn done_waiting(&mut self) {
+        self.waiting = None;
+    }
+
     /// Tells the buyer its outcome. A buyer that is no longer listening has left: its
     /// unit, if it got one, stays sold and recorded.
     pub fn tell(self, outcome: MemberOutcome) {
@@ -173,7 +182,13 @@ pub struct GroupQueue {
 
 impl GroupQueue {
     /// Puts a buyer on the list (step 1).
-    pub fn join(&self, buyer: Option<BuyerId>, waiting_since: Instant, deadline: Instant) -> Ticket {
+    pub fn join(
+        &self,
+        buyer: Option<BuyerId>,
+        waiting_since: Instant,
+        deadline: Instant,
+        waiting: WaiterGuard,
+    ) -> Ticket {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, outcome) = oneshot::channel();
         self.list().push_back(Member {
@@ -182,6 +197,7 @@ impl GroupQueue {
             waiting_since,
             deadline,
             answer,
+            waiting: Some(waiting),
         });
         Ticket { id, outcome }
     }
@@ -437,16 +453,21 @@ mod tests {
         let queue = GroupQueue::default();
         let now = Instant::now();
         let later = now + std::time::Duration::from_secs(60);
-        let tickets = (0..count).map(|_| queue.join(None, now, later)).collect();
+        let tickets = (0..count).map(|_| queue.join(None, now, later, waiting())).collect();
         (queue, tickets)
+    }
+
+    /// A buyer's count in a gauge of its own.
+    fn waiting() -> WaiterGuard {
+        crate::metrics::Metrics::new("redis", "on", "group-test").waiting_for_the_lock()
     }
 
     #[test]
     fn a_buyer_past_its_deadline_stays_out_of_the_group_to_leave_on_its_own() {
         let (queue, tickets) = queue_of(1);
         let now = Instant::now();
-        let late = queue.join(None, now, now);
-        let after = queue.join(None, now, now + std::time::Duration::from_secs(60));
+        let late = queue.join(None, now, now, waiting());
+        let after = queue.join(None, now, now + std::time::Duration::from_secs(60), waiting());
         let group = queue.take(&tickets[0], 64);
         let ids: Vec<u64> = group.iter().map(|member| member.id).collect();
         assert_eq!(ids, [tickets[0].id, after.id]);

@@ -614,7 +614,12 @@ impl Sale {
         };
         let waiting = groups.waiting_in(segment);
         let deadline = purchase.waiting_since + self.acquire_timeout;
-        let mut ticket = waiting.join(purchase.buyer.clone(), purchase.waiting_since, deadline);
+        let mut ticket = waiting.join(
+            purchase.buyer.clone(),
+            purchase.waiting_since,
+            deadline,
+            self.metrics.waiting_for_the_lock(),
+        );
         let asked = Instant::now();
         let unanswered = || AppError::internal("a group's leader ended without answering one of its buyers");
         let outcome = tokio::select! {
@@ -672,7 +677,7 @@ impl Sale {
         lock: &Reentrant,
         segment: Segment,
         mut turn: local_queue::Turn<'_>,
-        group: Vec<Member>,
+        mut group: Vec<Member>,
         purchase: &Purchase,
     ) {
         // No buyer of the group waits for the lock past its own deadline.
@@ -680,13 +685,12 @@ impl Sale {
             return;
         };
         let asked = Instant::now();
-        let waiting = self.metrics.waiting_for_the_lock();
         let granted = tokio::select! {
             granted = self.grant_in_turn(lock, segment, Some(&mut turn), deadline) => granted,
             () = self.in_flight.stopping.cancelled() => Err(AppError::ShuttingDown),
         };
         let granted_at_us = unix_us();
-        drop(waiting);
+        group.iter_mut().for_each(Member::done_waiting);
         let guard = match granted {
             Ok(guard) => guard,
             Err(error) => {

@@ -271,3 +271,50 @@ async fn group_commit_without_a_local_queue_is_refused_with_the_fix() {
         "{refused}"
     );
 }
+
+/// `seckill_lock_waiters` counts every buyer waiting for the lock, in a group or alone:
+/// five buyers behind a lock someone else holds are five waiters, whether one of them
+/// leads a group and four wait on its list, or all five wait in the local queue. Once
+/// the lock is free and they are served, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_buyer_waiting_for_the_lock_is_a_waiter_in_a_group_as_alone() {
+    for group_commit in [true, false] {
+        let sale = common::TestSale::new();
+        let instance = common::instance_with(Strategy::Redis, &sale, |config| {
+            config.group_commit = group_commit;
+            config.acquire_timeout_ms = 10_000;
+        })
+        .await;
+        common::reset_stock(&instance.url, 10).await;
+        // Someone else holds the lock for a while.
+        let client = common::redis_client().await;
+        let _: () = redis::cmd("SET")
+            .arg(sale.keys().lock_of(Segment::WHOLE))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(1500)
+            .query_async(&mut common::connection(&client).await)
+            .await
+            .unwrap();
+        let http = reqwest::Client::new();
+        let buyers: Vec<_> = (0..5)
+            .map(|_| {
+                let (http, url) = (http.clone(), instance.url.clone());
+                tokio::spawn(async move { common::buy(&http, &url).await })
+            })
+            .collect();
+        let waiters = || common::metric(&instance.url, "seckill_lock_waiters");
+        let started = Instant::now();
+        let mut most = waiters().await;
+        while most < 5.0 && started.elapsed() < Duration::from_secs(1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            most = most.max(waiters().await);
+        }
+        assert_eq!(most, 5.0, "group commit {group_commit}: five buyers wait for the lock");
+        for buyer in buyers {
+            assert_eq!(buyer.await.unwrap(), "sold", "group commit {group_commit}");
+        }
+        assert_eq!(waiters().await, 0.0, "group commit {group_commit}: nobody waits now");
+        instance.stop().await.unwrap();
+    }
+}
