@@ -263,40 +263,20 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blocking_the_queue() {
-    let key = common::unique_key("lost-enqueue");
     let proxy = Proxy::start(common::etcd_port()).await;
     // A long lease, so this instance's session outlives the test: only a delete frees its key.
     let unlucky = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
         .await
         .expect("etcd runs (`make services`)");
-    // Once, so its kept watch is open: the enqueue is the first request below.
-    let first = unlucky
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    first.release().await.unwrap();
-    let holder = etcd().await;
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    // The enqueue runs on etcd, but its answer stays away past the acquire's deadline.
-    proxy.strike(Fault::HoldAnswers);
-    let refused = unlucky.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
-    assert!(refused.is_err(), "granted without an answer: {refused:?}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    proxy.strike(Fault::Healed);
-    held.release().await.unwrap(); // the key of the failed enqueue would be first now
-
-    let waited = next_instance_waits(etcd().await, &key).await;
-    let waited = waited.expect("the key of the failed enqueue stayed in the queue, ahead of everyone");
-    assert!(waited < Duration::from_secs(2), "granted only after {waited:?}");
-    // The unlucky instance itself is not stuck either.
-    let again = unlucky
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
-        .await
-        .expect("the unlucky instance acquires again");
-    again.release().await.unwrap();
+    let lost = LostAnswer {
+        acquire_timeout: Duration::from_secs(1),
+        held_past_it: Duration::from_secs(1),
+        next_granted_within: Duration::from_secs(2),
+    };
+    let (holder, next) = (etcd().await, etcd().await);
+    let key = common::unique_key("lost-enqueue");
+    assert_a_place_whose_answer_was_lost_does_not_block_the_queue(&unlucky, &proxy, holder.as_ref(), next, &key, lost)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
+use common::nemesis::{Fault, Proxy};
+
 /// Starts `n` waiters on `key`, one after another, each granted in turn: it records
 /// its place, holds the lock briefly and releases. Returns the order of the grants.
 pub(super) async fn grant_order(locks: Vec<Arc<dyn DistributedLock>>, key: &str) -> Vec<usize> {
@@ -217,6 +219,57 @@ pub(super) async fn assert_a_waiter_giving_up_does_not_grant_the_one_behind_it<L
         released.elapsed()
     );
     granted.release().await.unwrap();
+}
+
+/// How long a backend's client is kept from its answer, and how soon the queue must
+/// move again after (see [`assert_a_place_whose_answer_was_lost_does_not_block_the_queue`]).
+pub(super) struct LostAnswer {
+    /// The unlucky instance's acquire gives up after this.
+    pub(super) acquire_timeout: Duration,
+    /// The answers stay away this long after the acquire gave up.
+    pub(super) held_past_it: Duration,
+    /// After the heal and the release, the next instance is granted within this.
+    pub(super) next_granted_within: Duration,
+}
+
+/// `unlucky`, behind `proxy`, asks for `key` while `holder` holds it. Its enqueue runs on
+/// the server, but the answer is held past the acquire's deadline. The place it made
+/// would be first once the holder releases: the lock must delete it, so that `next`
+/// is granted at once and `unlucky` itself can acquire again.
+pub(super) async fn assert_a_place_whose_answer_was_lost_does_not_block_the_queue(
+    unlucky: &dyn DistributedLock,
+    proxy: &Proxy,
+    holder: &dyn DistributedLock,
+    next: Arc<dyn DistributedLock>,
+    key: &str,
+    lost: LostAnswer,
+) {
+    // Once first, so the enqueue is the first request below: etcd's kept watch is open,
+    // ZooKeeper's parent node exists.
+    let first = unlucky
+        .acquire(key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    first.release().await.unwrap();
+    let held = holder
+        .acquire(key, &common::owner(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    proxy.strike(Fault::HoldAnswers);
+    let refused = unlucky.acquire(key, &common::owner(), lost.acquire_timeout).await;
+    assert!(refused.is_err(), "granted without an answer: {refused:?}");
+    tokio::time::sleep(lost.held_past_it).await;
+    proxy.strike(Fault::Healed);
+    held.release().await.unwrap(); // the place of the lost enqueue would be first now
+
+    let waited = next_instance_waits(next, key).await;
+    let waited = waited.expect("the place of the lost enqueue stayed in the queue, ahead of everyone");
+    assert!(waited < lost.next_granted_within, "granted only after {waited:?}");
+    let again = unlucky
+        .acquire(key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("the unlucky instance acquires again");
+    again.release().await.unwrap();
 }
 
 /// A second instance asks for `key` after its holder released it, while a failed acquire

@@ -144,43 +144,21 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_node_whose_create_answer_was_lost_is_found_and_deleted_instead_of_blocking_the_queue() {
-    let key = common::unique_key("lost-create");
     let proxy = Proxy::start(common::zookeeper_port()).await;
     let unlucky = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
         .await
         .expect("ZooKeeper runs (`make services`)");
-    // Once, so the lock's parent node exists: the create is the first request below.
-    let first = unlucky
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    first.release().await.unwrap();
-    let holder = zookeeper().await;
-    let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-
-    // The create runs on ZooKeeper, but its answer stays away past the acquire's deadline
-    // and the client's connection timeout (2 s); then the client reconnects, well within
-    // its 4 s session.
-    proxy.strike(Fault::HoldAnswers);
-    let refused = unlucky
-        .acquire(&key, &common::owner(), Duration::from_millis(1500))
+    // The answers stay away past the acquire's deadline and the client's connection
+    // timeout (2 s); then the client reconnects, well within its 4 s session.
+    let lost = LostAnswer {
+        acquire_timeout: Duration::from_millis(1500),
+        held_past_it: Duration::from_millis(1000),
+        next_granted_within: Duration::from_secs(3),
+    };
+    let (holder, next) = (zookeeper().await, zookeeper().await);
+    let key = common::unique_key("lost-create");
+    assert_a_place_whose_answer_was_lost_does_not_block_the_queue(&unlucky, &proxy, holder.as_ref(), next, &key, lost)
         .await;
-    assert!(refused.is_err(), "granted without an answer: {refused:?}");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    proxy.strike(Fault::Healed);
-    held.release().await.unwrap(); // the node of the lost create would be first now
-
-    let waited = next_instance_waits(zookeeper().await, &key).await;
-    let waited = waited.expect("the node of the lost create stayed in the queue, ahead of everyone");
-    assert!(waited < Duration::from_secs(3), "granted only after {waited:?}");
-    let again = unlucky
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
-        .await
-        .expect("the unlucky instance acquires again");
-    again.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
