@@ -42,6 +42,19 @@ impl TestSale {
         self.keys.prefix()
     }
 
+    /// Takes the lock of the sale's whole stock as another holder would, for `ms`: the
+    /// `redis` lock's key, set under a value no instance owns.
+    pub async fn hold_the_stock_lock(&self, ms: u64) {
+        let _: () = redis::cmd("SET")
+            .arg(self.keys.lock_of(seckill::sale::segments::Segment::WHOLE))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(ms)
+            .query_async(&mut connection(&redis_client().await).await)
+            .await
+            .expect("Redis answers");
+    }
+
     /// Deletes every key of the sale, as a Redis that lost its data would, and nothing
     /// of the other tests' sales.
     pub async fn lose_every_key(&self) {

@@ -2,7 +2,6 @@
 
 use testkit as common;
 
-use seckill::sale::segments::Segment;
 use seckill::strategy::Strategy;
 
 /// The value of one sample, `name{labels} value`, as the text format prints it.
@@ -40,15 +39,7 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
         reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
     }
     // Someone else holds the lock for longer than the 300 ms acquire timeout.
-    let client = common::redis_client().await;
-    let _: () = redis::cmd("SET")
-        .arg(sale.keys().lock_of(Segment::WHOLE))
-        .arg("someone-else")
-        .arg("PX")
-        .arg(5000)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
+    sale.hold_the_stock_lock(5000).await;
     let refused = reqwest::get(format!("{}/stock/reduce", app.url)).await.unwrap();
     assert_eq!(refused.status().as_u16(), 503);
 

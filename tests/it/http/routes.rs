@@ -159,7 +159,7 @@ async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() 
     let app = common::instance(Strategy::Redis, &sale, 200).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 10}"#)).await;
     // Another holder sits on the stock lock.
-    hold_the_stock_lock(&sale, 10_000).await;
+    sale.hold_the_stock_lock(10_000).await;
     let client = common::redis_client().await;
 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
@@ -459,19 +459,6 @@ async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
     assert_eq!(stock["stock"].as_i64().unwrap() + lucky, 100000);
 }
 
-/// Takes the lock of `sale`'s stock as another holder would, for `ms`.
-async fn hold_the_stock_lock(sale: &common::TestSale, ms: u64) {
-    let client = common::redis_client().await;
-    let _: () = redis::cmd("SET")
-        .arg(sale.keys().lock_of(Segment::WHOLE))
-        .arg("someone-else")
-        .arg("PX")
-        .arg(ms)
-        .query_async(&mut common::connection(&client).await)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() {
     let sale = common::TestSale::new();
@@ -480,7 +467,7 @@ async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() 
         config.max_in_flight = 1;
     })
     .await;
-    hold_the_stock_lock(&sale, 2_000).await;
+    sale.hold_the_stock_lock(2_000).await;
     let waiting = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -505,7 +492,7 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
         config.shutdown_grace_ms = 300;
     })
     .await;
-    hold_the_stock_lock(&sale, 20_000).await;
+    sale.hold_the_stock_lock(20_000).await;
     let client = common::redis_client().await;
     let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;

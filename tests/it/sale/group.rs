@@ -287,15 +287,7 @@ async fn every_buyer_waiting_for_the_lock_is_a_waiter_in_a_group_as_alone() {
         .await;
         common::reset_stock(&instance.url, 10).await;
         // Someone else holds the lock for a while.
-        let client = common::redis_client().await;
-        let _: () = redis::cmd("SET")
-            .arg(sale.keys().lock_of(Segment::WHOLE))
-            .arg("someone-else")
-            .arg("PX")
-            .arg(1500)
-            .query_async(&mut common::connection(&client).await)
-            .await
-            .unwrap();
+        sale.hold_the_stock_lock(1500).await;
         let http = reqwest::Client::new();
         let buyers: Vec<_> = (0..5)
             .map(|_| {
