@@ -5,7 +5,9 @@
 //! everything the servers did, waiters and renewals included, which is what a busy
 //! server (etcd using a whole core, say) is busy with. Each server says it its own way:
 //! - Redis (the stock's, the lock's, the Redlock masters): `INFO commandstats`, calls per
-//!   command (a Lua script is one `evalsha`); a cluster's masters added up.
+//!   command; a cluster's masters added up. A Lua script is one `evalsha`, and each
+//!   command it calls counts as a call too: Redis keeps no count of what clients sent
+//!   apart from what scripts ran.
 //! - etcd: its `/metrics`, gRPC messages received per method (a unary call is one; a
 //!   watch or keep-alive stream counts each message sent on it).
 //! - MySQL: `SHOW GLOBAL STATUS`, statements by kind (`Com_select`, `Com_insert`, ...),

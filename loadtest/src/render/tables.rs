@@ -133,7 +133,9 @@ fn one_lock(benches: &[StrategyBench]) -> Vec<Block> {
         Block::Text(
             "What the servers answered per unit sold under sustained load, busiest first, waiters and \
              renewals included, from each server's own counters (`loadtest/src/bench/server_requests.rs`): \
-             Redis `INFO commandstats`, etcd's gRPC messages, MySQL's `Com_*` statements, ZooKeeper's packets."
+             Redis `INFO commandstats`, etcd's gRPC messages, MySQL's `Com_*` statements, ZooKeeper's packets. \
+             Redis counts a Lua script as one `evalsha`, and each command the script calls once more: most of \
+             the stock Redis's `get` and `hset` are the sale's own scripts at work, not requests of their own."
                 .to_owned(),
         ),
         Block::Table(server_requests(benches)),
