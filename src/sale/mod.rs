@@ -862,7 +862,7 @@ impl Sale {
         group: &[Member],
         deadline: Instant,
     ) -> Vec<Result<SaleOutcome, AppError>> {
-        let everyone = |error: AppError| group.iter().map(|_| Err(error.clone())).collect();
+        let everyone = |error: AppError| every_buyer_hears(error, group.len());
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fencing.is_on());
         // The group's read and write carry one id, as one sale's do: the fence's.
@@ -939,7 +939,7 @@ impl Sale {
         groups: &GroupCommit,
         write: &GroupWrite<'_>,
     ) -> Result<Vec<MemberWritten>, Vec<Result<SaleOutcome, AppError>>> {
-        let everyone = |error: AppError| write.records.iter().map(|_| Err(error.clone())).collect();
+        let everyone = |error: AppError| every_buyer_hears(error, write.records.len());
         let writing = Instant::now();
         let written = groups.scripts.write(&self.store, write).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
@@ -1126,6 +1126,11 @@ enum Tried {
     Answered,
     /// The segment was empty, and another is left to try.
     Empty,
+}
+
+/// One refusal, as each of a group's `buyers` hears it: nothing of the group was sold.
+fn every_buyer_hears(error: AppError, buyers: usize) -> Vec<Result<SaleOutcome, AppError>> {
+    vec![Err(error); buyers]
 }
 
 /// Tells the buyer its outcome in one segment, unless the segment was empty and another

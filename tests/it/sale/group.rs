@@ -189,10 +189,7 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
         }
     };
     let http = reqwest::Client::new();
-    let buy = || {
-        let (http, url) = (http.clone(), instance.url.clone());
-        tokio::spawn(async move { common::buy(&http, &url).await })
-    };
+    let buy = || buyer(&http, &instance.url);
 
     let first = buy();
     // The first buyer's group has read: the mark names it.
@@ -236,6 +233,12 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
         "of one buyer, then five"
     );
     instance.stop().await.unwrap();
+}
+
+/// One buyer in a task of its own; its answer as [`common::buy`] tells it.
+fn buyer(http: &reqwest::Client, url: &str) -> tokio::task::JoinHandle<String> {
+    let (http, url) = (http.clone(), url.to_owned());
+    tokio::spawn(async move { common::buy(&http, &url).await })
 }
 
 /// Polls `probe` every 5 ms until it gives something, for at most `within`.
@@ -289,12 +292,7 @@ async fn every_buyer_waiting_for_the_lock_is_a_waiter_in_a_group_as_alone() {
         // Someone else holds the lock for a while.
         sale.hold_the_stock_lock(1500).await;
         let http = reqwest::Client::new();
-        let buyers: Vec<_> = (0..5)
-            .map(|_| {
-                let (http, url) = (http.clone(), instance.url.clone());
-                tokio::spawn(async move { common::buy(&http, &url).await })
-            })
-            .collect();
+        let buyers: Vec<_> = (0..5).map(|_| buyer(&http, &instance.url)).collect();
         let waiters = || common::metric(&instance.url, "seckill_lock_waiters");
         let started = Instant::now();
         let mut most = waiters().await;
