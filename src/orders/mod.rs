@@ -18,7 +18,8 @@
 //! 4. **MySQL down.** The write fails, nothing is acknowledged, and the consumer tries
 //!    the same entries again after a pause: the stream holds them meanwhile.
 //!
-//! A reset leaves the stream alone: an order of the sale before it that is not written
+//! A reset leaves the stream alone, on one Redis and on a Redis Cluster (whose segments
+//! each have a stream of their own): an order of the sale before it that is not written
 //! yet is still written. Each order names the sale it belongs to (`stock:sale`, drawn at
 //! every reset), so the orders of earlier sales are not counted in a new one. The first
 //! consumer creates the group (`XGROUP CREATE ... MKSTREAM`) when Redis answers `NOGROUP`.

@@ -251,9 +251,10 @@ impl Keys {
             .collect()
     }
 
-    /// Every key of `segment`'s group on a cluster, for a reset to delete before it puts
-    /// the segment on sale again.
-    pub fn every_key_of(&self, segment: Segment) -> Vec<String> {
+    /// Every key of `segment`'s group on a cluster that a reset deletes before it puts
+    /// the segment on sale again. Not the orders stream: its entries are orders not yet
+    /// written into MySQL, of buyers already told `sold`, and a reset must not lose them.
+    pub fn every_key_a_reset_deletes(&self, segment: Segment) -> Vec<String> {
         vec![
             self.stock_of(segment),
             self.fence_of(segment),
@@ -262,7 +263,6 @@ impl Keys {
             self.outcomes_of(segment),
             self.fence_refusals_of(segment),
             self.buyers_of(segment),
-            self.orders_of(segment),
             self.sale_name_of(segment),
             self.segment_count_of(segment),
         ]
@@ -315,7 +315,8 @@ mod tests {
         let segments = Segments::new(4).unwrap();
         let mut slots = Vec::new();
         for segment in keys.groups(segments) {
-            let every = keys.every_key_of(segment);
+            let mut every = keys.every_key_a_reset_deletes(segment);
+            every.push(keys.orders_of(segment));
             assert!(every.iter().all(|key| key.starts_with("shop-7:")), "{every:?}");
             let slot = slot_of(&every[0]);
             assert!(every.iter().all(|key| slot_of(key) == slot), "{every:?}");

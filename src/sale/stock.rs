@@ -617,7 +617,8 @@ impl StockStore {
     /// one for the sale as a whole, which names the new sale, then one per segment,
     /// which puts its units on sale under a copy of that name. A seller that reads a
     /// segment not yet reset still sells in the old sale, which that segment's reset
-    /// then forgets, as a reset forgets every sale before it.
+    /// then forgets, as a reset forgets every sale before it. The orders stream stays,
+    /// as it does on one Redis: its entries are orders of buyers told `sold`.
     async fn reset_on_cluster(&self, stock: i64, name: &str) -> Result<(), StockError> {
         let mut connection = self.connection.clone();
         let count = self.segments.count();
@@ -634,7 +635,7 @@ impl StockStore {
         for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
             redis::pipe()
                 .atomic()
-                .del(self.keys.every_key_of(segment))
+                .del(self.keys.every_key_a_reset_deletes(segment))
                 .set(self.keys.stock_of(segment), units)
                 .set(self.keys.lucky_of(segment), 0)
                 .set(self.keys.sale_name_of(segment), name)

@@ -1,12 +1,13 @@
 //! Orders (`--orders`, `src/orders/mod.rs`), against the project's test Redis and a real
 //! MariaDB: every unit sold by two instances becomes one order row; an order a dead
 //! consumer read and wrote but never acknowledged is taken over and written again,
-//! still one row; a MariaDB killed and started again under the sale loses no order.
+//! still one row; a MariaDB killed and started again under the sale loses no order, on
+//! one Redis and on a Redis Cluster.
 //! The 500-request runs with orders are in loadtest/tests/it/run.rs.
 
 use testkit as common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
@@ -225,6 +226,81 @@ async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_
     assert_eq!(ids(first), first_sold, "every order of the sale before the reset");
     let next = wait_for_orders(&sale, &mut redis, &mysql_url, &next_sale, 3, Duration::from_secs(30)).await;
     assert_eq!(ids(next), next_sold);
+    app.stop().await.unwrap();
+}
+
+/// The buyers of every order row in MySQL, by the name of the sale they bought in.
+async fn buyers_by_sale(mysql_url: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let pool = sqlx::MySqlPool::connect(mysql_url).await.unwrap();
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as("SELECT sale, buyer FROM seckill_orders")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    let mut by_sale = BTreeMap::<String, BTreeSet<String>>::new();
+    for (sale, buyer) in rows {
+        by_sale.entry(sale).or_default().insert(buyer.unwrap_or_default());
+    }
+    by_sale
+}
+
+/// The test above on a Redis Cluster, where a reset puts each segment on sale in a
+/// transaction of its own. Each segment has an orders stream of its own, and the reset
+/// must leave it as the one Redis leaves its one: the orders of the first sale, which
+/// MariaDB could not take while it was down, are still written once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_mariadb_killed_under_the_sale_and_a_reset_loses_no_order() {
+    let _turn = common::take_turn().await;
+    let cluster = common::PrivateRedisCluster::start(3);
+    let sale = common::TestSale::new();
+    let mut mariadb = common::PrivateServer::mariadb();
+    let mysql_url = mariadb.mysql_url();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+        config.redis_url = cluster.url();
+        config.redis.lock_redis_url = Some(common::redis_url());
+        config.stock_segments = 2;
+        config.orders = true;
+        config.orders_claim_idle_ms = 200;
+        config.mysql_url = mysql_url.clone();
+    })
+    .await;
+    let http = reqwest::Client::new();
+    let buy_all = |buyers: Vec<String>| {
+        let (http, url) = (&http, &app.url);
+        async move {
+            for buyer in buyers {
+                assert_eq!(common::buy_as(http, url, &buyer).await, "sold", "{buyer}");
+            }
+        }
+    };
+    let named = |prefix: &str, count: usize| -> Vec<String> { (0..count).map(|n| format!("{prefix}-{n}")).collect() };
+
+    common::reset_stock(&app.url, 20).await;
+    buy_all(named("before", 10)).await;
+    mariadb.stop();
+    buy_all(named("during", 10)).await;
+    // A new sale while the first one's last ten orders wait for MySQL.
+    common::reset_stock(&app.url, 5).await;
+    buy_all(named("next", 3)).await;
+    mariadb.restart();
+
+    let first: BTreeSet<String> = named("before", 10).into_iter().chain(named("during", 10)).collect();
+    let next: BTreeSet<String> = named("next", 3).into_iter().collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        let written = buyers_by_sale(&mysql_url).await;
+        if written.values().map(BTreeSet::len).sum::<usize>() >= 23 || Instant::now() >= deadline {
+            break written;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut buyers: Vec<BTreeSet<String>> = written.into_values().collect();
+    buyers.sort_by_key(|buyers| std::cmp::Reverse(buyers.len()));
+    assert_eq!(
+        buyers,
+        [first, next],
+        "every order of the sale before the reset, then the three of the next, each under its sale"
+    );
     app.stop().await.unwrap();
 }
 
