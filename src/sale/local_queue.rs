@@ -27,8 +27,9 @@
 //!    next local buyer, already first in the queue and first to know, would win it again.
 //! 4. **Nothing stranded.** A grant or place nobody came for goes back at once: the
 //!    holder that handed it over gives it back when no buyer was left to take the turn,
-//!    and so does a buyer whose deadline passed in the queue. At shutdown the sale gives back what
-//!    is left ([`LocalQueue::give_back_left_over`]) before the lock's own shutdown.
+//!    and so does a buyer whose deadline passed in the queue, or who passes its turn on
+//!    unused ([`Turn::pass_on`]). At shutdown the sale gives back what is left
+//!    ([`LocalQueue::give_back_left_over`]) before the lock's own shutdown.
 //!
 //! ## Limitations
 //! - The pause in step 3 gives another instance a head start, not a turn: a waiter
@@ -190,6 +191,18 @@ impl Turn<'_> {
                 }
             },
         }
+    }
+
+    /// Ends a turn that took nothing from the baton: its buyer was answered by the
+    /// group before, or its deadline passed as the turn came ([`crate::sale::group`]).
+    /// A grant the last holder handed to this turn goes to the next buyer in line, or
+    /// back to the lock when nobody takes the turn (step 4). Dropped instead, the turn
+    /// would leave that grant in the queue, renewed by its keepalive, until this
+    /// queue's next buyer came.
+    pub async fn pass_on(self) {
+        let queue = self.queue;
+        drop(self);
+        queue.give_back_unclaimed().await;
     }
 
     /// Gives `guard`'s key back at the end of this turn, handing it to the next buyer

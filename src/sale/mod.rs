@@ -627,14 +627,23 @@ impl Sale {
             outcome = &mut ticket.outcome => outcome.unwrap_or_else(|_| Err(unanswered())),
             turn = queue.wait_for_turn(deadline) => match (turn, ticket.answered()) {
                 // The group before took this buyer, and answered it as it passed the turn on.
-                (_, Some(outcome)) => outcome,
+                // A turn left unused passes on what was handed to it.
+                (turn, Some(outcome)) => {
+                    if let Some(turn) = turn {
+                        turn.pass_on().await;
+                    }
+                    outcome
+                }
                 (None, None) => match waiting.leave(&ticket) {
                     true => Err(self.lock_timeout(segment)),
                     false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
                 },
                 // The turn came as this buyer's deadline passed: it leaves, and the next
                 // buyer leads (a group waits for the lock no longer than its earliest buyer).
-                (Some(_), None) if Instant::now() >= deadline && waiting.leave(&ticket) => Err(self.lock_timeout(segment)),
+                (Some(turn), None) if Instant::now() >= deadline && waiting.leave(&ticket) => {
+                    turn.pass_on().await;
+                    Err(self.lock_timeout(segment))
+                }
                 (Some(turn), None) => {
                     self.metrics.record_step(SaleStep::Queued, asked.elapsed());
                     let group = waiting.take(&ticket, groups.max);

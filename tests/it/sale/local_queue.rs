@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use seckill::lock::mysql::MySqlLockOptions;
 use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::parts::reentrant::Reentrant;
+use seckill::lock::redis::RedisLock;
+use seckill::lock::DistributedLock;
 use seckill::sale::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
 use seckill::strategy::Strategy;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
@@ -236,4 +238,47 @@ async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_a
 
     queue.give_back_left_over().await;
     assert_eq!(owner().await, "", "given back");
+}
+
+/// With group commit a buyer may take its turn and leave it unused: the group before
+/// already answered it, or its deadline passed as the turn came
+/// (`Sale::sell_from_in_a_group`). The grant the last holder handed to that turn must
+/// not stay in the queue, renewed by its keepalive, while other instances wait: passed
+/// on unused, the turn gives it back when no buyer takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_passed_on_unused_gives_back_the_grant_handed_to_it() {
+    const TTL_MS: u64 = 300;
+    let client = common::redis_client().await;
+    let connect = || async {
+        RedisLock::connect(&client, common::redis_options(TTL_MS, true))
+            .await
+            .unwrap()
+    };
+    let lock = Reentrant::new(Arc::new(connect().await));
+    let other_instance = connect().await;
+    let queue = LocalQueue::new(true);
+    let key = common::unique_key("passed-on");
+    let far = Instant::now() + Duration::from_secs(30);
+    let turn = queue.wait_for_turn(far).await.unwrap();
+    let guard = lock
+        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+
+    // A second buyer queues; the release hands it the lock and passes it the turn.
+    let mut next = Box::pin(queue.wait_for_turn(far));
+    assert!(futures_util::poll!(&mut next).is_pending(), "the turn is taken");
+    turn.release(&lock, guard, common::owner).await.unwrap();
+    let unused = next.await.expect("the turn passed to the second buyer");
+    // It leaves the turn unused, as a buyer already answered does.
+    unused.pass_on().await;
+
+    tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
+    let granted = other_instance.try_acquire(&key, &common::owner()).await;
+    assert!(
+        granted.is_ok(),
+        "another instance still finds the key held three TTLs later: {granted:?}"
+    );
+    granted.unwrap().release().await.unwrap();
+    lock.shutdown().await.unwrap();
 }
