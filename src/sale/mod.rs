@@ -380,11 +380,7 @@ impl Sale {
             let _ = answer.send(Ok(SaleOutcome::sold_out(0.0, None)));
             return;
         }
-        let purchase = Purchase {
-            buyer,
-            waiting_since,
-            sale_name: known.sale.clone(),
-        };
+        let purchase = Purchase { buyer, waiting_since };
         let mut answer = Some(answer);
         while let Some(segment) = segments.next() {
             let last = segments.peek().is_none();
@@ -457,10 +453,6 @@ impl Sale {
             )
             .await;
         let empty = matches!(outcome, Ok(SaleOutcome { sold: false, .. }));
-        // Read empty, or emptied by this sale: the flag learns it (see `crate::sale::sold_out`).
-        if let (Ok(SaleOutcome { stock_after: 0, .. }), Some(sale)) = (&outcome, &purchase.sale_name) {
-            self.learn_empty(sale, segment);
-        }
         let next = conclude(outcome, last, answer);
 
         // 4. Release, even if the decrement failed: the next buyer should not wait out a TTL.
@@ -473,10 +465,13 @@ impl Sale {
         next
     }
 
-    /// With the sold-out flag, remembers that `segment` is empty in the sale named `sale`.
-    fn learn_empty(&self, sale: &str, segment: Segment) {
-        if let Some(memory) = &self.sold_out {
-            memory.learn_empty(sale, segment);
+    /// With the sold-out flag, remembers that `segment` is empty in the sale named `sale`:
+    /// the name the segment itself showed in the read, not the one the buyer read before
+    /// it. On a cluster a reset renames the sale before it resets each segment, and a
+    /// segment not reset yet is still the old sale's (see `crate::sale::sold_out`).
+    fn learn_empty(&self, sale: &SaleName, segment: Segment) {
+        if let (Some(memory), false) = (&self.sold_out, sale.0.is_empty()) {
+            memory.learn_empty(&sale.0, segment);
         }
     }
 
@@ -647,7 +642,7 @@ impl Sale {
                 (Some(turn), None) => {
                     self.metrics.record_step(SaleStep::Queued, asked.elapsed());
                     let group = waiting.take(&ticket, groups.max);
-                    let leading = self.sell_to_group(groups, lock, segment, turn, group, purchase);
+                    let leading = self.sell_to_group(groups, lock, segment, turn, group);
                     tokio::pin!(leading);
                     // The leader's own outcome comes before the group's release: the
                     // buyer hears it then, and the release goes on after.
@@ -687,7 +682,6 @@ impl Sale {
         segment: Segment,
         mut turn: local_queue::Turn<'_>,
         mut group: Vec<Member>,
-        purchase: &Purchase,
     ) {
         // No buyer of the group waits for the lock past its own deadline.
         let Some(deadline) = group.iter().map(|member| member.deadline).min() else {
@@ -715,12 +709,6 @@ impl Sale {
         let sold_or_tried = !outcomes
             .iter()
             .all(|outcome| matches!(outcome, Ok(SaleOutcome { sold: false, .. })));
-        let emptied = outcomes
-            .iter()
-            .any(|outcome| matches!(outcome, Ok(SaleOutcome { stock_after: 0, .. })));
-        if let (true, Some(sale)) = (emptied, &purchase.sale_name) {
-            self.learn_empty(sale, segment);
-        }
         for (member, outcome) in group.into_iter().zip(outcomes) {
             member.tell(outcome);
         }
@@ -762,6 +750,8 @@ impl Sale {
             .fenced_read(guard, segment, token, &sale_id, buyer, deadline)
             .await?;
         if stock <= 0 {
+            // Read empty: the flag learns it (see `crate::sale::sold_out`).
+            self.learn_empty(&sale, segment);
             return Ok(answer(false, 0));
         }
         if self.widen_race {
@@ -794,7 +784,7 @@ impl Sale {
         let writing = Instant::now();
         let written = self.store.write(segment, &record, stock - 1, &sale, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
-        match written {
+        let outcome = match written {
             Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
             Ok(WriteOutcome::Fenced) => {
                 tracing::warn!(token = ?token, "the stock refused a write: another holder read in between");
@@ -820,7 +810,12 @@ impl Sale {
                         sale_id: record.sale_id.clone(),
                     }),
                 })?,
+        };
+        if let Ok(SaleOutcome { stock_after: 0, .. }) = &outcome {
+            // Emptied by this sale, in the sale its read saw: the flag learns it.
+            self.learn_empty(&sale, segment);
         }
+        outcome
     }
 
     /// Step 2's read under `guard`, for one sale or a group's: the units in `segment` and
@@ -890,6 +885,8 @@ impl Sale {
             Err(error) => return everyone(error),
         };
         if stock <= 0 {
+            // Read empty: the flag learns it, under the name the segment showed.
+            self.learn_empty(&sale, segment);
             return self.sold_out_here(segment, group, &answer).await;
         }
         // A lease that ran out while we read means someone else may be selling now.
@@ -930,7 +927,7 @@ impl Sale {
             Ok(written) => written,
             Err(every_outcome) => return every_outcome,
         };
-        group
+        let outcomes: Vec<_> = group
             .iter()
             .zip(written)
             .map(|(member, written)| match written {
@@ -938,7 +935,15 @@ impl Sale {
                 MemberWritten::SoldOut => Ok(answer(member, false, 0)),
                 MemberWritten::AlreadyBought => Err(AppError::AlreadyBought),
             })
-            .collect()
+            .collect();
+        if outcomes
+            .iter()
+            .any(|outcome| matches!(outcome, Ok(SaleOutcome { stock_after: 0, .. })))
+        {
+            // Emptied by the group, in the sale its read saw: the flag learns it.
+            self.learn_empty(&sale, segment);
+        }
+        outcomes
     }
 
     /// Step 3's write for a group: each buyer's part of it, or, when nothing of it was
@@ -1121,8 +1126,6 @@ struct Purchase {
     buyer: Option<BuyerId>,
     /// When the buyer started waiting: its acquire timeout counts over every segment.
     waiting_since: Instant,
-    /// With the sold-out flag, the name of the sale the walk began in.
-    sale_name: Option<String>,
 }
 
 /// Where a buyer's answer goes: to the request that waits for it.

@@ -23,8 +23,10 @@
 //! enough: it can arrive after a buyer's request does, and it is lost while the
 //! subscription is down. So every buyer first reads `stock:sale` (one `GET`, no lock):
 //! the memory counts only while the name matches. What a buyer learns is filed under the
-//! name it read *before* the segment: a reset in between files it under the old sale,
-//! which no later buyer matches.
+//! name the segment itself showed, in the same read as its stock, not under the name the
+//! buyer read before it. On a Redis Cluster a reset renames the sale first and resets each
+//! segment after: a segment not reset yet shows the old name, so what a buyer learns there
+//! is filed under the old sale, which no later buyer matches.
 //!
 //! ## Limits
 //! - A stock changed by hand in Redis (`redis-cli set stock:segment:0 5`) does not rename
@@ -86,9 +88,9 @@ impl SoldOutMemory {
         known.clone()
     }
 
-    /// `segment` was read (or written) empty, by a buyer who read the sale's name as
-    /// `sale` before that read. A buyer of an older sale files it under that sale, which
-    /// the next buyer's name does not match.
+    /// `segment` was read (or written) empty in the sale named `sale`, the name the
+    /// segment showed in that read. What a segment of an older sale showed is filed
+    /// under that sale, which the next buyer's name does not match.
     pub fn learn_empty(&self, sale: &str, segment: Segment) {
         let mut known = unpoisoned(&self.known);
         if known.sale.as_deref() != Some(sale) {

@@ -1,10 +1,13 @@
 //! The sold-out flag (`--sold-out-flag`, `src/sale/sold_out.rs`), against the project's test
 //! Redis: a buyer after the sell-out asks no lock with it and walks every segment
 //! without it; a reset through another instance ends the flag for the very next buyer;
-//! `atomic` refuses it at start.
+//! `atomic` refuses it at start; on a Redis Cluster, a segment read before its reset
+//! teaches the flag nothing about the new sale.
 
 use testkit as common;
 
+use redis::AsyncCommands;
+use seckill::sale::segments::Segment;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
@@ -174,4 +177,72 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
         .unwrap();
     assert_eq!(logged, STOCK, "one grant per unit sold, none per sold-out answer");
     app.stop().await.unwrap();
+}
+
+/// On a Redis Cluster a reset names the new sale first, then puts each segment on sale
+/// in a transaction of its own. A buyer who reads the new name, then a segment not reset
+/// yet (empty, still in the old sale), learned nothing about the new sale: filed under
+/// the new name, the flag would answer "sold out" for the segment once it is refilled.
+/// One segment, so that memory would answer every buyer of the new sale. The reset is
+/// played by hand, one transaction at a time, to stop between the two.
+async fn a_segment_read_before_its_reset_teaches_the_new_sale_nothing(group_commit: bool) {
+    let _turn = common::take_turn().await;
+    let cluster = common::PrivateRedisCluster::start(3);
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+        config.redis_url = cluster.url();
+        config.redis.lock_redis_url = Some(common::redis_url());
+        config.sold_out_flag = true;
+        config.group_commit = group_commit;
+    })
+    .await;
+    let http = reqwest::Client::new();
+    common::reset_stock(&app.url, 1).await;
+    assert_eq!(common::buy(&http, &app.url).await, "sold");
+
+    let keys = sale.keys().clone().on_cluster(true);
+    let whole = Segment::WHOLE;
+    let nodes: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|node| format!("redis://127.0.0.1:{}", node.port))
+        .collect();
+    let mut redis = redis::cluster::ClusterClient::new(nodes)
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    // The reset's first transaction: the sale has a new name, its segment not yet.
+    let _: () = redis.set(keys.sale_name(), "the-new-sale").await.unwrap();
+    assert_eq!(
+        common::buy(&http, &app.url).await,
+        "sold out",
+        "the segment is still the old sale's, empty"
+    );
+    // The segment's own transaction: a unit on sale under the new name.
+    let _: () = redis::pipe()
+        .atomic()
+        .set(keys.stock_of(whole), 1)
+        .set(keys.sale_name_of(whole), "the-new-sale")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let from_memory = common::metric(&app.url, FROM_MEMORY).await;
+    assert_eq!(
+        common::buy(&http, &app.url).await,
+        "sold",
+        "the new sale's unit: \"sold out\" from memory would be a lie"
+    );
+    assert_eq!(common::metric(&app.url, FROM_MEMORY).await, from_memory);
+    app.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_segment_read_before_its_reset_teaches_the_flag_nothing_about_the_new_sale() {
+    a_segment_read_before_its_reset_teaches_the_new_sale_nothing(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_group_that_read_a_segment_before_its_reset_teaches_the_flag_nothing() {
+    a_segment_read_before_its_reset_teaches_the_new_sale_nothing(true).await;
 }
