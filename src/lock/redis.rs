@@ -28,12 +28,16 @@
 //!    and was granted to somebody else. The script then `PUBLISH`es on a channel.
 //! 4. **Wait.** A waiter sleeps a short jittered backoff, woken early by that
 //!    publication. Each instance subscribes once and wakes one local waiter per
-//!    release, so a release does not start a stampede of retries.
+//!    release, so a release does not start a stampede of retries. Every attempt ends
+//!    by the acquire's deadline, however slowly Redis answers: its requests go on in a
+//!    task of their own ([`crate::lock::polling::answer_by`]), and the waiter gets a
+//!    timeout, as for a held key.
 //! 5. **Clean up a failed acquire.** When the acquire call times out or its connection
 //!    breaks, Redis may still run the `SET NX` later (after a freeze, say), leaving a key
-//!    nobody will release until its lease ends. So the lock keeps sending the
-//!    owner-checked release with the same token until Redis answers again, as the
-//!    Redlock spec asks for every node that may have granted.
+//!    nobody will release until its lease ends. A grant answered after its acquire's
+//!    deadline (step 4) is such a key too: its buyer has given up. So the lock keeps
+//!    sending the owner-checked release with the same token until Redis answers again,
+//!    as the Redlock spec asks for every node that may have granted.
 //! 6. **Shut down.** `shutdown` releases every key this handle still holds and stops
 //!    the listener, so a stopping instance frees the stock at once instead of after a TTL.
 //! 7. **Wait for replicas (optional).** A lock Redis with a replica and Sentinels
@@ -67,6 +71,9 @@
 //!   window; the guard's `is_held()` narrows it more; the fencing token closes it,
 //!   because the stock Redis refuses a read or write with an older token
 //!   (see [`crate::sale::stock`]).
+//! - **A silent server.** A request waits up to the Redis client's response timeout
+//!   (2 s) for its answer. The buyer waits only until its acquire's deadline (step 4);
+//!   `try_acquire` has no deadline, and waits the whole response timeout.
 //! - **A failed acquire's clean-up** is sent once Redis answers again; an acquire still
 //!   stuck on a broken connection that Redis reads even later expires with its TTL.
 //! - **Clocks.** Expiry is measured by the Redis server's clock; a jump in that clock
@@ -96,6 +103,7 @@ use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, Release
 use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
+use crate::lock::polling::answer_by;
 use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
 use crate::store::redis_master::{may_mean_the_master_moved, MasterAddress, MasterConnection, ReplicaWait};
 
@@ -319,9 +327,20 @@ pub async fn build(args: &RedisArgs, setup: &Setup) -> anyhow::Result<RedisLock>
         })
 }
 
-/// Every grant this handle holds, token to key, so `shutdown` can give them back.
 /// A lock held as a Redis key with an owner token and a lease.
 pub struct RedisLock {
+    grants: Grants,
+    /// The release script's announcements, heard on the lock's master (step 4).
+    notices: ReleaseNotices,
+    /// Every grant this handle holds, token to key, so `shutdown` can give them back.
+    held: HeldGrants<String, String>,
+    shut_down: ShutDownSwitch,
+}
+
+/// What making a grant needs. An attempt takes a copy into a task of its own (step 4),
+/// where it may outlive its waiter; copies share the connections.
+#[derive(Clone)]
+struct Grants {
     connection: MasterConnection,
     /// Where grants and renewals go. With `wait_for_replicas`, a connection of their
     /// own: `WAIT` blocks the connection it is sent on, and releases must not wait behind it.
@@ -330,12 +349,16 @@ pub struct RedisLock {
     epochs: MasterConnection,
     options: RedisLockOptions,
     scripts: Arc<Scripts>,
-    /// The release script's announcements, heard on the lock's master (step 4).
-    notices: ReleaseNotices,
-    held: HeldGrants<String, String>,
-    shut_down: ShutDownSwitch,
     /// Per key, the epochs this handle began (step 1).
-    epochs_begun: StdMutex<HashMap<String, Arc<EpochsBegun>>>,
+    epochs_begun: Arc<StdMutex<HashMap<String, Arc<EpochsBegun>>>>,
+}
+
+/// What Redis granted: the fencing token's parts, and when the request was sent (the
+/// lease counts from there).
+struct Granted {
+    epoch: u64,
+    counter: u64,
+    sent: Instant,
 }
 
 /// The epochs one handle began for one key (step 1). A crowd of waiters who all find
@@ -404,21 +427,23 @@ impl RedisLock {
         let master = connection.clone();
         let notices = ReleaseNotices::listen(move || master.client());
         RedisLock {
-            connection,
-            granting,
-            epochs,
-            options,
-            scripts: Arc::new(Scripts {
-                acquire: Script::new(ACQUIRE_SCRIPT),
-                renew: Script::new(RENEW_SCRIPT),
-                release: Script::new(RELEASE_SCRIPT),
-                hand_over: Script::new(HAND_OVER_SCRIPT),
-                store_epoch: Script::new(STORE_EPOCH_SCRIPT),
-            }),
+            grants: Grants {
+                connection,
+                granting,
+                epochs,
+                options,
+                scripts: Arc::new(Scripts {
+                    acquire: Script::new(ACQUIRE_SCRIPT),
+                    renew: Script::new(RENEW_SCRIPT),
+                    release: Script::new(RELEASE_SCRIPT),
+                    hand_over: Script::new(HAND_OVER_SCRIPT),
+                    store_epoch: Script::new(STORE_EPOCH_SCRIPT),
+                }),
+                epochs_begun: Arc::default(),
+            },
             notices,
             held: HeldGrants::default(),
             shut_down: ShutDownSwitch::new(BACKEND),
-            epochs_begun: StdMutex::default(),
         }
     }
 
@@ -440,13 +465,101 @@ impl RedisLock {
         format!("{key}:fence:epoch")
     }
 
+    /// One attempt. With a `deadline` (an acquire's, step 4), the wait for Redis's
+    /// answer ends there. The exchange goes on in its own task, and a grant answered
+    /// after the deadline is given back (step 5).
+    async fn attempt(&self, key: &str, owner: &Owner, deadline: Option<Instant>) -> Result<LockGuard, LockError> {
+        self.shut_down.refuse_if_shut_down()?;
+        let token = new_token(owner);
+        let (grants, name, own) = (self.grants.clone(), key.to_owned(), token.clone());
+        let granting = async move { grants.grant(&name, own).await };
+        let (grants, name, own) = (self.grants.clone(), key.to_owned(), token.clone());
+        let undo = move |late| grants.give_back_late(&name, &own, late);
+        // No answer by the deadline: as for a held key, the poll times out.
+        let Some(granted) = answer_by(deadline, granting, undo).await else {
+            return Err(LockError::Busy { key: key.to_owned() });
+        };
+        Ok(self.guard(key, token, granted?))
+    }
+
+    /// The guard of `token`'s grant of `key`: held here until released, renewed, with
+    /// its fencing token.
+    fn guard(&self, key: &str, token: String, granted: Granted) -> LockGuard {
+        let grants = &self.grants;
+        let (keeper, lease) = keep_alive(
+            &grants.granting,
+            &grants.scripts,
+            grants.options,
+            (key, &token),
+            granted.sent,
+        );
+        self.held.insert(token.clone(), key.to_owned());
+        let grant = RedisGrant {
+            key: key.to_owned(),
+            token,
+            connection: grants.connection.clone(),
+            scripts: grants.scripts.clone(),
+            held: self.held.clone(),
+            lease: keeper,
+            hand_over_with: self.hands_over().then_some(grants.options),
+        };
+        LockGuard::new(key, grant)
+            .with_fencing_token(FencingToken::new(BACKEND, granted.epoch, granted.counter))
+            .with_lease(lease)
+    }
+}
+
+impl Grants {
+    /// Steps 1 and 7: the acquire script (after a new epoch, when one is due), then the
+    /// replica wait. [`LockError::Busy`] when the key is taken.
+    async fn grant(&self, key: &str, token: String) -> Result<Granted, LockError> {
+        let begun = self.epochs_begun(key);
+        let seen = begun.count();
+        if self.on_a_new_master(&begun) {
+            self.begin_epoch(key, &begun, seen)
+                .await
+                .map_err(|error| self.failed(key, error))?;
+        }
+        let seen = begun.count();
+        let mut sent = Instant::now();
+        // Where the grant goes: a WAIT after a move would go elsewhere (step 7).
+        let mut moves_before = self.granting.moves();
+        let mut answer = self.run_acquire_script(key, &token).await;
+        if let Ok((-1, _)) = answer {
+            self.begin_epoch(key, &begun, seen)
+                .await
+                .map_err(|error| self.failed(key, error))?;
+            sent = Instant::now();
+            moves_before = self.granting.moves();
+            answer = self.run_acquire_script(key, &token).await;
+        }
+        let (epoch, counter) = match answer {
+            Ok((epoch, counter)) if epoch >= 0 => (epoch as u64, counter),
+            Ok(_) => return Err(LockError::Busy { key: key.to_owned() }), // the epoch vanished again: retry later
+            Err(error) => {
+                self.clean_up_failed_acquire(key, token);
+                return Err(self.failed(key, error));
+            }
+        };
+        if counter == 0 {
+            return Err(LockError::Busy { key: key.to_owned() });
+        }
+        // Step 7: a grant that no replica has yet would not survive a failover.
+        let wait = self.options.wait_for_replicas;
+        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), wait, moves_before, "grant").await {
+            self.clean_up_failed_acquire(key, token);
+            return Err(error);
+        }
+        Ok(Granted { epoch, counter, sent })
+    }
+
     /// The acquire script: `(epoch, counter)`, the counter 0 when the key is taken.
     async fn run_acquire_script(&self, key: &str, token: &str) -> redis::RedisResult<(i64, u64)> {
         self.scripts
             .acquire
             .key(key)
-            .key(Self::fencing_key(key))
-            .key(Self::epoch_key(key))
+            .key(RedisLock::fencing_key(key))
+            .key(RedisLock::epoch_key(key))
             .arg(token)
             .arg(self.options.ttl.as_millis() as u64)
             .invoke_async(&mut self.granting.clone())
@@ -480,7 +593,7 @@ impl RedisLock {
         let stored: i64 = self
             .scripts
             .store_epoch
-            .key(Self::epoch_key(key))
+            .key(RedisLock::epoch_key(key))
             .arg(epoch)
             .invoke_async(&mut self.granting.clone())
             .await?;
@@ -527,11 +640,6 @@ impl RedisLock {
         self.granting.follows_sentinels() && *unpoisoned(&begun.on_master) != Some(self.granting.moves())
     }
 
-    /// The lease of a grant made by a request sent at `sent`: renewed, or fixed.
-    fn keep_alive(&self, key: &str, token: &str, sent: Instant) -> (LeaseKeeper, Lease) {
-        keep_alive(&self.granting, &self.scripts, self.options, (key, token), sent)
-    }
-
     /// Step 5: the acquire call failed on our side, but Redis may still have granted
     /// (or may still grant) it. Send the owner-checked release until Redis answers.
     fn clean_up_failed_acquire(&self, key: &str, token: String) {
@@ -542,6 +650,16 @@ impl RedisLock {
             token,
             self.options.ttl * CLEANUP_TTLS,
         );
+    }
+
+    /// Step 5: a grant answered after its acquire's deadline went to nobody who waits
+    /// for it, so the key goes back, with a notice to the waiters.
+    /// A late error has cleaned up after itself already.
+    fn give_back_late(&self, key: &str, token: &str, late: Result<Granted, LockError>) {
+        if late.is_ok() {
+            tracing::info!(key, "a grant was answered after its acquire's deadline: giving it back");
+            self.clean_up_failed_acquire(key, token.to_owned());
+        }
     }
 }
 
@@ -755,70 +873,23 @@ impl Drop for RedisGrant {
 #[async_trait]
 impl DistributedLock for RedisLock {
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
-        self.shut_down.refuse_if_shut_down()?;
-        let token = new_token(owner);
-        let begun = self.epochs_begun(key);
-        let seen = begun.count();
-        if self.on_a_new_master(&begun) {
-            self.begin_epoch(key, &begun, seen)
-                .await
-                .map_err(|error| self.failed(key, error))?;
-        }
-        let seen = begun.count();
-        let mut sent = Instant::now();
-        // Where the grant goes: a WAIT after a move would go elsewhere (step 7).
-        let mut moves_before = self.granting.moves();
-        let mut answer = self.run_acquire_script(key, &token).await;
-        if let Ok((-1, _)) = answer {
-            self.begin_epoch(key, &begun, seen)
-                .await
-                .map_err(|error| self.failed(key, error))?;
-            sent = Instant::now();
-            moves_before = self.granting.moves();
-            answer = self.run_acquire_script(key, &token).await;
-        }
-        let (epoch, fencing_counter) = match answer {
-            Ok((epoch, counter)) if epoch >= 0 => (epoch as u64, counter),
-            Ok(_) => return Err(LockError::Busy { key: key.to_owned() }), // the epoch vanished again: retry later
-            Err(error) => {
-                self.clean_up_failed_acquire(key, token);
-                return Err(self.failed(key, error));
-            }
-        };
-        if fencing_counter == 0 {
-            return Err(LockError::Busy { key: key.to_owned() });
-        }
-        // Step 7: a grant that no replica has yet would not survive a failover.
-        let wait = self.options.wait_for_replicas;
-        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), wait, moves_before, "grant").await {
-            self.clean_up_failed_acquire(key, token);
-            return Err(error);
-        }
-        let (keeper, lease) = self.keep_alive(key, &token, sent);
-        self.held.insert(token.clone(), key.to_owned());
-        let grant = RedisGrant {
-            key: key.to_owned(),
-            token,
-            connection: self.connection.clone(),
-            scripts: self.scripts.clone(),
-            held: self.held.clone(),
-            lease: keeper,
-            hand_over_with: self.hands_over().then_some(self.options),
-        };
-        Ok(LockGuard::new(key, grant)
-            .with_fencing_token(FencingToken::new(BACKEND, epoch, fencing_counter))
-            .with_lease(lease))
+        self.attempt(key, owner, None).await
     }
 
     /// Polls, each pause cut short by the release script's announcement (step 4).
+    /// Every attempt ends by the deadline.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
-        poll_until_granted_or_noticed(Some(&self.notices), key, timeout, || self.try_acquire(key, owner)).await
+        let deadline = Instant::now() + timeout;
+        poll_until_granted_or_noticed(Some(&self.notices), key, timeout, || {
+            self.attempt(key, owner, Some(deadline))
+        })
+        .await
     }
 
     /// Step 8: a release may grant the next buyer itself, but not when a grant needs
     /// the replica wait or a new master's epoch.
     fn hands_over(&self) -> bool {
-        self.options.wait_for_replicas.is_none() && !self.granting.follows_sentinels()
+        self.grants.options.wait_for_replicas.is_none() && !self.grants.granting.follows_sentinels()
     }
 
     /// Releases every key still held through this handle, then stops listening.
@@ -826,9 +897,10 @@ impl DistributedLock for RedisLock {
         self.shut_down.turn();
         self.notices.stop();
         let held = self.held.take_all();
-        let mut connection = self.connection.clone();
+        let mut connection = self.grants.connection.clone();
         for (token, key) in held {
-            self.scripts
+            self.grants
+                .scripts
                 .release
                 .key(&key)
                 .arg(&token)

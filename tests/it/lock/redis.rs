@@ -1,13 +1,17 @@
 //! What only the Redis lease lock must do: expire, renew on time, refuse a non-owner,
-//! clean up after a failed acquire, and keep no state for keys nobody uses.
+//! answer by its deadline, clean up after a failed acquire, and keep no state for keys
+//! nobody uses.
 
 use testkit as common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
 
 use seckill::lock::local::LocalLock;
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
-use seckill::lock::{DistributedLock, HandOver, LockError};
+use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use seckill::store::redis_master::ReplicaWait;
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
@@ -241,6 +245,88 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
         started.elapsed()
     );
     guard.release().await.unwrap();
+}
+
+/// A lock on `redis` whose grants live 10 s: long enough that a grant left behind shows.
+async fn ten_second_lock(redis: &common::PrivateRedis) -> RedisLock {
+    RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+        .await
+        .unwrap()
+}
+
+/// Asks `waiter` for `key` for 300 ms in a task of its own, so that freezing Redis
+/// cannot delay it: the answer, and when it came.
+fn acquire_for_300_ms(waiter: &Arc<RedisLock>, key: &str) -> JoinHandle<(Result<LockGuard, LockError>, Duration)> {
+    let (waiter, key) = (waiter.clone(), key.to_owned());
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let answer = waiter.acquire(&key, &common::owner(), Duration::from_millis(300)).await;
+        (answer, started.elapsed())
+    })
+}
+
+/// The answer must be a timeout, within 500 ms: not the 2 s response timeout, nor a grant.
+fn expect_a_timeout_by_the_deadline(answer: Result<LockGuard, LockError>, answered_after: Duration) {
+    let answer = answer.map(|_| "granted");
+    assert!(
+        matches!(answer, Err(LockError::Timeout { .. })) && answered_after < Duration::from_millis(500),
+        "an acquire with a 300 ms timeout answered after {answered_after:?}: {answer:?}"
+    );
+}
+
+/// Redis has run an acquire whose buyer gave up: that late grant, the key's 2nd, must
+/// go back. So `next` gets the key at once with the 3rd token, not after the 10 s lease.
+async fn expect_the_late_grant_given_back(next: &RedisLock, key: &str) {
+    let started = Instant::now();
+    let guard = next
+        .acquire(key, &common::owner(), Duration::from_secs(5))
+        .await
+        .expect("the late grant was given back before its 10 s lease ended");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(1), "the next owner waited {waited:?}");
+    let counter = guard.fencing_token().unwrap().counter;
+    assert_eq!(counter, 3, "the late grant should have taken token 2, and this one 3");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_on_a_frozen_redis_answers_by_its_deadline_and_its_late_grant_goes_back() {
+    let redis = common::PrivateRedis::start();
+    let (waiter, next) = (Arc::new(ten_second_lock(&redis).await), ten_second_lock(&redis).await);
+    let key = common::unique_key("frozen-acquire");
+    // Load the scripts and begin the epoch first, so the frozen acquire is one EVALSHA.
+    let warm_up = waiter.try_acquire(&key, &common::owner()).await.unwrap();
+    warm_up.release().await.unwrap();
+    redis.freeze();
+
+    let (answer, answered_after) = acquire_for_300_ms(&waiter, &key).await.unwrap();
+    redis.thaw(); // Redis now runs the acquire it was sent: the free key goes to a buyer who gave up
+    expect_a_timeout_by_the_deadline(answer, answered_after);
+    expect_the_late_grant_given_back(&next, &key).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_answers_by_its_deadline_when_redis_goes_silent_midway_and_its_late_grant_goes_back() {
+    let redis = common::PrivateRedis::start();
+    let holder = RedisLock::connect(&redis.client(), common::redis_options(200, false))
+        .await
+        .unwrap();
+    let (waiter, next) = (Arc::new(ten_second_lock(&redis).await), ten_second_lock(&redis).await);
+    let key = common::unique_key("silent-midway");
+    // Held for 200 ms, never renewed: the waiter's first attempts find the key busy.
+    let _held = holder.try_acquire(&key, &common::owner()).await.unwrap();
+    let started = Instant::now();
+    let waiting = acquire_for_300_ms(&waiter, &key);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    redis.freeze(); // the waiter's next attempt gets no answer
+
+    // Thawed after the waiter's deadline, before its request's 2 s response timeout.
+    // The holder's lease has ended meanwhile, so that request now grants the key.
+    tokio::time::sleep_until((started + Duration::from_millis(600)).into()).await;
+    redis.thaw();
+    let (answer, answered_after) = waiting.await.unwrap();
+    expect_a_timeout_by_the_deadline(answer, answered_after);
+    expect_the_late_grant_given_back(&next, &key).await;
 }
 
 /// Grants and releases 50 fresh keys on `lock`, then asks it how many it remembers.
