@@ -27,6 +27,10 @@ pub const MAX_SEGMENTS: u32 = 64;
 pub const DEFAULT_GROUP_MAX: u32 = 64;
 /// The largest `--group-max` taken: a group's write carries three arguments per buyer.
 pub const MOST_IN_A_GROUP: u32 = 1024;
+/// `--max-event-streams` when not given: a classroom's pages, each polling Redis four times a second.
+pub const DEFAULT_MAX_EVENT_STREAMS: u32 = 16;
+/// The largest `--max-event-streams` taken: every stream reads up to 2000 sale records a tick.
+pub const MOST_EVENT_STREAMS: u32 = 1024;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -202,6 +206,12 @@ pub struct Config {
     #[arg(long, env = "SECKILL_MAX_IN_FLIGHT", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_in_flight: u32,
+    /// Dashboard event streams (`GET /events`) open at once; more are refused at once
+    /// with 503 `overloaded`. A stream lasts as long as its page, so it is not counted as
+    /// a request in flight (see `src/http/dashboard.rs`).
+    #[arg(long, env = "SECKILL_MAX_EVENT_STREAMS", default_value_t = DEFAULT_MAX_EVENT_STREAMS,
+          value_parser = clap::value_parser!(u32).range(1..=MOST_EVENT_STREAMS as i64))]
+    pub max_event_streams: u32,
     /// After Ctrl-C or SIGTERM, how long requests in flight may still run, in milliseconds.
     #[arg(long, env = "SECKILL_SHUTDOWN_GRACE_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(0..=600_000))]

@@ -8,6 +8,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::http::admin::ResetAccess;
+use crate::http::dashboard::EventStreams;
 use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
 use crate::orders::RunningWriter;
@@ -15,7 +16,7 @@ use crate::sale::local_queue::LocalQueue;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::store;
-use crate::store::redis_master::MasterConnection;
+use crate::store::redis_master::{MasterAddress, MasterConnection};
 use crate::wiring;
 
 /// Connects to every backend `config` needs and builds the app state.
@@ -46,6 +47,7 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         .seed_if_missing(config.initial_stock)
         .await
         .context("seeding the stock in Redis")?;
+    let event_streams = event_streams(config, &stock_redis, &store).await?;
     let guarding = wiring::build(config, &stock_redis)
         .await
         .with_context(|| format!("starting the `{}` lock", config.lock))?;
@@ -87,7 +89,24 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         config.initial_stock,
         limits,
         reset_access,
+        event_streams,
         order_writer,
+    ))
+}
+
+/// The dashboard's event streams, bounded by `--max-event-streams`, reading the sale on
+/// a connection of their own so that their long replies never hold up a sale.
+async fn event_streams(
+    config: &Config,
+    stock_redis: &MasterAddress,
+    store: &StockStore,
+) -> anyhow::Result<EventStreams> {
+    let connection = MasterConnection::connect(stock_redis)
+        .await
+        .context("connecting the dashboard's event streams to the stock Redis")?;
+    Ok(EventStreams::new(
+        store.reading_on(connection),
+        config.max_event_streams,
     ))
 }
 

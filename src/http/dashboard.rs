@@ -13,16 +13,25 @@
 //!
 //! Each stream keeps its place in the sales list and starts over after a reset (the
 //! reset generation changed), so a class can reset and watch the next sale from zero.
+//!
+//! A stream outlives its request: the bound on requests in flight and the request
+//! timeout let go of it once its headers are sent. So the streams have a bound of their
+//! own, `--max-event-streams`, held for a stream's whole life ([`EventStreams`]). They
+//! also read Redis on a connection of their own, made once at start: a reply of 2000 sale
+//! records must not hold up the sales' commands queued behind it on theirs.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::Html;
 use futures_util::Stream;
 use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::StockSnapshot;
+use crate::sale::error::AppError;
 use crate::sale::stock::{number, SaleRecord, StockError, StockStore};
 
 /// How often the page is told.
@@ -136,6 +145,52 @@ pub async fn count_refusal(store: &StockStore, instance: &str, code: &str) -> Re
     Ok(())
 }
 
+/// The event streams of one instance: the sale, read on the streams' own connection,
+/// and the places left under `--max-event-streams`. Cheap to clone.
+#[derive(Clone)]
+pub struct EventStreams {
+    store: StockStore,
+    places: Arc<Semaphore>,
+    limit: u32,
+}
+
+impl EventStreams {
+    /// `store` should read on a connection the sales do not use (see [`StockStore::reading_on`]).
+    pub fn new(store: StockStore, limit: u32) -> Self {
+        EventStreams {
+            store,
+            places: Arc::new(Semaphore::new(limit as usize)),
+            limit,
+        }
+    }
+
+    /// `GET /events`: a tick every [`TICK`]; a Redis that does not answer is an `error`
+    /// event (the page says so), and the stream goes on. Refused with 503 `overloaded`
+    /// while every place is taken.
+    pub fn open(&self, banner: Banner) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, AppError> {
+        let place = self
+            .places
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| AppError::TooManyEventStreams { open: self.limit })?;
+        let cursor = Cursor {
+            store: self.store.clone(),
+            banner,
+            generation: None,
+            next_record: Vec::new(),
+            _place: place,
+        };
+        let stream = futures_util::stream::unfold((cursor, true), |(mut cursor, first)| async move {
+            if !first {
+                tokio::time::sleep(TICK).await;
+            }
+            let event = cursor.next_event().await;
+            Some((Ok(event), (cursor, false)))
+        });
+        Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    }
+}
+
 /// Where one stream is in the sale.
 struct Cursor {
     store: StockStore,
@@ -143,25 +198,9 @@ struct Cursor {
     generation: Option<i64>,
     /// Where the next look starts in each list of sale records.
     next_record: Vec<usize>,
-}
-
-/// `GET /events`: a tick every [`TICK`]; a Redis that does not answer is an `error`
-/// event (the page says so), and the stream goes on.
-pub fn events(store: StockStore, banner: Banner) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let cursor = Cursor {
-        store,
-        banner,
-        generation: None,
-        next_record: Vec::new(),
-    };
-    let stream = futures_util::stream::unfold((cursor, true), |(mut cursor, first)| async move {
-        if !first {
-            tokio::time::sleep(TICK).await;
-        }
-        let event = cursor.next_event().await;
-        Some((Ok(event), (cursor, false)))
-    });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    /// The stream's place under `--max-event-streams`. The server drops the stream, and
+    /// so this, when the client goes away.
+    _place: OwnedSemaphorePermit,
 }
 
 impl Cursor {

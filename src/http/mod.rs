@@ -12,7 +12,9 @@
 //!
 //! In front of every route, as axum's examples do it: a bound on requests in flight
 //! (more are shed at once with 503 `overloaded`), a request timeout (504), and the
-//! middleware that gives every error the same JSON shape.
+//! middleware that gives every error the same JSON shape. Both let go of a request
+//! once its headers are sent, so an event stream has a bound of its own, held for its
+//! whole life (`--max-event-streams`, [`crate::http::dashboard`]).
 //!
 //! `POST /stock/reset` wants `Content-Type: application/json`. A web page on another
 //! site can make a browser send a plain form post anywhere, but not a JSON one without
@@ -40,7 +42,7 @@ use tower_http::trace::TraceLayer;
 use crate::api::{Health, Ready, ReduceAnswer, StockSnapshot};
 use crate::config::MAX_STOCK;
 use crate::http::admin::{Denied, ResetAccess};
-use crate::http::dashboard::Banner;
+use crate::http::dashboard::{Banner, EventStreams};
 use crate::orders::RunningWriter;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::{errors_as_json, json_error, AppError};
@@ -58,6 +60,7 @@ struct Shared {
     reset_access: ResetAccess,
     initial_stock: i64,
     limits: Limits,
+    event_streams: EventStreams,
     /// With `--orders`, this instance's order writer ([`crate::orders`]).
     order_writer: Option<RunningWriter>,
 }
@@ -75,6 +78,7 @@ impl AppState {
         initial_stock: i64,
         limits: Limits,
         reset_access: ResetAccess,
+        event_streams: EventStreams,
         order_writer: Option<RunningWriter>,
     ) -> Self {
         AppState(Arc::new(Shared {
@@ -82,6 +86,7 @@ impl AppState {
             reset_access,
             initial_stock,
             limits,
+            event_streams,
             order_writer,
         }))
     }
@@ -267,15 +272,15 @@ async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json(state.0.sale.health())
 }
 
-/// `GET /events`: the dashboard's stream of server-sent events.
-async fn events(State(state): State<AppState>) -> impl IntoResponse {
+/// `GET /events`: the dashboard's stream of server-sent events, while a place is left.
+async fn events(State(state): State<AppState>) -> Result<impl IntoResponse, AppError> {
     let shared = &state.0;
     let banner = Banner {
         strategy: shared.sale.seller().strategy,
         fencing: shared.sale.fencing().name(),
         instance: shared.sale.seller().instance.clone(),
     };
-    dashboard::events(shared.sale.store().clone(), banner)
+    shared.event_streams.open(banner)
 }
 
 /// `GET /metrics`: Prometheus's text format (see [`crate::metrics`]).

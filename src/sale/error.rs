@@ -80,6 +80,9 @@ pub enum AppError {
     /// More requests are in flight than `--max-in-flight` allows. Nothing was sold.
     #[error("too many requests in flight; nothing was sold. Retry later, or raise --max-in-flight")]
     Overloaded,
+    /// `--max-event-streams` dashboard event streams are open already.
+    #[error("{open} dashboard event streams are open, the most --max-event-streams allows; close a dashboard page, or raise --max-event-streams")]
+    TooManyEventStreams { open: u32 },
     /// The request ran longer than the service's own request timeout.
     #[error("the request took too long and was cut off; if it was a purchase, its outcome is unknown: `GET /stock` shows the counts")]
     RequestTimeout,
@@ -121,7 +124,9 @@ impl AppError {
             | AppError::Stock(StockError::NotReplicated { .. }) => {
                 (StatusCode::GATEWAY_TIMEOUT, "sale_outcome_unknown")
             }
-            AppError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            AppError::Overloaded | AppError::TooManyEventStreams { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "overloaded")
+            }
             AppError::RequestTimeout => (StatusCode::GATEWAY_TIMEOUT, "request_timeout"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

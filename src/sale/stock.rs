@@ -698,6 +698,16 @@ impl StockStore {
         self.connection.clone()
     }
 
+    /// The same sale, read on `connection`: for a reader whose long replies must not
+    /// queue the sales' commands behind them (the dashboard's event streams). It sells nothing.
+    pub fn reading_on(&self, connection: MasterConnection) -> StockStore {
+        StockStore {
+            connection,
+            replicated_writes: None,
+            ..self.clone()
+        }
+    }
+
     /// The name the last reset gave the sale, or `None` if none did (a Redis that lost
     /// its data, or a stock put there by hand).
     pub async fn sale_name(&self) -> Result<Option<String>, StockError> {

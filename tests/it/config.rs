@@ -315,6 +315,17 @@ fn an_admin_token_too_short_to_be_a_secret_is_refused() {
     );
 }
 
+#[test]
+fn an_event_stream_limit_of_zero_is_refused_with_the_range() {
+    let output = seckill(&["serve", "--max-event-streams", "0"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(
+        message.contains("--max-event-streams") && message.contains("1..=1024"),
+        "{message}"
+    );
+}
+
 /// `seckill serve ARGS...` selling a sale of its own from the test Redis.
 fn serve_a_test_sale(args: &[&str]) -> Output {
     let (redis_url, sale) = (common::redis_url(), common::TestSale::new());

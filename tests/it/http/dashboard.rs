@@ -98,3 +98,62 @@ async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
     assert!(first_chunk.contains("\"strategy\":\"redis\""), "{first_chunk}");
     instance.stop().await.unwrap();
 }
+
+/// Each stream holds one of `--max-event-streams` places for as long as it is open (its
+/// headers are long gone by then): past them `/events` is refused, and the sale goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_stream_limit_an_event_stream_is_refused_and_the_sale_still_answers() {
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| config.max_event_streams = 2).await;
+    common::reset_stock(&app.url, 5).await;
+    let http = reqwest::Client::new();
+    let open_stream = || http.get(format!("{}/events", app.url)).send();
+    let mut first = open_stream().await.unwrap();
+    let mut second = open_stream().await.unwrap();
+    for stream in [&mut first, &mut second] {
+        assert_eq!(stream.status(), 200);
+        let chunk = stream.chunk().await.unwrap().expect("a first event");
+        assert!(chunk.starts_with(b"event: tick"), "{chunk:?}");
+    }
+
+    let third = open_stream().await.unwrap();
+    assert_eq!(third.status().as_u16(), 503, "a third stream was let in");
+    let body: serde_json::Value = third.json().await.unwrap();
+    assert_eq!(body["error"], "overloaded", "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("--max-event-streams"),
+        "the message names the flag: {message}"
+    );
+
+    let bought = http.get(format!("{}/stock/reduce", app.url)).send().await.unwrap();
+    assert_eq!(
+        bought.status().as_u16(),
+        200,
+        "a sale is answered while two streams run"
+    );
+    let bought: serde_json::Value = bought.json().await.unwrap();
+    assert_eq!(
+        (bought["sold"].as_bool(), bought["stock_after"].as_i64()),
+        (Some(true), Some(4)),
+        "{bought}"
+    );
+
+    // A stream whose client went away gives its place back.
+    drop(first);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let status = open_stream().await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a closed stream kept its place for 5 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    drop(second);
+    app.stop().await.unwrap();
+}
