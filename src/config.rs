@@ -217,9 +217,17 @@ pub struct Config {
           value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub shutdown_grace_ms: u64,
     /// Bearer token that `POST /stock/reset` requires. Without one, resets are allowed
-    /// only while the service listens on loopback (see `src/http/admin.rs`).
+    /// only while the service listens on loopback, from a client that names it by a
+    /// loopback name or an --allowed-host (see `src/http/admin.rs`).
     #[arg(long, env = "SECKILL_ADMIN_TOKEN", value_parser = non_empty_token)]
     pub admin_token: Option<String>,
+    /// Without --admin-token, a reset on loopback must name this machine in its `Host`:
+    /// `localhost`, `127.x.x.x`, `[::1]`, or a name given here (repeat the flag, or
+    /// separate names with commas), so that a page whose name an attacker rebound to
+    /// this machine cannot reset (see `src/http/admin.rs`).
+    #[arg(long = "allowed-host", env = "SECKILL_ALLOWED_HOST", value_name = "NAME", value_delimiter = ',',
+          value_parser = allowed_host)]
+    pub allowed_hosts: Vec<String>,
     /// For the chaos lessons only: every sale waits this long between its lease check
     /// and its write, so that a pause of the process lands in that window.
     #[arg(long, env = "SECKILL_CHAOS_PAUSE_BEFORE_WRITE_MS",
@@ -297,4 +305,24 @@ pub fn key_prefix(prefix: &str) -> Result<String, String> {
         ));
     }
     Ok(prefix.to_owned())
+}
+
+/// An `--allowed-host` value as `src/http/admin.rs` compares it with a `Host` header: a
+/// host name in lower case, or an address as Rust writes it. A port or a scheme is refused.
+pub fn allowed_host(name: &str) -> Result<String, String> {
+    let bare = name
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .unwrap_or(name);
+    if let Ok(address) = bare.parse::<IpAddr>() {
+        return Ok(address.to_string());
+    }
+    let fits = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if name.is_empty() || name.len() > 253 || !name.chars().all(fits) {
+        return Err(format!(
+            "an allowed host is a name or an address as the browser's address bar shows it, without scheme or port \
+             (e.g. `--allowed-host seckill.lan`), got {name:?}"
+        ));
+    }
+    Ok(name.to_ascii_lowercase())
 }

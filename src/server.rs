@@ -22,6 +22,7 @@ use crate::wiring;
 /// Connects to every backend `config` needs and builds the app state.
 /// Fails with a message that names the unreachable server and how to start it.
 pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
+    let reset_access = ResetAccess::new(config.bind, config.admin_token.clone(), config.allowed_hosts.clone())?;
     let (stock_redis, connection) =
         store::redis_master::connect_checked(&config.redis_url, "stock Redis", "--redis-url / SECKILL_REDIS_URL")
             .await?;
@@ -80,7 +81,6 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         max_in_flight: config.max_in_flight as usize,
         request_timeout: request_timeout(config),
     };
-    let reset_access = ResetAccess::new(config.bind, config.admin_token.clone());
     if let ResetAccess::Refused = reset_access {
         tracing::warn!(bind = %config.bind, "no --admin-token: POST /stock/reset is refused on this address");
     }

@@ -18,8 +18,11 @@
 //!
 //! `POST /stock/reset` wants `Content-Type: application/json`. A web page on another
 //! site can make a browser send a plain form post anywhere, but not a JSON one without
-//! the server's consent (CORS), and this service gives none: so no other page can reset
-//! the sale. `/stock/reduce` stays open to a plain `GET`, which the demo's `curl` needs.
+//! the server's consent (CORS), and this service gives none. DNS rebinding gets a page
+//! past that: it makes the page's own name point at this machine, so its posts are
+//! same-origin. Without a token, a reset must then also name this machine in its `Host`
+//! ([`crate::http::admin`]). `/stock/reduce` stays open to a plain `GET` and to any `Host`:
+//! it is the public route, which the demo's `curl` and the load test fire from anywhere.
 
 pub mod admin;
 pub mod dashboard;
@@ -213,30 +216,40 @@ async fn reset(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<StockSnapshot>, AppError> {
-    let authorization = headers.get(header::AUTHORIZATION).and_then(|value| value.to_str().ok());
-    match state.0.reset_access.check(authorization) {
-        Ok(()) => {}
-        Err(Denied::BadToken) => {
-            return Err(AppError::Unauthorized(
-                "a reset wipes every sale: send `Authorization: Bearer <token>` with the token of --admin-token / \
-                 SECKILL_ADMIN_TOKEN"
-                    .to_owned(),
-            ))
-        }
-        Err(Denied::NoTokenConfigured) => {
-            return Err(AppError::Forbidden(
-                "this service listens beyond loopback and has no admin token, so resets are refused: start it with \
-                 --admin-token / SECKILL_ADMIN_TOKEN (or --bind 127.0.0.1)"
-                    .to_owned(),
-            ))
-        }
-    }
-    let content_type = headers.get(header::CONTENT_TYPE).and_then(|value| value.to_str().ok());
-    let stock = stock_to_reset_to(content_type, &body, state.0.initial_stock)?;
+    let header_text = |name: header::HeaderName| headers.get(name).and_then(|value| value.to_str().ok());
+    state
+        .0
+        .reset_access
+        .check(header_text(header::AUTHORIZATION), header_text(header::HOST))
+        .map_err(refused_reset)?;
+    let stock = stock_to_reset_to(header_text(header::CONTENT_TYPE), &body, state.0.initial_stock)?;
     let store = state.0.sale.store();
     store.reset(stock).await?;
     tracing::info!(stock, "sale reset");
     Ok(Json(store.snapshot().await?))
+}
+
+/// The answer to a reset [`ResetAccess`] refused, with the way to be let in.
+fn refused_reset(denied: Denied) -> AppError {
+    match denied {
+        Denied::BadToken => AppError::Unauthorized(
+            "a reset wipes every sale: send `Authorization: Bearer <token>` with the token of --admin-token / \
+             SECKILL_ADMIN_TOKEN"
+                .to_owned(),
+        ),
+        Denied::NoTokenConfigured => AppError::Forbidden(
+            "this service listens beyond loopback and has no admin token, so resets are refused: start it with \
+             --admin-token / SECKILL_ADMIN_TOKEN (or --bind 127.0.0.1)"
+                .to_owned(),
+        ),
+        Denied::ForeignHost(host) => AppError::Forbidden(format!(
+            "without an admin token a reset must name this machine in its Host header (localhost, 127.x.x.x or \
+             [::1]), so that a web page whose name was rebound to this machine cannot reset; this one names {}. \
+             Reach the service by one of those names, start it with --allowed-host NAME for a name of yours, or \
+             with --admin-token / SECKILL_ADMIN_TOKEN and send the token",
+            host.map_or("no host".to_owned(), |host| format!("`{host}`"))
+        )),
+    }
 }
 
 /// The stock a reset asks for: the body's `{"stock": N}`, or `default` for an empty

@@ -29,7 +29,8 @@ pub enum AppError {
     /// A reset without the admin token, or with a wrong one.
     #[error("{0}")]
     Unauthorized(String),
-    /// A reset on a service that listens beyond loopback and has no admin token.
+    /// A reset on a service that listens beyond loopback and has no admin token, or
+    /// one that names a host that is not this machine and has no token to show.
     #[error("{0}")]
     Forbidden(String),
     /// The request's body is not JSON.

@@ -326,6 +326,36 @@ fn an_event_stream_limit_of_zero_is_refused_with_the_range() {
     );
 }
 
+#[test]
+fn an_allowed_host_with_a_port_is_refused_with_the_form_it_takes() {
+    let output = seckill(&["serve", "--allowed-host", "seckill.lan:8080"]);
+    assert_eq!(output.status.code(), Some(2));
+    let message = stderr(&output);
+    assert!(
+        message.contains("--allowed-host") && message.contains("without scheme or port"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_allowed_host_where_the_host_does_not_decide_is_refused() {
+    for (args, why) in [
+        (
+            &["--admin-token", "0123456789abcdef-admin"][..],
+            "the admin token decides",
+        ),
+        (&["--bind", "0.0.0.0"][..], "refused until an --admin-token is set"),
+    ] {
+        let output = seckill(&[&["serve", "--allowed-host", "seckill.lan"][..], args].concat());
+        assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+        let message = stderr(&output);
+        assert!(
+            message.contains(why) && message.contains("Leave --allowed-host out"),
+            "{message}"
+        );
+    }
+}
+
 /// `seckill serve ARGS...` selling a sale of its own from the test Redis.
 fn serve_a_test_sale(args: &[&str]) -> Output {
     let (redis_url, sale) = (common::redis_url(), common::TestSale::new());
@@ -460,6 +490,13 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
         "values ignored: {valued:?}"
     );
     assert!(parse(&["--local-queue"]).local_queue);
+
+    let hosts = parse(&["--allowed-host", "Seckill.LAN", "--allowed-host", "a.lan,[::1]"]).allowed_hosts;
+    assert_eq!(
+        hosts,
+        ["seckill.lan", "a.lan", "::1"],
+        "a repeated or listed flag takes every name"
+    );
 }
 
 /// The stock may live on a Redis Cluster, the `redis` lock may not, and a key prefix

@@ -1,5 +1,6 @@
 //! Malformed and hostile requests: each gets a clear error, the service stays up, and
-//! the sale is untouched. And the admin token that guards `POST /stock/reset`.
+//! the sale is untouched. And what guards `POST /stock/reset`: the admin token, or
+//! without one, a `Host` that names this machine.
 
 use testkit as common;
 
@@ -250,4 +251,57 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
     );
     assert_eq!(snapshot(&guarded.url).await["stock"], 5);
     guarded.stop().await.unwrap();
+}
+
+/// `POST /stock/reset` with a JSON body, as a browser sends it to the host it names.
+fn reset_naming(host: &str) -> String {
+    let body = r#"{"stock": 5}"#;
+    format!(
+        "POST /stock/reset HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// DNS rebinding: once `evil.example` resolves to 127.0.0.1, its page is same-origin with
+/// the service, and its JSON post needs no preflight. Only its `Host` gives it away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_loopback_without_a_token_a_reset_naming_another_host_is_refused() {
+    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
+    let before = snapshot(&app.url).await;
+    let (status, body) = raw_request(app.port, &reset_naming(&format!("evil.example:{}", app.port))).await;
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("evil.example") && message.contains("--allowed-host") && message.contains("--admin-token"),
+        "the message names the host and both fixes: {message}"
+    );
+    assert_eq!(snapshot(&app.url).await, before, "a refused reset changed the sale");
+
+    for host in ["localhost", "127.0.0.1", "127.1.2.3", "[::1]"] {
+        let (status, body) = raw_request(app.port, &reset_naming(&format!("{host}:{}", app.port))).await;
+        assert_eq!((status, body["stock"].as_i64()), (200, Some(5)), "{host}: {body}");
+    }
+    // Buying is open to any host, as it is to any page (see docs/reference/endpoints.md).
+    let (status, bought) = raw_request(
+        app.port,
+        &format!(
+            "GET /stock/reduce HTTP/1.1\r\nHost: evil.example:{}\r\nConnection: close\r\n\r\n",
+            app.port
+        ),
+    )
+    .await;
+    assert_eq!((status, bought["sold"].as_bool()), (200, Some(true)), "{bought}");
+    app.stop().await.unwrap();
+
+    // A name of one's own, given by --allowed-host, is let in; other names still are not.
+    let named = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
+        config.allowed_hosts = vec!["seckill.lan".to_owned()];
+    })
+    .await;
+    let (status, body) = raw_request(named.port, &reset_naming(&format!("seckill.lan:{}", named.port))).await;
+    assert_eq!((status, body["stock"].as_i64()), (200, Some(5)), "{body}");
+    let (status, body) = raw_request(named.port, &reset_naming("evil.example")).await;
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
+    named.stop().await.unwrap();
 }
