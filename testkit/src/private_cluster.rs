@@ -48,6 +48,13 @@ impl PrivateRedisCluster {
         format!("redis-cluster://{}", seeds.join(","))
     }
 
+    /// Puts the stock of `config` on this cluster, and its redis lock on the project's
+    /// test Redis: a lock cannot live on a cluster.
+    pub fn holds_the_stock_of(&self, config: &mut seckill::config::Config) {
+        config.redis_url = self.url();
+        config.redis.lock_redis_url = Some(super::test_redis::redis_url());
+    }
+
     /// The nodes that are masters now.
     pub fn masters(&self) -> Vec<&PrivateRedis> {
         self.nodes

@@ -256,8 +256,7 @@ async fn on_a_cluster_a_mariadb_killed_under_the_sale_and_a_reset_loses_no_order
     let mut mariadb = common::PrivateServer::mariadb();
     let mysql_url = mariadb.mysql_url();
     let app = common::instance_with(Strategy::Redis, &sale, |config| {
-        config.redis_url = cluster.url();
-        config.redis.lock_redis_url = Some(common::redis_url());
+        cluster.holds_the_stock_of(config);
         config.stock_segments = 2;
         config.orders = true;
         config.orders_claim_idle_ms = 200;

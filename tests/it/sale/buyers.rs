@@ -119,8 +119,7 @@ async fn a_buyer_whose_segment_sold_out_is_refused_there_on_a_cluster(sold_out_f
     let cluster = common::PrivateRedisCluster::start(3);
     let sale = common::TestSale::new();
     let app = common::instance_with(Strategy::Redis, &sale, |config| {
-        config.redis_url = cluster.url();
-        config.redis.lock_redis_url = Some(common::redis_url());
+        cluster.holds_the_stock_of(config);
         config.one_per_buyer = true;
         config.stock_segments = 2;
         config.sold_out_flag = sold_out_flag;

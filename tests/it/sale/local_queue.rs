@@ -9,6 +9,8 @@ use testkit as common;
 
 use common::nemesis::Fault;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,7 @@ use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::parts::reentrant::Reentrant;
 use seckill::lock::redis::RedisLock;
 use seckill::lock::DistributedLock;
-use seckill::sale::local_queue::{LocalQueue, HAND_OVERS_IN_A_ROW};
+use seckill::sale::local_queue::{LocalQueue, Turn, HAND_OVERS_IN_A_ROW};
 use seckill::strategy::Strategy;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
@@ -200,6 +202,26 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     );
 }
 
+/// The start of a hand-over: a first buyer takes the turn and a grant of `key`, a second
+/// buyer queues, and the release hands that buyer the lock and passes it the turn.
+/// Returns the second buyer's wait, which holds the turn once it runs again.
+async fn hand_over_to_a_second_buyer<'q>(
+    queue: &'q LocalQueue,
+    lock: &Reentrant,
+    key: &str,
+) -> Pin<Box<impl Future<Output = Option<Turn<'q>>> + 'q>> {
+    let far = Instant::now() + Duration::from_secs(30);
+    let turn = queue.wait_for_turn(far).await.unwrap();
+    let guard = lock
+        .acquire(key, &common::owner(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let mut next = Box::pin(queue.wait_for_turn(far));
+    assert!(futures_util::poll!(&mut next).is_pending(), "the turn is taken");
+    turn.release(lock, guard, common::owner).await.unwrap();
+    next
+}
+
 /// A buyer turned away (the instance stopping) after the turn passed to it leaves the
 /// grant handed to it in the queue: nobody else will take that turn, so the sale's
 /// shutdown gives it back before the lock's own shutdown.
@@ -214,17 +236,7 @@ async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_a
     let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(pool.clone(), options)));
     let queue = LocalQueue::new(true);
     let key = common::unique_key("left-over");
-    let far = Instant::now() + Duration::from_secs(30);
-    let turn = queue.wait_for_turn(far).await.unwrap();
-    let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
-        .await
-        .unwrap();
-
-    // A second buyer queues; the release hands it the lock and passes it the turn.
-    let mut turned_away = Box::pin(queue.wait_for_turn(far));
-    assert!(futures_util::poll!(&mut turned_away).is_pending(), "the turn is taken");
-    turn.release(&lock, guard, common::owner).await.unwrap();
+    let turned_away = hand_over_to_a_second_buyer(&queue, &lock, &key).await;
     // It is turned away before it ever runs again, as a stopping instance does.
     drop(turned_away);
     let owner = || async {
@@ -258,17 +270,7 @@ async fn a_turn_passed_on_unused_gives_back_the_grant_handed_to_it() {
     let other_instance = connect().await;
     let queue = LocalQueue::new(true);
     let key = common::unique_key("passed-on");
-    let far = Instant::now() + Duration::from_secs(30);
-    let turn = queue.wait_for_turn(far).await.unwrap();
-    let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
-        .await
-        .unwrap();
-
-    // A second buyer queues; the release hands it the lock and passes it the turn.
-    let mut next = Box::pin(queue.wait_for_turn(far));
-    assert!(futures_util::poll!(&mut next).is_pending(), "the turn is taken");
-    turn.release(&lock, guard, common::owner).await.unwrap();
+    let next = hand_over_to_a_second_buyer(&queue, &lock, &key).await;
     let unused = next.await.expect("the turn passed to the second buyer");
     // It leaves the turn unused, as a buyer already answered does.
     unused.pass_on().await;

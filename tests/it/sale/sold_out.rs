@@ -190,8 +190,7 @@ async fn a_segment_read_before_its_reset_teaches_the_new_sale_nothing(group_comm
     let cluster = common::PrivateRedisCluster::start(3);
     let sale = common::TestSale::new();
     let app = common::instance_with(Strategy::Redis, &sale, |config| {
-        config.redis_url = cluster.url();
-        config.redis.lock_redis_url = Some(common::redis_url());
+        cluster.holds_the_stock_of(config);
         config.sold_out_flag = true;
         config.group_commit = group_commit;
     })
