@@ -16,7 +16,7 @@
 
 use testkit as common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{PrivateRedis, ServeProcess, WallClock};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
@@ -296,6 +296,8 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
     // quarter more of the stock is sold, while a sale holds the lock.
     let mut connection = common::connection(&redis).await;
     for (quarter, offset_ms) in [(1, HOUR_MS), (2, 0), (3, -HOUR_MS)] {
+        // The moment of the jump; a sale that stalls fails the test instead of hanging it.
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (lucky, holder): (Option<i64>, Option<String>) = redis::pipe()
                 .get(sale.keys().lucky())
@@ -306,6 +308,11 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
             if lucky.unwrap_or(0) >= STOCK * quarter / 4 && holder.is_some() {
                 break;
             }
+            assert!(
+                Instant::now() < deadline,
+                "after 30 s, no moment with {} of {STOCK} units sold and the lock held: last read {lucky:?} sold, holder {holder:?}",
+                STOCK * quarter / 4
+            );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         clock.jump_to(offset_ms);

@@ -16,7 +16,7 @@ use testkit as common;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{ServeProcess, TestSale};
 use seckill::sale::segments::Segment;
@@ -152,8 +152,13 @@ impl Crowd {
     }
 }
 
+/// How long a test waits for the moment its fault must strike: the sale under way, or
+/// one instance holding the lock mid-sale. Past it the test fails, saying what it saw.
+const SCENARIO_WITHIN: Duration = Duration::from_secs(30);
+
 /// Waits until 10 units are sold and `instance` holds the lock: the Redis lock's value
-/// (`GET lock:stock` in `lock_redis`) starts with its holder's instance name.
+/// (`GET lock:stock` in `lock_redis`) starts with its holder's instance name. Panics
+/// after [`SCENARIO_WITHIN`] with the last sale count and holder it read.
 async fn wait_until_holds_mid_sale(
     instance: &ServeProcess,
     sale: &TestSale,
@@ -161,6 +166,7 @@ async fn wait_until_holds_mid_sale(
     lock_redis: &mut redis::aio::MultiplexedConnection,
 ) {
     let holds = format!("seckill-{}:", instance.port);
+    let deadline = Instant::now() + SCENARIO_WITHIN;
     loop {
         let lucky: i64 = redis::cmd("GET")
             .arg(sale.keys().lucky())
@@ -172,9 +178,15 @@ async fn wait_until_holds_mid_sale(
             .query_async(lock_redis)
             .await
             .unwrap();
-        if lucky >= 10 && holder.is_some_and(|holder| holder.starts_with(&holds)) {
+        if lucky >= 10 && holder.as_deref().is_some_and(|holder| holder.starts_with(&holds)) {
             return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "after {SCENARIO_WITHIN:?}, no moment where 10 units were sold and {holds} held the lock: \
+             last read {lucky} sold, holder {holder:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -340,13 +352,20 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     common::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
     let mut redis = common::connection(&stock_redis.client()).await;
-    while redis::cmd("GET")
-        .arg(sale.keys().lucky())
-        .query_async::<i64>(&mut redis)
-        .await
-        .unwrap_or(0)
-        < 10
-    {
+    let deadline = Instant::now() + SCENARIO_WITHIN;
+    loop {
+        let lucky = redis::cmd("GET")
+            .arg(sale.keys().lucky())
+            .query_async::<i64>(&mut redis)
+            .await
+            .unwrap_or(0);
+        if lucky >= 10 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {SCENARIO_WITHIN:?}, {lucky} units sold of the 10 the crash waits for"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
