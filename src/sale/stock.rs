@@ -296,7 +296,7 @@ pub enum StockRead {
 pub struct SaleName(pub String);
 
 /// What a fenced write did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
     Sold,
     /// A reset began a new sale since the read: nothing was written.

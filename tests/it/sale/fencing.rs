@@ -1,5 +1,6 @@
 //! The stock refuses a holder whose lock is gone: two guards with tokens 33 and 34,
-//! their reads and writes interleaved in every order, never sell one unit twice.
+//! their reads and writes interleaved in every order, never sell one unit twice, and
+//! each sale comes to exactly what the fence must make of it (a table per interleaving).
 //! Without tokens (the baselines, `--fencing off`) the same interleavings do.
 
 use testkit as common;
@@ -36,13 +37,29 @@ async fn store() -> StockStore {
     StockStore::new(common::master_connection(&client).await).with_keys(common::TestSale::new().keys().clone())
 }
 
+/// What one holder's sale came to: refused at its read (the fence had seen a newer
+/// token, or another sale with this one), or what its write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Came {
+    RefusedAtRead,
+    Written(WriteOutcome),
+}
+
+/// What each holder's sale came to, and the store's counts after them.
+#[derive(Debug)]
+struct Played {
+    came: [Came; 2],
+    sold_twice: usize,
+    lucky: i64,
+}
+
 /// Plays one interleaving: each holder writes `read - 1` if its read was allowed and
-/// found stock. Returns the units sold twice and what each write did.
-async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToken>; 2]) -> (usize, Vec<WriteOutcome>) {
+/// found stock.
+async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToken>; 2]) -> Played {
     store.reset(INITIAL).await.unwrap();
     let seller = seller("fencing-test", "test");
     let mut read: [Option<(i64, SaleName)>; 2] = [None, None];
-    let mut outcomes = Vec::new();
+    let mut came = [Came::RefusedAtRead; 2];
     for step in order {
         match *step {
             Step::Read(holder) => {
@@ -68,19 +85,39 @@ async fn play(store: &StockStore, order: &[Step; 4], tokens: [Option<FencingToke
                     0.0,
                     0,
                 );
-                outcomes.push(
-                    store
-                        .write(Segment::WHOLE, &record, stock - 1, &sale, tokens[holder].as_ref())
-                        .await
-                        .unwrap(),
-                );
+                let written = store
+                    .write(Segment::WHOLE, &record, stock - 1, &sale, tokens[holder].as_ref())
+                    .await
+                    .unwrap();
+                came[holder] = Came::Written(written);
             }
         }
     }
     let snapshot = store.snapshot().await.unwrap();
-    let sold_twice = (snapshot.stock + snapshot.lucky - INITIAL) as usize;
-    (sold_twice, outcomes)
+    Played {
+        came,
+        sold_twice: (snapshot.stock + snapshot.lucky - INITIAL) as usize,
+        lucky: snapshot.lucky,
+    }
 }
+
+/// Plays every interleaving with `tokens` and checks each against what the fence must
+/// make of it: `expected[i]` is what each holder's sale comes to in `interleavings()[i]`.
+/// No unit is sold twice, and `lucky` counts exactly the sales that say `Sold`.
+async fn every_interleaving_comes_to(tokens: [Option<FencingToken>; 2], expected: [[Came; 2]; 6]) {
+    let store = store().await;
+    for (order, expected) in interleavings().iter().zip(expected) {
+        let played = play(&store, order, tokens.clone()).await;
+        assert_eq!(played.came, expected, "{order:?}");
+        assert_eq!(played.sold_twice, 0, "{order:?} sold a unit twice: {played:?}");
+        let sold = expected.iter().filter(|came| **came == SOLD).count() as i64;
+        assert_eq!(played.lucky, sold, "{order:?}: {played:?}");
+    }
+}
+
+const SOLD: Came = Came::Written(WriteOutcome::Sold);
+const FENCED: Came = Came::Written(WriteOutcome::Fenced);
+const REFUSED: Came = Came::RefusedAtRead;
 
 /// A seller on no port, for sale records written straight to the store.
 fn seller(instance: &str, strategy: &'static str) -> Seller {
@@ -100,36 +137,44 @@ fn token(counter: u64) -> Option<FencingToken> {
     Some(FencingToken::new("test", 0, counter))
 }
 
+/// Holder 0 has token 33, holder 1 the newer 34. A read raises the fence's mark, so
+/// the older holder is refused once the newer one has read: at its write if it read
+/// first, at its read if it reads second. One after the other, both sell.
 #[tokio::test]
 async fn two_fenced_holders_never_sell_one_unit_twice_in_any_order() {
-    let store = store().await;
-    for order in interleavings() {
-        let (sold_twice, outcomes) = play(&store, &order, [token(33), token(34)]).await;
-        assert_eq!(sold_twice, 0, "{order:?} sold a unit twice: {outcomes:?}");
-        assert!(
-            outcomes.contains(&WriteOutcome::Sold),
-            "{order:?}: someone should have sold: {outcomes:?}"
-        );
-    }
+    every_interleaving_comes_to(
+        [token(33), token(34)],
+        [
+            [SOLD, SOLD],    // R0 W0 R1 W1
+            [FENCED, SOLD],  // R0 R1 W0 W1
+            [FENCED, SOLD],  // R0 R1 W1 W0
+            [REFUSED, SOLD], // R1 R0 W0 W1
+            [REFUSED, SOLD], // R1 R0 W1 W0
+            [REFUSED, SOLD], // R1 W1 R0 W0
+        ],
+    )
+    .await;
 }
 
 /// Two grants can carry one token: a lock Redis restarted empty counts from 1 again, a
 /// failover loses the last INCR, a reentry reads the row's token. The fence must let
 /// only one of them sell.
+/// The mark remembers the one sale that read with its token: whoever reads second with
+/// the same token is refused at its read, even after the first one sold.
 #[tokio::test]
 async fn two_grants_with_the_same_token_never_sell_one_unit_twice_in_any_order() {
-    let store = store().await;
-    for order in interleavings() {
-        let (sold_twice, outcomes) = play(&store, &order, [token(7), token(7)]).await;
-        assert_eq!(
-            sold_twice, 0,
-            "{order:?} sold a unit twice under one token: {outcomes:?}"
-        );
-        assert!(
-            outcomes.contains(&WriteOutcome::Sold),
-            "{order:?}: someone should have sold: {outcomes:?}"
-        );
-    }
+    every_interleaving_comes_to(
+        [token(7), token(7)],
+        [
+            [SOLD, REFUSED], // R0 W0 R1 W1
+            [SOLD, REFUSED], // R0 R1 W0 W1
+            [SOLD, REFUSED], // R0 R1 W1 W0
+            [REFUSED, SOLD], // R1 R0 W0 W1
+            [REFUSED, SOLD], // R1 R0 W1 W0
+            [REFUSED, SOLD], // R1 W1 R0 W0
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -179,8 +224,7 @@ async fn without_tokens_the_same_interleavings_sell_a_unit_twice() {
     let store = store().await;
     let mut orders_that_oversold = 0;
     for order in interleavings() {
-        let (sold_twice, _) = play(&store, &order, [None, None]).await;
-        if sold_twice > 0 {
+        if play(&store, &order, [None, None]).await.sold_twice > 0 {
             orders_that_oversold += 1;
         }
     }
