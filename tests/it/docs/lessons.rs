@@ -194,6 +194,27 @@ fn labels_keep_the_report_lines_and_leave_out_figures_logs_and_reasons() {
     );
 }
 
+/// The quick lessons whose verdict is the same in every run: no lock and the in-process
+/// lock oversell (the baselines widen the race so that every run hits it), the Redis lock
+/// and the atomic script hold. Their pages must show the verdict and exit code a run
+/// prints, not only that there was one.
+const SAME_VERDICT_EVERY_RUN: [&str; 4] = ["01-none", "01-local", "02-redis", "10-atomic"];
+
+/// The verdict lines and exit codes of an output, word for word.
+fn verdicts(output: &str) -> Vec<&str> {
+    output
+        .lines()
+        .filter(|line| line.starts_with("verdict: ") || line.contains("exited with code"))
+        .collect()
+}
+
+#[test]
+fn verdicts_keep_the_verdict_word_and_the_exit_code() {
+    let output = "  hosts  http://127.0.0.1:8080\nverdict: OVERSOLD\n  - 200 units sold twice\n\
+                  loadtest exited with code 1\n";
+    assert_eq!(verdicts(output), ["verdict: OVERSOLD", "loadtest exited with code 1"]);
+}
+
 /// Runs one lesson script with the debug build first on the PATH; its output.
 fn run_quick(name: &str) -> String {
     let binaries = Path::new(env!("CARGO_BIN_EXE_seckill")).parent().unwrap();
@@ -260,22 +281,42 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
         .filter(|(_, script)| script.lines().any(|line| line == "# Needs: redis"))
         .map(|(name, _)| name)
         .collect();
-    assert!(
-        quick.len() >= 4,
-        "the quick lessons are gone from scripts/lessons/: {quick:?}"
+    assert_eq!(
+        quick,
+        [
+            "01-local",
+            "01-none",
+            "02-redis",
+            "02-watchdog",
+            "03-holder-paused",
+            "10-atomic"
+        ],
+        "the quick lessons (`# Needs: redis`) changed: say here which of them keep their verdict"
     );
     let mut wrong = Vec::new();
     for name in &quick {
-        let printed = labels(&run_quick(name));
-        let block = blocks.iter().find(|b| &b.name == name).expect("every script is shown");
-        let shown = labels(&block.output);
-        if printed != shown {
-            wrong.push(format!(
-                "{}: the block `{name}` shows lines a run no longer prints; run `scripts/lessons.sh {}` \
-                 (or, if this test ran alone, the debug loadtest may be older than the code: `cargo build -p loadtest`).\n  shown:   {shown:?}\n  printed: {printed:?}",
-                block.page.display(),
-                lesson_number(name)
-            ));
+        let output = run_quick(name);
+        let printed = labels(&output);
+        // Every page that shows the block, in both languages, must show what a run prints.
+        for block in blocks.iter().filter(|b| &b.name == name) {
+            let shown = labels(&block.output);
+            if SAME_VERDICT_EVERY_RUN.contains(&name.as_str()) && verdicts(&output) != verdicts(&block.output) {
+                wrong.push(format!(
+                    "{}: the block `{name}` shows {:?}, a run prints {:?}; run `scripts/lessons.sh {}`",
+                    block.page.display(),
+                    verdicts(&block.output),
+                    verdicts(&output),
+                    lesson_number(name)
+                ));
+            }
+            if printed != shown {
+                wrong.push(format!(
+                    "{}: the block `{name}` shows lines a run no longer prints; run `scripts/lessons.sh {}` \
+                     (or, if this test ran alone, the debug loadtest may be older than the code: `cargo build -p loadtest`).\n  shown:   {shown:?}\n  printed: {printed:?}",
+                    block.page.display(),
+                    lesson_number(name)
+                ));
+            }
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
