@@ -260,7 +260,8 @@ async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
 
 /// A sale under a prefix, with every option that adds keys (segments, one unit per
 /// buyer, orders, the sold-out flag, the grant log, the refusals count), on a Redis of
-/// its own: every key in it must start with the prefix, the lock's too.
+/// its own: every key in it must start with the prefix, the lock's too, and the keys are
+/// exactly the 22 the sale is known to write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
     let redis = common::PrivateRedis::start();
@@ -282,14 +283,43 @@ async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
     assert_eq!((status, stock["lucky"].clone()), (200, json!(3)), "{stock}");
     app.stop().await.unwrap();
 
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query_async(&mut common::connection(&redis.client()).await)
         .await
         .unwrap();
-    assert!(keys.len() >= 8, "the sale wrote its keys: {keys:?}");
     let strays: Vec<&String> = keys.iter().filter(|key| !key.starts_with("shop-7:")).collect();
     assert!(strays.is_empty(), "keys outside the prefix: {strays:?} (all: {keys:?})");
+    // Every key this sale leaves, exactly: a key added later must be named here.
+    keys.sort();
+    let expected: Vec<String> = [
+        "lock:stock:0:fence",
+        "lock:stock:0:fence:epoch",
+        "lock:stock:0:fence:epochs",
+        "lock:stock:1:fence",
+        "lock:stock:1:fence:epoch",
+        "lock:stock:1:fence:epochs",
+        "lucky",
+        "sales",
+        "stock",
+        "stock:buyers",
+        "stock:fence:0",
+        "stock:fence:1",
+        "stock:generation",
+        "stock:grants",
+        "stock:initial",
+        "stock:orders",
+        "stock:outcomes",
+        "stock:refusals",
+        "stock:sale",
+        "stock:segment:0",
+        "stock:segment:1",
+        "stock:segments",
+    ]
+    .iter()
+    .map(|key| format!("shop-7:{key}"))
+    .collect();
+    assert_eq!(keys, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
