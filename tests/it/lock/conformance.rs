@@ -18,6 +18,8 @@
 
 use testkit as common;
 
+use common::nemesis::{Fault, Proxy};
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -617,28 +619,34 @@ conformance_suite!(
         hand_over: HandOverKind::Releases,
         fencing_tokens: true,
         lease: true,
-        // The server expires the session itself; no timeout to wait for.
-        vanished_holder_frees_within: Some(Duration::from_secs(1)),
+        // A vanished holder's session ends when the server has heard nothing for the
+        // session timeout (4 s). The server checks expiries once a tick (2 s), so it may
+        // take a tick more.
+        vanished_holder_frees_within: Some(Duration::from_secs(6)),
     },
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
         for _ in 0..n {
-            let lock = ZooKeeperLock::connect(common::zookeeper_options(4000))
+            // Each contender talks to ZooKeeper through a nemesis of its own, which lives
+            // as long as the test: the checks keep the lock and drop the hooks, and the
+            // proxy's drop would close the session's connection.
+            let proxy: &'static Proxy = Box::leak(Box::new(Proxy::start(common::zookeeper_port()).await));
+            let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
                 .await
                 .expect("ZooKeeper runs");
             let session = lock.client().await.expect("the session is open");
-            let vanished_session = session.clone();
             contenders.push(Contender {
                 lock: Arc::new(lock),
                 // As if the server expired the session.
                 lose_lease: Box::new(move |_key: String| {
                     Box::pin(async move { common::expire_zookeeper_session(&session).await })
                 }),
-                // A crashed process's session is expired by the server.
+                // A crashed process: nothing more reaches the server, and no connection
+                // closes. The server alone decides, by the session timeout.
                 vanish: Box::new(move |guard: LockGuard| {
                     Box::pin(async move {
                         std::mem::forget(guard);
-                        common::expire_zookeeper_session(&vanished_session).await
+                        proxy.strike(Fault::Blackhole);
                     })
                 }),
             });
