@@ -183,8 +183,10 @@ async fn a_guard_reports_the_lock_lost_when_renewal_finds_the_key_taken_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_ttl_not_after() {
+    // A TTL of 3 s, so that the drift margin (1% and 2 ms: 32 ms) outlasts the acquire's
+    // own round trip on a loaded machine; with 900 ms it was 11 ms.
     let redis = common::PrivateRedis::start();
-    let lock = RedisLock::connect(&redis.client(), common::redis_options(900, true))
+    let lock = RedisLock::connect(&redis.client(), common::redis_options(3000, true))
         .await
         .unwrap();
     let before_acquire = Instant::now();
@@ -194,11 +196,11 @@ async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_t
         .unwrap();
     redis.freeze();
 
-    // Renewals at 300 ms and 600 ms time out (each after 150 ms, not the 2 s response
+    // Renewals at 1 s and 2 s time out (each after 500 ms, not the 2 s response
     // timeout): two failed renewals do not end the lease, but its end does.
-    tokio::time::sleep_until((before_acquire + Duration::from_millis(700)).into()).await;
+    tokio::time::sleep_until((before_acquire + Duration::from_millis(2600)).into()).await;
     assert!(guard.is_held(), "the lease was given up before two renewals had failed");
-    tokio::time::sleep_until((before_acquire + Duration::from_millis(900)).into()).await;
+    tokio::time::sleep_until((before_acquire + Duration::from_millis(3000)).into()).await;
     assert!(
         !guard.is_held(),
         "still trusted at the TTL: the drift margin was not taken off"
