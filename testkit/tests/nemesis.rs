@@ -236,7 +236,9 @@ async fn a_delay_both_ways_delays_the_request_and_the_answer() {
 
     nemesis.strike(Fault::Healed);
     let took = ping(&mut stream, PROMPTLY).await.expect("answered once healed");
-    assert!(took < Duration::from_millis(150), "healed, yet {took:?}");
+    // A delay still in force on either way would add its 200 ms: anything under that is
+    // healed, however slow the loaded machine made the round trip.
+    assert!(took < Duration::from_millis(200), "healed, yet {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

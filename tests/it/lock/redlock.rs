@@ -47,6 +47,8 @@ async fn median_grant_and_release(lock: &Redlock) -> Duration {
 /// at once. The figures are printed beside the one with all five up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them() {
+    // Medians of a few milliseconds: measured alone, not beside a crowd on the other core.
+    let _turn = common::take_turn().await;
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     let all_up = median_grant_and_release(&lock).await;
@@ -66,8 +68,10 @@ async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them(
     let two_frozen = median_grant_and_release(&lock).await;
 
     println!("grant + release, median of 10: all 5 up {all_up:?}, 2 killed {two_killed:?}, 2 frozen {two_frozen:?}");
+    // Waiting for the frozen masters would add a node timeout (50 ms) to each of the
+    // grant and the release; half of one over this run's own baseline is the line.
     assert!(
-        two_frozen < NODE_TIMEOUT / 2,
+        two_frozen < all_up + NODE_TIMEOUT / 2,
         "the grant or the release waited for the frozen minority: {two_frozen:?} (all up: {all_up:?})"
     );
 }
@@ -77,6 +81,7 @@ async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them(
 /// frozen, the release does not wait for them (nor does the acquire: see above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_is_done_when_a_majority_has_deleted_not_when_the_slowest_answers() {
+    let _turn = common::take_turn().await;
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     masters[..2].iter().for_each(PrivateRedis::freeze);
