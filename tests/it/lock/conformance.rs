@@ -435,10 +435,12 @@ async fn a_grant_without_a_lease_lasts_until_it_is_released(subject: &Subject) {
     guard.release().await.unwrap();
 }
 
+/// A holder that vanishes without a release, as a crash would, keeps the key no longer
+/// than its lease or session. An in-process holder cannot vanish apart from its lock (its
+/// `vanished_holder_frees_within` is `None`): its grant lives in the task that holds it,
+/// and a task that ends (a panic, a request cut short) drops it, which frees the key at
+/// once. The process dying takes the lock and its waiters with it.
 async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(subject: &Subject) {
-    let Some(bound) = subject.traits.vanished_holder_frees_within else {
-        return a_grant_dropped_in_process_frees_the_key_at_once(subject).await;
-    };
     let (_, mut contenders) = subject.contenders_with_hooks(2).await;
     let key = common::unique_key("vanish");
     let Contender { lock, vanish, .. } = contenders.remove(0);
@@ -450,6 +452,14 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
     drop(lock);
     let vanished_at = Instant::now();
     let survivor = &contenders[0].lock;
+    let Some(bound) = subject.traits.vanished_holder_frees_within else {
+        let granted = survivor.try_acquire(&key, &common::owner()).await;
+        assert!(
+            granted.is_ok(),
+            "the key stayed held after its grant was dropped: {granted:?}"
+        );
+        return granted.unwrap().release().await.unwrap();
+    };
     let granted = survivor
         .acquire(&key, &common::owner(), bound * 3)
         .await
@@ -457,26 +467,6 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
     let waited = vanished_at.elapsed();
     assert!(waited < bound + Duration::from_secs(1), "freed only after {waited:?}");
     granted.release().await.unwrap();
-}
-
-/// An in-process holder cannot vanish apart from its lock: its grant lives in the task
-/// that holds it, and a task that ends (a panic, a request cut short) drops it, which
-/// frees the key at once. The process dying takes the lock and its waiters with it.
-async fn a_grant_dropped_in_process_frees_the_key_at_once(subject: &Subject) {
-    let (_, mut contenders) = subject.contenders_with_hooks(2).await;
-    let key = common::unique_key("vanish");
-    let Contender { lock, vanish, .. } = contenders.remove(0);
-    let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
-        .await
-        .unwrap();
-    vanish(guard).await;
-    let granted = contenders[0].lock.try_acquire(&key, &common::owner()).await;
-    assert!(
-        granted.is_ok(),
-        "the key stayed held after its grant was dropped: {granted:?}"
-    );
-    granted.unwrap().release().await.unwrap();
 }
 
 async fn shutdown_frees_what_was_held_and_refuses_new_acquires(subject: &Subject) {
