@@ -193,12 +193,13 @@ impl Turn<'_> {
         }
     }
 
-    /// Ends a turn that took nothing from the baton: its buyer was answered by the
-    /// group before, or its deadline passed as the turn came ([`crate::sale::group`]).
-    /// A grant the last holder handed to this turn goes to the next buyer in line, or
-    /// back to the lock when nobody takes the turn (step 4). Dropped instead, the turn
-    /// would leave that grant in the queue, renewed by its keepalive, until this
-    /// queue's next buyer came.
+    /// Ends this turn, leaving nothing in the queue for nobody (step 4): a grant in the
+    /// baton goes to the next buyer in line, who takes the turn as it passes, or back to
+    /// the lock when nobody does. A release that handed over ends its turn so, and so
+    /// does a turn that took nothing from the baton: its buyer was answered by the group
+    /// before, or its deadline passed as the turn came ([`crate::sale::group`]). Dropped
+    /// instead, such a turn would leave the grant in the queue, renewed by its
+    /// keepalive, until this queue's next buyer came.
     pub async fn pass_on(self) {
         let queue = self.queue;
         drop(self);
@@ -255,12 +256,10 @@ impl Turn<'_> {
                 (false, other.map(|_| ()))
             }
         };
-        let queue = self.queue;
-        drop(self);
         if handed {
-            // A waiting buyer took the turn as it was dropped; if none did (it gave up
+            // A waiting buyer takes the turn as it passes; if none does (it gave up
             // meanwhile), nobody will claim the grant.
-            queue.give_back_unclaimed().await;
+            self.pass_on().await;
         }
         released
     }
