@@ -41,17 +41,10 @@ impl ResetAccess {
     /// The policy for a service listening on `bind`. `allowed_hosts` (`--allowed-host`)
     /// matter only on loopback without a token, and are refused anywhere else.
     pub fn new(bind: IpAddr, token: Option<String>, allowed_hosts: Vec<String>) -> anyhow::Result<Self> {
-        let access = match token {
-            Some(token) => ResetAccess::Token(token),
-            None if bind.is_loopback() => ResetAccess::Loopback {
-                allowed_hosts: allowed_hosts.clone(),
-            },
-            None => ResetAccess::Refused,
-        };
-        let what_decides = match access {
-            ResetAccess::Loopback { .. } => return Ok(access),
-            ResetAccess::Token(_) => "the admin token decides",
-            ResetAccess::Refused => "resets are refused until an --admin-token is set",
+        let (access, what_decides) = match token {
+            None if bind.is_loopback() => return Ok(ResetAccess::Loopback { allowed_hosts }),
+            Some(token) => (ResetAccess::Token(token), "the admin token decides"),
+            None => (ResetAccess::Refused, "resets are refused until an --admin-token is set"),
         };
         if !allowed_hosts.is_empty() {
             anyhow::bail!(
