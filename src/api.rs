@@ -38,7 +38,25 @@ pub struct ReduceAnswer {
     /// The grant's token, for the strategies that issue one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
+    /// What was sold, on a sold answer: the unit a history checker judges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sold_unit: Option<SoldUnit>,
     pub message: String,
+}
+
+/// The unit a sale sold, named so that two sales of one unit can be told apart from
+/// the answers alone: the unit is the stock the sale took, in its sale and segment.
+/// With a stock of 300 in one segment, the first buyer gets unit 300 and the last unit 1.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoldUnit {
+    /// The name the last reset gave the sale; empty for a sale no reset named.
+    pub sale: String,
+    /// The segment it was sold from (0 when the stock is in one piece).
+    pub segment: u32,
+    /// The stock this sale took: what its segment held before it.
+    pub unit: i64,
+    /// The sale's id: the key of its record and its outcome in Redis.
+    pub sale_id: String,
 }
 
 /// The sale's counters, as `GET /stock` and a reset show them.

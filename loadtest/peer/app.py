@@ -45,6 +45,7 @@ async def reduce(request):
     if not await lock.acquire():
         return JSONResponse({"error": "lock_timeout", "message": "the lock stayed busy for 10 s"}, status_code=503)
     locked_at = time.time()
+    sold_unit = None
     try:
         stock = int(await REDIS.get("stock") or 0)
         if stock <= 0:
@@ -64,9 +65,12 @@ async def reduce(request):
                 pipe.set("stock", stock - 1).incr("lucky").rpush("sales", json.dumps(record))
                 await pipe.execute()
             sold, stock_after = True, stock - 1
+            # seckill's `SoldUnit`: the unit this sale took, for the history checker. The
+            # peer's resets name no sale, and its stock is in one piece.
+            sold_unit = {"sale": "", "segment": 0, "unit": stock, "sale_id": record["sale_id"]}
     finally:
         await lock.release()
-    return JSONResponse({
+    answer = {
         "port": PORT,
         "instance": INSTANCE,
         "strategy": "redis",
@@ -74,7 +78,10 @@ async def reduce(request):
         "stock_after": stock_after,
         "lock_wait_ms": (locked_at - waiting_since) * 1000,
         "message": f"{PORT} reduce stock end!",
-    })
+    }
+    if sold_unit is not None:
+        answer["sold_unit"] = sold_unit
+    return JSONResponse(answer)
 
 
 async def reset(request):

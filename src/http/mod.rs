@@ -186,6 +186,7 @@ async fn reduce(
         stock_after,
         lock_wait_ms,
         fencing_token,
+        sold_unit,
     } = sold_or_refused?;
     let seller = shared.sale.seller();
     Ok(Json(ReduceAnswer {
@@ -196,6 +197,7 @@ async fn reduce(
         stock_after,
         lock_wait_ms,
         fencing_token,
+        sold_unit,
         message: format!("{} reduce stock end!", seller.port),
     }))
 }

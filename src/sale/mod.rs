@@ -72,7 +72,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::Health;
+use crate::api::{Health, SoldUnit};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner};
@@ -150,6 +150,9 @@ pub struct SaleOutcome {
     pub lock_wait_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<FencingToken>,
+    /// The unit sold, when one was: what the buyer's answer names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sold_unit: Option<SoldUnit>,
 }
 
 impl SaleOutcome {
@@ -160,6 +163,33 @@ impl SaleOutcome {
             stock_after: 0,
             lock_wait_ms,
             fencing_token,
+            sold_unit: None,
+        }
+    }
+
+    /// One unit sold: the one above `stock_after` in `segment` of the sale named `sale`,
+    /// under the sale id `sale_id`.
+    fn sold(stock_after: i64, sale: &SaleName, segment: Segment, sale_id: &str) -> Self {
+        SaleOutcome {
+            sold: true,
+            stock_after,
+            lock_wait_ms: 0.0,
+            fencing_token: None,
+            sold_unit: Some(SoldUnit {
+                sale: sale.0.clone(),
+                segment: segment.index,
+                unit: stock_after + 1,
+                sale_id: sale_id.to_owned(),
+            }),
+        }
+    }
+
+    /// The same answer, after waiting `lock_wait_ms` for locks under the grant of `token`.
+    fn under(self, lock_wait_ms: f64, fencing_token: Option<FencingToken>) -> Self {
+        SaleOutcome {
+            lock_wait_ms,
+            fencing_token,
+            ..self
         }
     }
 }
@@ -738,21 +768,17 @@ impl Sale {
         // The fence remembers which sale read with a token, so this sale's write must
         // carry the id its read carried.
         let sale_id = new_sale_id();
-        let answer = |sold, stock_after| SaleOutcome {
-            sold,
-            stock_after,
-            lock_wait_ms,
-            fencing_token: guard.fencing_token().cloned(),
-        };
 
         // 2. Read and check.
         let (stock, sale) = self
             .fenced_read(guard, segment, token, &sale_id, buyer, deadline)
             .await?;
+        let under_this_grant = |outcome: SaleOutcome| outcome.under(lock_wait_ms, guard.fencing_token().cloned());
+        let sold = |stock_after| under_this_grant(SaleOutcome::sold(stock_after, &sale, segment, &sale_id));
         if stock <= 0 {
             // Read empty: the flag learns it (see `crate::sale::sold_out`).
             self.learn_empty(&sale, segment);
-            return Ok(answer(false, 0));
+            return Ok(under_this_grant(SaleOutcome::sold_out(0.0, None)));
         }
         if self.widen_race {
             // Baselines only: give the other buyers a turn here, so the race the lock
@@ -785,7 +811,7 @@ impl Sale {
         let written = self.store.write(segment, &record, stock - 1, &sale, token).await;
         self.metrics.record_step(SaleStep::Write, writing.elapsed());
         let outcome = match written {
-            Ok(WriteOutcome::Sold) => Ok(answer(true, stock - 1)),
+            Ok(WriteOutcome::Sold) => Ok(sold(stock - 1)),
             Ok(WriteOutcome::Fenced) => {
                 tracing::warn!(token = ?token, "the stock refused a write: another holder read in between");
                 self.metrics.record_fencing_refusal(FencedStep::Write);
@@ -804,7 +830,7 @@ impl Sale {
                 .settle(segment, &record.sale_id, &sale, error)
                 .await
                 .map(|settled| match settled {
-                    Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
+                    Settled::Sold { stock_after } => Ok(sold(stock_after)),
                     Settled::NotSold => Err(AppError::SaleNotWritten),
                     Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
                         sale_id: record.sale_id.clone(),
@@ -872,12 +898,8 @@ impl Sale {
         // The group's read and write carry one id, as one sale's do: the fence's.
         let group_id = new_sale_id();
         let lock_wait_ms = |member: &Member| member.waiting_since.elapsed().as_secs_f64() * 1000.0;
-        let answer = |member: &Member, sold, stock_after| SaleOutcome {
-            sold,
-            stock_after,
-            lock_wait_ms: lock_wait_ms(member),
-            fencing_token: guard.fencing_token().cloned(),
-        };
+        let answer =
+            |member: &Member, outcome: SaleOutcome| outcome.under(lock_wait_ms(member), guard.fencing_token().cloned());
 
         // 2. Read and check, as one sale does; a group's read checks no buyer.
         let (stock, sale) = match self.fenced_read(guard, segment, token, &group_id, None, deadline).await {
@@ -887,7 +909,11 @@ impl Sale {
         if stock <= 0 {
             // Read empty: the flag learns it, under the name the segment showed.
             self.learn_empty(&sale, segment);
-            return self.sold_out_here(segment, group, &answer).await;
+            return self
+                .sold_out_here(segment, group, &|member| {
+                    answer(member, SaleOutcome::sold_out(0.0, None))
+                })
+                .await;
         }
         // A lease that ran out while we read means someone else may be selling now.
         if !guard.is_held() {
@@ -929,10 +955,14 @@ impl Sale {
         };
         let outcomes: Vec<_> = group
             .iter()
+            .zip(&records)
             .zip(written)
-            .map(|(member, written)| match written {
-                MemberWritten::Sold { stock_after } => Ok(answer(member, true, stock_after)),
-                MemberWritten::SoldOut => Ok(answer(member, false, 0)),
+            .map(|((member, record), written)| match written {
+                MemberWritten::Sold { stock_after } => Ok(answer(
+                    member,
+                    SaleOutcome::sold(stock_after, &sale, segment, &record.sale_id),
+                )),
+                MemberWritten::SoldOut => Ok(answer(member, SaleOutcome::sold_out(0.0, None))),
                 MemberWritten::AlreadyBought => Err(AppError::AlreadyBought),
             })
             .collect();
@@ -983,7 +1013,7 @@ impl Sale {
         &self,
         segment: Segment,
         group: &[Member],
-        answer: &impl Fn(&Member, bool, i64) -> SaleOutcome,
+        sold_out: &impl Fn(&Member) -> SaleOutcome,
     ) -> Vec<Result<SaleOutcome, AppError>> {
         let checked: Vec<&BuyerId> = group
             .iter()
@@ -1006,7 +1036,7 @@ impl Sale {
             .iter()
             .map(|member| match &member.buyer {
                 Some(buyer) if bought_here(buyer) => Err(AppError::AlreadyBought),
-                _ => Ok(answer(member, false, 0)),
+                _ => Ok(sold_out(member)),
             })
             .collect()
     }
@@ -1092,16 +1122,13 @@ impl Sale {
     async fn sell_atomically(&self, buyer: Option<&BuyerId>) -> Result<SaleOutcome, AppError> {
         let record =
             SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms()).with_buyer(buyer);
-        let answer = |sold, stock_after| SaleOutcome {
-            sold,
-            stock_after,
-            lock_wait_ms: 0.0,
-            fencing_token: None,
-        };
+        let whole = Segment::WHOLE;
         // Taken before the script goes: the settle of a lost answer needs it (see `crate::sale::stock`).
         let sent_to = self.store.sale_seen_by_atomic();
         match self.store.sell_atomically(&record).await {
-            Ok(AtomicOutcome::Sold { stock_before }) => Ok(answer(true, stock_before - 1)),
+            Ok(AtomicOutcome::Sold { stock_before, sale }) => {
+                Ok(SaleOutcome::sold(stock_before - 1, &sale, whole, &record.sale_id))
+            }
             Ok(AtomicOutcome::SoldOut) => Ok(SaleOutcome::sold_out(0.0, None)),
             Ok(AtomicOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
             Ok(AtomicOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
@@ -1110,8 +1137,8 @@ impl Sale {
                 reset_with,
             }),
             Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
-            Err(error) => match self.settle(Segment::WHOLE, &record.sale_id, &sent_to, error).await? {
-                Settled::Sold { stock_after } => Ok(answer(true, stock_after)),
+            Err(error) => match self.settle(whole, &record.sale_id, &sent_to, error).await? {
+                Settled::Sold { stock_after } => Ok(SaleOutcome::sold(stock_after, &sent_to, whole, &record.sale_id)),
                 Settled::NotSold => Err(AppError::SaleNotWritten),
                 Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
                     sale_id: record.sale_id.clone(),

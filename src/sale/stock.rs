@@ -324,8 +324,10 @@ pub enum Settled {
 /// What the atomic script did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AtomicOutcome {
+    /// Sold the unit `stock_before`, in the sale named `sale`.
     Sold {
         stock_before: i64,
+        sale: SaleName,
     },
     SoldOut,
     /// The seller had already settled this sale id as aborted: nothing was written.
@@ -870,13 +872,16 @@ impl StockStore {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = SaleName(sale.clone());
         }
-        match answer.map(|(code, _)| code) {
-            Ok(stock_before) if stock_before > 0 => {
+        match answer {
+            Ok((stock_before, sale)) if stock_before > 0 => {
                 self.replicated(acknowledged)?;
-                Ok(AtomicOutcome::Sold { stock_before })
+                Ok(AtomicOutcome::Sold {
+                    stock_before,
+                    sale: SaleName(sale),
+                })
             }
-            Ok(-2) => Ok(AtomicOutcome::Aborted),
-            Ok(-3) => Ok(AtomicOutcome::AlreadyBought),
+            Ok((-2, _)) => Ok(AtomicOutcome::Aborted),
+            Ok((-3, _)) => Ok(AtomicOutcome::AlreadyBought),
             Ok(_) => Ok(AtomicOutcome::SoldOut),
             Err(error) if error.code() == Some("SEGMENTS") => Ok(AtomicOutcome::OtherSegments {
                 reset_with: error.detail().unwrap_or_default().to_owned(),

@@ -75,6 +75,83 @@ async fn reduce_sells_one_unit_per_request_until_sold_out() {
     app.stop().await.unwrap();
 }
 
+/// A sold answer names the unit it sold (sale, segment, unit, sale id: `SoldUnit`), and
+/// that is the unit its sale record in Redis took: what a history checker judges from
+/// the answers alone. Checked for one sale at a time, for a group's (two segments), and
+/// for the atomic script.
+#[tokio::test]
+async fn every_sold_answer_names_the_unit_its_sale_record_took() {
+    type Named = (String, u32, i64);
+    let setups: [(&str, Strategy, bool, u32); 3] = [
+        ("one sale per grant", Strategy::Redis, false, 1),
+        ("groups in two segments", Strategy::Redis, true, 2),
+        ("the atomic script", Strategy::Atomic, false, 1),
+    ];
+    for (setup, strategy, group_commit, segments) in setups {
+        let sale = common::TestSale::new();
+        let app = common::instance_with(strategy, &sale, |config| {
+            config.group_commit = group_commit;
+            config.stock_segments = segments;
+        })
+        .await;
+        post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 6}"#)).await;
+        let http = reqwest::Client::new();
+        let buyers: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(http.get(format!("{}/stock/reduce", app.url)).send()))
+            .collect();
+        let mut answers = Vec::new();
+        for buyer in buyers {
+            let answer: seckill::api::ReduceAnswer = buyer.await.unwrap().unwrap().json().await.unwrap();
+            answers.push(answer);
+        }
+        let client = common::redis_client().await;
+        let mut redis = common::connection(&client).await;
+        let sale_name: String = redis::cmd("GET")
+            .arg(sale.keys().sale_name())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let mut recorded: Vec<Named> = Vec::new();
+        // On one Redis, every segment records its sales in one list.
+        let mut lists: Vec<String> = seckill::sale::segments::Segments::new(segments)
+            .unwrap()
+            .all()
+            .map(|segment| sale.keys().sales_of(segment))
+            .collect();
+        lists.dedup();
+        for list in lists {
+            let records: Vec<String> = redis::cmd("LRANGE")
+                .arg(list)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut redis)
+                .await
+                .unwrap();
+            for record in records {
+                let record: seckill::sale::stock::SaleRecord = serde_json::from_str(&record).unwrap();
+                let segment = record.segment.unwrap_or(0);
+                recorded.push((record.sale_id, segment, record.stock_before));
+            }
+        }
+        let mut named: Vec<Named> = Vec::new();
+        for answer in &answers {
+            match (&answer.sold_unit, answer.sold) {
+                (Some(unit), true) => {
+                    assert_eq!(unit.sale, sale_name, "{setup}: the sale the reset named: {answer:?}");
+                    named.push((unit.sale_id.clone(), unit.segment, unit.unit));
+                }
+                (None, false) => {}
+                _ => panic!("{setup}: a sold answer names its unit, a sold-out one none: {answer:?}"),
+            }
+        }
+        named.sort();
+        recorded.sort();
+        assert_eq!(named.len(), 6, "{setup}: the whole stock sold: {answers:?}");
+        assert_eq!(named, recorded, "{setup}: each answer names its own record's unit");
+        app.stop().await.unwrap();
+    }
+}
+
 #[tokio::test]
 async fn the_atomic_script_sells_and_records_like_the_locked_path() {
     let sale = common::TestSale::new();
