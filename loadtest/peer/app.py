@@ -88,7 +88,8 @@ async def reset(request):
     stock = int((await request.json()).get("stock", 300))
     async with REDIS.pipeline(transaction=True) as pipe:
         pipe.set("stock", stock).set("lucky", 0).set("stock:initial", stock)
-        pipe.delete("sales", "stock:outcomes", "stock:fence").incr("stock:generation")
+        # No sale name (seckill's `stock:sale`): the peer's answers name the sale "".
+        pipe.delete("sales", "stock:outcomes", "stock:fence", "stock:sale").incr("stock:generation")
         await pipe.execute()
     return JSONResponse({"stock": stock, "lucky": 0, "sales": 0, "initial": stock})
 

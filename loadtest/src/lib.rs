@@ -2,12 +2,14 @@
 //!
 //! ## Reading order
 //! 1. [`latency`]: the one percentile. Every latency is recorded in an HdrHistogram.
-//! 2. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
+//! 2. [`history`]: what every buyer asked and heard, and every fault, on one clock; and
+//!    the checks that judge it (`unique`, `sold-out`, `linearizable`, ...).
+//! 3. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
 //!    back from Redis, what it cost the database, and the report of one run.
-//! 3. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
+//! 4. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
 //!    one serial client and a sustained keep-alive load, against the bound of its
 //!    critical path, with the CPU each process used; and `lockbench`, the locks alone.
-//! 4. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
+//! 5. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
 //!    and the self-contained HTML report, with one escape for all of them.
 //!
 //! Each module imports only those above it. The binaries are thin: `loadtest` (the
@@ -15,6 +17,8 @@
 //! faults are the nemesis of the `testkit` crate, which the tests share.
 
 pub mod latency;
+
+pub mod history;
 
 pub mod verdict;
 

@@ -60,6 +60,10 @@ struct Cli {
     /// Also write the report as JSON to this file.
     #[arg(long, value_name = "PATH")]
     report_file: Option<std::path::PathBuf>,
+    /// Write the run's history (every request, its answer, one JSON line each) to this
+    /// file. By default, beside --report-file: `report.json` gets `report.history.jsonl`.
+    #[arg(long, env = "LOADTEST_HISTORY_FILE", value_name = "PATH")]
+    history_file: Option<std::path::PathBuf>,
     /// Fire nothing: print one table comparing these JSON reports (from --report-file).
     #[arg(long, value_name = "REPORT", num_args = 1..)]
     compare: Vec<std::path::PathBuf>,
@@ -99,6 +103,16 @@ async fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
+            let history_file = cli
+                .history_file
+                .clone()
+                .or_else(|| cli.report_file.as_deref().map(history_beside));
+            if let Some(path) = history_file {
+                if let Err(error) = loadtest::history::write(&path, &report.history) {
+                    eprintln!("loadtest error: {error:#}");
+                    return ExitCode::from(2);
+                }
+            }
             if report.passed() {
                 ExitCode::SUCCESS
             } else {
@@ -110,6 +124,12 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Where the history of the report at `report` goes: `run.json` gets `run.history.jsonl`.
+fn history_beside(report: &std::path::Path) -> std::path::PathBuf {
+    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
+    report.with_file_name(format!("{stem}.history.jsonl"))
 }
 
 fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> ExitCode {

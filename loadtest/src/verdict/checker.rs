@@ -53,6 +53,10 @@ pub struct SaleState {
     pub lucky: i64,
     /// Grows with every reset.
     pub generation: i64,
+    /// The name the last reset gave the sale: what every sold answer of it names.
+    pub sale_name: String,
+    /// Into how many segments the last reset split the stock.
+    pub segments: Segments,
     pub records: Vec<SaleRecord>,
     pub unreadable_records: usize,
     /// Each segment's units left, when the stock is split (empty when it is not).
@@ -130,10 +134,12 @@ pub async fn read_sale(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState
 
 async fn read_sale_once(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleState> {
     let mut redis = connect(redis_url).await?;
-    let (generation, raw_grants, count): (Option<i64>, Vec<String>, Option<u32>) = redis::pipe()
+    type Sale = (Option<i64>, Vec<String>, Option<u32>, Option<String>);
+    let (generation, raw_grants, count, sale_name): Sale = redis::pipe()
         .get(keys.generation())
         .lrange(keys.grants(), 0, -1)
         .get(keys.segment_count())
+        .get(keys.sale_name())
         .query_async(&mut redis)
         .await
         .context("reading the sale back from Redis")?;
@@ -175,6 +181,8 @@ async fn read_sale_once(redis_url: &str, keys: &Keys) -> anyhow::Result<SaleStat
         stock,
         lucky,
         generation: generation.unwrap_or(0),
+        sale_name: sale_name.unwrap_or_default(),
+        segments,
         records,
         unreadable_records,
         segment_stocks,
@@ -413,32 +421,7 @@ pub fn units_sold_twice(records: &[SaleRecord]) -> usize {
 /// one grant for many units) share their token: an equal token is a regression unless
 /// both records name the same group. `None` when no record has a token.
 pub fn fencing_regressions(records: &[SaleRecord]) -> Option<usize> {
-    // A lock is a token source and a segment; its tokens, and their groups, in the order
-    // they were written.
-    type Lock<'a> = (&'a str, Option<u32>);
-    type Grant<'a> = ((u64, u64), Option<&'a str>);
-    let mut by_lock: BTreeMap<Lock, Vec<Grant>> = BTreeMap::new();
-    for record in records {
-        if let Some(token) = &record.fencing_token {
-            let lock = (token.source.as_ref(), record.segment);
-            by_lock
-                .entry(lock)
-                .or_default()
-                .push((token.order(), record.group.as_deref()));
-        }
-    }
-    if by_lock.is_empty() {
-        return None;
-    }
-    let regressed = |(before, group_before): &Grant, (after, group): &Grant| {
-        after < before || (after == before && (group.is_none() || group != group_before))
-    };
-    Some(
-        by_lock
-            .values()
-            .map(|tokens| tokens.windows(2).filter(|pair| regressed(&pair[0], &pair[1])).count())
-            .sum(),
-    )
+    crate::history::checks::fence_regressions(records).map(|found| found.len())
 }
 
 #[cfg(test)]
@@ -491,6 +474,8 @@ mod tests {
             stock,
             lucky,
             generation: 1,
+            sale_name: "s".into(),
+            segments: Segments::ONE,
             records,
             unreadable_records: 0,
             segment_stocks,

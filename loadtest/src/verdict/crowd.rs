@@ -15,6 +15,7 @@ use tokio::sync::Mutex;
 use seckill::api::ReduceAnswer;
 
 use super::Options;
+use crate::history::{self, Process, Recorder, What};
 use crate::latency::Latencies;
 
 /// Launch rate, users per second: high enough that all 500 are in flight at once.
@@ -108,30 +109,53 @@ pub struct Tally {
 
 /// One buyer's answer.
 pub enum Answer {
-    /// A unit, after waiting this long for the lock (as the service measured it).
-    Sold {
-        lock_wait_ms: f64,
-    },
-    SoldOut {
-        lock_wait_ms: f64,
-    },
+    /// A unit, as the service's answer names it.
+    Sold(Box<ReduceAnswer>),
+    SoldOut(Box<ReduceAnswer>),
     /// 409 `already_bought`: the buyer got a unit before (`--one-per-buyer`).
     AlreadyBought,
     /// The error's kind: `503 lock_timeout`, `timeout`, `connection failed`, ...
     Error(String),
 }
 
+impl Answer {
+    /// How the answer ends its request in the history.
+    pub fn in_history(&self) -> What {
+        match self {
+            Answer::Sold(answer) => match &answer.sold_unit {
+                Some(unit) => What::Ok {
+                    instance: answer.instance.clone(),
+                    sold_unit: unit.clone(),
+                    fencing_token: answer.fencing_token.clone(),
+                },
+                // A seller that does not name its unit: the sale records settle it.
+                None => What::Info {
+                    answer: "sold, unit not named".into(),
+                },
+            },
+            Answer::SoldOut(_) => What::Fail {
+                answer: history::SOLD_OUT.into(),
+            },
+            Answer::AlreadyBought => What::Fail {
+                answer: "409 already_bought".into(),
+            },
+            Answer::Error(kind) if outcome_unknown(kind) => What::Info { answer: kind.clone() },
+            Answer::Error(kind) => What::Fail { answer: kind.clone() },
+        }
+    }
+}
+
 impl Tally {
     /// One answer to a request that named `buyer` (the benchmark's name none).
     pub fn record(&mut self, buyer: Option<&str>, answer: Answer, sent: Instant, answered: Instant) {
         match answer {
-            Answer::Sold { lock_wait_ms } => {
+            Answer::Sold(answer) => {
                 self.sold += 1;
-                self.lock_waits_ms.push(lock_wait_ms);
+                self.lock_waits_ms.push(answer.lock_wait_ms);
             }
-            Answer::SoldOut { lock_wait_ms } => {
+            Answer::SoldOut(answer) => {
                 self.sold_out += 1;
-                self.lock_waits_ms.push(lock_wait_ms);
+                self.lock_waits_ms.push(answer.lock_wait_ms);
             }
             Answer::AlreadyBought => self.refused_as_repeat.push(buyer.unwrap_or_default().to_owned()),
             Answer::Error(kind) if outcome_unknown(&kind) => {
@@ -241,13 +265,17 @@ pub async fn target_of(hosts: &[String]) -> anyhow::Result<Target> {
     Ok(first)
 }
 
-/// Runs goose: `users` users, one iteration each, launched at once.
-pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
+/// Runs goose: `users` users, one iteration each, launched at once. Each request and
+/// its answer go into `history`.
+pub async fn attack(options: &Options, history: &Recorder) -> anyhow::Result<Tally> {
     let tally = Arc::new(Mutex::new(Tally::default()));
-    let hosts = Arc::new(options.hosts.clone());
-    let buyers = Buyers::new(options.users, options.repeat_buyers);
-    let shared = tally.clone();
-    let buy: TransactionFunction = Arc::new(move |user| Box::pin(buy_one(user, buyers, hosts.clone(), shared.clone())));
+    let crowd = Arc::new(Crowd {
+        hosts: options.hosts.clone(),
+        buyers: Buyers::new(options.users, options.repeat_buyers),
+        tally: tally.clone(),
+        history: history.clone(),
+    });
+    let buy: TransactionFunction = Arc::new(move |user| Box::pin(buy_one(user, crowd.clone())));
     GooseAttack::initialize_with_config(GooseConfiguration::default())?
         .register_scenario(scenario!("FlashSale").register_transaction(Transaction::new(buy).set_name("reduce")))
         .set_default(GooseDefault::Host, options.hosts[0].as_str())?
@@ -265,22 +293,35 @@ pub async fn attack(options: &Options) -> anyhow::Result<Tally> {
     Ok(tally)
 }
 
-/// One user: one request as its buyer to its host, and what the answer meant.
-async fn buy_one(
-    user: &mut GooseUser,
+/// What every goose user shares: where to buy, as whom, and where the answers go.
+struct Crowd {
+    hosts: Vec<String>,
     buyers: Buyers,
-    hosts: Arc<Vec<String>>,
     tally: Arc<Mutex<Tally>>,
-) -> TransactionResult {
+    history: Recorder,
+}
+
+/// One user: one request as its buyer to its host, and what the answer meant. The
+/// user's index is its process in the history.
+async fn buy_one(user: &mut GooseUser, crowd: Arc<Crowd>) -> TransactionResult {
     let index = user.weighted_users_index;
-    let (buyer, host) = (buyers.buyer(index), &hosts[index % hosts.len()]);
+    let (buyer, host) = (crowd.buyers.buyer(index), &crowd.hosts[index % crowd.hosts.len()]);
+    let process = Process::Buyer(index as u64);
+    crowd.history.record(
+        process,
+        What::Invoke {
+            buyer: Some(buyer.clone()),
+            host: host.clone(),
+        },
+    );
     let sent = Instant::now();
     let goose = user
         .get_named(&format!("{host}/stock/reduce?buyer={buyer}"), "reduce")
         .await?;
     let answer = answer_of(goose.response).await;
     let answered = Instant::now();
-    tally.lock().await.record(Some(&buyer), answer, sent, answered);
+    crowd.history.record(process, answer.in_history());
+    crowd.tally.lock().await.record(Some(&buyer), answer, sent, answered);
     Ok(())
 }
 
@@ -293,12 +334,8 @@ pub async fn answer_of(response: Result<reqwest::Response, reqwest::Error>) -> A
             "connection failed".into()
         }),
         Ok(response) if response.status().is_success() => match response.json::<ReduceAnswer>().await {
-            Ok(body) if body.sold => Answer::Sold {
-                lock_wait_ms: body.lock_wait_ms,
-            },
-            Ok(body) => Answer::SoldOut {
-                lock_wait_ms: body.lock_wait_ms,
-            },
+            Ok(body) if body.sold => Answer::Sold(Box::new(body)),
+            Ok(body) => Answer::SoldOut(Box::new(body)),
             Err(_) => Answer::Error("unreadable answer".into()),
         },
         Ok(response) if response.status() == reqwest::StatusCode::CONFLICT => Answer::AlreadyBought,

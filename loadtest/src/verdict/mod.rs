@@ -9,7 +9,8 @@
 //! 4. [`orders`]: with `--orders`, once the stream drained, one order in MySQL per unit sold.
 //! 5. [`report`]: everything one run measured, and whether the strategy kept its promise.
 //!
-//! [`run`] puts them together.
+//! [`run`] puts them together, and judges the run's history besides the counts
+//! ([`crate::history`]): a check that fails turns a held run into an oversold or a lost one.
 
 pub mod crowd;
 
@@ -26,6 +27,10 @@ pub use report::Report;
 
 use anyhow::bail;
 use seckill::sale::keys::Keys;
+
+use crate::history::checks::{self, Check, Evidence, Status};
+use crate::history::linearizable::StockModel;
+use crate::history::{operations, Event, Recorder};
 
 /// What to fire at, and how much.
 #[derive(Clone, Debug)]
@@ -78,7 +83,8 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
         false => None,
     };
-    let tally = crowd::attack(options).await?;
+    let history = Recorder::default();
+    let tally = crowd::attack(options, &history).await?;
     let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
     // An instance that died during the attack (the chaos runs kill one) cannot be asked
     // for its counters: the verdict still stands, only the cost is not measured.
@@ -102,10 +108,73 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         .into());
     }
     let orders = orders::read_if_on(&target, &options.redis_url, &options.keys, &options.mysql_url).await?;
-    let judgement = checker::judge(options.initial_stock, &target, &sale, &tally, orders.as_ref());
+    let mut judgement = checker::judge(options.initial_stock, &target, &sale, &tally, orders.as_ref());
+    let events = history.events();
+    let checks = check_history(&events, &sale, options.initial_stock, target.one_per_buyer);
+    judgement.verdict = verdict_of(judgement.verdict, &checks);
+    judgement.findings.extend(findings_of(&checks));
     let mut report = Report::new(options, target, &sale, tally, judgement)
         .with_database_cost(database_cost)
         .with_orders(orders);
     report.findings.extend(unmeasured);
+    report.checks = checks;
+    report.history = events;
     Ok(report)
+}
+
+/// The history's checks, on its operations patched with the sale records.
+pub fn check_history(
+    events: &[Event],
+    sale: &checker::SaleState,
+    initial_stock: i64,
+    one_per_buyer: bool,
+) -> Vec<Check> {
+    let operations = operations::patch(operations::pair(events), &sale.sale_name, &sale.records);
+    let model = StockModel {
+        sale: sale.sale_name.clone(),
+        units_per_segment: sale.segments.split(initial_stock),
+    };
+    checks::run_all(&Evidence {
+        operations: &operations,
+        records: &sale.records,
+        model: &model,
+        one_per_buyer,
+    })
+}
+
+/// The counts' verdict, with the history's checks: two buyers of one unit (or of two
+/// units with one per buyer, or a fence gone backwards) oversold; any other check that
+/// fails means a buyer was told what the sale does not show.
+pub fn verdict_of(counted: Verdict, checks: &[Check]) -> Verdict {
+    let failed = |name: &str| {
+        checks
+            .iter()
+            .any(|check| check.name == name && check.status == Status::Fail)
+    };
+    if counted == Verdict::Oversold || ["unique", "one-per-buyer", "fence-order"].into_iter().any(failed) {
+        Verdict::Oversold
+    } else if counted == Verdict::Lost || checks.iter().any(|check| check.status == Status::Fail) {
+        Verdict::Lost
+    } else {
+        counted
+    }
+}
+
+/// What the checks that did not pass found, one line each, named by check.
+fn findings_of(checks: &[Check]) -> Vec<String> {
+    checks
+        .iter()
+        .filter(|check| matches!(check.status, Status::Fail | Status::Unknown))
+        .flat_map(|check| {
+            let word = if check.status == Status::Fail {
+                "failed"
+            } else {
+                "could not decide"
+            };
+            check
+                .findings
+                .iter()
+                .map(move |finding| format!("check `{}` {word}: {finding}", check.name))
+        })
+        .collect()
 }

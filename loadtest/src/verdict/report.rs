@@ -12,6 +12,8 @@ use super::crowd::{Buyers, Tally, Target};
 use super::database::DatabaseCost;
 use super::orders::OrdersState;
 use super::Options;
+use crate::history::checks::Check;
+use crate::history::Event;
 use crate::latency::Latencies;
 
 /// Everything measured in one run.
@@ -86,6 +88,12 @@ pub struct Report {
     /// With `--orders`: the orders in MySQL, once the stream drained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orders: Option<OrdersState>,
+    /// The history's checks, each by name (see [`crate::history::checks`]).
+    #[serde(default)]
+    pub checks: Vec<Check>,
+    /// Every request and answer of the run; written to its own file, not the report's.
+    #[serde(skip)]
+    pub history: Vec<Event>,
 }
 
 impl Report {
@@ -134,6 +142,8 @@ impl Report {
             findings: judgement.findings,
             database: None,
             orders: None,
+            checks: Vec::new(),
+            history: Vec::new(),
         }
     }
 
@@ -231,6 +241,8 @@ pub(crate) mod tests {
             findings: vec![],
             database: None,
             orders: None,
+            checks: Vec::new(),
+            history: Vec::new(),
         }
     }
 

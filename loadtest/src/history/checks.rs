@@ -1,0 +1,547 @@
+//! The checks a history must pass, each with a name the report shows and the operations
+//! that fail it. They read the operations (patched, see [`super::operations`]) and the
+//! sale records Redis persisted, in the order they were written.
+//!
+//! | check | fails when |
+//! | --- | --- |
+//! | `unique` | two buyers were told they bought one unit (of one sale and segment) |
+//! | `lost` | a buyer told "sold" has no sale record |
+//! | `phantom` | a sale record belongs to no buyer told "sold" or left not knowing |
+//! | `sold-out` | "sold out" was answered while a unit was never taken by a request sent before that answer |
+//! | `real-time` | a request sent after a "sold out" was answered came back "sold" |
+//! | `one-per-buyer` | with `--one-per-buyer`, a buyer got two units |
+//! | `fence-order` | fencing tokens went backwards along the order the sales were written (equal only within one group) |
+//! | `linearizable` | no order of the requests explains every answer ([`super::linearizable`]) |
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use seckill::sale::stock::SaleRecord;
+
+use super::linearizable::{self, Linearizability, StockModel};
+use super::operations::{Operation, Operations, Outcome};
+
+/// How long the linearizability search of one segment may take before it says `unknown`.
+pub const SEARCH_LIMIT: Duration = Duration::from_secs(10);
+
+/// What the checks read.
+pub struct Evidence<'a> {
+    pub operations: &'a Operations,
+    /// The sale records, in the order they were written.
+    pub records: &'a [SaleRecord],
+    pub model: &'a StockModel,
+    pub one_per_buyer: bool,
+}
+
+/// One check's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub status: Status,
+    /// What fails it, naming the operations; or why it was not run, or what it could not tell.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// The check could not decide (the search ran out of time): never a pass.
+    Unknown,
+    /// Nothing to check in this run (no tokens, `--one-per-buyer` off).
+    Skipped,
+}
+
+impl Check {
+    fn of(name: &str, findings: Vec<String>) -> Check {
+        let status = if findings.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        };
+        Check {
+            name: name.to_owned(),
+            status,
+            findings,
+        }
+    }
+
+    fn skipped(name: &str, why: &str) -> Check {
+        Check {
+            name: name.to_owned(),
+            status: Status::Skipped,
+            findings: vec![why.to_owned()],
+        }
+    }
+}
+
+/// The most operations a finding lists; the rest are counted.
+const SHOWN: usize = 5;
+
+/// Every check, in the order of the table above.
+pub fn run_all(evidence: &Evidence) -> Vec<Check> {
+    let operations = &evidence.operations.operations;
+    vec![
+        Check::of("unique", unique(operations)),
+        Check::of("lost", lost(operations, evidence.records)),
+        Check::of("phantom", phantom(operations, evidence.records)),
+        Check::of("sold-out", sold_out(operations, evidence.model)),
+        Check::of("real-time", real_time(operations)),
+        match evidence.one_per_buyer {
+            true => Check::of("one-per-buyer", one_per_buyer(operations)),
+            false => Check::skipped("one-per-buyer", "the sale does not hold buyers to one unit"),
+        },
+        match fence_regressions(evidence.records) {
+            Some(regressions) => Check::of("fence-order", regressions),
+            None => Check::skipped("fence-order", "no sale record carries a fencing token"),
+        },
+        linearizable(operations, evidence.model),
+    ]
+}
+
+fn listed(mut findings: Vec<String>) -> Vec<String> {
+    if findings.len() > SHOWN {
+        let more = findings.len() - SHOWN;
+        findings.truncate(SHOWN);
+        findings.push(format!("{more} more like these"));
+    }
+    findings
+}
+
+/// The names of `operations`, the first [`SHOWN`] of them, joined with "and".
+fn named(operations: &[&Operation]) -> String {
+    let mut names: Vec<String> = operations
+        .iter()
+        .take(SHOWN)
+        .map(|operation| operation.name())
+        .collect();
+    if operations.len() > SHOWN {
+        names.push(format!("{} others", operations.len() - SHOWN));
+    }
+    names.join(" and ")
+}
+
+/// `unique`: no unit of a sale and segment sold to two buyers.
+fn unique(operations: &[Operation]) -> Vec<String> {
+    let mut buyers_of: BTreeMap<(&str, u32, i64), Vec<&Operation>> = BTreeMap::new();
+    for operation in operations {
+        if let Some(unit) = operation.sold_unit() {
+            buyers_of
+                .entry((&unit.sale, unit.segment, unit.unit))
+                .or_default()
+                .push(operation);
+        }
+    }
+    listed(
+        buyers_of
+            .iter()
+            .filter(|(_, buyers)| buyers.len() > 1)
+            .map(|((_, segment, unit), buyers)| {
+                format!("unit {unit} of segment {segment} was sold to {}", named(buyers))
+            })
+            .collect(),
+    )
+}
+
+/// `lost`: every buyer told "sold" has its sale record.
+fn lost(operations: &[Operation], records: &[SaleRecord]) -> Vec<String> {
+    let recorded: HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
+    listed(
+        operations
+            .iter()
+            .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
+            .filter(|(_, unit)| !recorded.contains(unit.sale_id.as_str()))
+            .map(|(operation, unit)| {
+                format!(
+                    "{} was told it bought unit {} (sale {}), which no sale record holds",
+                    operation.name(),
+                    unit.unit,
+                    unit.sale_id
+                )
+            })
+            .collect(),
+    )
+}
+
+/// `phantom`: every sale record belongs to a buyer told "sold", or settled from an
+/// unknown answer by the patch.
+fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<String> {
+    let claimed: HashSet<&str> = operations
+        .iter()
+        .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
+        .collect();
+    let told: HashMap<&str, &Operation> = operations
+        .iter()
+        .filter_map(|operation| operation.buyer.as_deref().map(|buyer| (buyer, operation)))
+        .collect();
+    listed(
+        records
+            .iter()
+            .filter(|record| !claimed.contains(record.sale_id.as_str()))
+            .map(|record| {
+                let heard = record
+                    .buyer
+                    .as_deref()
+                    .and_then(|buyer| told.get(buyer))
+                    .map(|operation| format!(", and {} heard {}", operation.name(), answer_of(operation)));
+                format!(
+                    "sale {} of unit {} is in Redis{}",
+                    record.sale_id,
+                    record.stock_before,
+                    heard.unwrap_or_else(|| ": no request claims it".to_owned())
+                )
+            })
+            .collect(),
+    )
+}
+
+fn answer_of(operation: &Operation) -> String {
+    match &operation.outcome {
+        Outcome::Sold { unit, .. } => format!("\"sold\" (unit {})", unit.unit),
+        Outcome::SoldOut => "\"sold out\"".to_owned(),
+        Outcome::Refused(answer) | Outcome::Unknown(answer) => format!("`{answer}`"),
+    }
+}
+
+/// Microseconds as milliseconds since the history's first invocation, for findings.
+fn at(operations: &[Operation], us: u64) -> String {
+    let first = operations
+        .iter()
+        .map(|operation| operation.invoked_us)
+        .min()
+        .unwrap_or(us);
+    format!("{:.1} ms", us.saturating_sub(first) as f64 / 1000.0)
+}
+
+/// `sold-out`: "sold out" is legal only if every unit of every segment was taken by a
+/// request sent before the answer came (sales, and requests whose outcome is unknown).
+fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<String> {
+    let mut findings = Vec::new();
+    for operation in operations
+        .iter()
+        .filter(|operation| operation.outcome == Outcome::SoldOut)
+    {
+        let Some(answered) = operation.answered_us else {
+            continue;
+        };
+        let sent_before: Vec<&Operation> = operations.iter().filter(|other| other.invoked_us < answered).collect();
+        let unknown = sent_before
+            .iter()
+            .filter(|other| matches!(other.outcome, Outcome::Unknown(_)))
+            .count() as i64;
+        let mut left = 0;
+        for (segment, &units) in (0u32..).zip(&model.units_per_segment) {
+            let taken: HashSet<i64> = sent_before
+                .iter()
+                .filter_map(|other| other.sold_unit())
+                .filter(|unit| unit.sale == model.sale && unit.segment == segment)
+                .map(|unit| unit.unit)
+                .collect();
+            left += (units - taken.len() as i64).max(0);
+        }
+        if left > unknown {
+            findings.push(format!(
+                "{} heard \"sold out\" at {}, but {left} unit(s) were never taken by a request sent before that",
+                operation.name(),
+                at(operations, answered)
+            ));
+        }
+    }
+    listed(findings)
+}
+
+/// `real-time`: no request sent after a "sold out" was answered comes back "sold".
+fn real_time(operations: &[Operation]) -> Vec<String> {
+    let first_sold_out = operations
+        .iter()
+        .filter(|operation| operation.outcome == Outcome::SoldOut)
+        .filter_map(|operation| operation.answered_us.map(|answered| (answered, operation)))
+        .min_by_key(|(answered, _)| *answered);
+    let Some((answered, sold_out)) = first_sold_out else {
+        return Vec::new();
+    };
+    listed(
+        operations
+            .iter()
+            .filter(|operation| operation.invoked_us > answered)
+            .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
+            .map(|(operation, unit)| {
+                format!(
+                    "{} was sent at {}, after {} heard \"sold out\" at {}, and bought unit {}",
+                    operation.name(),
+                    at(operations, operation.invoked_us),
+                    sold_out.name(),
+                    at(operations, answered),
+                    unit.unit
+                )
+            })
+            .collect(),
+    )
+}
+
+/// `one-per-buyer`: no buyer got two units.
+fn one_per_buyer(operations: &[Operation]) -> Vec<String> {
+    let mut units_of: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+    for operation in operations {
+        if let (Some(buyer), Some(unit)) = (&operation.buyer, operation.sold_unit()) {
+            units_of.entry(buyer).or_default().push(unit.unit);
+        }
+    }
+    listed(
+        units_of
+            .iter()
+            .filter(|(_, units)| units.len() > 1)
+            .map(|(buyer, units)| format!("{buyer} got units {units:?}"))
+            .collect(),
+    )
+}
+
+/// `fence-order`: along the order the records were written, each lock's tokens (a lock
+/// is a token source and a segment) must grow; two records share a token only when they
+/// name the same group. `None` when no record carries a token.
+pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<String>> {
+    let mut last_of: BTreeMap<(&str, Option<u32>), &SaleRecord> = BTreeMap::new();
+    let mut findings = Vec::new();
+    for record in records {
+        let Some(token) = &record.fencing_token else {
+            continue;
+        };
+        let lock = (token.source.as_ref(), record.segment);
+        if let Some(before) = last_of.insert(lock, record) {
+            let earlier = before.fencing_token.as_ref().map(|token| token.order());
+            let same_group = record.group.is_some() && record.group == before.group;
+            let regressed = match earlier {
+                Some(earlier) => token.order() < earlier || (token.order() == earlier && !same_group),
+                None => false,
+            };
+            if regressed {
+                findings.push(format!(
+                    "sale {} (unit {}, token {token}) was written after sale {} (unit {}, token {})",
+                    record.sale_id,
+                    record.stock_before,
+                    before.sale_id,
+                    before.stock_before,
+                    before
+                        .fencing_token
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                ));
+            }
+        }
+    }
+    (!last_of.is_empty()).then_some(findings)
+}
+
+fn linearizable(operations: &[Operation], model: &StockModel) -> Check {
+    let name = "linearizable";
+    match linearizable::check(operations, model, SEARCH_LIMIT) {
+        Linearizability::Linearizable => Check::of(name, Vec::new()),
+        Linearizability::Not {
+            segment,
+            stuck,
+            linearized,
+            units,
+        } => Check::of(
+            name,
+            vec![format!(
+                "in segment {segment}, after {linearized} request(s) in the longest order found, {} ({}) fits nowhere: \
+                 the segment then held {units} unit(s)",
+                operations[stuck].name(),
+                answer_of(&operations[stuck])
+            )],
+        ),
+        Linearizability::Unknown { segment, after } => Check {
+            name: name.to_owned(),
+            status: Status::Unknown,
+            findings: vec![format!("the search of segment {segment} gave up after {after:?}")],
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::operations::{pair, patch, tests::*};
+    use crate::history::{Event, What};
+
+    fn model(units: i64) -> StockModel {
+        StockModel {
+            sale: "s".into(),
+            units_per_segment: vec![units],
+        }
+    }
+
+    /// The checks of a history, by name: status and findings.
+    fn checks(events: &[Event], records: &[SaleRecord], units: i64) -> BTreeMap<String, (Status, Vec<String>)> {
+        let operations = patch(pair(events), "s", records);
+        let evidence = Evidence {
+            operations: &operations,
+            records,
+            model: &model(units),
+            one_per_buyer: true,
+        };
+        run_all(&evidence)
+            .into_iter()
+            .map(|check| (check.name, (check.status, check.findings)))
+            .collect()
+    }
+
+    fn failed(checks: &BTreeMap<String, (Status, Vec<String>)>) -> Vec<&str> {
+        checks
+            .iter()
+            .filter(|(_, (status, _))| *status == Status::Fail)
+            .map(|(name, _)| name.as_str())
+            .collect()
+    }
+
+    fn sold_out_at(at_us: u64, process: u64) -> Event {
+        ended(
+            at_us,
+            process,
+            What::Fail {
+                answer: "sold_out".into(),
+            },
+        )
+    }
+
+    #[test]
+    fn a_sale_that_sold_each_unit_once_passes_every_check() {
+        let events = [
+            invoke(0, 1),
+            invoke(0, 2),
+            invoke(0, 3),
+            sold(4, 1, 2),
+            sold(5, 2, 1),
+            sold_out_at(6, 3),
+        ];
+        let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
+        assert_eq!(checks["fence-order"].0, Status::Skipped, "no tokens in these records");
+    }
+
+    #[test]
+    fn one_unit_sold_to_two_buyers_fails_unique_naming_both() {
+        let events = [invoke(0, 1), invoke(0, 2), sold(4, 1, 2), sold(5, 2, 2)];
+        let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-2", 2)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), ["linearizable", "unique"]);
+        assert_eq!(
+            checks["unique"].1,
+            ["unit 2 of segment 0 was sold to process 1 (buyer-1 via :8080) and process 2 (buyer-2 via :8080)"]
+        );
+    }
+
+    #[test]
+    fn a_stale_sold_out_fails_sold_out_and_real_time() {
+        // The third review's finding 2: "sold out" from a memory of an old sale, while
+        // this sale still has a unit, which a later buyer gets.
+        let events = [
+            invoke(0, 1),
+            sold(2, 1, 2),
+            invoke(3, 2),
+            sold_out_at(4, 2),
+            invoke(5, 3),
+            sold(6, 3, 1),
+        ];
+        let records = [record("sale-1", "buyer-1", 2), record("sale-3", "buyer-3", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), ["linearizable", "real-time", "sold-out"]);
+        assert_eq!(
+            checks["sold-out"].1,
+            ["process 2 (buyer-2 via :8080) heard \"sold out\" at 0.0 ms, but 1 unit(s) were never taken by a request sent before that"]
+        );
+        assert!(
+            checks["real-time"].1[0].starts_with("process 3 (buyer-3 via :8080) was sent at 0.0 ms, after process 2"),
+            "{:?}",
+            checks["real-time"]
+        );
+    }
+
+    #[test]
+    fn a_sold_answer_without_its_record_fails_lost_and_a_record_without_its_buyer_fails_phantom() {
+        let events = [
+            invoke(0, 1),
+            invoke(0, 2),
+            sold(4, 1, 2),
+            ended(
+                5,
+                2,
+                What::Fail {
+                    answer: "503 lock_lost".into(),
+                },
+            ),
+        ];
+        let records = [record("sale-2", "buyer-2", 2)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), ["lost", "phantom"]);
+        assert_eq!(
+            checks["phantom"].1,
+            ["sale sale-2 of unit 2 is in Redis, and process 2 (buyer-2 via :8080) heard `503 lock_lost`"]
+        );
+    }
+
+    #[test]
+    fn a_correct_sale_whose_answer_was_lost_passes() {
+        let events = [
+            invoke(0, 1),
+            invoke(0, 2),
+            ended(
+                4,
+                1,
+                What::Info {
+                    answer: "504 sale_outcome_unknown".into(),
+                },
+            ),
+            sold(5, 2, 1),
+            invoke(6, 3),
+            sold_out_at(7, 3),
+        ];
+        let records = [record("lost", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
+    }
+
+    #[test]
+    fn a_buyer_with_two_units_fails_one_per_buyer() {
+        let mut events = vec![invoke(0, 1), invoke(0, 2), sold(4, 1, 2), sold(5, 2, 1)];
+        if let What::Invoke { buyer, .. } = &mut events[1].what {
+            *buyer = Some("buyer-1".into());
+        }
+        let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-1", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), ["one-per-buyer"]);
+        assert_eq!(checks["one-per-buyer"].1, ["buyer-1 got units [2, 1]"]);
+    }
+
+    #[test]
+    fn tokens_that_go_backwards_or_repeat_outside_a_group_fail_fence_order() {
+        let token = |counter| Some(seckill::lock::FencingToken::new("redis", 0, counter));
+        let with = |sale_id: &str, stock_before, counter, group: Option<&str>| SaleRecord {
+            fencing_token: token(counter),
+            group: group.map(str::to_owned),
+            ..record(sale_id, sale_id, stock_before)
+        };
+        let rising = [
+            with("a", 3, 1, None),
+            with("b", 2, 2, Some("g")),
+            with("c", 1, 2, Some("g")),
+        ];
+        assert_eq!(fence_regressions(&rising), Some(vec![]));
+        let backwards = [with("a", 3, 2, None), with("b", 2, 1, None)];
+        assert_eq!(
+            fence_regressions(&backwards),
+            Some(vec![
+                "sale b (unit 2, token redis#0.1) was written after sale a (unit 3, token redis#0.2)".to_owned()
+            ])
+        );
+        let repeated = [with("a", 3, 2, None), with("b", 2, 2, None)];
+        assert_eq!(fence_regressions(&repeated).map(|found| found.len()), Some(1));
+        assert_eq!(fence_regressions(&[record("a", "a", 1)]), None);
+    }
+}

@@ -1,0 +1,244 @@
+//! The history of a run: every buyer's request as it was sent and as it ended, and
+//! every fault, on one clock. The verdict is drawn from it, as Jepsen draws its verdicts
+//! from a history of invocations and completions checked against a model.
+//!
+//! 1. This module: the events, and the [`Recorder`] every load writes them with.
+//! 2. [`operations`]: the events paired into operations, patched with what Redis
+//!    persisted (as etcd's robustness tests patch theirs).
+//! 3. [`checks`]: the named checks (`unique`, `lost`, `phantom`, `sold-out`, ...).
+//! 4. [`linearizable`]: the whole history against a model of the stock, by
+//!    Wing-Gong-Lowe.
+//!
+//! ## The file
+//! `history.jsonl`, one JSON object per line, in the order they happened:
+//!
+//! ```text
+//! {"at_us":12,"process":7,"type":"invoke","buyer":"buyer-7","host":"http://127.0.0.1:8090"}
+//! {"at_us":4810,"process":7,"type":"ok","instance":"seckill-8090","sold_unit":{"sale":"9f..","segment":0,"unit":300,"sale_id":"5f.."}}
+//! {"at_us":4903,"process":8,"type":"fail","answer":"sold_out"}
+//! {"at_us":5120,"process":9,"type":"info","answer":"504 sale_outcome_unknown"}
+//! {"at_us":2000,"process":"nemesis","type":"fault","fault":"pause","target":"seckill-8080"}
+//! ```
+//!
+//! `at_us` is microseconds on the clock every process of the machine shares
+//! (`CLOCK_MONOTONIC`), so a fault injected by another program lands where it happened.
+//! A `process` sends one request at a time; its next event after an `invoke` is how that
+//! request ended: `ok` (sold, with the unit), `fail` (nothing was sold: `sold_out`, or the
+//! refusal's status and code), or `info` (the outcome is unknown: a 504, a timeout, a
+//! lost connection).
+
+pub mod checks;
+pub mod linearizable;
+pub mod operations;
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use seckill::api::SoldUnit;
+use seckill::lock::FencingToken;
+
+/// Who an event is about: a buyer's process, or the nemesis that injects faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Process {
+    Buyer(u64),
+    Nemesis(NemesisName),
+}
+
+/// The one name the nemesis goes by in a history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NemesisName {
+    Nemesis,
+}
+
+/// One line of a history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Microseconds on the machine's monotonic clock.
+    pub at_us: u64,
+    pub process: Process,
+    #[serde(flatten)]
+    pub what: What,
+}
+
+/// What happened.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum What {
+    /// A buyer sent `GET /stock/reduce` to `host`.
+    Invoke {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        buyer: Option<String>,
+        host: String,
+    },
+    /// Sold: the unit the answer named.
+    Ok {
+        instance: String,
+        sold_unit: SoldUnit,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fencing_token: Option<FencingToken>,
+    },
+    /// Nothing was sold: `sold_out`, or the refusal (`503 lock_timeout`, `409 already_bought`).
+    Fail { answer: String },
+    /// The outcome is unknown: the answer (`504 sale_outcome_unknown`, `timeout`).
+    Info { answer: String },
+    /// A fault the nemesis injected, or ended, on `target`.
+    Fault {
+        fault: Fault,
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
+}
+
+/// The faults a history can hold. A fault that lasts begins with one kind and ends with
+/// another ([`Fault::ended_by`]); the timeline draws it as a band between the two.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fault {
+    Pause,
+    Resume,
+    Kill,
+    Start,
+    Partition,
+    Delay,
+    Heal,
+    ClockJump,
+    Failover,
+    Reset,
+}
+
+impl Fault {
+    /// The kind that ends this one, for a fault that lasts.
+    pub fn ended_by(self) -> Option<Fault> {
+        match self {
+            Fault::Pause => Some(Fault::Resume),
+            Fault::Kill => Some(Fault::Start),
+            Fault::Partition | Fault::Delay => Some(Fault::Heal),
+            _ => None,
+        }
+    }
+}
+
+/// The answer that ends "sold out": a `fail`, but one the model judges.
+pub const SOLD_OUT: &str = "sold_out";
+
+/// Microseconds on `CLOCK_MONOTONIC`, the clock every process of the machine shares.
+pub fn now_us() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec to write into, and CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1_000
+}
+
+/// Gathers the events of one run from every task that sends a request.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl Recorder {
+    /// Records `what` about `process`, now.
+    pub fn record(&self, process: Process, what: What) {
+        let event = Event {
+            at_us: now_us(),
+            process,
+            what,
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(event);
+    }
+
+    /// Every event so far, in the order of their clock.
+    pub fn events(&self) -> Vec<Event> {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        events.sort_by_key(|event| event.at_us);
+        events
+    }
+}
+
+/// Writes `events` to `path`, one JSON line each.
+pub fn write(path: &Path, events: &[Event]) -> anyhow::Result<()> {
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot write the history to {}", path.display()))?,
+    );
+    for event in events {
+        serde_json::to_writer(&mut file, event)?;
+        file.write_all(b"\n")?;
+    }
+    file.flush()?;
+    Ok(())
+}
+
+/// Reads a history written by [`write`], or by another program that follows the format,
+/// in the order of its clock. Names the line that is not an event.
+pub fn read(path: &Path) -> anyhow::Result<Vec<Event>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the history {}", path.display()))?;
+    let mut events = Vec::new();
+    for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
+        let event: Event = serde_json::from_str(line)
+            .with_context(|| format!("{} line {}: not an event of a history", path.display(), number + 1))?;
+        events.push(event);
+    }
+    events.sort_by_key(|event| event.at_us);
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_event_reads_back_as_written() {
+        let events = [
+            r#"{"at_us":12,"process":7,"type":"invoke","buyer":"buyer-7","host":"http://127.0.0.1:8090"}"#,
+            r#"{"at_us":4810,"process":7,"type":"ok","instance":"seckill-8090","sold_unit":{"sale":"s","segment":0,"unit":300,"sale_id":"a"}}"#,
+            r#"{"at_us":4903,"process":8,"type":"fail","answer":"sold_out"}"#,
+            r#"{"at_us":5120,"process":9,"type":"info","answer":"504 sale_outcome_unknown"}"#,
+            r#"{"at_us":2000,"process":"nemesis","type":"fault","fault":"clock_jump","target":"seckill-8080","detail":"+30s"}"#,
+        ];
+        for line in events {
+            let event: Event = serde_json::from_str(line).unwrap_or_else(|error| panic!("{line}: {error}"));
+            assert_eq!(serde_json::to_string(&event).unwrap(), line);
+        }
+        let fault: Event = serde_json::from_str(events[4]).unwrap();
+        assert_eq!(fault.process, Process::Nemesis(NemesisName::Nemesis));
+        assert!(matches!(
+            fault.what,
+            What::Fault {
+                fault: Fault::ClockJump,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_event_is_named() {
+        let path = std::env::temp_dir().join(format!("history-test-{}.jsonl", std::process::id()));
+        std::fs::write(
+            &path,
+            "{\"at_us\":1,\"process\":1,\"type\":\"fail\",\"answer\":\"sold_out\"}\n{\"at_us\":2}\n",
+        )
+        .unwrap();
+        let error = format!("{:#}", read(&path).unwrap_err());
+        std::fs::remove_file(&path).unwrap();
+        assert!(error.contains("line 2: not an event"), "{error}");
+    }
+
+    #[test]
+    fn the_clock_goes_forward() {
+        let (first, second) = (now_us(), now_us());
+        assert!(first > 0 && second >= first, "{first} then {second}");
+    }
+}
