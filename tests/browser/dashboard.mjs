@@ -77,11 +77,15 @@ try {
     fail(`the numbers did not follow the sales: expected stock ${before.stock - bought} and lucky ${before.lucky + bought}`);
   }
   const after = await read();
-  if (after.marks < before.marks + bought) fail(`the timeline shows ${after.marks} units, expected at least ${before.marks + bought}`);
+  // Every unit once: the page's own count before, and exactly what was bought since.
+  if (after.marks !== before.marks + bought) {
+    fail(`the timeline shows ${after.marks} units, expected ${before.marks} before and ${bought} bought since`);
+  }
   const lanes = Object.keys(after.soldBy);
-  if (lanes.length < instances.length) fail(`sales are counted for ${lanes.length} instances, expected ${instances.length}: ${JSON.stringify(after.soldBy)}`);
+  if (lanes.length !== instances.length) fail(`sales are counted for ${lanes.length} instances, expected ${instances.length}: ${JSON.stringify(after.soldBy)}`);
   for (const [instance, n] of Object.entries(after.soldBy)) {
-    if (n < UNITS_PER_INSTANCE) fail(`${instance} is counted ${n} sales, expected at least ${UNITS_PER_INSTANCE}`);
+    const expected = (before.soldBy[instance] ?? 0) + UNITS_PER_INSTANCE;
+    if (n !== expected) fail(`${instance} is counted ${n} sales, expected ${expected}`);
   }
   await page.waitForTimeout(600); // a few more ticks, so the stock line has a slope
   await page.screenshot({ path: screenshot, fullPage: true });

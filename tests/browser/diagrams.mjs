@@ -2,9 +2,10 @@
 //
 //   node tests/browser/diagrams.mjs < diagrams.json
 //
-// Reads a JSON list of diagrams, `[{"page": "README.md", "line": 12, "source": "flowchart LR ..."}]`,
-// loads Mermaid's browser bundle (pinned in package-lock.json) into a blank page and
-// renders each diagram with `mermaid.render`, as GitHub does when it shows the page.
+// Reads a JSON list of diagrams, `[{"page": "README.md", "line": 12, "source": "flowchart LR ...",
+// "labels": ["load test", ...]}]`, loads Mermaid's browser bundle (pinned in package-lock.json)
+// into a blank page and renders each diagram with `mermaid.render`, as GitHub does when it
+// shows the page. Each picture must have nodes and show every label its source has.
 // Prints `rendered N diagrams` and exits 0. Exits 1 naming every diagram that failed:
 // `page:line: Mermaid's error`, at the line of the error when Mermaid gives one.
 // Run by tests/diagrams.rs, which finds the diagrams.
@@ -18,7 +19,7 @@ const MERMAID = createRequire(import.meta.url).resolve("mermaid/dist/mermaid.min
 
 const diagrams = JSON.parse(readFileSync(0, "utf8"));
 if (!Array.isArray(diagrams) || diagrams.length === 0) {
-  console.error("diagrams: no diagrams on stdin; expected a JSON list of {page, line, source}");
+  console.error("diagrams: no diagrams on stdin; expected a JSON list of {page, line, source, labels}");
   process.exit(2);
 }
 
@@ -44,6 +45,22 @@ try {
         const { svg } = await window.mermaid.render(`diagram-${index}`, diagram.source);
         // Mermaid draws some syntax errors as a picture instead of throwing.
         if (svg.includes("Syntax error in text")) throw new Error("Mermaid drew its syntax-error picture");
+        // The picture has boxes (a flowchart's nodes, a sequence's participants) and shows
+        // every label of its source. (Read as HTML: a flowchart's labels hold `<br>`, which
+        // XML refuses.)
+        const picture = new DOMParser().parseFromString(svg, "text/html").querySelector("svg");
+        const nodes = picture.querySelectorAll("g.node, rect.actor").length;
+        if (nodes === 0) throw new Error("Mermaid drew no node and no participant");
+        // Every text of the picture in order, as one line: Mermaid breaks a long label
+        // over several texts, one after the other.
+        const parts = [];
+        const walker = document.createTreeWalker(picture, NodeFilter.SHOW_TEXT);
+        while (walker.nextNode()) {
+          if (walker.currentNode.parentElement.tagName !== "style") parts.push(walker.currentNode.textContent);
+        }
+        const shown = parts.join(" ").replace(/\s+/g, " ");
+        const missing = diagram.labels.filter((label) => !shown.includes(label));
+        if (missing.length) throw new Error(`the picture lacks ${missing.map((label) => JSON.stringify(label)).join(", ")}`);
       } catch (error) {
         failed.push({ ...diagram, error: String(error?.message ?? error) });
       }

@@ -465,7 +465,8 @@ fn the_load_scripts_take_exactly_the_segment_counts_seckill_serve_takes() {
 /// must still turn one off, and a bare switch must not swallow the flag after it.
 #[test]
 fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
-    use clap::Parser;
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, Parser};
     use seckill::config::{Cli, Command};
 
     let parse = |args: &[&str]| {
@@ -489,7 +490,19 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
         !valued.orders && !valued.local_queue && !valued.hand_over,
         "values ignored: {valued:?}"
     );
-    assert!(parse(&["--local-queue"]).local_queue);
+    // `--local-queue` is on by default, so its value alone cannot show that the bare
+    // switch was read. Where the value came from can.
+    let matches = Cli::command()
+        .try_get_matches_from(["seckill", "serve", "--local-queue"])
+        .unwrap_or_else(|error| panic!("the bare `--local-queue` was refused: {error}"));
+    let serve = matches
+        .subcommand_matches("serve")
+        .expect("`seckill serve` parsed as serve");
+    assert_eq!(
+        (serve.get_one::<bool>("local_queue"), serve.value_source("local_queue")),
+        (Some(&true), Some(ValueSource::CommandLine)),
+        "the bare `--local-queue` was not read as on"
+    );
 
     let hosts = parse(&["--allowed-host", "Seckill.LAN", "--allowed-host", "a.lan,[::1]"]).allowed_hosts;
     assert_eq!(

@@ -266,16 +266,31 @@ fn start_instance(sale: &common::TestSale, clock: &WallClock) -> ServeProcess {
     ServeProcess::start(env!("CARGO_BIN_EXE_seckill"), &args, clock.env())
 }
 
-/// Buys until sold out; returns every answer ("sold", "sold out", or the error).
+/// How long the buyers may take to sell the whole stock, the three jumps included. The
+/// sale takes seconds; two minutes leave room for a loaded machine, and a sale that never
+/// sells out fails the test instead of hanging it.
+const SOLD_OUT_WITHIN: Duration = Duration::from_secs(120);
+
+/// Buys until sold out; returns every answer ("sold", "sold out", or the error). Panics
+/// when not told "sold out" within [`SOLD_OUT_WITHIN`].
 async fn buy_until_sold_out(url: String) -> Vec<String> {
     let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + SOLD_OUT_WITHIN;
     let mut answers = Vec::new();
     loop {
-        let answer = common::buy(&http, &url).await;
+        let Ok(answer) = tokio::time::timeout_at(deadline, common::buy(&http, &url)).await else {
+            panic!(
+                "after {SOLD_OUT_WITHIN:?}, {url} never answered \"sold out\": {} answers, the last {:?}",
+                answers.len(),
+                answers.last()
+            );
+        };
         answers.push(answer.clone());
         if answer == "sold out" {
             return answers;
         }
+        // An instance that answers at once (an error, say) is not asked in a spin.
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -320,7 +335,10 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
 
     let mut answers = Vec::new();
     for buyer in buyers {
-        answers.extend(buyer.await.unwrap());
+        match buyer.await {
+            Ok(theirs) => answers.extend(theirs),
+            Err(stopped) => std::panic::resume_unwind(stopped.into_panic()), // the buyer's own message
+        }
     }
     let snapshot: (i64, i64, Vec<String>) = redis::pipe()
         .get(sale.keys().stock())

@@ -69,7 +69,13 @@ struct Outcome {
     other_errors: Vec<String>,
 }
 
-/// Buyers who keep buying, on alternate instances, until one is told "sold out".
+/// How long a crowd may take to sell the whole stock, its fault included. A sale here
+/// takes seconds; two minutes leave room for a loaded machine, and a sale that never
+/// sells out fails the test instead of hanging it.
+const SOLD_OUT_WITHIN: Duration = Duration::from_secs(120);
+
+/// Buyers who keep buying, on alternate instances, until one is told "sold out", for
+/// at most [`SOLD_OUT_WITHIN`].
 struct Crowd {
     buyers: Vec<tokio::task::JoinHandle<()>>,
     answers: Arc<Mutex<Vec<String>>>,
@@ -83,17 +89,32 @@ impl Crowd {
             .unwrap();
         let sold_out = Arc::new(AtomicBool::new(false));
         let answers = Arc::new(Mutex::new(Vec::<String>::new()));
+        let deadline = tokio::time::Instant::now() + SOLD_OUT_WITHIN;
         let buyers = (0..buyers)
             .map(|buyer| {
                 let url = instances[buyer % 2].url();
                 let (http, sold_out, answers) = (http.clone(), sold_out.clone(), answers.clone());
                 tokio::spawn(async move {
                     while !sold_out.load(Ordering::SeqCst) {
-                        let answer = common::buy(&http, &url).await;
+                        let answer = tokio::time::timeout_at(deadline, common::buy(&http, &url))
+                            .await
+                            .unwrap_or_else(|_| {
+                                // Read before the panic, which would poison the lock for the other buyers.
+                                let (count, last) = {
+                                    let answers = answers.lock().unwrap();
+                                    (answers.len(), answers.last().cloned())
+                                };
+                                panic!(
+                                    "after {SOLD_OUT_WITHIN:?}, no buyer was told \"sold out\": \
+                                     {count} answers, the last {last:?}"
+                                )
+                            });
                         if answer == "sold out" {
                             sold_out.store(true, Ordering::SeqCst);
                         }
                         answers.lock().unwrap().push(answer);
+                        // An instance that answers at once (an error, say) is not asked in a spin.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 })
             })
@@ -104,7 +125,9 @@ impl Crowd {
     /// Waits for every buyer to stop, then reads the sale from the stock Redis.
     async fn outcome(self, sale: &TestSale, redis: &mut redis::aio::MultiplexedConnection) -> Outcome {
         for buyer in self.buyers {
-            buyer.await.unwrap();
+            if let Err(stopped) = buyer.await {
+                std::panic::resume_unwind(stopped.into_panic()); // the buyer's own message
+            }
         }
         type Sale = (i64, i64, Vec<String>, Vec<String>, HashMap<String, usize>);
         let (stock, lucky, records, grants, refusals): Sale = redis::pipe()

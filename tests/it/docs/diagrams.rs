@@ -56,6 +56,80 @@ fn diagrams_in(page: &str, text: &str) -> Vec<Diagram> {
     found
 }
 
+/// The words a reader sees in a diagram, read from its source without Mermaid, one line
+/// of a label each: in a sequence diagram the participants' names, the messages, the
+/// notes and the blocks' labels; in a flowchart the quoted labels and the edges' labels.
+fn labels_of(source: &str) -> Vec<String> {
+    let mut lines = source.lines().map(str::trim).filter(|line| !line.is_empty());
+    let kind = lines.next().unwrap_or_default();
+    let labels: Vec<&str> = if kind.starts_with("sequenceDiagram") {
+        lines.filter_map(sequence_label).collect()
+    } else {
+        lines.flat_map(flowchart_labels).collect()
+    };
+    labels
+        .iter()
+        .flat_map(|label| label.split("<br/>"))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|line| !line.is_empty())
+        .collect()
+}
+
+/// The label of one line of a sequence diagram, if it shows one.
+fn sequence_label(line: &str) -> Option<&str> {
+    let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+    match word {
+        "participant" | "actor" => Some(rest.split_once(" as ").map_or(rest, |(_, name)| name)),
+        "alt" | "else" | "loop" | "opt" | "par" | "and" | "critical" | "break" => Some(rest),
+        "rect" | "end" | "autonumber" | "activate" | "deactivate" => None,
+        _ => line.split_once(':').map(|(_, text)| text), // a note or a message
+    }
+}
+
+/// The labels on one line of a flowchart: each `"quoted"` text, and each `|edge label|`.
+fn flowchart_labels(line: &str) -> Vec<&str> {
+    let mut labels: Vec<&str> = line.split('"').skip(1).step_by(2).collect();
+    let unquoted = line.split('"').step_by(2).collect::<Vec<_>>().join("\"");
+    labels.extend(
+        line.split('|')
+            .skip(1)
+            .step_by(2)
+            .filter(|edge| !edge.starts_with('"') && unquoted.contains(&format!("|{edge}|"))),
+    );
+    labels
+}
+
+#[test]
+fn the_labels_of_a_diagram_are_read_from_its_source_line_by_line() {
+    let sequence = "sequenceDiagram\n  participant A as buyer on 8080\n  participant R\n  \
+                    A->>R: read stock\n  R-->>A: 5\n  Note over A,R: one unit: sold twice\n  \
+                    alt fencing on\n    R-xA: fenced\n  end\n  rect rgb(1, 2, 3)\n  end\n";
+    assert_eq!(
+        labels_of(sequence),
+        [
+            "buyer on 8080",
+            "R",
+            "read stock",
+            "5",
+            "one unit: sold twice",
+            "fencing on",
+            "fenced"
+        ]
+    );
+    let flowchart = "flowchart LR\n  LT[\"load test<br/>500 buyers\"] -->|GET /stock/reduce| APP\n  \
+                     APP -->|\"grant, release\"| ST[(\"stock Redis\")]\n";
+    assert_eq!(
+        labels_of(flowchart),
+        [
+            "load test",
+            "500 buyers",
+            "GET /stock/reduce",
+            "grant, release",
+            "stock Redis"
+        ]
+    );
+}
+
 #[test]
 fn the_finder_takes_mermaid_fences_only_with_the_line_they_open_on() {
     let text = "# A page\n\nThe word mermaid, and `mermaid` in a span.\n\n\
@@ -109,7 +183,14 @@ fn every_mermaid_diagram_in_the_docs_renders() {
     let input = serde_json::Value::Array(
         diagrams
             .iter()
-            .map(|diagram| serde_json::json!({"page": diagram.page, "line": diagram.line, "source": diagram.source}))
+            .map(|diagram| {
+                serde_json::json!({
+                    "page": diagram.page,
+                    "line": diagram.line,
+                    "source": diagram.source,
+                    "labels": labels_of(&diagram.source),
+                })
+            })
             .collect(),
     );
     let mut node = Command::new("node")
@@ -131,7 +212,8 @@ fn every_mermaid_diagram_in_the_docs_renders() {
     );
     assert!(
         output.status.success(),
-        "Mermaid could not render every diagram (page:line of the fence, then Mermaid's error):\n{stderr}{stdout}"
+        "Mermaid could not render every diagram, or drew one without its nodes or labels \
+         (page:line of the fence, then what went wrong):\n{stderr}{stdout}"
     );
     assert_eq!(
         stdout.trim(),

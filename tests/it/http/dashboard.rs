@@ -70,6 +70,24 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     );
     assert_eq!(seen["after"]["lucky"], 132);
     assert_eq!(seen["after"]["strategy"], "redis");
+    // The crowd bought 60 units through each instance, the script 6 more through each:
+    // one mark per unit on the timeline, and each counted for the instance that sold it.
+    let sold_by = |on_first: u32, on_second: u32| {
+        serde_json::json!({
+            format!("seckill-{}", first.port): on_first,
+            format!("seckill-{}", second.port): on_second,
+        })
+    };
+    assert_eq!(
+        (&seen["before"]["marks"], &seen["before"]["soldBy"]),
+        (&serde_json::json!(120), &sold_by(60, 60)),
+        "the page opened on the crowd's units: {seen}"
+    );
+    assert_eq!(
+        (&seen["after"]["marks"], &seen["after"]["soldBy"]),
+        (&serde_json::json!(132), &sold_by(66, 66)),
+        "the page drew and counted each unit once: {seen}"
+    );
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 }

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
+use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it() {
@@ -62,16 +63,21 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     let result: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(result["crowd"]["runs_passed"], 1, "{result}");
     assert_eq!(result["crowd"]["units_sold"]["median"], 300.0);
-    for load in ["serial", "sustained"] {
+    for (load, seconds) in [("serial", 0.3), ("sustained", 0.5), ("probed_window", 0.5)] {
         assert_eq!(result[load]["verdict"], "held", "{load}: {}", result[load]);
-        assert!(
-            result[load]["sold"].as_u64().unwrap() > 0,
-            "{load} sold nothing: {}",
-            result[load]
-        );
-        assert!(result[load]["sales_per_second"].as_f64().unwrap() > 0.0);
+        window_counts_agree(load, &result[load], seconds);
     }
+    assert_eq!(result["serial"]["connections"], 1);
     assert_eq!(result["sustained"]["connections"], 8);
+    // Against a sale with nothing left, every buyer is answered and none is sold a unit.
+    let sold_out = &result["sold_out_window"];
+    assert_eq!(
+        (&sold_out["verdict"], &sold_out["sold"], &sold_out["errors"]),
+        (&json!("held"), &json!(0), &json!(0)),
+        "{sold_out}"
+    );
+    assert_eq!(sold_out["sales_per_second"], 0.0, "{sold_out}");
+    assert!(sold_out["answers_per_second"].as_f64().unwrap() > 0.0, "{sold_out}");
     let round_trips = result["round_trips"].as_array().unwrap();
     assert!(round_trips
         .iter()
@@ -124,7 +130,6 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         bound_under_load.is_finite() && bound_under_load > 0.0,
         "{bound_under_load}"
     );
-    assert!(result["probed_window"]["sold"].as_u64().unwrap() > 0, "{result}");
     assert!(
         stdout.contains("| that window / backend bound under load |"),
         "{stdout}"
@@ -137,10 +142,19 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         "the probes' reads counted as the sale's requests: {requests:?}"
     );
     // Where the time goes: the service's own step timings, and the grant log's hand-overs.
+    // Every sale of the sustained windows passes each step once, so the steps' counts
+    // (the instances' /metrics) agree; the median window's sales are among them.
     let steps = result["sustained_steps"].as_array().unwrap();
+    let queued = steps.iter().find(|step| step["step"] == "queued").expect("queued");
+    let sales_in_windows = queued["count"].as_f64().unwrap();
+    assert!(
+        sales_in_windows >= result["sustained"]["sold"].as_f64().unwrap(),
+        "the steps count fewer sales than the median window sold: {queued}, {}",
+        result["sustained"]
+    );
     for name in ["lock", "read", "write", "release"] {
         let step = steps.iter().find(|step| step["step"] == name).expect(name);
-        assert!(step["count"].as_f64().unwrap() > 0.0, "{name}: {step}");
+        assert_eq!(step["count"], sales_in_windows, "{name}: {steps:?}");
         assert!(step["mean_ms"].as_f64().unwrap() > 0.0, "{name}: {step}");
     }
     let hand_over = &result["sustained"]["hand_over"];
@@ -210,4 +224,34 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     for outside in ["src=", "href=", "@import", "url("] {
         assert!(!page.contains(outside), "the report must not load anything ({outside})");
     }
+}
+
+/// One window of endless stock under a lock that holds: every answer inside it is a
+/// sale, its rate is that whole count over its `seconds`, and the grant log the
+/// instances wrote has one grant for each unit the load was told it bought.
+fn window_counts_agree(load: &str, window: &Value, seconds: f64) {
+    assert_eq!(
+        (&window["seconds"], &window["errors"]),
+        (&json!(seconds), &json!(0)),
+        "{load}: {window}"
+    );
+    let rate = window["sales_per_second"].as_f64().unwrap();
+    assert_eq!(
+        rate,
+        window["answers_per_second"].as_f64().unwrap(),
+        "{load}: an answer in the window that was no sale: {window}"
+    );
+    let (counted, sold) = (rate * seconds, window["sold"].as_u64().unwrap());
+    assert!(
+        (counted - counted.round()).abs() < 1e-6 && counted >= 1.0 && counted.round() as u64 <= sold,
+        "{load}: {rate} sales/s over {seconds} s is not a whole count of sales, of the {sold} sold: {window}"
+    );
+    assert_eq!(
+        (
+            window["hand_over"]["grants"].as_u64(),
+            window["hand_over"]["hand_overs"].as_u64()
+        ),
+        (Some(sold), Some(sold - 1)),
+        "{load}: one grant per unit sold, handed over within one segment: {window}"
+    );
 }
