@@ -135,6 +135,8 @@ OUTAGE_SECONDS=3
 # answers-delayed: every answer late by 1.2 s plus up to 0.3 s, past the 1 s acquire timeout
 # and any renewal timeout.
 ANSWER_DELAY="delay?ms=1200&jitter_ms=300&direction=to-client"
+# Where `fault` writes; each run of a row names its own (see strike).
+FAULTS=/dev/null
 # connections-reset: this many resets, each healed 300 ms later.
 RESETS=5
 # A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
@@ -336,8 +338,23 @@ wait_until_first_holds() {
   esac
 }
 
-kill_members() { local member; for member in "$@"; do cluster kill "$member"; done; }
-restart_members() { local member; for member in "$@"; do cluster restart "$member"; done; }
+kill_members() { local member; for member in "$@"; do fault kill "$member"; cluster kill "$member"; done; }
+restart_members() { local member; for member in "$@"; do cluster restart "$member"; fault start "$member"; done; }
+
+# fault KIND TARGET [DETAIL]: puts what strike does into the history of the run it strikes:
+# the load test reads $FAULTS when it ends (docs/reference/load-test.md, "The history").
+fault() {
+  target/release/loadtest record-fault --to "$FAULTS" "$1" "$2" ${3:+--detail "$3"} 2>>"$LOGS/chaos-faults.log" ||
+    echo "the fault $1 of $2 is not in the history of this run; see $LOGS/chaos-faults.log" >&2
+}
+
+# struck KIND: what instance 1's nemesis did to its links, into the history.
+struck() {
+  case $1 in
+    partition | heal | reset) fault "$1" "links of seckill-${PORTS[0]}" ;;
+    *) fault delay "links of seckill-${PORTS[0]}" "$1" ;;
+  esac
+}
 
 # kill_then_restart SECONDS MEMBER...: kill -9 the members, and start them again SECONDS later.
 kill_then_restart() {
@@ -358,6 +375,7 @@ lose_quorum() {
 # heal: instance 1's nemesis lets everything pass again; writes when (healed-at).
 heal() {
   nemesis heal
+  struck heal
   now_ms >"$RESULTS/healed-at"
 }
 
@@ -369,8 +387,11 @@ strike() {
   wait_until_first_holds "$strategy" "$fault"
   now_ms >"$RESULTS/fault-at"
   case $fault in
-    holder-paused | holder-paused-grouped) kill -STOP "$holder"; sleep "$(past_lease_seconds "$strategy")"; kill -CONT "$holder" ;;
-    holder-killed | holder-killed-grouped) kill -KILL "$holder" ;;
+    holder-paused | holder-paused-grouped)
+      fault pause "seckill-${PORTS[0]}"; kill -STOP "$holder"
+      sleep "$(past_lease_seconds "$strategy")"
+      kill -CONT "$holder"; fault resume "seckill-${PORTS[0]}" ;;
+    holder-killed | holder-killed-grouped) fault kill "seckill-${PORTS[0]}"; kill -KILL "$holder" ;;
     etcd-leader-killed) kill_then_restart $OUTAGE_SECONDS "$(cluster_leader etcd)" ;;
     etcd-quorum-lost)
       local leader follower
@@ -382,17 +403,20 @@ strike() {
     redlock-3-of-5-killed) lose_quorum redlock-6481 redlock-6482 redlock-6483 ;;
     redlock-master-restarted-empty) cluster kill redlock-6481; cluster restart redlock-6481 --empty ;;
     lock-redis-killed) kill_then_restart $OUTAGE_SECONDS lock-redis ;;
-    lock-redis-paused) cluster pause lock-redis; sleep $OUTAGE_SECONDS; cluster resume lock-redis ;;
+    lock-redis-paused)
+      fault pause lock-redis; cluster pause lock-redis; sleep $OUTAGE_SECONDS
+      cluster resume lock-redis; fault resume lock-redis ;;
     stock-redis-killed) kill_then_restart 0 stock-redis ;;
     mysql-killed) kill_then_restart 0 mysql ;;
     order-writer-killed)
-      cluster pause mysql; sleep $OUTAGE_SECONDS; kill -KILL "$holder"; cluster resume mysql ;;
+      fault pause mysql; cluster pause mysql; sleep $OUTAGE_SECONDS
+      fault kill "seckill-${PORTS[0]}"; kill -KILL "$holder"; cluster resume mysql; fault resume mysql ;;
     orders-mysql-killed) kill_then_restart $OUTAGE_SECONDS mysql ;;
-    holder-partitioned) nemesis partition; sleep "$(past_lease_seconds "$strategy")"; heal ;;
-    waiters-partitioned) nemesis partition; sleep "$(short_partition_seconds "$strategy")"; heal ;;
-    answers-delayed) nemesis "$ANSWER_DELAY"; sleep $OUTAGE_SECONDS; heal ;;
+    holder-partitioned) nemesis partition; struck partition; sleep "$(past_lease_seconds "$strategy")"; heal ;;
+    waiters-partitioned) nemesis partition; struck partition; sleep "$(short_partition_seconds "$strategy")"; heal ;;
+    answers-delayed) nemesis "$ANSWER_DELAY"; struck "$ANSWER_DELAY"; sleep $OUTAGE_SECONDS; heal ;;
     connections-reset)
-      for _ in $(seq 1 $RESETS); do nemesis reset; sleep 0.3; heal; sleep 0.5; done ;;
+      for _ in $(seq 1 $RESETS); do nemesis reset; struck reset; sleep 0.3; heal; sleep 0.5; done ;;
     lock-redis-failover*) fail_over_after_a_lost_grant "$holder" ;;
     stock-redis-failover*) fail_over_after_unreplicated_sales ;;
     stock-shard-failover*) fail_over_a_shard_after_unreplicated_sales ;;
@@ -425,12 +449,12 @@ fail_over_after_a_lost_grant() {
     holds_for "${PORTS[0]}" "$grant" && [[ $grant != "$before" ]] && break
     sleep 0.01
   done
-  kill -STOP "$holder"
+  fault pause "seckill-${PORTS[0]}"; kill -STOP "$holder"
   kill_until_promoted "$master"
   # Instance 2 is granted the lock by the promoted replica once the stale key's lease ends,
   # unless the WAIT refuses it.
   poll $SECOND_HOLDER_SECONDS holds_now "${PORTS[1]}" || true
-  kill -CONT "$holder"
+  kill -CONT "$holder"; fault resume "seckill-${PORTS[0]}"
   rejoin_as_replica "$master"
 }
 
@@ -471,6 +495,7 @@ shard_promoted_other_than() {
 # kill_until_promoted MASTER: kill -9 the failover group's master, and wait until the
 # Sentinels name another (promoted-at).
 kill_until_promoted() {
+  fault failover "$1" "killed; the Sentinels promote a replica"
   cluster kill "$1"
   poll 30 promoted_other_than "$1" || die "the Sentinels promoted no replica within 30 s; see $LOGS/chaos-cluster.log"
   now_ms >"$RESULTS/promoted-at"
@@ -543,6 +568,8 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
           --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
         report="$RESULTS/$name.json"
+        FAULTS="$RESULTS/$name.faults.jsonl"
+        rm -f "$FAULTS"
         generation=$(stock_cli get stock:generation)
         rm -f "$RESULTS/fault-at" "$RESULTS/restored-at" "$RESULTS/healed-at"
         (
@@ -554,6 +581,7 @@ for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
         if is_stock_failover_fault "$fault"; then users=400 stock_url=$SECKILL_FAILOVER_LOCK_REDIS_URL; fi
         if is_shard_fault "$fault"; then users=400 stock_url=$SECKILL_STOCK_CLUSTER_URL; fi
         target/release/loadtest --users "$users" --stock 100 --redis-url "$stock_url" --report-file "$report" \
+          --faults-file "$FAULTS" \
           >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
         wait "$striker" || true
         stop_instances

@@ -13,9 +13,12 @@ use loadtest::{run, Options};
 #[derive(Parser)]
 #[command(
     name = "loadtest",
-    about = "Fire the flash-sale crowd at seckill instances and check for oversell"
+    about = "Fire the flash-sale crowd at seckill instances and check for oversell",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Instances to split the buyers between, comma separated.
     #[arg(
         long,
@@ -64,6 +67,10 @@ struct Cli {
     /// file. By default, beside --report-file: `report.json` gets `report.history.jsonl`.
     #[arg(long, env = "LOADTEST_HISTORY_FILE", value_name = "PATH")]
     history_file: Option<std::path::PathBuf>,
+    /// Faults that another program added during the run (`loadtest record-fault`), to
+    /// put into the history and its timeline.
+    #[arg(long, env = "LOADTEST_FAULTS_FILE", value_name = "PATH")]
+    faults_file: Option<std::path::PathBuf>,
     /// Fire nothing: print one table comparing these JSON reports (from --report-file).
     #[arg(long, value_name = "REPORT", num_args = 1..)]
     compare: Vec<std::path::PathBuf>,
@@ -72,9 +79,41 @@ struct Cli {
     chart: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Add a fault to a faults file, stamped now on the history's clock: for a script
+    /// that injects faults during a run started with --faults-file.
+    RecordFault {
+        /// The faults file the run reads (--faults-file).
+        #[arg(long, value_name = "PATH")]
+        to: std::path::PathBuf,
+        fault: loadtest::history::Fault,
+        /// What it struck: an instance (`seckill-8080`), a server, a link.
+        target: String,
+        /// Its parameter: how long, how far, which way.
+        #[arg(long)]
+        detail: Option<String>,
+    },
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::RecordFault {
+        to,
+        fault,
+        target,
+        detail,
+    }) = &cli.command
+    {
+        return match loadtest::history::append_fault(to, *fault, target, detail.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("loadtest error: {error:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if !cli.compare.is_empty() {
         return compare(&cli.compare, cli.chart.as_deref());
     }
@@ -108,7 +147,7 @@ async fn main() -> ExitCode {
                 .clone()
                 .or_else(|| cli.report_file.as_deref().map(history_beside));
             if let Some(path) = history_file {
-                if let Err(error) = loadtest::history::write(&path, &report.history) {
+                if let Err(error) = write_history(&path, &report, cli.faults_file.as_deref()) {
                     eprintln!("loadtest error: {error:#}");
                     return ExitCode::from(2);
                 }
@@ -124,6 +163,26 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The run's history at `path`, with the faults of `faults` if another program wrote
+/// some, and its timeline beside it (`.jsonl` becomes `.html`).
+fn write_history(
+    path: &std::path::Path,
+    report: &loadtest::Report,
+    faults: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let mut history = report.history.clone();
+    if let Some(faults) = faults.filter(|faults| faults.exists()) {
+        history.extend(loadtest::history::read(faults)?);
+        history.sort_by_key(|event| event.at_us);
+    }
+    loadtest::history::write(path, &history)?;
+    let title = format!("{}: the history of one run", report.label());
+    let page = loadtest::render::timeline::page(&title, &history, &report.checks);
+    let timeline = path.with_extension("html");
+    std::fs::write(&timeline, page)
+        .map_err(|error| anyhow::anyhow!("cannot write the timeline to {}: {error}", timeline.display()))
 }
 
 /// Where the history of the report at `report` goes: `run.json` gets `run.history.jsonl`.

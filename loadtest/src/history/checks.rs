@@ -43,6 +43,23 @@ pub struct Check {
     /// What fails it, naming the operations; or why it was not run, or what it could not tell.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<String>,
+    /// The processes of the requests that show the failure, those of the first finding
+    /// first: the timeline draws them in red.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub culprits: Vec<u64>,
+}
+
+/// One thing a check found, and the processes of the requests that show it.
+pub struct Finding {
+    text: String,
+    processes: Vec<u64>,
+}
+
+impl Finding {
+    fn new(text: String, operations: &[&Operation]) -> Finding {
+        let processes = operations.iter().map(|operation| operation.process).collect();
+        Finding { text, processes }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,16 +74,24 @@ pub enum Status {
 }
 
 impl Check {
-    fn of(name: &str, findings: Vec<String>) -> Check {
-        let status = if findings.is_empty() {
-            Status::Pass
-        } else {
-            Status::Fail
-        };
+    /// Passed when nothing was found; else failed, with the first [`SHOWN`] findings.
+    fn of(name: &str, found: Vec<Finding>) -> Check {
+        let status = if found.is_empty() { Status::Pass } else { Status::Fail };
+        let culprits = found
+            .iter()
+            .flat_map(|finding| finding.processes.iter().copied())
+            .collect();
+        let mut findings: Vec<String> = found.into_iter().map(|finding| finding.text).collect();
+        if findings.len() > SHOWN {
+            let more = findings.len() - SHOWN;
+            findings.truncate(SHOWN);
+            findings.push(format!("{more} more like these"));
+        }
         Check {
             name: name.to_owned(),
             status,
             findings,
+            culprits,
         }
     }
 
@@ -75,6 +100,7 @@ impl Check {
             name: name.to_owned(),
             status: Status::Skipped,
             findings: vec![why.to_owned()],
+            culprits: Vec::new(),
         }
     }
 }
@@ -96,20 +122,14 @@ pub fn run_all(evidence: &Evidence) -> Vec<Check> {
             false => Check::skipped("one-per-buyer", "the sale does not hold buyers to one unit"),
         },
         match fence_regressions(evidence.records) {
-            Some(regressions) => Check::of("fence-order", regressions),
+            Some(regressions) => Check::of(
+                "fence-order",
+                regressions.into_iter().map(|text| Finding::new(text, &[])).collect(),
+            ),
             None => Check::skipped("fence-order", "no sale record carries a fencing token"),
         },
         linearizable(operations, evidence.model),
     ]
-}
-
-fn listed(mut findings: Vec<String>) -> Vec<String> {
-    if findings.len() > SHOWN {
-        let more = findings.len() - SHOWN;
-        findings.truncate(SHOWN);
-        findings.push(format!("{more} more like these"));
-    }
-    findings
 }
 
 /// The names of `operations`, the first [`SHOWN`] of them, joined with "and".
@@ -126,7 +146,7 @@ fn named(operations: &[&Operation]) -> String {
 }
 
 /// `unique`: no unit of a sale and segment sold to two buyers.
-fn unique(operations: &[Operation]) -> Vec<String> {
+fn unique(operations: &[Operation]) -> Vec<Finding> {
     let mut buyers_of: BTreeMap<(&str, u32, i64), Vec<&Operation>> = BTreeMap::new();
     for operation in operations {
         if let Some(unit) = operation.sold_unit() {
@@ -136,40 +156,38 @@ fn unique(operations: &[Operation]) -> Vec<String> {
                 .push(operation);
         }
     }
-    listed(
-        buyers_of
-            .iter()
-            .filter(|(_, buyers)| buyers.len() > 1)
-            .map(|((_, segment, unit), buyers)| {
-                format!("unit {unit} of segment {segment} was sold to {}", named(buyers))
-            })
-            .collect(),
-    )
+    buyers_of
+        .iter()
+        .filter(|(_, buyers)| buyers.len() > 1)
+        .map(|((_, segment, unit), buyers)| {
+            let text = format!("unit {unit} of segment {segment} was sold to {}", named(buyers));
+            Finding::new(text, buyers)
+        })
+        .collect()
 }
 
 /// `lost`: every buyer told "sold" has its sale record.
-fn lost(operations: &[Operation], records: &[SaleRecord]) -> Vec<String> {
+fn lost(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
     let recorded: HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
-    listed(
-        operations
-            .iter()
-            .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
-            .filter(|(_, unit)| !recorded.contains(unit.sale_id.as_str()))
-            .map(|(operation, unit)| {
-                format!(
-                    "{} was told it bought unit {} (sale {}), which no sale record holds",
-                    operation.name(),
-                    unit.unit,
-                    unit.sale_id
-                )
-            })
-            .collect(),
-    )
+    operations
+        .iter()
+        .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
+        .filter(|(_, unit)| !recorded.contains(unit.sale_id.as_str()))
+        .map(|(operation, unit)| {
+            let text = format!(
+                "{} was told it bought unit {} (sale {}), which no sale record holds",
+                operation.name(),
+                unit.unit,
+                unit.sale_id
+            );
+            Finding::new(text, &[operation])
+        })
+        .collect()
 }
 
 /// `phantom`: every sale record belongs to a buyer told "sold", or settled from an
 /// unknown answer by the patch.
-fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<String> {
+fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
     let claimed: HashSet<&str> = operations
         .iter()
         .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
@@ -178,25 +196,22 @@ fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<String> {
         .iter()
         .filter_map(|operation| operation.buyer.as_deref().map(|buyer| (buyer, operation)))
         .collect();
-    listed(
-        records
-            .iter()
-            .filter(|record| !claimed.contains(record.sale_id.as_str()))
-            .map(|record| {
-                let heard = record
-                    .buyer
-                    .as_deref()
-                    .and_then(|buyer| told.get(buyer))
-                    .map(|operation| format!(", and {} heard {}", operation.name(), answer_of(operation)));
-                format!(
-                    "sale {} of unit {} is in Redis{}",
-                    record.sale_id,
-                    record.stock_before,
-                    heard.unwrap_or_else(|| ": no request claims it".to_owned())
-                )
-            })
-            .collect(),
-    )
+    records
+        .iter()
+        .filter(|record| !claimed.contains(record.sale_id.as_str()))
+        .map(|record| {
+            let buyer = record.buyer.as_deref().and_then(|buyer| told.get(buyer).copied());
+            let heard = match buyer {
+                Some(operation) => format!(", and {} heard {}", operation.name(), answer_of(operation)),
+                None => ": no request claims it".to_owned(),
+            };
+            let text = format!(
+                "sale {} of unit {} is in Redis{heard}",
+                record.sale_id, record.stock_before
+            );
+            Finding::new(text, &buyer.into_iter().collect::<Vec<_>>())
+        })
+        .collect()
 }
 
 fn answer_of(operation: &Operation) -> String {
@@ -219,7 +234,7 @@ fn at(operations: &[Operation], us: u64) -> String {
 
 /// `sold-out`: "sold out" is legal only if every unit of every segment was taken by a
 /// request sent before the answer came (sales, and requests whose outcome is unknown).
-fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<String> {
+fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<Finding> {
     let mut findings = Vec::new();
     for operation in operations
         .iter()
@@ -244,18 +259,19 @@ fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<String> {
             left += (units - taken.len() as i64).max(0);
         }
         if left > unknown {
-            findings.push(format!(
+            let text = format!(
                 "{} heard \"sold out\" at {}, but {left} unit(s) were never taken by a request sent before that",
                 operation.name(),
                 at(operations, answered)
-            ));
+            );
+            findings.push(Finding::new(text, &[operation]));
         }
     }
-    listed(findings)
+    findings
 }
 
 /// `real-time`: no request sent after a "sold out" was answered comes back "sold".
-fn real_time(operations: &[Operation]) -> Vec<String> {
+fn real_time(operations: &[Operation]) -> Vec<Finding> {
     let first_sold_out = operations
         .iter()
         .filter(|operation| operation.outcome == Outcome::SoldOut)
@@ -264,40 +280,44 @@ fn real_time(operations: &[Operation]) -> Vec<String> {
     let Some((answered, sold_out)) = first_sold_out else {
         return Vec::new();
     };
-    listed(
-        operations
-            .iter()
-            .filter(|operation| operation.invoked_us > answered)
-            .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
-            .map(|(operation, unit)| {
-                format!(
-                    "{} was sent at {}, after {} heard \"sold out\" at {}, and bought unit {}",
-                    operation.name(),
-                    at(operations, operation.invoked_us),
-                    sold_out.name(),
-                    at(operations, answered),
-                    unit.unit
-                )
-            })
-            .collect(),
-    )
+    operations
+        .iter()
+        .filter(|operation| operation.invoked_us > answered)
+        .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
+        .map(|(operation, unit)| {
+            let text = format!(
+                "{} was sent at {}, after {} heard \"sold out\" at {}, and bought unit {}",
+                operation.name(),
+                at(operations, operation.invoked_us),
+                sold_out.name(),
+                at(operations, answered),
+                unit.unit
+            );
+            Finding::new(text, &[sold_out, operation])
+        })
+        .collect()
 }
 
 /// `one-per-buyer`: no buyer got two units.
-fn one_per_buyer(operations: &[Operation]) -> Vec<String> {
-    let mut units_of: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for operation in operations {
-        if let (Some(buyer), Some(unit)) = (&operation.buyer, operation.sold_unit()) {
-            units_of.entry(buyer).or_default().push(unit.unit);
+fn one_per_buyer(operations: &[Operation]) -> Vec<Finding> {
+    let mut sales_of: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
+    for operation in operations.iter().filter(|operation| operation.sold_unit().is_some()) {
+        if let Some(buyer) = &operation.buyer {
+            sales_of.entry(buyer).or_default().push(operation);
         }
     }
-    listed(
-        units_of
-            .iter()
-            .filter(|(_, units)| units.len() > 1)
-            .map(|(buyer, units)| format!("{buyer} got units {units:?}"))
-            .collect(),
-    )
+    sales_of
+        .iter()
+        .filter(|(_, sales)| sales.len() > 1)
+        .map(|(buyer, sales)| {
+            let units: Vec<i64> = sales
+                .iter()
+                .filter_map(|sale| sale.sold_unit())
+                .map(|unit| unit.unit)
+                .collect();
+            Finding::new(format!("{buyer} got units {units:?}"), sales)
+        })
+        .collect()
 }
 
 /// `fence-order`: along the order the records were written, each lock's tokens (a lock
@@ -346,19 +366,21 @@ fn linearizable(operations: &[Operation], model: &StockModel) -> Check {
             stuck,
             linearized,
             units,
-        } => Check::of(
-            name,
-            vec![format!(
+        } => {
+            let operation = &operations[stuck];
+            let text = format!(
                 "in segment {segment}, after {linearized} request(s) in the longest order found, {} ({}) fits nowhere: \
                  the segment then held {units} unit(s)",
-                operations[stuck].name(),
-                answer_of(&operations[stuck])
-            )],
-        ),
+                operation.name(),
+                answer_of(operation)
+            );
+            Check::of(name, vec![Finding::new(text, &[operation])])
+        }
         Linearizability::Unknown { segment, after } => Check {
             name: name.to_owned(),
             status: Status::Unknown,
             findings: vec![format!("the search of segment {segment} gave up after {after:?}")],
+            culprits: Vec::new(),
         },
     }
 }

@@ -98,7 +98,7 @@ pub enum What {
 
 /// The faults a history can hold. A fault that lasts begins with one kind and ends with
 /// another ([`Fault::ended_by`]); the timeline draws it as a band between the two.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Fault {
     Pause,
@@ -179,6 +179,29 @@ pub fn write(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     }
     file.flush()?;
     Ok(())
+}
+
+/// Appends one fault to the file at `path`, stamped now: how a program that injects
+/// faults (`scripts/chaos.sh`, through `loadtest record-fault`) puts them in the history
+/// of the run it strikes. One short line per `write`, so that two writers do not mix.
+pub fn append_fault(path: &Path, fault: Fault, target: &str, detail: Option<&str>) -> anyhow::Result<()> {
+    let event = Event {
+        at_us: now_us(),
+        process: Process::Nemesis(NemesisName::Nemesis),
+        what: What::Fault {
+            fault,
+            target: target.to_owned(),
+            detail: detail.map(str::to_owned),
+        },
+    };
+    let mut line = serde_json::to_vec(&event)?;
+    line.push(b'\n');
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(&line))
+        .with_context(|| format!("cannot add the fault to {}", path.display()))
 }
 
 /// Reads a history written by [`write`], or by another program that follows the format,

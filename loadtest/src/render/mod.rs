@@ -9,6 +9,8 @@
 //! 4. [`chart`]: the SVG charts, hand-written and self-contained.
 //! 5. [`html`]: the benchmark's report, one HTML file that loads nothing
 //!    (`loadtest/templates/report.html`).
+//! 6. [`timeline`]: one run's history as a page: a bar per request, the faults as bands,
+//!    the requests that fail a check in red.
 
 pub mod document;
 
@@ -19,6 +21,8 @@ pub mod tables;
 pub mod chart;
 
 pub mod html;
+
+pub mod timeline;
 
 /// Text made safe to put inside HTML or SVG, in an element or in a quoted attribute.
 pub fn escape(text: &str) -> String {

@@ -1,11 +1,13 @@
 //! The integration tests of `loadtest`: one binary, whose modules follow `src/`. `run`
-//! is the crowd of `loadtest` itself against two instances; `degrade_under_load` plays
+//! is the crowd of `loadtest` itself against two instances; `history` times the
+//! history checker on generated histories; `degrade_under_load` plays
 //! `redis-degrade` under a sustained load; `bench::` and `render::` check `make bench`,
 //! `make lockbench` and their report. The shared helpers are the `testkit` crate.
 //!
 //! Run one module with a filter: `cargo test -p loadtest --test it bench::`.
 
 mod run;
+mod history;
 mod degrade_under_load;
 mod bench {
     mod bound;
