@@ -178,7 +178,11 @@ fn write_history(
         history.sort_by_key(|event| event.at_us);
     }
     loadtest::history::write(path, &history)?;
-    let title = format!("{}: the history of one run", report.label());
+    let title = format!(
+        "{}, fencing {}: the history of one run",
+        report.label(),
+        report.fencing.name()
+    );
     let page = loadtest::render::timeline::page(&title, &history, &report.checks);
     let timeline = path.with_extension("html");
     std::fs::write(&timeline, page)

@@ -48,6 +48,7 @@ mod chaos {
     mod pauses;
     mod backend_outages;
     mod clock_jumps;
+    mod timeline;
 }
 mod docs {
     mod pages;

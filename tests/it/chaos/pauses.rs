@@ -23,15 +23,15 @@ use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
 use testkit::nemesis::{Fault, LinkSpec, Nemesis};
 
-const STOCK: i64 = 100;
+pub(super) const STOCK: i64 = 100;
 /// Three leases of 500 ms; and shorter than the service's 2 s Redis response timeout,
 /// so that the commands the stopped process had in flight do not time out when it
 /// wakes (that would break its connection and, with it, the stale write we wait for).
-const PAUSE: Duration = Duration::from_millis(1500);
+pub(super) const PAUSE: Duration = Duration::from_millis(1500);
 
 /// `seckill serve --lock redis` on a free port, its stock (and lock) in `redis_url`,
 /// every sale lingering 50 ms before its write; `flags` come after these.
-fn start_instance(redis_url: &str, sale: &TestSale, fencing: &str, flags: &[&str]) -> ServeProcess {
+pub(super) fn start_instance(redis_url: &str, sale: &TestSale, fencing: &str, flags: &[&str]) -> ServeProcess {
     let chaos = [
         "--key-prefix",
         sale.prefix(),
@@ -182,7 +182,7 @@ const SCENARIO_WITHIN: Duration = Duration::from_secs(30);
 /// Waits until 10 units are sold and `instance` holds the lock: the Redis lock's value
 /// (`GET lock:stock` in `lock_redis`) starts with its holder's instance name. Panics
 /// after [`SCENARIO_WITHIN`] with the last sale count and holder it read.
-async fn wait_until_holds_mid_sale(
+pub(super) async fn wait_until_holds_mid_sale(
     instance: &ServeProcess,
     sale: &TestSale,
     stock_redis: &mut redis::aio::MultiplexedConnection,
