@@ -344,7 +344,7 @@ restart_members() { local member; for member in "$@"; do cluster restart "$membe
 # fault KIND TARGET [DETAIL]: puts what strike does into the history of the run it strikes:
 # the load test reads $FAULTS when it ends (docs/reference/load-test.md, "The history").
 fault() {
-  target/release/loadtest record-fault --to "$FAULTS" "$1" "$2" ${3:+--detail "$3"} 2>>"$LOGS/chaos-faults.log" ||
+  target/release/loadtest record-fault --to "$FAULTS" "$1" "$2" ${3:+"--detail=$3"} 2>>"$LOGS/chaos-faults.log" ||
     echo "the fault $1 of $2 is not in the history of this run; see $LOGS/chaos-faults.log" >&2
 }
 

@@ -92,7 +92,14 @@ stop_everything() {
 
 # jump CLOCK_FILE MS: from now on that clock reads MS ms ahead of the real time (behind if
 # negative). Written whole, then renamed, so a reader never sees half a number.
-jump() { echo "$2" >"$1.new"; mv "$1.new" "$1"; }
+jump() {
+  echo "$2" >"$1.new"; mv "$1.new" "$1"
+  # Into the history of the run it strikes: the load test reads $FAULTS when it ends.
+  "$BIN/loadtest" record-fault --to "$FAULTS" clock-jump "$(basename "$1")" "--detail=$2" \
+    2>>"$LOGS/clock-jump-faults.log" || echo "the jump of $1 is not in the run's history; see $LOGS" >&2
+}
+# Where `jump` writes; each run names its own (see play).
+FAULTS=/dev/null
 
 # The instances' clocks: libfaketime, its offset in whole seconds ("+3600"), read on every
 # call; the monotonic clock untouched, as with an NTP step.
@@ -178,12 +185,16 @@ answers() { jq --arg kind "$2" '[(.errors // {}) | to_entries[] | select(.key | 
 # meanwhile; its report is $RESULTS/LABEL.json. Adds the row to the table.
 play() {
   local report="$RESULTS/$1.json"
+  FAULTS="$RESULTS/$1.faults.jsonl"
+  rm -f "$FAULTS"
   GENERATION=$("${STOCK_REDIS[@]}" get stock:generation)
   "$2" &
   local jumper=$!
   "$BIN/loadtest" --users 200 --stock 100 --hosts "http://127.0.0.1:${PORTS[0]},http://127.0.0.1:${PORTS[1]}" \
-    --redis-url "redis://127.0.0.1:$STOCK_REDIS_PORT" --report-file "$report" >"$LOGS/clock-jump-$1-loadtest.log" 2>&1 || true
+    --redis-url "redis://127.0.0.1:$STOCK_REDIS_PORT" --report-file "$report" --faults-file "$FAULTS" \
+    >"$LOGS/clock-jump-$1-loadtest.log" 2>&1 || true
   wait "$jumper" || true
+  FAULTS=/dev/null # the next row's clocks are set back outside any run
   stop_instances
   [[ -s $report ]] || die "the load test wrote no report for $1; see $LOGS/clock-jump-$1-loadtest.log"
   local twice overlapped refused lost fencing

@@ -11,6 +11,7 @@ use testkit as common;
 use std::time::Duration;
 
 use common::TestSale;
+use loadtest::history::checks::Status;
 use loadtest::{run, Options, Report, Verdict};
 use seckill::sale::segments::Segments;
 use seckill::server::Instance;
@@ -76,9 +77,43 @@ fn options_for(hosts: Vec<String>, sale: &TestSale, run: Run) -> Options {
     }
 }
 
+/// The status of the history's check `name` in the report.
+fn check(report: &Report, name: &str) -> Status {
+    let found = report.checks.iter().find(|check| check.name == name);
+    found
+        .unwrap_or_else(|| panic!("no check `{name}` in {:?}", report.checks))
+        .status
+}
+
+/// Every check of the history ran, and none failed or could not decide.
+fn assert_every_check_passed(report: &Report) {
+    let names: Vec<&str> = report.checks.iter().map(|check| check.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "unique",
+            "lost",
+            "phantom",
+            "sold-out",
+            "real-time",
+            "one-per-buyer",
+            "fence-order",
+            "linearizable"
+        ]
+    );
+    let not_passed: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|check| !matches!(check.status, Status::Pass | Status::Skipped))
+        .collect();
+    assert!(not_passed.is_empty(), "{not_passed:?}");
+    assert_eq!(check(report, "linearizable"), Status::Pass, "never skipped");
+}
+
 /// A run with every option of the sale: held, exactly 300 units sold, each with its order.
 fn assert_every_option_held(report: &Report) {
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_every_check_passed(report);
     assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
     assert_eq!((report.units_sold_twice, report.buyers_served_twice), (0, 0));
     assert_eq!(report.error_count(), 0, "{}", report.render());
@@ -114,6 +149,7 @@ async fn flash_sale_for(strategy: Strategy, sale: &TestSale, how: Run) -> Report
 
 fn assert_held(report: &Report) {
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_every_check_passed(report);
     assert_eq!((report.stock_left, report.lucky), (0, 300), "{}", report.render());
     assert_eq!(report.told_sold, 300);
     assert_eq!(report.told_sold_out, 200);
@@ -134,6 +170,11 @@ fn assert_held(report: &Report) {
 /// A baseline must show its lesson in every run, not most.
 fn assert_oversold_as_expected(report: &Report) {
     assert_eq!(report.verdict, Verdict::Oversold, "{}", report.render());
+    assert_eq!(
+        check(report, "unique"),
+        Status::Fail,
+        "the history names the buyers of a unit sold twice"
+    );
     assert!(report.units_sold_twice > 0, "{}", report.render());
     assert!(
         report.holders_overlapped >= report.units_sold_twice,
@@ -365,6 +406,8 @@ async fn assert_one_per_buyer_held(strategy: Strategy) {
     };
     let report = flash_sale_for(strategy, &TestSale::new(), one_per_buyer).await;
     assert_eq!(report.verdict, Verdict::Held, "{}", report.render());
+    assert_every_check_passed(&report);
+    assert_eq!(check(&report, "one-per-buyer"), Status::Pass);
     assert_eq!((report.stock_left, report.lucky, report.told_sold), (0, 300, 300));
     assert_eq!((report.repeat_requests, report.buyers_served_twice), (50, 0));
     // 50 repeat buyers, each of whose first requests had a unit with odds near 300 in
