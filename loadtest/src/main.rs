@@ -177,16 +177,12 @@ fn write_history(
         history.extend(loadtest::history::read(faults)?);
         history.sort_by_key(|event| event.at_us);
     }
-    loadtest::history::write(path, &history)?;
     let title = format!(
         "{}, fencing {}: the history of one run",
         report.label(),
         report.fencing.name()
     );
-    let page = loadtest::render::timeline::page(&title, &history, &report.checks);
-    let timeline = path.with_extension("html");
-    std::fs::write(&timeline, page)
-        .map_err(|error| anyhow::anyhow!("cannot write the timeline to {}: {error}", timeline.display()))
+    loadtest::render::timeline::write_with_page(path, &title, &history, &report.checks)
 }
 
 /// Where the history of the report at `report` goes: `run.json` gets `run.history.jsonl`.

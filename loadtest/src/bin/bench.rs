@@ -140,6 +140,10 @@ async fn main() -> ExitCode {
                         eprintln!("bench: {error}");
                         return ExitCode::from(2);
                     }
+                    if let Err(error) = write_histories(&out, &result) {
+                        eprintln!("bench: {error:#}");
+                        return ExitCode::from(2);
+                    }
                     print!("{}", document::markdown(&tables::bench(std::slice::from_ref(&result))));
                     if result.kept_its_promise() {
                         ExitCode::SUCCESS
@@ -227,6 +231,18 @@ fn report(
 /// The lockbench runs, or `None` if the file is absent or unreadable.
 fn lockbench_runs(path: &Path) -> Option<Vec<Run>> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Each crowd run's history and its timeline, beside the result at `out`:
+/// `redis.json` gets `redis.crowd-1.history.jsonl` and `redis.crowd-1.history.html`.
+fn write_histories(out: &Path, result: &StrategyBench) -> anyhow::Result<()> {
+    let stem = out.file_stem().unwrap_or_default().to_string_lossy();
+    for (run, report) in (1..).zip(&result.crowd_runs) {
+        let path = out.with_file_name(format!("{stem}.crowd-{run}.history.jsonl"));
+        let title = format!("{}, crowd run {run}: the history", result.label);
+        loadtest::render::timeline::write_with_page(&path, &title, &report.history, &report.checks)?;
+    }
+    Ok(())
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {

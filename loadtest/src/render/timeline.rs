@@ -12,6 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::path::Path;
+
+use anyhow::Context;
 
 use super::escape;
 use crate::history::checks::{Check, Status};
@@ -30,6 +33,15 @@ const SOLD_OUT: &str = "#90a4ae";
 const REFUSED: &str = "#ef6c00";
 const UNKNOWN: &str = "#7b1fa2";
 const VIOLATION: &str = "#d50000";
+
+/// Writes `history` to `path` (see [`crate::history::write`]) and its page beside it:
+/// `run.history.jsonl` gets `run.history.html`.
+pub fn write_with_page(path: &Path, title: &str, history: &[Event], checks: &[Check]) -> anyhow::Result<()> {
+    crate::history::write(path, history)?;
+    let timeline = path.with_extension("html");
+    std::fs::write(&timeline, page(title, history, checks))
+        .with_context(|| format!("cannot write the timeline to {}", timeline.display()))
+}
 
 /// The page of a run's `history`, judged by `checks`, under the heading `title`.
 pub fn page(title: &str, history: &[Event], checks: &[Check]) -> String {

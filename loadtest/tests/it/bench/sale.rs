@@ -63,6 +63,14 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     let result: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(result["crowd"]["runs_passed"], 1, "{result}");
     assert_eq!(result["crowd"]["units_sold"]["median"], 300.0);
+    // The crowd run's history, beside the result: 500 invocations and their 500 answers.
+    let history = json.with_file_name(format!(
+        "{}.crowd-1.history.jsonl",
+        json.file_stem().unwrap().to_string_lossy()
+    ));
+    let events = loadtest::history::read(&history).unwrap();
+    assert_eq!(events.len(), 1000, "{}", history.display());
+    assert!(history.with_extension("html").exists(), "its timeline beside it");
     for (load, seconds) in [("serial", 0.3), ("sustained", 0.5), ("probed_window", 0.5)] {
         assert_eq!(result[load]["verdict"], "held", "{load}: {}", result[load]);
         window_counts_agree(load, &result[load], seconds);
