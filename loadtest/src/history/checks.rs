@@ -421,16 +421,6 @@ mod tests {
             .collect()
     }
 
-    fn sold_out_at(at_us: u64, process: u64) -> Event {
-        ended(
-            at_us,
-            process,
-            What::Fail {
-                answer: "sold_out".into(),
-            },
-        )
-    }
-
     #[test]
     fn a_sale_that_sold_each_unit_once_passes_every_check() {
         let events = [
@@ -439,7 +429,7 @@ mod tests {
             invoke(0, 3),
             sold(4, 1, 2),
             sold(5, 2, 1),
-            sold_out_at(6, 3),
+            told_sold_out(6, 3),
         ];
         let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
         let checks = checks(&events, &records, 2);
@@ -467,7 +457,7 @@ mod tests {
             invoke(0, 1),
             sold(2, 1, 2),
             invoke(3, 2),
-            sold_out_at(4, 2),
+            told_sold_out(4, 2),
             invoke(5, 3),
             sold(6, 3, 1),
         ];
@@ -522,7 +512,7 @@ mod tests {
             ),
             sold(5, 2, 1),
             invoke(6, 3),
-            sold_out_at(7, 3),
+            told_sold_out(7, 3),
         ];
         let records = [record("lost", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
         let checks = checks(&events, &records, 2);

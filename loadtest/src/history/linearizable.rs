@@ -337,16 +337,6 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(5);
 
-    fn sold_out(at_us: u64, process: u64) -> crate::history::Event {
-        ended(
-            at_us,
-            process,
-            What::Fail {
-                answer: "sold_out".into(),
-            },
-        )
-    }
-
     #[test]
     fn overlapping_sales_in_any_order_of_their_units_pass() {
         // Three buyers at once; they took units 2, 1 and then heard "sold out".
@@ -356,7 +346,7 @@ mod tests {
             invoke(0, 3),
             sold(5, 2, 1),
             sold(6, 1, 2),
-            sold_out(7, 3),
+            told_sold_out(7, 3),
         ];
         assert_eq!(check(&pair(&events), &model(2), LIMIT), Linearizability::Linearizable);
     }
@@ -384,7 +374,7 @@ mod tests {
             invoke(0, 1),
             sold(1, 1, 2),
             invoke(2, 2),
-            sold_out(3, 2),
+            told_sold_out(3, 2),
             invoke(4, 3),
             sold(5, 3, 1),
         ];
@@ -433,7 +423,7 @@ mod tests {
             invoke(2, 2),
             sold(3, 2, 2),
             invoke(4, 3),
-            sold_out(5, 3),
+            told_sold_out(5, 3),
         ];
         assert_eq!(check(&pair(&a_sale), &model(2), LIMIT), Linearizability::Linearizable);
         // But not two more units than the stock had.
@@ -443,7 +433,7 @@ mod tests {
             invoke(2, 2),
             sold(3, 2, 1),
             invoke(4, 3),
-            sold_out(5, 3),
+            told_sold_out(5, 3),
         ];
         assert!(matches!(
             check(&pair(&too_many), &model(3), LIMIT),
@@ -467,7 +457,7 @@ mod tests {
         let mut events: Vec<_> = (0..30)
             .flat_map(|process| [invoke(0, process), info(process)])
             .collect();
-        events.extend([invoke(2, 99), sold_out(3, 99)]);
+        events.extend([invoke(2, 99), told_sold_out(3, 99)]);
         let verdict = check(&pair(&events), &model(100), Duration::ZERO);
         assert_eq!(
             verdict,

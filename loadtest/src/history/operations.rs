@@ -225,6 +225,17 @@ pub(crate) mod tests {
         }
     }
 
+    /// Process `process` heard "sold out" at `at_us`.
+    pub fn told_sold_out(at_us: u64, process: u64) -> Event {
+        ended(
+            at_us,
+            process,
+            What::Fail {
+                answer: "sold_out".into(),
+            },
+        )
+    }
+
     pub fn record(sale_id: &str, buyer: &str, stock_before: i64) -> SaleRecord {
         SaleRecord {
             sale_id: sale_id.into(),

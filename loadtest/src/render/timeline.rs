@@ -27,6 +27,8 @@ const ROW: f64 = 4.0;
 /// Room on the left for the lanes' names, and between lanes.
 const MARGIN: f64 = 150.0;
 const LANE_GAP: f64 = 24.0;
+/// The height of the time axis above the lanes.
+const AXIS: f64 = 20.0;
 
 const SOLD: &str = "#2e7d32";
 const SOLD_OUT: &str = "#90a4ae";
@@ -63,6 +65,7 @@ pub fn page(title: &str, history: &[Event], checks: &[Check]) -> String {
     for band in bands(history) {
         svg.push_str(&band.svg(&clock, height));
     }
+    svg.push_str(&axis(&clock, height));
     for lane in &lanes {
         let _ = write!(
             svg,
@@ -107,6 +110,34 @@ impl Clock {
     }
 }
 
+/// The time axis: a tick and its milliseconds every 1, 2 or 5 times a power of ten,
+/// about ten of them, with a faint line down through the lanes.
+fn axis(clock: &Clock, height: f64) -> String {
+    let span_ms = clock.ms(clock.end).max(0.001);
+    let rough = span_ms / 10.0;
+    let power = 10f64.powf(rough.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|factor| factor * power)
+        .find(|step| *step >= rough)
+        .unwrap_or(power * 10.0);
+    // As many decimals as the step needs: 0.5 ms, 20 ms.
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    let mut svg = String::new();
+    for tick in 0.. {
+        let at_ms = f64::from(tick) * step;
+        if at_ms > span_ms {
+            break;
+        }
+        let x = clock.x(clock.start + (at_ms * 1000.0) as u64);
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="14" x2="{x:.1}" y2="{height}" stroke="#eee"/><text x="{x:.1}" y="11" font-size="10">{at_ms:.decimals$} ms</text>"##
+        );
+    }
+    svg
+}
+
 /// One instance's requests, each in the first row free when it was sent.
 struct Lane<'a> {
     host: String,
@@ -119,7 +150,7 @@ fn lanes(operations: &[Operation]) -> (Vec<Lane<'_>>, f64) {
     for operation in operations {
         by_host.entry(operation.host.as_str()).or_default().push(operation);
     }
-    let mut top = 0.0;
+    let mut top = AXIS;
     let mut lanes = Vec::new();
     for (host, requests) in by_host {
         // Each row holds when its last bar ends; a request takes the first row free.
