@@ -57,6 +57,8 @@ async def reduce(request):
                 "port": PORT,
                 "strategy": "python-peer",
                 "stock_before": stock,
+                # Whose: the history checker settles a lost answer by its buyer's record.
+                "buyer": request.query_params.get("buyer"),
                 "lock_wait_ms": (locked_at - waiting_since) * 1000,
                 "locked_at_ms": int(locked_at * 1000),
                 "sold_at_ms": int(time.time() * 1000),

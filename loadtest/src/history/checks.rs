@@ -22,6 +22,7 @@ use seckill::sale::stock::SaleRecord;
 
 use super::linearizable::{self, Linearizability, StockModel};
 use super::operations::{Operation, Operations, Outcome};
+use super::SOLD_UNNAMED;
 
 /// How long the linearizability search of one segment may take before it says `unknown`.
 pub const SEARCH_LIMIT: Duration = Duration::from_secs(10);
@@ -122,14 +123,30 @@ pub fn run_all(evidence: &Evidence) -> Vec<Check> {
             false => Check::skipped("one-per-buyer", "the sale does not hold buyers to one unit"),
         },
         match fence_regressions(evidence.records) {
-            Some(regressions) => Check::of(
-                "fence-order",
-                regressions.into_iter().map(|text| Finding::new(text, &[])).collect(),
-            ),
+            Some(regressions) => Check::of("fence-order", with_culprits(regressions, operations)),
             None => Check::skipped("fence-order", "no sale record carries a fencing token"),
         },
         linearizable(operations, evidence.model),
     ]
+}
+
+/// Findings about sale records, each with the requests told "sold" under the sale ids
+/// it names: the timeline draws those in red.
+fn with_culprits(texts: Vec<(String, [String; 2])>, operations: &[Operation]) -> Vec<Finding> {
+    let by_sale: HashMap<&str, &Operation> = operations
+        .iter()
+        .filter_map(|operation| operation.sold_unit().map(|unit| (unit.sale_id.as_str(), operation)))
+        .collect();
+    texts
+        .into_iter()
+        .map(|(text, sale_ids)| {
+            let culprits: Vec<&Operation> = sale_ids
+                .iter()
+                .filter_map(|id| by_sale.get(id.as_str()).copied())
+                .collect();
+            Finding::new(text, &culprits)
+        })
+        .collect()
 }
 
 /// The names of `operations`, the first [`SHOWN`] of them, joined with "and".
@@ -166,23 +183,44 @@ fn unique(operations: &[Operation]) -> Vec<Finding> {
         .collect()
 }
 
-/// `lost`: every buyer told "sold" has its sale record.
+/// `lost`: every buyer told "sold" has its sale record, and the record took the unit
+/// the answer named.
 fn lost(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
-    let recorded: HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
-    operations
-        .iter()
-        .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
-        .filter(|(_, unit)| !recorded.contains(unit.sale_id.as_str()))
-        .map(|(operation, unit)| {
-            let text = format!(
-                "{} was told it bought unit {} (sale {}), which no sale record holds",
-                operation.name(),
-                unit.unit,
-                unit.sale_id
-            );
-            Finding::new(text, &[operation])
-        })
-        .collect()
+    let recorded: HashMap<&str, &SaleRecord> = records.iter().map(|record| (record.sale_id.as_str(), record)).collect();
+    let mut findings = Vec::new();
+    for operation in operations {
+        let text = match (&operation.outcome, operation.sold_unit()) {
+            (_, Some(unit)) => match recorded.get(unit.sale_id.as_str()) {
+                None => format!(
+                    "{} was told it bought unit {} (sale {}), which no sale record holds",
+                    operation.name(),
+                    unit.unit,
+                    unit.sale_id
+                ),
+                Some(record) if (record.segment.unwrap_or(0), record.stock_before) != (unit.segment, unit.unit) => {
+                    format!(
+                    "{} was told it bought unit {} of segment {}, but its record (sale {}) took unit {} of segment {}",
+                    operation.name(),
+                    unit.unit,
+                    unit.segment,
+                    unit.sale_id,
+                    record.stock_before,
+                    record.segment.unwrap_or(0)
+                )
+                }
+                Some(_) => continue,
+            },
+            (Outcome::Unknown(answer), None) if answer == SOLD_UNNAMED => {
+                format!(
+                    "{} was told \"sold\" without a unit, and no sale record holds its sale",
+                    operation.name()
+                )
+            }
+            _ => continue,
+        };
+        findings.push(Finding::new(text, &[operation]));
+    }
+    findings
 }
 
 /// `phantom`: every sale record belongs to a buyer told "sold", or settled from an
@@ -192,10 +230,13 @@ fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
         .iter()
         .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
         .collect();
-    let told: HashMap<&str, &Operation> = operations
-        .iter()
-        .filter_map(|operation| operation.buyer.as_deref().map(|buyer| (buyer, operation)))
-        .collect();
+    // Per buyer, a request of it that was not told "sold": the one a phantom belongs to.
+    let mut told: HashMap<&str, &Operation> = HashMap::new();
+    for operation in operations.iter().filter(|operation| operation.sold_unit().is_none()) {
+        if let Some(buyer) = operation.buyer.as_deref() {
+            told.entry(buyer).or_insert(operation);
+        }
+    }
     records
         .iter()
         .filter(|record| !claimed.contains(record.sale_id.as_str()))
@@ -243,7 +284,8 @@ fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<Finding> {
         let Some(answered) = operation.answered_us else {
             continue;
         };
-        let sent_before: Vec<&Operation> = operations.iter().filter(|other| other.invoked_us < answered).collect();
+        // Sent at the instant of the answer counts as sent before it: the two overlap.
+        let sent_before: Vec<&Operation> = operations.iter().filter(|other| other.invoked_us <= answered).collect();
         let unknown = sent_before
             .iter()
             .filter(|other| matches!(other.outcome, Outcome::Unknown(_)))
@@ -322,8 +364,9 @@ fn one_per_buyer(operations: &[Operation]) -> Vec<Finding> {
 
 /// `fence-order`: along the order the records were written, each lock's tokens (a lock
 /// is a token source and a segment) must grow; two records share a token only when they
-/// name the same group. `None` when no record carries a token.
-pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<String>> {
+/// name the same group. Each finding comes with the sale ids of its two records.
+/// `None` when no record carries a token.
+pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<(String, [String; 2])>> {
     let mut last_of: BTreeMap<(&str, Option<u32>), &SaleRecord> = BTreeMap::new();
     let mut findings = Vec::new();
     for record in records {
@@ -339,7 +382,7 @@ pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<String>> {
                 None => false,
             };
             if regressed {
-                findings.push(format!(
+                let text = format!(
                     "sale {} (unit {}, token {token}) was written after sale {} (unit {}, token {})",
                     record.sale_id,
                     record.stock_before,
@@ -350,7 +393,8 @@ pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<String>> {
                         .as_ref()
                         .map(ToString::to_string)
                         .unwrap_or_default()
-                ));
+                );
+                findings.push((text, [record.sale_id.clone(), before.sale_id.clone()]));
             }
         }
     }
@@ -520,6 +564,50 @@ mod tests {
     }
 
     #[test]
+    fn a_sale_whose_answer_names_the_sale_before_the_reset_is_judged_in_this_one() {
+        // An atomic sale settled after a lost answer names the sale its instance saw
+        // last, the one before the reset; its record is in this sale.
+        let mut events = vec![
+            invoke(0, 1),
+            sold(5, 1, 2),
+            invoke(6, 2),
+            sold(7, 2, 1),
+            invoke(8, 3),
+            told_sold_out(9, 3),
+        ];
+        if let What::Ok { sold_unit, .. } = &mut events[1].what {
+            sold_unit.sale = "old".into();
+        }
+        let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
+    }
+
+    #[test]
+    fn an_answer_naming_another_unit_than_its_record_fails_lost() {
+        let events = [invoke(0, 1), sold(5, 1, 2)];
+        let records = [record("sale-1", "buyer-1", 1)];
+        let checks = checks(&events, &records, 2);
+        assert_eq!(
+            checks["lost"].1,
+            ["process 1 (buyer-1 via :8080) was told it bought unit 2 of segment 0, but its record (sale sale-1) took unit 1 of segment 0"]
+        );
+    }
+
+    #[test]
+    fn a_sold_answer_without_a_unit_or_a_record_fails_lost() {
+        let unnamed = What::Info {
+            answer: crate::history::SOLD_UNNAMED.into(),
+        };
+        let events = [invoke(0, 1), ended(5, 1, unnamed)];
+        let checks = checks(&events, &[], 2);
+        assert_eq!(
+            checks["lost"].1,
+            ["process 1 (buyer-1 via :8080) was told \"sold\" without a unit, and no sale record holds its sale"]
+        );
+    }
+
+    #[test]
     fn a_buyer_with_two_units_fails_one_per_buyer() {
         let mut events = vec![invoke(0, 1), invoke(0, 2), sold(4, 1, 2), sold(5, 2, 1)];
         if let What::Invoke { buyer, .. } = &mut events[1].what {
@@ -548,9 +636,10 @@ mod tests {
         let backwards = [with("a", 3, 2, None), with("b", 2, 1, None)];
         assert_eq!(
             fence_regressions(&backwards),
-            Some(vec![
-                "sale b (unit 2, token redis#0.1) was written after sale a (unit 3, token redis#0.2)".to_owned()
-            ])
+            Some(vec![(
+                "sale b (unit 2, token redis#0.1) was written after sale a (unit 3, token redis#0.2)".to_owned(),
+                ["b".to_owned(), "a".to_owned()]
+            )])
         );
         let repeated = [with("a", 3, 2, None), with("b", 2, 2, None)];
         assert_eq!(fence_regressions(&repeated).map(|found| found.len()), Some(1));

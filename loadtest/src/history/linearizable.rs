@@ -23,7 +23,10 @@
 //!   the segment may not drop below `u` without it.
 //!
 //! "Sold out" says every segment is empty, so it is checked in each: a necessary
-//! condition (each segment's history must be linearizable), not the whole of it.
+//! condition (each segment's history must be linearizable), not the whole of it. So is a
+//! request of unknown outcome, which each segment's search may let take a unit of its
+//! own, where it could take one in all. The crowd names every buyer, and the patch
+//! settles or drops its unknown requests before they get here.
 //!
 //! The search may take exponential time on a history of many overlapping requests. It
 //! stops at a time limit and then says [`Linearizability::Unknown`], never that the

@@ -128,6 +128,10 @@ impl Fault {
 /// The answer that ends "sold out": a `fail`, but one the model judges.
 pub const SOLD_OUT: &str = "sold_out";
 
+/// The `info` of a "sold" that did not name its unit (a seller older than `sold_unit`):
+/// the sale records settle it, and without one the `lost` check fails it.
+pub const SOLD_UNNAMED: &str = "sold, unit not named";
+
 /// Microseconds on `CLOCK_MONOTONIC`, the clock every process of the machine shares.
 pub fn now_us() -> u64 {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };

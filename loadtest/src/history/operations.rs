@@ -7,7 +7,11 @@
 //! - an `info` whose buyer has none is dropped: every sale writes its record in the
 //!   script that takes its unit, so no record means no sale;
 //! - an `info` that names no buyer cannot be told: it stays open, and the model may
-//!   take it as a sale or as nothing.
+//!   take it as a sale or as nothing; so does a "sold" that named no unit, which the
+//!   `lost` check then judges;
+//! - a sold answer whose sale record is in this sale is of this sale, whatever name it
+//!   carries: an atomic sale settled after a lost answer names the sale its instance
+//!   last saw, which may be the one before the reset.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +19,7 @@ use seckill::api::SoldUnit;
 use seckill::lock::FencingToken;
 use seckill::sale::stock::SaleRecord;
 
-use super::{Event, Process, What, SOLD_OUT};
+use super::{Event, Process, What, SOLD_OUT, SOLD_UNNAMED};
 
 /// One buyer's request, from its invocation to its end.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,12 +139,21 @@ pub fn pair(events: &[Event]) -> Vec<Operation> {
 
 /// Settles the unknown outcomes of `operations` with the sale records of the sale named
 /// `sale` (see the module's notes).
-pub fn patch(operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> Operations {
+pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> Operations {
+    let recorded: std::collections::HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
+    for operation in &mut operations {
+        if let Outcome::Sold { unit, .. } = &mut operation.outcome {
+            if recorded.contains(unit.sale_id.as_str()) {
+                unit.sale = sale.to_owned();
+            }
+        }
+    }
     let claimed: std::collections::HashSet<&str> = operations
         .iter()
         .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
         .collect();
-    // The records no answer claimed, by buyer, oldest first.
+    // The records no answer claimed, by buyer, in the order they were written (on a
+    // cluster the list is read segment by segment, so by the time of the write).
     let mut unclaimed: BTreeMap<&str, Vec<&SaleRecord>> = BTreeMap::new();
     for record in records
         .iter()
@@ -150,12 +163,16 @@ pub fn patch(operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> 
             unclaimed.entry(buyer.as_str()).or_default().push(record);
         }
     }
+    for left in unclaimed.values_mut() {
+        left.sort_by_key(|record| record.sold_at_ms);
+    }
     let mut patched = Operations::default();
     for mut operation in operations {
-        let (Outcome::Unknown(_), Some(buyer)) = (&operation.outcome, &operation.buyer) else {
+        let (Outcome::Unknown(answer), Some(buyer)) = (&operation.outcome, &operation.buyer) else {
             patched.operations.push(operation);
             continue;
         };
+        let sold_unnamed = answer == SOLD_UNNAMED;
         let record = unclaimed
             .get_mut(buyer.as_str())
             .and_then(|left| match left.is_empty() {
@@ -178,6 +195,8 @@ pub fn patch(operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> 
                 patched.settled += 1;
                 patched.operations.push(operation);
             }
+            // Told "sold" without a unit, and no record: the `lost` check judges it.
+            None if sold_unnamed => patched.operations.push(operation),
             None => patched.dropped += 1,
         }
     }
@@ -276,6 +295,39 @@ pub(crate) mod tests {
         assert_eq!(seen, [(1, Some(6), true), (2, Some(5), false), (3, None, false)]);
         assert_eq!(operations[1].sold_unit().map(|unit| unit.unit), Some(3));
         assert_eq!(operations[2].outcome, Outcome::Unknown("no answer".into()));
+    }
+
+    #[test]
+    fn a_buyers_records_settle_its_requests_in_the_order_they_were_written() {
+        // Two requests of one buyer, both unknown; on a cluster its records are read
+        // segment by segment, the later sale first.
+        let unknown = || What::Info {
+            answer: "timeout".into(),
+        };
+        let mut events = vec![
+            invoke(0, 1),
+            invoke(1, 2),
+            ended(9, 1, unknown()),
+            ended(9, 2, unknown()),
+        ];
+        if let What::Invoke { buyer, .. } = &mut events[1].what {
+            *buyer = Some("buyer-1".into());
+        }
+        let later = SaleRecord {
+            sold_at_ms: 20,
+            ..record("later", "buyer-1", 1)
+        };
+        let earlier = SaleRecord {
+            sold_at_ms: 10,
+            ..record("earlier", "buyer-1", 2)
+        };
+        let patched = patch(pair(&events), "s", &[later, earlier]);
+        let settled: Vec<(u64, &str)> = patched
+            .operations
+            .iter()
+            .map(|op| (op.process, op.sold_unit().unwrap().sale_id.as_str()))
+            .collect();
+        assert_eq!(settled, [(1, "earlier"), (2, "later")]);
     }
 
     #[test]

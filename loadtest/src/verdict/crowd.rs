@@ -130,7 +130,7 @@ impl Answer {
                 },
                 // A seller that does not name its unit: the sale records settle it.
                 None => What::Info {
-                    answer: "sold, unit not named".into(),
+                    answer: history::SOLD_UNNAMED.into(),
                 },
             },
             Answer::SoldOut(_) => What::Fail {
