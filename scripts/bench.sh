@@ -207,7 +207,7 @@ echo
 headline="$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), release build, servers of \`make services\` on loopback"
 say "$headline"
 target/release/bench report "${results[@]}" --headline "$headline" --markdown "$RESULTS/tables.md" \
-  --html "$RESULTS/report.html" --chaos "$RUN/results/chaos/table.md" --lockbench "$RUN/results/lockbench.json" || true
+  --html "$RESULTS/report.html" --chaos "$RUN/results/chaos/runs.jsonl" --lockbench "$RUN/results/lockbench.json" || true
 if [[ ${PUBLISH:-0} == 1 ]]; then
   split_tables "$RESULTS/tables.md" "$RESULTS/pages" ||
     die "$RESULTS/tables.md does not hold every part its pages show (above), so no page was published"

@@ -22,8 +22,10 @@
 # here is the script's own, on the ports below, stopped at the end; nothing of `make
 # services` or `make cluster` is used. Results in .run/results/clock-jump/.
 #
-# Exit 1 when a fenced row sold a unit twice, or an instance's jump ended a lease
-# (lock_lost). Redlock selling twice is the expected lesson; the table says if it did not.
+# This script starts, jumps and stops; `loadtest chaos-table` judges each run from its history
+# and writes the table, a column per check (record_run says what each row promises). Exit 1
+# when a fenced row failed a check, or an instance's jump ended a lease (lock_lost). Redlock
+# selling twice is the expected lesson; the table's note says if it did not.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -176,19 +178,28 @@ jump_the_instances() {
   done
 }
 
-# field REPORT NAME: one figure of a load test's report (--report-file), empty if absent.
-field() { jq -r --arg name "$2" '.[$name] // empty' "$1"; }
-# The number of answers whose kind starts with $2 ("503 lock_lost", ...), from the report's errors.
-answers() { jq --arg kind "$2" '[(.errors // {}) | to_entries[] | select(.key | startswith($kind)) | .value] | add // 0' "$1"; }
+# record_run LABEL: the row's line of the runs file, for `loadtest chaos-table`, which judges
+# the run from its report and history. What each row promises: Redlock's double sale, and
+# the unfenced one, are the lesson (`fails`); a fenced row holds; an instance's jump may end
+# no lease (`503 lock_lost`), and makes its grant log's times (wall clock) meaningless.
+record_run() {
+  local expect=holds never='[]' instance_clocks=false
+  [[ $ROW == redlock-clock-jump || $1 == *-fencing-off ]] && expect=fails
+  [[ $ROW == instance-clock-jump ]] && never='["503 lock_lost"]' instance_clocks=true
+  jq -nc --arg fault "$ROW" --arg strategy "$2" --arg report "$1.json" --arg expect $expect \
+    --argjson never "$never" --argjson instance_clocks $instance_clocks \
+    '{fault: $fault, strategy: $strategy, run: 1, expect: $expect, report: $report,
+      never_answer: $never, instance_clocks_jump: $instance_clocks}' >>"$RUNS_FILE"
+}
 
-# play LABEL JUMPER: the load test against the running instances of row ROW, JUMPER striking
-# meanwhile; its report is $RESULTS/LABEL.json. Adds the row to the table.
+# play LABEL STRATEGY JUMPER: the load test against the running instances of row ROW, JUMPER
+# striking meanwhile; its report is $RESULTS/LABEL.json. Adds the run to the runs file.
 play() {
   local report="$RESULTS/$1.json"
   FAULTS="$RESULTS/$1.faults.jsonl"
   rm -f "$FAULTS"
   GENERATION=$("${STOCK_REDIS[@]}" get stock:generation)
-  "$2" &
+  "$3" &
   local jumper=$!
   "$BIN/loadtest" --users 200 --stock 100 --hosts "http://127.0.0.1:${PORTS[0]},http://127.0.0.1:${PORTS[1]}" \
     --redis-url "redis://127.0.0.1:$STOCK_REDIS_PORT" --report-file "$report" --faults-file "$FAULTS" \
@@ -197,20 +208,7 @@ play() {
   FAULTS=/dev/null # the next row's clocks are set back outside any run
   stop_instances
   [[ -s $report ]] || die "the load test wrote no report for $1; see $LOGS/clock-jump-$1-loadtest.log"
-  local twice overlapped refused lost fencing
-  twice=$(field "$report" units_sold_twice)
-  overlapped=$(field "$report" holders_overlapped)
-  refused=$(jq '.fence_refused.writes' "$report")
-  lost=$(answers "$report" "503 lock_lost")
-  fencing=$(field "$report" fencing)
-  # An instance's jump makes the grant log's times (wall clock) meaningless.
-  [[ $ROW == instance-clock-jump ]] && overlapped="-"
-  table+=("| $ROW | $(field "$report" strategy) | $fencing | $twice | $overlapped | $refused | $lost | $(field "$report" lucky) |")
-  printf '%s\n' "${table[-1]}"
-  if [[ $fencing == on ]] && ((twice > 0)); then unsafe+=("$ROW: a fenced sale sold $twice units twice"); fi
-  if [[ $ROW == instance-clock-jump ]] && ((lost > 0)); then unsafe+=("$ROW: a jump ended $lost leases"); fi
-  if [[ $fencing == no_tokens ]] && ((twice == 0)); then notes+=("$ROW: no unit sold twice this time (a jump missed the holder's window)"); fi
-  return 0
+  record_run "$1" "$2"
 }
 
 # --- the rows --------------------------------------------------------------------------
@@ -232,9 +230,8 @@ build_release
 trap stop_everything EXIT
 start_redis stock-redis $STOCK_REDIS_PORT
 
-table=("| scenario | lock | fencing | units sold twice | holders overlapped | writes refused by the fence | buyers told lock_lost | sold |"
-  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
-unsafe=() notes=()
+RUNS_FILE="$RESULTS/runs.jsonl"
+: >"$RUNS_FILE"
 
 # Kleppmann's example: the first instance cannot reach masters 4 and 5 (a partition: it
 # knows them by ports where nothing answers), so each of its grants is a bare majority,
@@ -252,7 +249,7 @@ if wanted redlock-clock-jump; then
   start_seckill_on "${PORTS[0]}" -- --lock redlock --redlock-urls "${behind_the_partition%,}"
   start_seckill_on "${PORTS[1]}" -- --lock redlock --redlock-urls "${all_five%,}"
   await_instances "clock-jump-$ROW"
-  play $ROW jump_a_redlock_master
+  play $ROW redlock jump_a_redlock_master
   stop_redis redlock-1 redlock-2 redlock-3 redlock-4 redlock-5
 fi
 
@@ -262,7 +259,7 @@ for fencing in on off; do
   jump "$DATA/lock-redis-clock" 0
   start_redis lock-redis $LOCK_REDIS_PORT "$DATA/lock-redis-clock"
   start_seckill -- --lock redis --lock-redis-url "redis://127.0.0.1:$LOCK_REDIS_PORT" --fencing $fencing
-  play $ROW-fencing-$fencing jump_the_lock_redis
+  play $ROW-fencing-$fencing redis jump_the_lock_redis
   stop_redis lock-redis
 done
 
@@ -271,13 +268,13 @@ if wanted instance-clock-jump; then
   jump "$DATA/instance-clock" +0
   read -r -a clock_env <<<"$(faketime_env "$DATA/instance-clock")"
   start_seckill "${clock_env[@]}" -- --lock redis
-  play $ROW jump_the_instances
+  play $ROW redis jump_the_instances
 fi
 
 echo
 say "200 buyers, 100 units, two instances, $JUMPS jumps a row, $(date -u +%Y-%m-%d), $(nproc) cores:"
-printf '%s\n' "${table[@]}" | tee "$RESULTS/table.md"
-say "the table is also in $RESULTS/table.md; each row's report is in $RESULTS/"
+safe=yes
+"$BIN/loadtest" chaos-table "$RUNS_FILE" --layout clock-jump --markdown "$RESULTS/table.md" || safe=
+say "the table is also in $RESULTS/table.md; each row's report and history are in $RESULTS/"
 publish_results "$ROOT/docs/results/clock-jump.md" clock-jump "$COMMAND" "$RESULTS/table.md"
-for note in "${notes[@]}"; do say "note: $note"; done
-((${#unsafe[@]} == 0)) || die "unsafe: ${unsafe[*]}"
+[[ -n $safe ]] || die "unsafe: a row that must hold did not (loadtest chaos-table says which, above)"

@@ -11,6 +11,8 @@
 //!    critical path, with the CPU each process used; and `lockbench`, the locks alone.
 //! 5. [`render`]: what a reader sees. The verdict as text, the tables, the SVG charts
 //!    and the self-contained HTML report, with one escape for all of them.
+//! 6. [`chaos`]: the tables of `make chaos` and `make clock-jump`, each run judged from
+//!    its history, each row by what it promises.
 //!
 //! Each module imports only those above it. The binaries are thin: `loadtest` (the
 //! verdict), `bench` (measure, then report) and `lockbench`. `make chaos`'s network
@@ -25,5 +27,7 @@ pub mod verdict;
 pub mod bench;
 
 pub mod render;
+
+pub mod chaos;
 
 pub use verdict::{run, InvalidRun, Options, Report, Verdict};

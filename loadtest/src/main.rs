@@ -94,25 +94,40 @@ enum Command {
         #[arg(long)]
         detail: Option<String>,
     },
+    /// Write the table of `make chaos` or `make clock-jump` from its runs file: each run
+    /// judged from its report and history, a column per check. Exit 1 when a row that
+    /// must hold did not.
+    ChaosTable {
+        /// The runs file: one JSON line per run, appended by the script after each run.
+        runs: std::path::PathBuf,
+        #[arg(long, value_enum, default_value = "chaos")]
+        layout: loadtest::chaos::table::Layout,
+        /// Also write the table, in Markdown, to this file.
+        #[arg(long, value_name = "PATH")]
+        markdown: Option<std::path::PathBuf>,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::RecordFault {
-        to,
-        fault,
-        target,
-        detail,
-    }) = &cli.command
-    {
-        return match loadtest::history::append_fault(to, *fault, target, detail.as_deref()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("loadtest error: {error:#}");
-                ExitCode::from(2)
-            }
-        };
+    match &cli.command {
+        Some(Command::RecordFault {
+            to,
+            fault,
+            target,
+            detail,
+        }) => {
+            return match loadtest::history::append_fault(to, *fault, target, detail.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("loadtest error: {error:#}");
+                    ExitCode::from(2)
+                }
+            };
+        }
+        Some(Command::ChaosTable { runs, layout, markdown }) => return chaos_table(runs, *layout, markdown.as_deref()),
+        None => {}
     }
     if !cli.compare.is_empty() {
         return compare(&cli.compare, cli.chart.as_deref());
@@ -189,6 +204,40 @@ fn write_history(
 fn history_beside(report: &std::path::Path) -> std::path::PathBuf {
     let stem = report.file_stem().unwrap_or_default().to_string_lossy();
     report.with_file_name(format!("{stem}.history.jsonl"))
+}
+
+/// Prints the table of the runs in `runs`, and what broke; exit 1 when a row that must
+/// hold did not, 2 when a run cannot be read.
+fn chaos_table(
+    runs: &std::path::Path,
+    layout: loadtest::chaos::table::Layout,
+    markdown: Option<&std::path::Path>,
+) -> ExitCode {
+    let runs = match loadtest::chaos::read_runs(runs) {
+        Ok(runs) => runs,
+        Err(error) => {
+            eprintln!("loadtest error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let rows = loadtest::chaos::rows(&runs);
+    let table = loadtest::chaos::table::table(&rows, layout).markdown();
+    print!("{table}");
+    if let Some(path) = markdown {
+        if let Err(error) = std::fs::write(path, &table) {
+            eprintln!("loadtest error: cannot write the table to {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    rows.iter()
+        .flat_map(|row| row.notes())
+        .for_each(|note| println!("note: {note}"));
+    let broken: Vec<String> = rows.iter().flat_map(|row| row.broken_promises()).collect();
+    if broken.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    broken.iter().for_each(|why| eprintln!("unsafe: {why}"));
+    ExitCode::from(1)
 }
 
 fn compare(paths: &[std::path::PathBuf], chart: Option<&std::path::Path>) -> ExitCode {

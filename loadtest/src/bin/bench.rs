@@ -2,7 +2,7 @@
 //!
 //!   bench measure --label redis --out .run/results/bench/redis.json [--runs 5] ...
 //!       one strategy, whose two instances run (see `loadtest::bench`)
-//!   bench report .run/results/bench/*.json --html report.html [--chaos table.md] [--lockbench lockbench.json]
+//!   bench report .run/results/bench/*.json --html report.html [--chaos runs.jsonl] [--lockbench lockbench.json]
 //!       the tables, the ordering, and one self-contained HTML report
 //!
 //! `make bench` (scripts/bench.sh) starts the instances of each strategy and runs both.
@@ -18,7 +18,9 @@ use loadtest::bench::cpu::Watched;
 use loadtest::bench::lockbench::Run;
 use loadtest::bench::sustained::Load;
 use loadtest::bench::{self, BenchOptions, StrategyBench};
-use loadtest::render::{document, html, tables};
+use loadtest::chaos;
+use loadtest::render::document::{self, Table};
+use loadtest::render::{html, tables};
 use loadtest::Options;
 
 #[derive(Parser)]
@@ -77,13 +79,26 @@ enum Command {
         /// When and where it ran, for the report's first line.
         #[arg(long, default_value = "")]
         headline: String,
-        /// The chaos table (`make chaos` writes .run/results/chaos/table.md); skipped if absent.
+        /// The chaos suite's runs file (`make chaos` writes .run/results/chaos/runs.jsonl):
+        /// its table goes into the report; skipped if absent.
         #[arg(long, value_name = "PATH")]
         chaos: Option<PathBuf>,
         /// The raw lock benchmark (`make lockbench` writes .run/results/lockbench.json); skipped if absent.
         #[arg(long, value_name = "PATH")]
         lockbench: Option<PathBuf>,
     },
+}
+
+/// The chaos suite's table, judged from its runs; left out, with a warning, when a run
+/// cannot be read.
+fn chaos_table(runs: &Path) -> Option<Table> {
+    match chaos::read_runs(runs) {
+        Ok(runs) => Some(chaos::table::table(&chaos::rows(&runs), chaos::table::Layout::Chaos)),
+        Err(error) => {
+            eprintln!("bench: the report leaves the chaos table out: {error:#}");
+            None
+        }
+    }
 }
 
 fn parse_watched(text: &str) -> Result<Watched, String> {
@@ -212,7 +227,7 @@ fn report(
     if let Some(path) = html {
         let extras = html::Extras {
             headline,
-            chaos_table: chaos.and_then(|path| std::fs::read_to_string(path).ok()),
+            chaos_table: chaos.filter(|path| path.exists()).and_then(chaos_table),
             lockbench: lockbench.and_then(lockbench_runs),
         };
         if let Err(error) = write(path, &html::report(&benches, &extras)) {

@@ -111,6 +111,9 @@ pub enum Fault {
     ClockJump,
     Failover,
     Reset,
+    /// A hash slot moves to another master of a Redis Cluster, keys and all; a `heal` of
+    /// the same target says it has moved.
+    Reshard,
 }
 
 impl Fault {
@@ -119,7 +122,7 @@ impl Fault {
         match self {
             Fault::Pause => Some(Fault::Resume),
             Fault::Kill => Some(Fault::Start),
-            Fault::Partition | Fault::Delay => Some(Fault::Heal),
+            Fault::Partition | Fault::Delay | Fault::Reshard => Some(Fault::Heal),
             _ => None,
         }
     }

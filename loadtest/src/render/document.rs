@@ -4,8 +4,6 @@
 
 use std::fmt::Write;
 
-use pulldown_cmark::{Alignment, Event, Options, Parser, Tag, TagEnd};
-
 use super::escape;
 
 /// How a column's cells line up.
@@ -83,79 +81,6 @@ impl Table {
         html.push_str("</table>\n");
         html
     }
-
-    /// Reads a document written by another tool (`make chaos` writes only Markdown):
-    /// its tables, and the text of its other blocks, with pulldown-cmark's GitHub tables.
-    pub fn parse_markdown(markdown: &str) -> Vec<Block> {
-        let mut reading = Reading::default();
-        for event in Parser::new_ext(markdown, Options::ENABLE_TABLES) {
-            reading.read(event);
-        }
-        reading.blocks
-    }
-}
-
-/// What [`Table::parse_markdown`] has read so far.
-#[derive(Default)]
-struct Reading {
-    blocks: Vec<Block>,
-    /// The paragraph or the cell being read.
-    text: String,
-    /// The alignment row of the table being read.
-    aligns: Vec<Align>,
-    row: Vec<String>,
-    table: Option<Table>,
-}
-
-impl Reading {
-    fn read(&mut self, event: Event) {
-        match event {
-            Event::Start(Tag::Table(alignments)) => {
-                self.aligns = alignments
-                    .iter()
-                    .map(|align| match align {
-                        Alignment::Right => Align::Right,
-                        _ => Align::Left,
-                    })
-                    .collect();
-            }
-            Event::End(TagEnd::TableCell) => {
-                let cell = std::mem::take(&mut self.text);
-                self.row.push(cell.trim().to_owned());
-            }
-            Event::End(TagEnd::TableHead) => {
-                let header = std::mem::take(&mut self.row);
-                let aligns = self.aligns.iter().copied().chain(std::iter::repeat(Align::Left));
-                let columns = header.into_iter().zip(aligns).collect();
-                self.table = Some(Table {
-                    columns,
-                    rows: Vec::new(),
-                });
-            }
-            Event::End(TagEnd::TableRow) => {
-                let row = std::mem::take(&mut self.row);
-                if let Some(table) = &mut self.table {
-                    table.push(row);
-                }
-            }
-            Event::End(TagEnd::Table) => self.blocks.extend(self.table.take().map(Block::Table)),
-            Event::End(
-                TagEnd::Paragraph | TagEnd::Heading(_) | TagEnd::Item | TagEnd::CodeBlock | TagEnd::HtmlBlock,
-            ) => {
-                let text = std::mem::take(&mut self.text);
-                if !text.trim().is_empty() {
-                    self.blocks.push(Block::Text(text.trim().to_owned()));
-                }
-            }
-            // Emphasis goes; code keeps its backticks, as the Markdown showed them.
-            Event::Text(text) | Event::InlineHtml(text) | Event::Html(text) => self.text.push_str(&text),
-            Event::Code(code) => {
-                let _ = write!(self.text, "`{code}`");
-            }
-            Event::SoftBreak | Event::HardBreak => self.text.push('\n'),
-            _ => {}
-        }
-    }
 }
 
 /// One Markdown table row: `| a | b |`.
@@ -232,27 +157,5 @@ mod tests {
             format!("Some words.\n\n{}\nMore.\nAnd more.\n", table().markdown())
         );
         assert!(html(&blocks).contains("<p>More.</p>\n<p>And more.</p>"));
-    }
-
-    #[test]
-    fn two_tables_read_back_apart_with_their_cells_unescaped_and_unemphasized() {
-        let markdown = "| fault | sold |\n| --- | ---: |\n| a \\| b | **300** |\n\n| scenario |\n| --- |\n| `jump` |\n";
-        let mut first = Table::new(&[("fault", Align::Left), ("sold", Align::Right)]);
-        first.push(vec!["a | b".into(), "300".into()]);
-        let mut second = Table::new(&[("scenario", Align::Left)]);
-        second.push(vec!["`jump`".into()]);
-        assert_eq!(
-            Table::parse_markdown(markdown),
-            [Block::Table(first), Block::Table(second)]
-        );
-    }
-
-    #[test]
-    fn markdown_written_elsewhere_reads_back_as_the_same_table() {
-        let markdown = format!("Some words.\n\n{}", table().markdown());
-        assert_eq!(
-            Table::parse_markdown(&markdown),
-            [Block::Text("Some words.".into()), Block::Table(table())]
-        );
     }
 }

@@ -24,8 +24,8 @@ use super::tables;
 pub struct Extras {
     /// When and where it ran, in words.
     pub headline: String,
-    /// The chaos suite's table, if `make chaos` ran. Markdown: `scripts/chaos.sh` writes only that.
-    pub chaos_table: Option<String>,
+    /// The chaos suite's table, if `make chaos` ran.
+    pub chaos_table: Option<Table>,
     /// The raw lock benchmark's runs, if `make lockbench` ran.
     pub lockbench: Option<Vec<Run>>,
 }
@@ -64,10 +64,7 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         latency: latency(benches),
         lock_waits: lock_wait_curves(benches),
         figures: document::html(&tables::bench(benches)),
-        chaos: extras
-            .chaos_table
-            .as_deref()
-            .map(|table| document::html(&Table::parse_markdown(table))),
+        chaos: extras.chaos_table.as_ref().map(Table::html),
         lockbench: runs.map(|runs| tables::lockbench(runs).html()),
         recipes: runs
             .filter(|runs| runs.iter().any(|run| run.recipe_of.is_some()))
@@ -226,7 +223,11 @@ mod tests {
     fn the_report_escapes_what_it_is_given_and_holds_every_section() {
         let extras = Extras {
             headline: "run at <noon> & \"here\"".into(),
-            chaos_table: Some("| fault | verdicts |\n| --- | --- |\n| a <b> & c | held |\n".into()),
+            chaos_table: Some({
+                let mut table = Table::new(&[("fault", document::Align::Left), ("verdicts", document::Align::Left)]);
+                table.push(vec!["a <b> & c".into(), "held".into()]);
+                table
+            }),
             lockbench: Some(vec![run("redis", None), run("redis-py", Some("redis"))]),
         };
         let page = report(&[], &extras);

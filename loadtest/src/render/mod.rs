@@ -2,8 +2,7 @@
 //! and page is drawn here. Tables and charts are escaped by one [`escape`]; the report's
 //! page is an askama template, which escapes what it is given.
 //!
-//! 1. [`document`]: sentences and tables, written as Markdown or as HTML, and read back
-//!    from Markdown by pulldown-cmark.
+//! 1. [`document`]: sentences and tables, written as Markdown or as HTML.
 //! 2. [`text`]: the verdict of one run, as the terminal prints it.
 //! 3. [`tables`]: the tables that compare runs, strategies and locks.
 //! 4. [`chart`]: the SVG charts, hand-written and self-contained.

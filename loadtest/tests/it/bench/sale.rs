@@ -188,12 +188,10 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
     assert!(stdout.contains("| redis | 1/1 | 300 (300–300) |"), "{stdout}");
 
     let html = dir.path().join("report.html");
-    let chaos = dir.path().join("chaos.md");
-    std::fs::write(
-        &chaos,
-        "| fault | strategy | sold twice |\n| --- | --- | ---: |\n| holder-killed | redis | 0 |\n",
-    )
-    .unwrap();
+    let chaos = dir.path().join("runs.jsonl");
+    let paused = crate::chaos_table::report("on", crate::chaos_table::PASSED, 0);
+    let run = crate::chaos_table::run(dir.path(), "run-1", "holds", paused, crate::chaos_table::PAUSED_HISTORY);
+    std::fs::write(&chaos, run).unwrap();
     let reported = Command::new(bench)
         .arg("report")
         .arg(&json)
@@ -222,7 +220,7 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         "units sold, rates, ratios, where the time goes, latency, lock waits"
     );
     assert!(
-        page.contains("<td>holder-killed</td>"),
+        page.contains("<td>holder-paused</td><td class=\"text\">redis</td>"),
         "the chaos table is in the report"
     );
     assert!(
