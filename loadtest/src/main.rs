@@ -94,6 +94,25 @@ enum Command {
         #[arg(long)]
         detail: Option<String>,
     },
+    /// Check a history file alone, with no server: the checks that need no sale record
+    /// (`unique`, `sold-out`, `real-time`, `one-per-buyer`, `linearizable`). Exit 1 when
+    /// one fails. Edit a line of a history and see which check catches it.
+    Check {
+        /// A history (`--history-file`), or one written by another tool in its format.
+        history: std::path::PathBuf,
+        /// The units the sale began with.
+        #[arg(long, default_value_t = 300)]
+        stock: i64,
+        /// Into how many segments the stock was split (`--stock-segments`).
+        #[arg(long, default_value_t = 1)]
+        segments: u32,
+        /// The sale held every buyer to one unit (`--one-per-buyer`).
+        #[arg(long)]
+        one_per_buyer: bool,
+        /// Also draw the history's timeline into this page.
+        #[arg(long, value_name = "PATH")]
+        timeline: Option<std::path::PathBuf>,
+    },
     /// Write the table of `make chaos` or `make clock-jump` from its runs file: each run
     /// judged from its report and history, a column per check. Exit 1 when a row that
     /// must hold did not.
@@ -127,6 +146,13 @@ async fn main() -> ExitCode {
             };
         }
         Some(Command::ChaosTable { runs, layout, markdown }) => return chaos_table(runs, *layout, markdown.as_deref()),
+        Some(Command::Check {
+            history,
+            stock,
+            segments,
+            one_per_buyer,
+            timeline,
+        }) => return check(history, *stock, *segments, *one_per_buyer, timeline.as_deref()),
         None => {}
     }
     if !cli.compare.is_empty() {
@@ -204,6 +230,52 @@ fn write_history(
 fn history_beside(report: &std::path::Path) -> std::path::PathBuf {
     let stem = report.file_stem().unwrap_or_default().to_string_lossy();
     report.with_file_name(format!("{stem}.history.jsonl"))
+}
+
+/// Checks the history at `path` alone, and prints each check's status and findings.
+fn check(
+    path: &std::path::Path,
+    stock: i64,
+    segments: u32,
+    one_per_buyer: bool,
+    timeline: Option<&std::path::Path>,
+) -> ExitCode {
+    let segments = match seckill::sale::segments::Segments::new(segments) {
+        Ok(segments) => segments,
+        Err(error) => {
+            eprintln!("loadtest error: --segments: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let events = match loadtest::history::read(path) {
+        Ok(events) => events,
+        Err(error) => {
+            eprintln!("loadtest error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let checks = loadtest::history::checks::run_on_history_alone(&events, &segments.split(stock), one_per_buyer);
+    print!("{}", loadtest::render::checks::text(&checks));
+    if let Some(page) = timeline {
+        let title = format!("{}: checked alone", path.display());
+        let html = loadtest::render::timeline::page(&title, &events, &checks);
+        if let Err(error) = std::fs::write(page, html) {
+            eprintln!(
+                "loadtest error: cannot write the timeline to {}: {error}",
+                page.display()
+            );
+            return ExitCode::from(2);
+        }
+        println!("timeline: {}", page.display());
+    }
+    let failed = checks
+        .iter()
+        .any(|check| check.status == loadtest::history::checks::Status::Fail);
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Prints the table of the runs in `runs`, and what broke; exit 1 when a row that must

@@ -229,6 +229,7 @@ fn report(
             headline,
             chaos_table: chaos.filter(|path| path.exists()).and_then(chaos_table),
             lockbench: lockbench.and_then(lockbench_runs),
+            timelines: timelines(paths, &benches, path),
         };
         if let Err(error) = write(path, &html::report(&benches, &extras)) {
             eprintln!("bench: {error}");
@@ -243,6 +244,33 @@ fn report(
     }
 }
 
+/// The timelines `bench measure` wrote beside each result (see [`write_histories`]), as
+/// links from the folder of the report at `html`: a name where they share it.
+fn timelines(results: &[PathBuf], benches: &[StrategyBench], html: &Path) -> Vec<(String, Vec<String>)> {
+    let links = |result: &PathBuf, bench: &StrategyBench| -> Vec<String> {
+        (1..=bench.crowd_runs.len())
+            .map(|run| timeline_of(result, run))
+            .filter(|page| page.exists())
+            .map(|page| match page.parent() == html.parent() {
+                true => page.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+                false => std::path::absolute(&page).unwrap_or(page).display().to_string(),
+            })
+            .collect()
+    };
+    results
+        .iter()
+        .zip(benches)
+        .map(|(result, bench)| (bench.label.clone(), links(result, bench)))
+        .filter(|(_, links)| !links.is_empty())
+        .collect()
+}
+
+/// The timeline of crowd run `run` of the result at `result`.
+fn timeline_of(result: &Path, run: usize) -> PathBuf {
+    let stem = result.file_stem().unwrap_or_default().to_string_lossy();
+    result.with_file_name(format!("{stem}.crowd-{run}.history.html"))
+}
+
 /// The lockbench runs, or `None` if the file is absent or unreadable.
 fn lockbench_runs(path: &Path) -> Option<Vec<Run>> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
@@ -251,9 +279,8 @@ fn lockbench_runs(path: &Path) -> Option<Vec<Run>> {
 /// Each crowd run's history and its timeline, beside the result at `out`:
 /// `redis.json` gets `redis.crowd-1.history.jsonl` and `redis.crowd-1.history.html`.
 fn write_histories(out: &Path, result: &StrategyBench) -> anyhow::Result<()> {
-    let stem = out.file_stem().unwrap_or_default().to_string_lossy();
     for (run, report) in (1..).zip(&result.crowd_runs) {
-        let path = out.with_file_name(format!("{stem}.crowd-{run}.history.jsonl"));
+        let path = timeline_of(out, run).with_extension("jsonl");
         let title = format!("{}, crowd run {run}: the history", result.label);
         loadtest::render::timeline::write_with_page(&path, &title, &report.history, &report.checks)?;
     }

@@ -14,7 +14,7 @@
 use std::fmt::Write;
 
 use crate::bench::StrategyBench;
-use crate::verdict::{Report, Verdict};
+use crate::verdict::Report;
 
 use super::escape;
 
@@ -61,11 +61,7 @@ pub fn comparison_svg(reports: &[Report]) -> String {
     let figures: Vec<String> = reports
         .iter()
         .map(|report| {
-            let verdict = match report.verdict {
-                Verdict::Held => "held",
-                Verdict::Oversold => "OVERSOLD",
-                Verdict::Lost => "LOST",
-            };
+            let verdict = super::tables::verdict_word(report.verdict);
             format!(
                 "{} sold · {verdict} · {} sold twice · {:.0} req/s · p99 {:.0} ms",
                 report.lucky, report.units_sold_twice, report.requests_per_second, report.p99_ms
@@ -397,6 +393,7 @@ pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {
 mod tests {
     use super::*;
     use crate::verdict::report::tests::report;
+    use crate::verdict::Verdict;
 
     fn sold(strategy: &str, lucky: i64, verdict: Verdict) -> Report {
         Report {

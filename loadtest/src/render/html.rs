@@ -28,6 +28,9 @@ pub struct Extras {
     pub chaos_table: Option<Table>,
     /// The raw lock benchmark's runs, if `make lockbench` ran.
     pub lockbench: Option<Vec<Run>>,
+    /// Each strategy's crowd runs' timelines (`redis.crowd-1.history.html`), as links
+    /// from the report's folder, by the strategy's label.
+    pub timelines: Vec<(String, Vec<String>)>,
 }
 
 /// The page's values. Every chart and table is HTML drawn by `render`, already escaped;
@@ -45,6 +48,7 @@ struct Page<'a> {
     lock_waits: String,
     figures: String,
     chaos: Option<String>,
+    timelines: Vec<(String, Vec<String>)>,
     lockbench: Option<String>,
     recipes: Option<String>,
 }
@@ -65,6 +69,7 @@ pub fn report(benches: &[StrategyBench], extras: &Extras) -> String {
         lock_waits: lock_wait_curves(benches),
         figures: document::html(&tables::bench(benches)),
         chaos: extras.chaos_table.as_ref().map(Table::html),
+        timelines: extras.timelines.clone(),
         lockbench: runs.map(|runs| tables::lockbench(runs).html()),
         recipes: runs
             .filter(|runs| runs.iter().any(|run| run.recipe_of.is_some()))
@@ -229,8 +234,13 @@ mod tests {
                 table
             }),
             lockbench: Some(vec![run("redis", None), run("redis-py", Some("redis"))]),
+            timelines: vec![("red<is>".into(), vec!["a\"b.html".into(), "c.html".into()])],
         };
         let page = report(&[], &extras);
+        assert!(
+            page.contains("<p>red&#60;is&#62;: <a href=\"a&#34;b.html\">run 1</a> <a href=\"c.html\">run 2</a></p>"),
+            "{page}"
+        );
         assert!(
             page.contains("<p class=\"note\">run at &#60;noon&#62; &#38; &#34;here&#34;</p>"),
             "{page}"
@@ -244,6 +254,7 @@ mod tests {
             "The crowd's latency",
             "How long buyers waited for the lock",
             "The figures",
+            "Each crowd run's history",
             "Chaos: faults under load (make chaos)",
             "The locks alone (make lockbench)",
             "Ours against the recipes people use",
@@ -265,6 +276,7 @@ mod tests {
             headline: String::new(),
             chaos_table: None,
             lockbench: Some(vec![run("redis", None)]),
+            timelines: Vec::new(),
         };
         let page = report(&[], &extras);
         assert!(page.contains("<h2>The locks alone (make lockbench)</h2>"), "{page}");

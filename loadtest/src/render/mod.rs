@@ -3,7 +3,8 @@
 //! page is an askama template, which escapes what it is given.
 //!
 //! 1. [`document`]: sentences and tables, written as Markdown or as HTML.
-//! 2. [`text`]: the verdict of one run, as the terminal prints it.
+//! 2. [`text`]: the verdict of one run, as the terminal prints it; [`checks`], the
+//!    history's checks alone (`loadtest check`).
 //! 3. [`tables`]: the tables that compare runs, strategies and locks.
 //! 4. [`chart`]: the SVG charts, hand-written and self-contained.
 //! 5. [`html`]: the benchmark's report, one HTML file that loads nothing
@@ -12,6 +13,7 @@
 //!    the requests that fail a check in red.
 
 pub mod document;
+pub mod checks;
 
 pub mod text;
 

@@ -18,11 +18,13 @@ use Align::{Left, Right};
 /// What a missing figure reads as (a baseline has no bound).
 const MISSING: &str = "—";
 
-fn verdict_word(verdict: Verdict) -> &'static str {
+/// A run's verdict in a table or a chart: the bad ones in capitals.
+pub fn verdict_word(verdict: Verdict) -> &'static str {
     match verdict {
         Verdict::Held => "held",
         Verdict::Oversold => "OVERSOLD",
         Verdict::Lost => "LOST",
+        Verdict::WrongAnswer => "WRONG ANSWER",
     }
 }
 

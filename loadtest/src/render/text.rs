@@ -5,6 +5,7 @@ use std::fmt::{Display, Write};
 
 use seckill::strategy::FencingStatus;
 
+use crate::history::checks::{Check, Status};
 use crate::verdict::database::DatabaseCost;
 use crate::verdict::{Report, Verdict};
 
@@ -41,6 +42,9 @@ impl Report {
         if let Some(cost) = &self.database {
             database_lines(cost, &mut out);
         }
+        if !self.checks.is_empty() {
+            out.line("checks", checks_line(&self.checks));
+        }
         for finding in &self.findings {
             let _ = writeln!(out.0, "  - {finding}");
         }
@@ -60,6 +64,9 @@ impl Report {
             }
             (Verdict::Oversold, false) => format!("OVERSOLD: `{}` let two buyers take the same unit", self.strategy),
             (Verdict::Lost, _) => "LOST: buyers were told something the records do not show".to_owned(),
+            (Verdict::WrongAnswer, _) => {
+                "WRONG ANSWER: a buyer was told what no order of the sale explains (see the checks)".to_owned()
+            }
         }
     }
 
@@ -144,6 +151,28 @@ impl Report {
         };
         out.line("errors", errors);
     }
+}
+
+/// The history's checks by their outcome: `FAIL unique; pass lost, phantom; skipped ...`.
+fn checks_line(checks: &[Check]) -> String {
+    let outcomes = [
+        (Status::Fail, "FAIL"),
+        (Status::Unknown, "unknown"),
+        (Status::Pass, "pass"),
+        (Status::Skipped, "skipped"),
+    ];
+    let groups: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(status, word)| {
+            let names: Vec<&str> = checks
+                .iter()
+                .filter(|check| check.status == *status)
+                .map(|check| check.name.as_str())
+                .collect();
+            (!names.is_empty()).then(|| format!("{word} {}", names.join(", ")))
+        })
+        .collect();
+    groups.join("; ")
 }
 
 /// What the attack cost MySQL, and the mode each `redis-degrade` instance ended in.

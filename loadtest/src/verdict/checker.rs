@@ -45,6 +45,10 @@ pub enum Verdict {
     Oversold,
     /// No oversell, but buyers were told something the records do not show.
     Lost,
+    /// No oversell and nothing lost, but an answer no order of the sale explains: a
+    /// "sold out" while units were left, a "sold" after a "sold out" (the history's
+    /// `sold-out`, `real-time` or `linearizable` check).
+    WrongAnswer,
 }
 
 /// The sale as Redis holds it after the attack.

@@ -136,15 +136,16 @@ pub fn check_history(
     };
     checks::run_all(&Evidence {
         operations: &operations,
-        records: &sale.records,
+        records: Some(&sale.records),
         model: &model,
         one_per_buyer,
     })
 }
 
 /// The counts' verdict, with the history's checks: two buyers of one unit (or of two
-/// units with one per buyer, or a fence gone backwards) oversold; any other check that
-/// fails means a buyer was told what the sale does not show.
+/// units with one per buyer, or a fence gone backwards) oversold; a "sold" with no sale,
+/// or a sale with no buyer, lost; any other check that fails, an answer no order of the
+/// sale explains.
 pub fn verdict_of(counted: Verdict, checks: &[Check]) -> Verdict {
     let failed = |name: &str| {
         checks
@@ -153,8 +154,10 @@ pub fn verdict_of(counted: Verdict, checks: &[Check]) -> Verdict {
     };
     if counted == Verdict::Oversold || ["unique", "one-per-buyer", "fence-order"].into_iter().any(failed) {
         Verdict::Oversold
-    } else if counted == Verdict::Lost || checks.iter().any(|check| check.status == Status::Fail) {
+    } else if counted == Verdict::Lost || ["lost", "phantom"].into_iter().any(failed) {
         Verdict::Lost
+    } else if checks.iter().any(|check| check.status == Status::Fail) {
+        Verdict::WrongAnswer
     } else {
         counted
     }
@@ -177,4 +180,59 @@ fn findings_of(checks: &[Check]) -> Vec<String> {
                 .map(move |finding| format!("check `{}` {word}: {finding}", check.name))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failing(names: &[&str]) -> Vec<Check> {
+        [
+            "unique",
+            "lost",
+            "phantom",
+            "sold-out",
+            "real-time",
+            "fence-order",
+            "linearizable",
+        ]
+        .into_iter()
+        .map(|name| Check {
+            name: name.to_owned(),
+            status: if names.contains(&name) {
+                Status::Fail
+            } else {
+                Status::Pass
+            },
+            findings: Vec::new(),
+            culprits: Vec::new(),
+        })
+        .collect()
+    }
+
+    #[test]
+    fn the_worst_failed_check_names_the_verdict() {
+        assert_eq!(verdict_of(Verdict::Held, &failing(&[])), Verdict::Held);
+        assert_eq!(
+            verdict_of(Verdict::Held, &failing(&["unique", "lost"])),
+            Verdict::Oversold
+        );
+        assert_eq!(
+            verdict_of(Verdict::Held, &failing(&["phantom", "sold-out"])),
+            Verdict::Lost
+        );
+        assert_eq!(
+            verdict_of(Verdict::Held, &failing(&["sold-out", "real-time"])),
+            Verdict::WrongAnswer
+        );
+        assert_eq!(
+            verdict_of(Verdict::Held, &failing(&["linearizable"])),
+            Verdict::WrongAnswer
+        );
+        assert_eq!(
+            verdict_of(Verdict::Lost, &failing(&["sold-out"])),
+            Verdict::Lost,
+            "the counts' lost stays"
+        );
+    }
 }

@@ -193,7 +193,7 @@ impl Report {
         match self.verdict {
             Verdict::Held => !self.expected_to_oversell,
             Verdict::Oversold => self.expected_to_oversell,
-            Verdict::Lost => false,
+            Verdict::Lost | Verdict::WrongAnswer => false,
         }
     }
 }

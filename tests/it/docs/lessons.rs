@@ -289,7 +289,8 @@ fn the_quick_lessons_print_the_lines_their_pages_show() {
             "02-redis",
             "02-watchdog",
             "03-holder-paused",
-            "10-atomic"
+            "10-atomic",
+            "15-history"
         ],
         "the quick lessons (`# Needs: redis`) changed: say here which of them keep their verdict"
     );

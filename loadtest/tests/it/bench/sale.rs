@@ -227,9 +227,20 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
         !page.contains("The locks alone"),
         "no lockbench section without its results"
     );
-    for outside in ["src=", "href=", "@import", "url("] {
+    for outside in ["src=", "@import", "url("] {
         assert!(!page.contains(outside), "the report must not load anything ({outside})");
     }
+    // Its only links go to the crowd run's timeline, beside it.
+    let links: Vec<&str> = page
+        .split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .collect();
+    assert_eq!(links, ["redis.crowd-1.history.html"], "{page}");
+    assert!(
+        dir.path().join(links[0]).exists(),
+        "the timeline the report links to is there"
+    );
 }
 
 /// One window of endless stock under a lock that holds: every answer inside it is a
