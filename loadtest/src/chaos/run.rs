@@ -219,36 +219,14 @@ fn sold_without_quorum(sold: &[u64], faults: &[(u64, Fault)]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{NemesisName, Process};
-    use seckill::api::SoldUnit;
+    use crate::history::{operations, Process};
 
     fn sold_at(at_us: u64) -> Event {
-        Event {
-            at_us,
-            process: Process::Buyer(at_us),
-            what: What::Ok {
-                instance: "seckill-8080".into(),
-                sold_unit: SoldUnit {
-                    sale: "s".into(),
-                    segment: 0,
-                    unit: 1,
-                    sale_id: at_us.to_string(),
-                },
-                fencing_token: None,
-            },
-        }
+        operations::tests::sold(at_us, at_us, 1)
     }
 
     fn fault_at(at_us: u64, fault: Fault) -> Event {
-        Event {
-            at_us,
-            process: Process::Nemesis(NemesisName::Nemesis),
-            what: What::Fault {
-                fault,
-                target: "seckill-8080".into(),
-                detail: None,
-            },
-        }
+        operations::tests::fault(at_us, fault)
     }
 
     fn ms(n: u64) -> u64 {

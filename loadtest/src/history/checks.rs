@@ -537,14 +537,7 @@ mod tests {
 
     #[test]
     fn a_history_alone_is_checked_without_the_checks_that_read_the_records() {
-        let events = [
-            invoke(0, 1),
-            sold(2, 1, 2),
-            invoke(3, 2),
-            told_sold_out(4, 2),
-            invoke(5, 3),
-            sold(6, 3, 1),
-        ];
+        let events = stale_sold_out();
         let checks: BTreeMap<String, Status> = run_on_history_alone(&events, &[2], false)
             .into_iter()
             .map(|check| (check.name, check.status))
@@ -566,16 +559,7 @@ mod tests {
 
     #[test]
     fn a_stale_sold_out_fails_sold_out_and_real_time() {
-        // The third review's finding 2: "sold out" from a memory of an old sale, while
-        // this sale still has a unit, which a later buyer gets.
-        let events = [
-            invoke(0, 1),
-            sold(2, 1, 2),
-            invoke(3, 2),
-            told_sold_out(4, 2),
-            invoke(5, 3),
-            sold(6, 3, 1),
-        ];
+        let events = stale_sold_out();
         let records = [record("sale-1", "buyer-1", 2), record("sale-3", "buyer-3", 1)];
         let checks = checks(&events, &records, 2);
         assert_eq!(failed(&checks), ["linearizable", "real-time", "sold-out"]);

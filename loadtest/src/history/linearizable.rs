@@ -373,14 +373,7 @@ mod tests {
     #[test]
     fn sold_out_while_a_unit_is_left_fails() {
         // Unit 2 sold, then "sold out" answered before the sale of unit 1 was even sent.
-        let events = [
-            invoke(0, 1),
-            sold(1, 1, 2),
-            invoke(2, 2),
-            told_sold_out(3, 2),
-            invoke(4, 3),
-            sold(5, 3, 1),
-        ];
+        let events = stale_sold_out();
         let verdict = check(&pair(&events), &model(2), LIMIT);
         assert!(
             matches!(verdict, Linearizability::Not { stuck: 1, units: 1, .. }),

@@ -206,7 +206,20 @@ pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord])
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::history::{Event, Process, What};
+    use crate::history::{Event, Fault, NemesisName, Process, What};
+
+    /// The nemesis struck `seckill-8080` with `fault` at `at_us`.
+    pub fn fault(at_us: u64, fault: Fault) -> Event {
+        Event {
+            at_us,
+            process: Process::Nemesis(NemesisName::Nemesis),
+            what: What::Fault {
+                fault,
+                target: "seckill-8080".into(),
+                detail: None,
+            },
+        }
+    }
 
     pub fn invoke(at_us: u64, process: u64) -> Event {
         Event {
@@ -242,6 +255,19 @@ pub(crate) mod tests {
             process: Process::Buyer(process),
             what,
         }
+    }
+
+    /// The third review's finding 2: "sold out" (process 2) from a memory of an old sale,
+    /// while this sale of 2 units still has one, which a later buyer (process 3) gets.
+    pub fn stale_sold_out() -> [Event; 6] {
+        [
+            invoke(0, 1),
+            sold(2, 1, 2),
+            invoke(3, 2),
+            told_sold_out(4, 2),
+            invoke(5, 3),
+            sold(6, 3, 1),
+        ]
     }
 
     /// Process `process` heard "sold out" at `at_us`.

@@ -326,20 +326,7 @@ tr.fail td {{ color: {VIOLATION}; }}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::operations::tests::{ended, invoke, sold};
-    use crate::history::{NemesisName, Process};
-
-    fn fault(at_us: u64, fault: Fault) -> Event {
-        Event {
-            at_us,
-            process: Process::Nemesis(NemesisName::Nemesis),
-            what: What::Fault {
-                fault,
-                target: "seckill-8080".into(),
-                detail: None,
-            },
-        }
-    }
+    use crate::history::operations::tests::{ended, fault, invoke, sold};
 
     #[test]
     fn each_request_is_a_bar_and_the_culprits_are_red_with_a_link_to_the_first() {
