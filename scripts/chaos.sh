@@ -332,7 +332,9 @@ wait_until_first_holds() {
 }
 
 kill_members() { local member; for member in "$@"; do fault kill "$member"; cluster kill "$member"; done; }
-restart_members() { local member; for member in "$@"; do cluster restart "$member"; fault start "$member"; done; }
+# The start is recorded as the restart begins: from then on the member may serve (the
+# window of sold_without_quorum ends there).
+restart_members() { local member; for member in "$@"; do fault start "$member"; cluster restart "$member"; done; }
 
 # fault KIND TARGET [DETAIL]: puts what strike does into the history of the run it strikes:
 # the load test reads $FAULTS when it ends (docs/reference/load-test.md, "The history").

@@ -246,14 +246,14 @@ fn report(
 
 /// The timelines `bench measure` wrote beside each result (see [`write_histories`]), as
 /// links from the folder of the report at `html`: a name where they share it.
-fn timelines(results: &[PathBuf], benches: &[StrategyBench], html: &Path) -> Vec<(String, Vec<String>)> {
-    let links = |result: &PathBuf, bench: &StrategyBench| -> Vec<String> {
+fn timelines(results: &[PathBuf], benches: &[StrategyBench], html: &Path) -> Vec<(String, Vec<(usize, String)>)> {
+    let links = |result: &PathBuf, bench: &StrategyBench| -> Vec<(usize, String)> {
         (1..=bench.crowd_runs.len())
-            .map(|run| timeline_of(result, run))
-            .filter(|page| page.exists())
-            .map(|page| match page.parent() == html.parent() {
-                true => page.file_name().unwrap_or_default().to_string_lossy().into_owned(),
-                false => std::path::absolute(&page).unwrap_or(page).display().to_string(),
+            .map(|run| (run, timeline_of(result, run)))
+            .filter(|(_, page)| page.exists())
+            .map(|(run, page)| match page.parent() == html.parent() {
+                true => (run, page.file_name().unwrap_or_default().to_string_lossy().into_owned()),
+                false => (run, std::path::absolute(&page).unwrap_or(page).display().to_string()),
             })
             .collect()
     };

@@ -6,10 +6,11 @@
 //! the runs of a row up ([`Row`]), writes the table ([`table`]) with a column per check
 //! of the history, and says which rows that must hold did not.
 //!
-//! A row that must hold fails when any run fails any check, sells a unit that did not
-//! exist, sells without a quorum, leaves a unit in two orders, or gives an answer the
-//! row forbids. A row that exists to fail, or may, never fails the suite: when no run of
-//! a row that exists to fail showed its anomaly, a note says the fault missed its moment.
+//! No row may sell without a quorum. A row that must hold fails when any run fails a
+//! check, leaves one undecided or out, ends with another verdict than held, sells a unit
+//! that did not exist, leaves a unit in two orders, or gives an answer the row forbids.
+//! A row that exists to fail, or may, fails the suite on nothing else: when a run of a
+//! row that exists to fail showed no anomaly, a note says the fault missed its moment.
 
 pub mod run;
 pub mod table;
@@ -29,6 +30,8 @@ pub struct Tally {
     pub unknown: usize,
     /// Runs that ran the check at all (not skipped).
     pub checked: usize,
+    /// Runs whose report does not have the check.
+    pub missing: usize,
 }
 
 /// The runs grouped into rows, in the order each row first ran.
@@ -71,22 +74,28 @@ impl<'a> Row<'a> {
         self.first().spec.expect
     }
 
-    /// The names of the checks, in the order the load test ran them.
+    /// The names of the checks of any run, in the order the load test ran them.
     pub fn check_names(&self) -> Vec<&'a str> {
-        self.first()
-            .report
-            .checks
-            .iter()
-            .map(|check| check.name.as_str())
-            .collect()
+        let mut names: Vec<&'a str> = Vec::new();
+        for check in self.runs.iter().flat_map(|run| &run.report.checks) {
+            if !names.contains(&check.name.as_str()) {
+                names.push(&check.name);
+            }
+        }
+        names
     }
 
     pub fn tally(&self, check: &str) -> Tally {
         let mut tally = Tally::default();
-        for status in self.runs.iter().filter_map(|run| run.status_of(check)) {
-            tally.checked += usize::from(status != Status::Skipped);
-            tally.failed += usize::from(status == Status::Fail);
-            tally.unknown += usize::from(status == Status::Unknown);
+        for run in &self.runs {
+            match run.status_of(check) {
+                Some(status) => {
+                    tally.checked += usize::from(status != Status::Skipped);
+                    tally.failed += usize::from(status == Status::Fail);
+                    tally.unknown += usize::from(status == Status::Unknown);
+                }
+                None => tally.missing += 1,
+            }
         }
         tally
     }
@@ -107,28 +116,56 @@ impl<'a> Row<'a> {
         self.runs.iter().filter(failed).count()
     }
 
-    /// Why this row breaks a promise, if it must hold; empty when it kept it.
+    /// Why this row broke a promise; empty when it kept them. No row may sell without a
+    /// quorum; a row that must hold may fail no check (nor leave one undecided or out),
+    /// end with no other verdict than held, sell no unit that did not exist, leave no
+    /// unit in two orders and give no answer it forbids.
     pub fn broken_promises(&self) -> Vec<String> {
-        if self.expect() != Expect::Holds {
-            return Vec::new();
-        }
-        let mut broken: Vec<String> = self
-            .check_names()
-            .into_iter()
-            .filter_map(|check| {
-                let failed = self.tally(check).failed;
-                (failed > 0).then(|| format!("check `{check}` failed in {failed} of {} runs", self.runs.len()))
-            })
-            .collect();
-        let beyond = self.sum(Run::units_beyond_stock);
-        if beyond > 0 {
-            broken.push(format!("{beyond} units sold that did not exist"));
-        }
+        let mut broken = Vec::new();
         if let Some(sold) = self
             .sum_of_some(|run| run.timings.sold_without_quorum.map(|n| n as u64))
             .filter(|&n| n > 0)
         {
             broken.push(format!("{sold} buyers sold to without a quorum"));
+        }
+        if self.expect() == Expect::Holds {
+            broken.extend(self.broken_checks());
+            broken.extend(self.runs.iter().filter(|run| !run.report.passed()).map(|run| {
+                let verdict = crate::render::tables::verdict_word(run.report.verdict);
+                format!("run {} ended {verdict}", run.spec.run)
+            }));
+            broken.extend(self.broken_counts());
+        }
+        let label = format!("{}/{} fencing {}", self.fault(), self.strategy(), self.fencing());
+        broken.into_iter().map(|why| format!("{label}: {why}")).collect()
+    }
+
+    /// The checks that did not pass in every run that ran them: failed, undecided (never a
+    /// pass) or missing from a report.
+    fn broken_checks(&self) -> Vec<String> {
+        let runs = self.runs.len();
+        let mut broken = Vec::new();
+        for check in self.check_names() {
+            let tally = self.tally(check);
+            for (count, what) in [
+                (tally.failed, "failed"),
+                (tally.unknown, "could not decide"),
+                (tally.missing, "is missing"),
+            ] {
+                if count > 0 {
+                    broken.push(format!("check `{check}` {what} in {count} of {runs} runs"));
+                }
+            }
+        }
+        broken
+    }
+
+    /// Units that did not exist, units in two orders, forbidden answers.
+    fn broken_counts(&self) -> Vec<String> {
+        let mut broken = Vec::new();
+        let beyond = self.sum(Run::units_beyond_stock);
+        if beyond > 0 {
+            broken.push(format!("{beyond} units sold that did not exist"));
         }
         if let Some(doubled) = self
             .sum_of_some(|run| run.spec.units_with_two_orders)
@@ -137,22 +174,20 @@ impl<'a> Row<'a> {
             broken.push(format!("{doubled} units with two orders"));
         }
         broken.extend(self.runs.iter().flat_map(|run| run.forbidden_answers()));
-        let label = format!("{}/{} fencing {}", self.fault(), self.strategy(), self.fencing());
-        broken.into_iter().map(|why| format!("{label}: {why}")).collect()
+        broken
     }
 
-    /// What a reader should know that is not a failure: a check that could not decide,
-    /// a row that exists to fail whose fault missed its moment.
+    /// What a reader should know that is not a failure: a check that could not decide on
+    /// a row that makes no promise, a row that exists to fail whose fault missed its moment.
     pub fn notes(&self) -> Vec<String> {
         let label = format!("{}/{} fencing {}", self.fault(), self.strategy(), self.fencing());
-        let mut notes: Vec<String> = self
-            .check_names()
-            .into_iter()
-            .filter_map(|check| {
+        let mut notes: Vec<String> = Vec::new();
+        if self.expect() != Expect::Holds {
+            notes.extend(self.check_names().into_iter().filter_map(|check| {
                 let unknown = self.tally(check).unknown;
                 (unknown > 0).then(|| format!("{label}: check `{check}` could not decide in {unknown} runs"))
-            })
-            .collect();
+            }));
+        }
         if self.expect() == Expect::Fails && self.runs_that_failed_a_check() < self.runs.len() {
             let missed = self.runs.len() - self.runs_that_failed_a_check();
             notes.push(format!(

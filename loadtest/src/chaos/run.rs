@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::history::{self, checks::Status, Event, Fault, What};
+use crate::history::{self, checks::Status, Event, Fault, Process, What};
 use crate::Report;
 
-/// A buyer whose sale began this long after a quorum was lost should not have been sold to.
+/// A buyer answered "sold" this long after a quorum was lost should not have been: a
+/// holder granted before the loss may still finish its sale within it.
 pub const NO_QUORUM_GRACE_US: u64 = 1_000_000;
 
 /// What the script declares about one run, one JSON line of its runs file
@@ -99,7 +100,7 @@ impl Run {
             "{} has no checks: a load test older than the history checker wrote it; run the row again",
             report_path.display()
         );
-        let events = history::read(&history_of(&report_path))?;
+        let events = with_late_faults(history::read(&history_of(&report_path))?, &report_path)?;
         let timings = Timings::of(&events, report.stock_left > 0, spec.quorum_lost)
             .with_context(|| format!("{}, run {}", spec.fault, spec.run))?;
         Ok(Run { spec, report, timings })
@@ -137,6 +138,23 @@ impl Run {
     }
 }
 
+/// The history, with the faults of its faults file (`run.faults.jsonl`) that the load
+/// test, which reads that file when it ends, did not see: a heal recorded after the last
+/// answer still ends the fault.
+fn with_late_faults(mut events: Vec<Event>, report: &Path) -> anyhow::Result<Vec<Event>> {
+    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
+    let faults = report.with_file_name(format!("{stem}.faults.jsonl"));
+    if faults.exists() {
+        for fault in history::read(&faults)? {
+            if !events.contains(&fault) {
+                events.push(fault);
+            }
+        }
+        events.sort_by_key(|event| event.at_us);
+    }
+    Ok(events)
+}
+
 /// Where the load test wrote the history of the report at `report`.
 pub fn history_of(report: &Path) -> PathBuf {
     let stem = report.file_stem().unwrap_or_default().to_string_lossy();
@@ -162,7 +180,12 @@ impl Timings {
             .filter(|event| matches!(event.what, What::Ok { .. }))
             .map(|event| event.at_us)
             .collect();
-        let ended_at = events.iter().map(|event| event.at_us).max().unwrap_or(struck_at);
+        let ended_at = events
+            .iter()
+            .filter(|event| matches!(event.process, Process::Buyer(_)))
+            .map(|event| event.at_us)
+            .max()
+            .unwrap_or(struck_at);
         let heal_at = faults
             .iter()
             .rev()
@@ -219,7 +242,7 @@ fn sold_without_quorum(sold: &[u64], faults: &[(u64, Fault)]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::{operations, Process};
+    use crate::history::operations;
 
     fn sold_at(at_us: u64) -> Event {
         operations::tests::sold(at_us, at_us, 1)
@@ -262,6 +285,8 @@ mod tests {
                 answer: "503 lock_timeout".into(),
             },
         });
+        // A fault recorded after the last answer is not the end of the sale.
+        events.push(fault_at(ms(9000), Fault::Kill));
         let timings = Timings::of(&events, true, false).unwrap();
         assert_eq!(timings.longest_stall_ms, 1980);
         assert_eq!(

@@ -122,7 +122,7 @@ impl Fault {
         match self {
             Fault::Pause => Some(Fault::Resume),
             Fault::Kill => Some(Fault::Start),
-            Fault::Partition | Fault::Delay | Fault::Reshard => Some(Fault::Heal),
+            Fault::Partition | Fault::Delay | Fault::Reset | Fault::Reshard => Some(Fault::Heal),
             _ => None,
         }
     }

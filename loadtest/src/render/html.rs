@@ -30,7 +30,7 @@ pub struct Extras {
     pub lockbench: Option<Vec<Run>>,
     /// Each strategy's crowd runs' timelines (`redis.crowd-1.history.html`), as links
     /// from the report's folder, by the strategy's label.
-    pub timelines: Vec<(String, Vec<String>)>,
+    pub timelines: Vec<(String, Vec<(usize, String)>)>,
 }
 
 /// The page's values. Every chart and table is HTML drawn by `render`, already escaped;
@@ -48,7 +48,7 @@ struct Page<'a> {
     lock_waits: String,
     figures: String,
     chaos: Option<String>,
-    timelines: Vec<(String, Vec<String>)>,
+    timelines: Vec<(String, Vec<(usize, String)>)>,
     lockbench: Option<String>,
     recipes: Option<String>,
 }
@@ -234,11 +234,11 @@ mod tests {
                 table
             }),
             lockbench: Some(vec![run("redis", None), run("redis-py", Some("redis"))]),
-            timelines: vec![("red<is>".into(), vec!["a\"b.html".into(), "c.html".into()])],
+            timelines: vec![("red<is>".into(), vec![(1, "a\"b.html".into()), (3, "c.html".into())])],
         };
         let page = report(&[], &extras);
         assert!(
-            page.contains("<p>red&#60;is&#62;: <a href=\"a&#34;b.html\">run 1</a> <a href=\"c.html\">run 2</a></p>"),
+            page.contains("<p>red&#60;is&#62;: <a href=\"a&#34;b.html\">run 1</a> <a href=\"c.html\">run 3</a></p>"),
             "{page}"
         );
         assert!(

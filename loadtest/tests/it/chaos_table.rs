@@ -39,10 +39,16 @@ pub const PAUSED_HISTORY: &str = r#"{"at_us":10000,"process":"nemesis","type":"f
 
 /// Writes a run's report and history into `dir`, and returns its line of the runs file.
 pub fn run(dir: &Path, name: &str, expect: &str, report: Value, history: &str) -> String {
+    run_with(dir, name, json!({"expect": expect}), report, history)
+}
+
+/// The same, with the fields of `spec` in its line (`expect` among them).
+fn run_with(dir: &Path, name: &str, spec: Value, report: Value, history: &str) -> String {
     std::fs::write(dir.join(format!("{name}.json")), report.to_string()).unwrap();
     std::fs::write(dir.join(format!("{name}.history.jsonl")), history).unwrap();
-    json!({"fault": "holder-paused", "strategy": "redis", "run": 1, "expect": expect, "report": format!("{name}.json")})
-        .to_string()
+    let mut line = json!({"fault": "holder-paused", "strategy": "redis", "run": 1, "report": format!("{name}.json")});
+    line.as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+    line.to_string()
 }
 
 fn chaos_table(dir: &Path, runs: &[String]) -> Output {
@@ -146,5 +152,81 @@ fn a_run_whose_fault_never_struck_is_refused() {
     assert!(
         printed.contains("holder-paused, run 1: its history has no fault"),
         "{printed}"
+    );
+}
+
+#[test]
+fn no_row_sells_without_a_quorum_whatever_it_expects() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two masters killed at 10 ms, started again at 3 s; a sale answered at 1.5 s.
+    let history = r#"{"at_us":10000,"process":"nemesis","type":"fault","fault":"kill","target":"redlock-6481"}
+{"at_us":1400000,"process":1,"type":"invoke","host":"h"}
+{"at_us":1500000,"process":1,"type":"ok","instance":"seckill-8090","sold_unit":{"sale":"s","segment":0,"unit":100,"sale_id":"a"}}
+{"at_us":3000000,"process":"nemesis","type":"fault","fault":"start","target":"redlock-6481"}
+"#;
+    let spec =
+        json!({"fault": "redlock-3-of-5-killed", "strategy": "redlock", "expect": "may_fail", "quorum_lost": true});
+    let runs = [run_with(
+        dir.path(),
+        "q-1",
+        spec,
+        report("no_tokens", PASSED, 0),
+        history,
+    )];
+    let output = chaos_table(dir.path(), &runs);
+    let printed = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("unsafe: redlock-3-of-5-killed/redlock fencing no_tokens: 1 buyers sold to without a quorum"),
+        "{printed}"
+    );
+}
+
+#[test]
+fn a_row_that_must_hold_fails_on_its_verdict_an_undecided_check_or_a_missing_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut oversold_by_the_counts = report("on", PASSED, 0);
+    oversold_by_the_counts["verdict"] = json!("oversold");
+    let undecided = report(
+        "on",
+        &[("unique", "pass"), ("fence-order", "pass"), ("linearizable", "unknown")],
+        0,
+    );
+    let runs = [
+        run(dir.path(), "on-1", "holds", oversold_by_the_counts, PAUSED_HISTORY),
+        run(dir.path(), "on-2", "holds", undecided, PAUSED_HISTORY),
+    ];
+    let output = chaos_table(dir.path(), &runs);
+    let printed = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{printed}");
+    for why in [
+        "run 1 ended OVERSOLD",
+        "check `linearizable` could not decide in 1 of 2 runs",
+        "check `linearizable` is missing in 1 of 2 runs",
+    ] {
+        assert!(
+            printed.contains(&format!("unsafe: holder-paused/redis fencing on: {why}")),
+            "{why}: {printed}"
+        );
+    }
+}
+
+#[test]
+fn a_heal_recorded_after_the_load_test_ended_still_ends_the_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let paused_only: String = PAUSED_HISTORY
+        .lines()
+        .filter(|line| !line.contains("resume"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let resume = PAUSED_HISTORY.lines().find(|line| line.contains("resume")).unwrap();
+    std::fs::write(dir.path().join("on-1.faults.jsonl"), format!("{resume}\n")).unwrap();
+    let runs = [run(dir.path(), "on-1", "holds", report("on", PASSED, 0), &paused_only)];
+    let output = chaos_table(dir.path(), &runs);
+    let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap_or_default();
+    assert!(
+        table.contains("| 570 ms | 100 ms | held |"),
+        "the resume at 500 ms, from the faults file: {}{table}",
+        text(&output)
     );
 }
