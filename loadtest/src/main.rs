@@ -183,10 +183,10 @@ async fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
-            let history_file = cli
-                .history_file
-                .clone()
-                .or_else(|| cli.report_file.as_deref().map(history_beside));
+            let history_file = cli.history_file.clone().or_else(|| {
+                let report = cli.report_file.as_deref()?;
+                Some(loadtest::history::beside_report(report, "history.jsonl"))
+            });
             if let Some(path) = history_file {
                 if let Err(error) = write_history(&path, &report, cli.faults_file.as_deref()) {
                     eprintln!("loadtest error: {error:#}");
@@ -224,12 +224,6 @@ fn write_history(
         report.fencing.name()
     );
     loadtest::render::timeline::write_with_page(path, &title, &history, &report.checks)
-}
-
-/// Where the history of the report at `report` goes: `run.json` gets `run.history.jsonl`.
-fn history_beside(report: &std::path::Path) -> std::path::PathBuf {
-    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
-    report.with_file_name(format!("{stem}.history.jsonl"))
 }
 
 /// Checks the history at `path` alone, and prints each check's status and findings.

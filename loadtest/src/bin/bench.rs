@@ -267,8 +267,7 @@ fn timelines(results: &[PathBuf], benches: &[StrategyBench], html: &Path) -> Vec
 
 /// The timeline of crowd run `run` of the result at `result`.
 fn timeline_of(result: &Path, run: usize) -> PathBuf {
-    let stem = result.file_stem().unwrap_or_default().to_string_lossy();
-    result.with_file_name(format!("{stem}.crowd-{run}.history.html"))
+    loadtest::history::beside_report(result, &format!("crowd-{run}.history.html"))
 }
 
 /// The lockbench runs, or `None` if the file is absent or unreadable.

@@ -100,7 +100,8 @@ impl Run {
             "{} has no checks: a load test older than the history checker wrote it; run the row again",
             report_path.display()
         );
-        let events = with_late_faults(history::read(&history_of(&report_path))?, &report_path)?;
+        let history = history::read(&history::beside_report(&report_path, "history.jsonl"))?;
+        let events = with_late_faults(history, &report_path)?;
         let timings = Timings::of(&events, report.stock_left > 0, spec.quorum_lost)
             .with_context(|| format!("{}, run {}", spec.fault, spec.run))?;
         Ok(Run { spec, report, timings })
@@ -117,19 +118,24 @@ impl Run {
 
     /// Answers this run gave that its row forbids, as `answer: count`.
     pub fn forbidden_answers(&self) -> Vec<String> {
-        let errors = &self.report.errors;
         self.spec
             .never_answer
             .iter()
             .filter_map(|answer| {
-                let heard: usize = errors
-                    .iter()
-                    .filter(|(kind, _)| kind.starts_with(answer.as_str()))
-                    .map(|(_, n)| n)
-                    .sum();
+                let heard = self.answers(answer);
                 (heard > 0).then(|| format!("{heard} buyers told {answer}"))
             })
             .collect()
+    }
+
+    /// Answers whose kind starts with `kind` (`503 `, `503 lock_lost`), from the report's errors.
+    pub fn answers(&self, kind: &str) -> u64 {
+        let errors = &self.report.errors;
+        errors
+            .iter()
+            .filter(|(answer, _)| answer.starts_with(kind))
+            .map(|(_, n)| *n as u64)
+            .sum()
     }
 
     /// Buyers told "sold" beyond the stock: units that did not exist.
@@ -142,8 +148,7 @@ impl Run {
 /// test, which reads that file when it ends, did not see: a heal recorded after the last
 /// answer still ends the fault.
 fn with_late_faults(mut events: Vec<Event>, report: &Path) -> anyhow::Result<Vec<Event>> {
-    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
-    let faults = report.with_file_name(format!("{stem}.faults.jsonl"));
+    let faults = history::beside_report(report, "faults.jsonl");
     if faults.exists() {
         for fault in history::read(&faults)? {
             if !events.contains(&fault) {
@@ -153,12 +158,6 @@ fn with_late_faults(mut events: Vec<Event>, report: &Path) -> anyhow::Result<Vec
         events.sort_by_key(|event| event.at_us);
     }
     Ok(events)
-}
-
-/// Where the load test wrote the history of the report at `report`.
-pub fn history_of(report: &Path) -> PathBuf {
-    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
-    report.with_file_name(format!("{stem}.history.jsonl"))
 }
 
 impl Timings {

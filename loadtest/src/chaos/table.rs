@@ -16,7 +16,12 @@ pub enum Layout {
 
 /// The table of `rows` in `layout`.
 pub fn table(rows: &[Row], layout: Layout) -> Table {
-    let checks = rows.first().map(Row::check_names).unwrap_or_default();
+    let mut checks: Vec<&str> = Vec::new();
+    for name in rows.iter().flat_map(Row::check_names) {
+        if !checks.contains(&name) {
+            checks.push(name);
+        }
+    }
     let mut columns: Vec<(&str, Align)> = match layout {
         Layout::Chaos => vec![
             ("fault", Align::Left),
@@ -119,7 +124,7 @@ fn chaos_figures(row: &Row) -> Vec<String> {
         report(|run| run.report.lucky.max(0) as u64),
         report(Run::units_beyond_stock),
         optional(row.sum_of_some(|run| run.spec.units_with_two_orders)),
-        report(|run| answers(run, "503 ")),
+        report(|run| run.answers("503 ")),
         report(|run| run.report.told_unknown as u64),
         optional(row.sum_of_some(|run| run.timings.sold_without_quorum.map(|n| n as u64))),
         format!("{worst_stall} ms"),
@@ -139,19 +144,9 @@ fn clock_jump_figures(row: &Row) -> Vec<String> {
         report(|run| run.report.units_sold_twice as u64),
         overlapped,
         report(|run| run.report.fence_refused.writes as u64),
-        report(|run| answers(run, "503 lock_lost")),
+        report(|run| run.answers("503 lock_lost")),
         report(|run| run.report.lucky.max(0) as u64),
     ]
-}
-
-/// Answers whose kind starts with `kind` (`503 `, `503 lock_lost`), from the report's errors.
-fn answers(run: &Run, kind: &str) -> u64 {
-    let errors = &run.report.errors;
-    errors
-        .iter()
-        .filter(|(answer, _)| answer.starts_with(kind))
-        .map(|(_, n)| *n as u64)
-        .sum()
 }
 
 fn verdict_word(run: &Run) -> String {

@@ -175,6 +175,14 @@ impl Recorder {
     }
 }
 
+/// The file beside the report at `report` that ends in `suffix`: `run.json` has its
+/// history in `run.history.jsonl` and the faults another program added in
+/// `run.faults.jsonl`.
+pub fn beside_report(report: &Path, suffix: &str) -> std::path::PathBuf {
+    let stem = report.file_stem().unwrap_or_default().to_string_lossy();
+    report.with_file_name(format!("{stem}.{suffix}"))
+}
+
 /// Writes `events` to `path`, one JSON line each.
 pub fn write(path: &Path, events: &[Event]) -> anyhow::Result<()> {
     let mut file = std::io::BufWriter::new(
