@@ -1,10 +1,19 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: lab lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
 	COMMAND_AS="make demo" scripts/demo.sh
+
+## make lab: the lab, one page on loopback (http://127.0.0.1:7700/, LAB_PORT=... for another):
+## pick a lock, send the crowd, pause the holder, kill an instance, cut its links or jump its
+## clock with a click, and read the verdict with the checks that failed. Ctrl-C stops it and
+## everything it started. No root: it starts Redis servers of its own (redis-server on the PATH).
+LAB_PORT ?= 7700
+lab:
+	cargo build --release --workspace
+	target/release/lab --port $(LAB_PORT)
 
 ## make lessons: every lesson's commands (scripts/lessons/) run again on the current build,
 ## each output rewritten where the pages show it (the lessons in both languages, the README),

@@ -67,6 +67,10 @@ struct Cli {
     /// file. By default, beside --report-file: `report.json` gets `report.history.jsonl`.
     #[arg(long, env = "LOADTEST_HISTORY_FILE", value_name = "PATH")]
     history_file: Option<std::path::PathBuf>,
+    /// Also append every event of the history to this file the moment it happens, one
+    /// JSON line each: for a page that draws the run while it runs (`make lab`).
+    #[arg(long, value_name = "PATH")]
+    live_history: Option<std::path::PathBuf>,
     /// Faults that another program added during the run (`loadtest record-fault`), to
     /// put into the history and its timeline.
     #[arg(long, env = "LOADTEST_FAULTS_FILE", value_name = "PATH")]
@@ -168,6 +172,7 @@ async fn main() -> ExitCode {
         mysql_url: cli.mysql_url,
         admin_token: cli.admin_token,
         goose_metrics: cli.goose_metrics,
+        live_history: cli.live_history.clone(),
     };
     match run(&options).await {
         Ok(report) => {

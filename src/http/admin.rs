@@ -79,7 +79,7 @@ impl ResetAccess {
 
 /// Whether a `Host` header value (`localhost:8080`, `[::1]:8080`, `127.0.0.1`) names this
 /// machine by a loopback name or address, or names one of `allowed_hosts`, port aside.
-fn names_this_machine(host: &str, allowed_hosts: &[String]) -> bool {
+pub fn names_this_machine(host: &str, allowed_hosts: &[String]) -> bool {
     let name = host_name(host);
     match name.parse::<IpAddr>() {
         Ok(address) => address.is_loopback() || allowed_hosts.contains(&address.to_string()),

@@ -148,6 +148,11 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's process id (the launcher's `exec` keeps it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).unwrap()
     }

@@ -20,7 +20,7 @@ use tempfile::TempDir;
 use super::private_server::temp_dir;
 
 /// Where Debian's `libfaketime` package puts its preload library.
-const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Which preload moves the clock.
 enum Tool {

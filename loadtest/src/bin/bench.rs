@@ -137,6 +137,7 @@ async fn main() -> ExitCode {
                 mysql_url: config.mysql_url.clone(),
                 admin_token,
                 goose_metrics: false,
+                live_history: None,
                 repeat_buyers: 0.0,
             };
             let options = BenchOptions {

@@ -147,9 +147,23 @@ pub fn now_us() -> u64 {
 #[derive(Clone, Default)]
 pub struct Recorder {
     events: Arc<Mutex<Vec<Event>>>,
+    /// Where each event is also written the moment it is recorded, for a page that draws
+    /// the run while it runs (the lab); `None` for a history read only at the end.
+    live: Option<Arc<Mutex<std::fs::File>>>,
 }
 
 impl Recorder {
+    /// A recorder that also appends each event to the file at `path` (created empty) as it
+    /// happens, one JSON line each, in the order they were recorded.
+    pub fn live_to(path: &Path) -> anyhow::Result<Recorder> {
+        let file = std::fs::File::create(path)
+            .with_context(|| format!("cannot write the live history to {}", path.display()))?;
+        Ok(Recorder {
+            live: Some(Arc::new(Mutex::new(file))),
+            ..Recorder::default()
+        })
+    }
+
     /// Records `what` about `process`, now.
     pub fn record(&self, process: Process, what: What) {
         let event = Event {
@@ -157,6 +171,16 @@ impl Recorder {
             process,
             what,
         };
+        if let Some(live) = &self.live {
+            // One write per line, so that a reader never sees half an event. A line that
+            // cannot be written is missing from the live view only: the history written
+            // at the end has every event.
+            let line = serde_json::to_string(&event).unwrap_or_default() + "\n";
+            let _ = live
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .write_all(line.as_bytes());
+        }
         self.events
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -236,6 +260,29 @@ pub fn read(path: &Path) -> anyhow::Result<Vec<Event>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_live_recorder_has_each_event_in_its_file_the_moment_it_is_recorded() {
+        let path = std::env::temp_dir().join(format!("live-history-{}.jsonl", std::process::id()));
+        let recorder = Recorder::live_to(&path).unwrap();
+        recorder.record(
+            Process::Buyer(3),
+            What::Fail {
+                answer: SOLD_OUT.to_owned(),
+            },
+        );
+        let first = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(first.lines().count(), 1, "written at once, not at the end: {first:?}");
+        recorder.record(
+            Process::Buyer(4),
+            What::Info {
+                answer: "timeout".to_owned(),
+            },
+        );
+        let events = read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(events, recorder.events(), "the file holds what the recorder holds");
+    }
 
     #[test]
     fn each_kind_of_event_reads_back_as_written() {

@@ -54,6 +54,8 @@ pub struct Options {
     pub admin_token: Option<String>,
     /// Print goose's own metrics tables too.
     pub goose_metrics: bool,
+    /// Also append each event of the history to this file as it happens (`--live-history`).
+    pub live_history: Option<std::path::PathBuf>,
 }
 
 /// Why a run could not be judged (exit code 2): not a verdict on the strategy.
@@ -83,7 +85,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
         false => None,
     };
-    let history = Recorder::default();
+    let history = match &options.live_history {
+        Some(path) => Recorder::live_to(path)?,
+        None => Recorder::default(),
+    };
     let tally = crowd::attack(options, &history).await?;
     let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
     // An instance that died during the attack (the chaos runs kill one) cannot be asked

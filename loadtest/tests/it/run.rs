@@ -73,6 +73,7 @@ fn options_for(hosts: Vec<String>, sale: &TestSale, run: Run) -> Options {
         mysql_url: common::mysql_url(),
         admin_token: None,
         goose_metrics: false,
+        live_history: None,
         repeat_buyers: run.repeat_buyers,
     }
 }

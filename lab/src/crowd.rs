@@ -1,0 +1,147 @@
+//! One crowd: the lessons' load test (`loadtest`, 500 buyers at 300 units) run as a
+//! process of the lab's own, with its history written as it happens
+//! (`--live-history`), and the faults the lab strikes meanwhile in its faults file, so
+//! that the checks, the verdict and the timeline see them where they happened.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use loadtest::history::{self, Event};
+use serde::Serialize;
+
+/// The lessons' crowd.
+pub const BUYERS: usize = 500;
+pub const STOCK: i64 = 300;
+
+/// A crowd under way or done.
+pub struct Crowd {
+    pub number: u32,
+    report: PathBuf,
+    live: PathBuf,
+    pub faults: PathBuf,
+    /// Set once `loadtest` has ended.
+    outcome: Arc<Mutex<Option<Outcome>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// What the crowd's run came to.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// `held`, `oversold`, `lost`, `wrong answer`; or `none` when the run could not be judged.
+    pub verdict: String,
+    /// Every check of the history, as the report has them (name, status, findings).
+    pub checks: serde_json::Value,
+    /// `loadtest`'s exit code and what it said on its error output.
+    pub exit_code: Option<i32>,
+    pub error: String,
+}
+
+impl Crowd {
+    /// Starts `loadtest` at `hosts`, selling from the stock Redis at `redis_url` (read
+    /// directly for the verdict); its files go into `dir` as `crowd-N.*`.
+    pub fn start(loadtest: &Path, number: u32, hosts: &[String], redis_url: &str, dir: &Path) -> anyhow::Result<Crowd> {
+        let file = |suffix: &str| dir.join(format!("crowd-{number}.{suffix}"));
+        let (report, live, faults) = (file("json"), file("live.jsonl"), file("faults.jsonl"));
+        std::fs::write(&faults, "").with_context(|| format!("cannot write {}", faults.display()))?;
+        let mut command = tokio::process::Command::new(loadtest);
+        command
+            .args(["--users", &BUYERS.to_string(), "--stock", &STOCK.to_string()])
+            .args(["--hosts", &hosts.join(","), "--redis-url", redis_url, "--json"])
+            .arg("--report-file")
+            .arg(&report)
+            .arg("--live-history")
+            .arg(&live)
+            .arg("--faults-file")
+            .arg(&faults)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot run {}", loadtest.display()))?;
+        let outcome = Arc::new(Mutex::new(None));
+        let task = tokio::spawn(wait_for(child, report.clone(), outcome.clone()));
+        Ok(Crowd {
+            number,
+            report,
+            live,
+            faults,
+            outcome,
+            task,
+        })
+    }
+
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.outcome.lock().unwrap().clone()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.outcome().is_none()
+    }
+
+    /// The history so far: the buyers' events as they were written, and the faults.
+    pub fn history_so_far(&self) -> Vec<Event> {
+        let text = std::fs::read_to_string(&self.live).unwrap_or_default();
+        // The last line may be half written: only whole lines are read.
+        let mut events: Vec<Event> = text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        events.extend(history::read(&self.faults).unwrap_or_default());
+        events.sort_by_key(|event| event.at_us);
+        events
+    }
+
+    /// The page of the crowd's timeline: drawn from the history so far while it runs,
+    /// and the one `loadtest` wrote, with its checks, once it ended.
+    pub fn timeline(&self) -> String {
+        let written = history::beside_report(&self.report, "history.html");
+        match self.outcome() {
+            Some(_) if written.exists() => std::fs::read_to_string(&written).unwrap_or_default(),
+            _ => loadtest::render::timeline::page(
+                &format!("crowd {}: the history so far", self.number),
+                &self.history_so_far(),
+                &[],
+            ),
+        }
+    }
+
+    /// Stops the crowd (its process is killed with its task).
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+async fn wait_for(child: tokio::process::Child, report: PathBuf, outcome: Arc<Mutex<Option<Outcome>>>) {
+    let ended = child.wait_with_output().await;
+    let (exit_code, error) = match ended {
+        Ok(output) => (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).trim().to_owned(),
+        ),
+        Err(error) => (None, format!("the load test could not be waited for: {error}")),
+    };
+    let judged: Option<serde_json::Value> = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        // A report left by an earlier lab in the same folder is not this run's.
+        .filter(|_| matches!(exit_code, Some(0 | 1)));
+    let ended = match judged {
+        Some(report) => Outcome {
+            verdict: report["verdict"].as_str().unwrap_or("none").replace('_', " "),
+            checks: report["checks"].clone(),
+            exit_code,
+            error,
+        },
+        None => Outcome {
+            verdict: "none".to_owned(),
+            checks: serde_json::Value::Array(Vec::new()),
+            exit_code,
+            error,
+        },
+    };
+    *outcome.lock().unwrap() = Some(ended);
+}

@@ -1,0 +1,122 @@
+//! The faults a click strikes, each with its parameter, each ended by the lab on its own
+//! (a pause resumes, a cut link heals, a killed instance starts again) so that none
+//! outlives its time, nor the lab.
+//!
+//! | fault | what the lab does | its lesson |
+//! | --- | --- | --- |
+//! | pause the holder | waits until an instance holds the lock, SIGSTOP, SIGCONT after `ms` | 3 |
+//! | pause an instance | SIGSTOP now, SIGCONT after `ms` | 3 |
+//! | kill an instance | SIGKILL, started again after `ms` | 4 |
+//! | cut from the lock | its nemesis to the lock's servers partitions, heals after `ms` | 9 |
+//! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
+//! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |
+//! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 5 |
+
+use serde::{Deserialize, Serialize};
+
+/// One click: the fault, on whom, for how long.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Strike {
+    PauseHolder { ms: u64 },
+    Pause { instance: usize, ms: u64 },
+    Kill { instance: usize, ms: u64 },
+    CutFromLock { instance: usize, ms: u64 },
+    CutFromStock { instance: usize, ms: u64 },
+    DelayLock { instance: usize, delay_ms: u64, ms: u64 },
+    JumpClock { instance: usize, seconds: i64 },
+}
+
+/// The longest a fault lasts: a class waits no longer, and a lease, a Sentinel or a
+/// session runs out well within it.
+pub const LONGEST_MS: u64 = 60_000;
+/// The farthest a clock jumps, either way: a day.
+pub const FARTHEST_S: i64 = 86_400;
+/// How long "pause the holder" waits for an instance to hold the lock.
+pub const HOLDER_WITHIN_MS: u64 = 30_000;
+
+impl Strike {
+    /// The instance it strikes, when it names one.
+    pub fn instance(&self) -> Option<usize> {
+        match *self {
+            Strike::PauseHolder { .. } => None,
+            Strike::Pause { instance, .. }
+            | Strike::Kill { instance, .. }
+            | Strike::CutFromLock { instance, .. }
+            | Strike::CutFromStock { instance, .. }
+            | Strike::DelayLock { instance, .. }
+            | Strike::JumpClock { instance, .. } => Some(instance),
+        }
+    }
+
+    /// Refuses a parameter out of range, naming the range.
+    pub fn validate(&self, instances: usize) -> Result<(), String> {
+        if let Some(instance) = self.instance() {
+            if instance >= instances {
+                return Err(format!("no instance {instance}: the lab runs {instances} (0 and 1)"));
+            }
+        }
+        let lasting = match *self {
+            Strike::PauseHolder { ms }
+            | Strike::Pause { ms, .. }
+            | Strike::Kill { ms, .. }
+            | Strike::CutFromLock { ms, .. }
+            | Strike::CutFromStock { ms, .. }
+            | Strike::DelayLock { ms, .. } => ms,
+            Strike::JumpClock { seconds, .. } => {
+                return match seconds.abs() <= FARTHEST_S {
+                    true => Ok(()),
+                    false => Err(format!("a jump of {seconds} s: pick -{FARTHEST_S} to {FARTHEST_S}")),
+                }
+            }
+        };
+        if !(1..=LONGEST_MS).contains(&lasting) {
+            return Err(format!("a fault of {lasting} ms: pick 1 to {LONGEST_MS}"));
+        }
+        if let Strike::DelayLock { delay_ms, .. } = *self {
+            if !(1..=LONGEST_MS).contains(&delay_ms) {
+                return Err(format!("a delay of {delay_ms} ms: pick 1 to {LONGEST_MS}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_click_is_read_from_the_json_the_page_posts() {
+        let strike: Strike = serde_json::from_str(r#"{"kind":"pause-holder","ms":1500}"#).unwrap();
+        assert_eq!(strike, Strike::PauseHolder { ms: 1500 });
+        let strike: Strike =
+            serde_json::from_str(r#"{"kind":"delay-lock","instance":1,"delay_ms":800,"ms":5000}"#).unwrap();
+        assert_eq!(strike.instance(), Some(1));
+        assert!(serde_json::from_str::<Strike>(r#"{"kind":"pause","instance":0,"ms":1,"pid":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_fault_out_of_range_is_refused_with_the_range() {
+        assert_eq!(
+            Strike::Pause { instance: 2, ms: 10 }.validate(2).unwrap_err(),
+            "no instance 2: the lab runs 2 (0 and 1)"
+        );
+        assert_eq!(
+            Strike::CutFromLock { instance: 0, ms: 0 }.validate(2).unwrap_err(),
+            "a fault of 0 ms: pick 1 to 60000"
+        );
+        assert!(Strike::JumpClock {
+            instance: 0,
+            seconds: -3600
+        }
+        .validate(2)
+        .is_ok());
+        assert!(Strike::JumpClock {
+            instance: 0,
+            seconds: 100_000
+        }
+        .validate(2)
+        .is_err());
+    }
+}

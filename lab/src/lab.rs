@@ -1,0 +1,460 @@
+//! The lab's state: the setup the page chose, the servers and the two instances it
+//! started for it, the crowd under way, and the faults struck meanwhile. Everything it
+//! starts it stops ([`Lab::shutdown`]): no process, cut link or moved clock outlives it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use loadtest::history::Fault;
+use serde::Serialize;
+
+use crate::crowd::{Crowd, Outcome};
+use crate::faults::{Strike, HOLDER_WITHIN_MS};
+use crate::instances::Instance;
+use crate::servers::Servers;
+use crate::setup::{Needs, Offer, Setup, STRATEGIES};
+
+/// Two instances, as in every lesson.
+const INSTANCES: usize = 2;
+
+/// The programs the lab runs, built beside it by `cargo build --release --workspace`.
+pub struct Binaries {
+    pub seckill: PathBuf,
+    pub loadtest: PathBuf,
+}
+
+impl Binaries {
+    /// `seckill` and `loadtest` in the folder of the running `lab`; says how to build them.
+    pub fn beside_this_program() -> anyhow::Result<Binaries> {
+        let lab = std::env::current_exe().context("cannot tell where the lab's program is")?;
+        let folder = lab.parent().unwrap_or(Path::new("."));
+        let binaries = Binaries {
+            seckill: folder.join("seckill"),
+            loadtest: folder.join("loadtest"),
+        };
+        for binary in [&binaries.seckill, &binaries.loadtest] {
+            if !binary.exists() {
+                bail!(
+                    "{} is missing: build every program of the project with `cargo build --release --workspace` \
+                     (`make lab` does)",
+                    binary.display()
+                );
+            }
+        }
+        Ok(binaries)
+    }
+}
+
+/// One setup, running.
+struct Stage {
+    setup: Setup,
+    needs: Needs,
+    servers: Servers,
+    instances: Vec<Instance>,
+    /// Counts setups, so a fault still waiting on an old one leaves the new one alone.
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    stage: Option<Stage>,
+    crowd: Option<Crowd>,
+    crowds: u32,
+    generations: u64,
+}
+
+/// The lab. Cheap to share: the page's requests and the faults' timers hold an `Arc`.
+pub struct Lab {
+    inner: tokio::sync::Mutex<Inner>,
+    binaries: Binaries,
+    dir: PathBuf,
+    started: Instant,
+    /// What happened, a line each, for the page.
+    log: std::sync::Mutex<Vec<String>>,
+}
+
+impl Lab {
+    /// A lab keeping its logs and crowds in `dir`.
+    pub fn new(binaries: Binaries, dir: &Path) -> anyhow::Result<Arc<Lab>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot make {}", dir.display()))?;
+        Ok(Arc::new(Lab {
+            inner: Default::default(),
+            binaries,
+            dir: dir.to_owned(),
+            started: Instant::now(),
+            log: Default::default(),
+        }))
+    }
+
+    /// Stops what runs, then starts the servers and the two instances of `setup`.
+    pub async fn start(&self, setup: Setup) -> Result<(), String> {
+        let needs = setup.validate()?;
+        let mut inner = self.inner.lock().await;
+        stop_everything(&mut inner).await;
+        let stage = self.stage(setup, needs, inner.generations + 1).await;
+        let stage = stage.map_err(|error| format!("{error:#}"))?;
+        inner.generations = stage.generation;
+        self.say(format!(
+            "started `{}` with fencing {}: {} and {}",
+            stage.setup.strategy,
+            if stage.setup.fencing { "on" } else { "off" },
+            stage.instances[0].name,
+            stage.instances[1].name
+        ));
+        inner.stage = Some(stage);
+        Ok(())
+    }
+
+    async fn stage(&self, setup: Setup, needs: Needs, generation: u64) -> anyhow::Result<Stage> {
+        let servers = Servers::start(needs).await?;
+        let mut instances = Vec::new();
+        for _ in 0..INSTANCES {
+            let instance = Instance::start(&self.binaries.seckill, &setup, needs, &servers, &self.dir).await;
+            match instance {
+                Ok(instance) => instances.push(instance),
+                Err(error) => {
+                    for mut started in instances {
+                        started.kill().await;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(Stage {
+            setup,
+            needs,
+            servers,
+            instances,
+            generation,
+        })
+    }
+
+    /// Sends the lessons' crowd at both instances.
+    pub async fn send_crowd(&self) -> Result<u32, String> {
+        let mut inner = self.inner.lock().await;
+        if inner.crowd.as_ref().is_some_and(Crowd::is_running) {
+            return Err("a crowd is still buying: wait for its verdict".to_owned());
+        }
+        let Some(stage) = &inner.stage else {
+            return Err("nothing runs yet: choose a strategy and press start".to_owned());
+        };
+        let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
+        let number = inner.crowds + 1;
+        let crowd = Crowd::start(
+            &self.binaries.loadtest,
+            number,
+            &hosts,
+            &stage.servers.stock.url(),
+            &self.dir,
+        )
+        .map_err(|error| format!("{error:#}"))?;
+        self.say(format!(
+            "crowd {number}: {} buyers at {} units",
+            crate::crowd::BUYERS,
+            crate::crowd::STOCK
+        ));
+        inner.crowds = number;
+        inner.crowd = Some(crowd);
+        Ok(number)
+    }
+
+    /// Strikes a fault, and lets it run its course in the background.
+    pub async fn strike(self: &Arc<Self>, strike: Strike) -> Result<String, String> {
+        let inner = self.inner.lock().await;
+        let Some(stage) = &inner.stage else {
+            return Err("nothing runs yet: choose a strategy and press start".to_owned());
+        };
+        strike.validate(stage.instances.len())?;
+        match (&strike, stage.needs) {
+            (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
+                return Err(format!(
+                    "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
+                    stage.setup.strategy
+                ))
+            }
+            (Strike::JumpClock { instance, .. }, _) if !stage.instances[*instance].can_jump_clock() => {
+                return Err(format!(
+                    "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
+                    testkit::wall_clock::LIBFAKETIME
+                ))
+            }
+            _ => {}
+        }
+        let generation = stage.generation;
+        drop(inner);
+        let lab = self.clone();
+        let said = format!("{strike:?}");
+        tokio::spawn(async move {
+            if let Err(error) = lab.play(strike, generation).await {
+                lab.say(format!("the fault stopped: {error:#}"));
+            }
+        });
+        Ok(said)
+    }
+
+    /// A fault from its start to its end.
+    async fn play(&self, strike: Strike, generation: u64) -> anyhow::Result<()> {
+        use testkit::nemesis::{Delay, Direction, Fault as Cut};
+        let (instance, first, ms, then) = match strike {
+            Strike::PauseHolder { ms } => {
+                let (holder, linger) = self.wait_for_holder(generation).await?;
+                // Past its lease check, into the linger before its write: a holder stopped
+                // earlier would check its lease on waking, see it lost, and sell nothing.
+                tokio::time::sleep(linger / 2).await;
+                (holder, Act::Pause, ms, Act::Resume)
+            }
+            Strike::Pause { instance, ms } => (instance, Act::Pause, ms, Act::Resume),
+            Strike::Kill { instance, ms } => (instance, Act::Kill, ms, Act::Launch),
+            Strike::CutFromLock { instance, ms } => (
+                instance,
+                Act::Cut(Link::Lock, Cut::Partition),
+                ms,
+                Act::Heal(Link::Lock),
+            ),
+            Strike::CutFromStock { instance, ms } => (
+                instance,
+                Act::Cut(Link::Stock, Cut::Partition),
+                ms,
+                Act::Heal(Link::Stock),
+            ),
+            Strike::DelayLock { instance, delay_ms, ms } => {
+                let delay = Delay {
+                    ms: delay_ms,
+                    jitter_ms: 0,
+                    direction: Direction::Both,
+                };
+                (
+                    instance,
+                    Act::Cut(Link::Lock, Cut::Delay(delay)),
+                    ms,
+                    Act::Heal(Link::Lock),
+                )
+            }
+            Strike::JumpClock { instance, seconds } => {
+                return self.act(generation, instance, Act::JumpClock(seconds)).await
+            }
+        };
+        self.act(generation, instance, first).await?;
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.act(generation, instance, then).await
+    }
+
+    /// Does `act` to instance `index` of the setup `generation`, if it still runs, and
+    /// records it into the running crowd's history.
+    async fn act(&self, generation: u64, index: usize, act: Act) -> anyhow::Result<()> {
+        let mut inner = self.inner.lock().await;
+        let inner = &mut *inner;
+        let Some(stage) = inner.stage.as_mut().filter(|stage| stage.generation == generation) else {
+            return Ok(()); // the setup changed meanwhile: its instances are gone
+        };
+        let target = &mut stage.instances[index];
+        let (fault, detail) = match act {
+            Act::Pause => (target.pause().map(|_| Fault::Pause)?, String::new()),
+            Act::Resume => (target.resume().map(|_| Fault::Resume)?, String::new()),
+            Act::Kill => {
+                target.kill().await;
+                (Fault::Kill, String::new())
+            }
+            Act::Launch => (target.launch().await.map(|_| Fault::Start)?, String::new()),
+            Act::Cut(link, cut) => {
+                link.of(target).strike(cut);
+                let kind = match cut {
+                    testkit::nemesis::Fault::Delay(_) => Fault::Delay,
+                    _ => Fault::Partition,
+                };
+                (kind, format!("its {} link: {cut:?}", link.name()))
+            }
+            Act::Heal(link) => {
+                link.of(target).strike(testkit::nemesis::Fault::Healed);
+                (Fault::Heal, format!("its {} link", link.name()))
+            }
+            Act::JumpClock(seconds) => (
+                target.jump_clock(seconds).map(|_| Fault::ClockJump)?,
+                format!("{seconds:+} s"),
+            ),
+        };
+        let name = target.name.clone();
+        if let Some(crowd) = inner.crowd.as_ref().filter(|crowd| crowd.is_running()) {
+            let detail = (!detail.is_empty()).then_some(detail.as_str());
+            loadtest::history::append_fault(&crowd.faults, fault, &name, detail)?;
+        }
+        self.say(format!("{fault:?} {name} {detail}").to_lowercase());
+        Ok(())
+    }
+
+    /// The instance that holds the lock (any segment's), once one does, and how long its
+    /// sales linger before their writes.
+    async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<(usize, Duration)> {
+        let (url, keys, names, linger) = {
+            let inner = self.inner.lock().await;
+            let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
+                bail!("the setup changed");
+            };
+            let segments = seckill::sale::segments::Segments::new(stage.setup.segments).map_err(anyhow::Error::msg)?;
+            let keys = seckill::sale::keys::Keys::with_prefix("");
+            let keys: Vec<String> = segments.all().map(|segment| keys.lock_of(segment)).collect();
+            let names: Vec<String> = stage
+                .instances
+                .iter()
+                .map(|instance| format!("{}:", instance.name))
+                .collect();
+            let linger = Duration::from_millis(stage.setup.linger_ms);
+            (stage.servers.lock[0].url(), keys, names, linger)
+        };
+        self.say("waiting for an instance to hold the lock".to_owned());
+        let mut redis = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let deadline = Instant::now() + Duration::from_millis(HOLDER_WITHIN_MS);
+        while Instant::now() < deadline {
+            let holders: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(&mut redis).await?;
+            let holder = holders
+                .iter()
+                .flatten()
+                .find_map(|owner| names.iter().position(|name| owner.starts_with(name)));
+            if let Some(index) = holder {
+                self.say(format!("{} holds the lock", names[index].trim_end_matches(':')));
+                return Ok((index, linger));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        bail!("no instance held the lock within {HOLDER_WITHIN_MS} ms: send the crowd, then pause the holder")
+    }
+
+    /// What the page shows.
+    pub async fn state(&self) -> State {
+        let inner = self.inner.lock().await;
+        let stage = inner.stage.as_ref();
+        State {
+            strategies: STRATEGIES,
+            setup: stage.map(|stage| stage.setup.clone()),
+            instances: stage.map_or_else(Vec::new, |stage| {
+                stage.instances.iter().map(InstanceState::of).collect()
+            }),
+            server_pids: stage.map_or_else(Vec::new, |stage| stage.servers.pids()),
+            crowds_sent: inner.crowds,
+            crowd: inner.crowd.as_ref().map(|crowd| CrowdState {
+                number: crowd.number,
+                running: crowd.is_running(),
+                outcome: crowd.outcome(),
+            }),
+            log: self.log.lock().unwrap().clone(),
+        }
+    }
+
+    /// The page of the last crowd's timeline, or `None` before the first.
+    pub async fn timeline(&self) -> Option<String> {
+        let inner = self.inner.lock().await;
+        inner.crowd.as_ref().map(Crowd::timeline)
+    }
+
+    /// Heals every link, resumes and kills every instance, stops the crowd and the servers.
+    pub async fn shutdown(&self) {
+        let mut inner = self.inner.lock().await;
+        stop_everything(&mut inner).await;
+    }
+
+    fn say(&self, line: String) {
+        let line = format!("{:7.1} s  {line}", self.started.elapsed().as_secs_f64());
+        println!("[lab] {line}");
+        self.log.lock().unwrap().push(line);
+    }
+}
+
+async fn stop_everything(inner: &mut Inner) {
+    if let Some(crowd) = inner.crowd.take() {
+        crowd.stop();
+    }
+    if let Some(mut stage) = inner.stage.take() {
+        for instance in &mut stage.instances {
+            instance.lock_link.strike(testkit::nemesis::Fault::Healed);
+            instance.stock_link.strike(testkit::nemesis::Fault::Healed);
+            instance.kill().await;
+        }
+        // The servers are killed as `stage` drops.
+    }
+}
+
+/// One step of a fault, done to one instance.
+enum Act {
+    Pause,
+    Resume,
+    Kill,
+    Launch,
+    Cut(Link, testkit::nemesis::Fault),
+    Heal(Link),
+    JumpClock(i64),
+}
+
+/// Which of an instance's links.
+#[derive(Clone, Copy)]
+enum Link {
+    Lock,
+    Stock,
+}
+
+impl Link {
+    fn name(self) -> &'static str {
+        match self {
+            Link::Lock => "lock",
+            Link::Stock => "stock",
+        }
+    }
+
+    fn of(self, instance: &Instance) -> &testkit::nemesis::Nemesis {
+        match self {
+            Link::Lock => &instance.lock_link,
+            Link::Stock => &instance.stock_link,
+        }
+    }
+}
+
+/// The lab as the page sees it, from `GET /state`.
+#[derive(Serialize)]
+pub struct State {
+    pub strategies: &'static [Offer],
+    pub setup: Option<Setup>,
+    pub instances: Vec<InstanceState>,
+    pub server_pids: Vec<u32>,
+    /// Crowds sent since the lab started; the next is number `crowds_sent + 1`.
+    pub crowds_sent: u32,
+    /// The last crowd of this setup.
+    pub crowd: Option<CrowdState>,
+    pub log: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct InstanceState {
+    pub name: String,
+    pub url: String,
+    pub pid: Option<u32>,
+    pub paused: bool,
+    pub clock_offset_s: i64,
+    pub can_jump_clock: bool,
+    pub lock_link: serde_json::Value,
+    pub stock_link: serde_json::Value,
+}
+
+impl InstanceState {
+    fn of(instance: &Instance) -> Self {
+        InstanceState {
+            name: instance.name.clone(),
+            url: instance.url(),
+            pid: instance.pid(),
+            paused: instance.paused,
+            clock_offset_s: instance.clock_offset_s,
+            can_jump_clock: instance.can_jump_clock(),
+            lock_link: serde_json::to_value(instance.lock_link.status()).unwrap_or_default(),
+            stock_link: serde_json::to_value(instance.stock_link.status()).unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct CrowdState {
+    pub number: u32,
+    pub running: bool,
+    pub outcome: Option<Outcome>,
+}

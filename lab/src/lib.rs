@@ -1,0 +1,26 @@
+//! The lab: one page on loopback where a class picks a lock, sends the crowd, strikes a
+//! fault with a click and watches what the history's checks say. `make lab` starts it.
+//!
+//! ## Reading order
+//! | file | what |
+//! | --- | --- |
+//! | [`setup`] | what the page chose: the strategy, its switches, the servers it needs |
+//! | [`servers`] | the Redis servers of a setup, each a redis-server of the lab's own |
+//! | [`instances`] | the two `seckill serve` processes, each behind nemeses of its own |
+//! | [`faults`] | the faults a click strikes, and how long each lasts |
+//! | [`crowd`] | the lessons' load test as a process, its history read as it grows |
+//! | [`lab`] | the state that ties them, and the clean-up that leaves nothing behind |
+//! | [`guard`] | loopback only: requests from another site are refused (DNS rebinding) |
+//! | [`routes`] | the page and the calls it makes |
+//!
+//! No root is needed: the lab runs Redis servers and processes of its own, and cuts
+//! links with nemeses (TCP proxies) in its own process.
+
+pub mod setup;
+pub mod servers;
+pub mod instances;
+pub mod faults;
+pub mod crowd;
+pub mod lab;
+pub mod guard;
+pub mod routes;

@@ -1,0 +1,229 @@
+//! What the teacher chose on the page: the strategy and its switches, and what the lab
+//! must start for it.
+
+use serde::{Deserialize, Serialize};
+
+/// The strategies the lab can run, and what each needs. The others need a server the lab
+/// does not start yet (etcd, ZooKeeper, MariaDB): the page greys them out and says so.
+pub const STRATEGIES: &[Offer] = &[
+    Offer {
+        strategy: "redis",
+        needs: Needs::LockRedis,
+    },
+    Offer {
+        strategy: "redlock",
+        needs: Needs::RedlockMasters,
+    },
+    Offer {
+        strategy: "none",
+        needs: Needs::StockOnly,
+    },
+    Offer {
+        strategy: "local",
+        needs: Needs::StockOnly,
+    },
+    Offer {
+        strategy: "etcd",
+        needs: Needs::NotYet("etcd"),
+    },
+    Offer {
+        strategy: "zookeeper",
+        needs: Needs::NotYet("ZooKeeper"),
+    },
+    Offer {
+        strategy: "mysql",
+        needs: Needs::NotYet("MariaDB"),
+    },
+    Offer {
+        strategy: "mysql-version",
+        needs: Needs::NotYet("MariaDB"),
+    },
+    Offer {
+        strategy: "redis-degrade",
+        needs: Needs::NotYet("MariaDB"),
+    },
+];
+
+/// How many Redlock masters the lab starts: a majority of five survives two lost.
+pub const REDLOCK_MASTERS: usize = 5;
+
+/// One strategy the page offers.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Offer {
+    pub strategy: &'static str,
+    pub needs: Needs,
+}
+
+/// The lock servers a strategy needs besides the stock's Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Needs {
+    /// A lock in the instance itself, or none: the stock's Redis is all.
+    StockOnly,
+    /// A Redis of its own for the lock, so that a link to the lock can be cut apart from
+    /// the link to the stock.
+    LockRedis,
+    /// Five independent Redis masters.
+    RedlockMasters,
+    /// A server the lab does not start yet.
+    NotYet(&'static str),
+}
+
+/// The strategy and its switches, as the page posts them.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Setup {
+    pub strategy: String,
+    /// `--fencing on|off`.
+    pub fencing: bool,
+    /// `--lock-ttl-ms`: how long a lease lasts without renewal.
+    pub ttl_ms: u64,
+    /// `--stock-segments`.
+    pub segments: u32,
+    /// `--group-commit` (with its local queue).
+    pub group_commit: bool,
+    /// `--one-per-buyer`.
+    pub one_per_buyer: bool,
+    /// `--chaos-pause-before-write-ms`: every sale lingers this long between its read and
+    /// its write, so that a pause of the holder lands in the middle of a sale (lesson 3).
+    pub linger_ms: u64,
+}
+
+impl Default for Setup {
+    /// Lesson 3's: a lease of 500 ms, every sale lingering 50 ms before its write.
+    fn default() -> Self {
+        Setup {
+            strategy: "redis".to_owned(),
+            fencing: true,
+            ttl_ms: 500,
+            segments: 1,
+            group_commit: false,
+            one_per_buyer: false,
+            linger_ms: 50,
+        }
+    }
+}
+
+impl Setup {
+    /// What this setup's strategy needs, or why the lab cannot run it (a sentence for the page).
+    pub fn needs(&self) -> Result<Needs, String> {
+        let offer = STRATEGIES
+            .iter()
+            .find(|offer| offer.strategy == self.strategy)
+            .ok_or_else(|| {
+                let known: Vec<&str> = STRATEGIES.iter().map(|offer| offer.strategy).collect();
+                format!(
+                    "no strategy `{}` in the lab; pick one of {}",
+                    self.strategy,
+                    known.join(", ")
+                )
+            })?;
+        match offer.needs {
+            Needs::NotYet(server) => Err(format!(
+                "`{}` needs {server}, which the lab does not start yet; run its lessons with `make lessons`",
+                self.strategy
+            )),
+            needs => Ok(needs),
+        }
+    }
+
+    /// Refuses switches out of range, naming the fix.
+    pub fn validate(&self) -> Result<Needs, String> {
+        let needs = self.needs()?;
+        if !(100..=60_000).contains(&self.ttl_ms) {
+            return Err(format!("a lease (ttl) of {} ms: pick 100 to 60000", self.ttl_ms));
+        }
+        if !(1..=16).contains(&self.segments) {
+            return Err(format!("{} stock segments: pick 1 to 16", self.segments));
+        }
+        if self.linger_ms > 1000 {
+            return Err(format!(
+                "a linger of {} ms before each write: pick 0 to 1000",
+                self.linger_ms
+            ));
+        }
+        Ok(needs)
+    }
+
+    /// The flags of `seckill serve` for this setup, but where it finds its servers.
+    pub fn serve_flags(&self) -> Vec<String> {
+        let mut flags: Vec<String> = [
+            "--lock",
+            &self.strategy,
+            "--fencing",
+            if self.fencing { "on" } else { "off" },
+            "--lock-ttl-ms",
+            &self.ttl_ms.to_string(),
+            "--stock-segments",
+            &self.segments.to_string(),
+            "--chaos-pause-before-write-ms",
+            &self.linger_ms.to_string(),
+            // A buyer waits for the lock as long as a paused holder may keep it.
+            "--acquire-timeout-ms",
+            "30000",
+        ]
+        .iter()
+        .map(|flag| flag.to_string())
+        .collect();
+        if self.group_commit {
+            flags.extend(["--local-queue", "--group-commit"].map(String::from));
+        }
+        if self.one_per_buyer {
+            flags.push("--one-per-buyer".to_owned());
+        }
+        flags
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_strategy_the_lab_cannot_start_says_which_server_it_needs() {
+        let setup = Setup {
+            strategy: "etcd".to_owned(),
+            ..Setup::default()
+        };
+        assert_eq!(
+            setup.validate().unwrap_err(),
+            "`etcd` needs etcd, which the lab does not start yet; run its lessons with `make lessons`"
+        );
+        let unknown = Setup {
+            strategy: "paxos".to_owned(),
+            ..Setup::default()
+        };
+        assert!(unknown.validate().unwrap_err().contains("pick one of redis, redlock"));
+    }
+
+    #[test]
+    fn switches_out_of_range_are_refused_with_the_range() {
+        let short = Setup {
+            ttl_ms: 5,
+            ..Setup::default()
+        };
+        assert_eq!(
+            short.validate().unwrap_err(),
+            "a lease (ttl) of 5 ms: pick 100 to 60000"
+        );
+    }
+
+    #[test]
+    fn the_switches_become_the_flags_of_seckill_serve() {
+        let setup = Setup {
+            fencing: false,
+            group_commit: true,
+            one_per_buyer: true,
+            ..Setup::default()
+        };
+        let flags = setup.serve_flags().join(" ");
+        assert!(
+            flags.starts_with("--lock redis --fencing off --lock-ttl-ms 500"),
+            "{flags}"
+        );
+        assert!(
+            flags.ends_with("--local-queue --group-commit --one-per-buyer"),
+            "{flags}"
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! The lab as a teacher uses it: the `lab` binary on a free port, driven through its page
+//! in Debian's headless chromium (`tests/browser/lab.mjs`) and through its calls; then
+//! stopped with Ctrl-C, after which nothing it started may be left.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// The project's root (the lab crate is one folder down).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+}
+
+/// A lab of the test's own: its process, its port and its folder.
+struct Lab {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Lab {
+    fn start() -> Lab {
+        let port = testkit::free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_lab"))
+            .args(["--port", &port.to_string(), "--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the lab runs");
+        testkit::wait_for_port(port, Duration::from_secs(10), "the lab");
+        Lab { child, port, _dir: dir }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, String) {
+        let answer = reqwest::Client::new()
+            .post(format!("{}{path}", self.url()))
+            .json(&body)
+            .send()
+            .await
+            .expect("the lab answers");
+        (answer.status().as_u16(), answer.text().await.unwrap())
+    }
+
+    async fn state(&self) -> Value {
+        reqwest::get(format!("{}/state", self.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Ctrl-C, and its exit status once it stopped (at most 30 s later).
+    fn interrupt(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the lab did not stop within 30 s of Ctrl-C");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Lab {
+    /// Ctrl-C, so that the lab stops what it started even when a test failed; a kill if
+    /// it does not stop.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            // SAFETY: kill(2) on the pid of a child this test started and has not reaped.
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn setup(fencing: bool) -> Value {
+    json!({"strategy": "redis", "fencing": fencing, "ttl_ms": 500, "segments": 1,
+           "group_commit": false, "one_per_buyer": false, "linger_ms": 50})
+}
+
+/// `node tests/browser/lab.mjs` on `lab` with fencing `on` or `off`: what the page showed.
+fn clicked(lab: &Lab, fencing: &str) -> Value {
+    let root = root();
+    assert!(
+        root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
+        "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
+    );
+    let screenshot = root.join(format!(".run/results/lab-fencing-{fencing}.png"));
+    std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
+    let output = Command::new("node")
+        .arg(root.join("tests/browser/lab.mjs"))
+        .args([&lab.url(), fencing])
+        .arg(&screenshot)
+        .output()
+        .expect("node runs (Node.js 20 or newer)");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert!(
+        output.status.success(),
+        "the lab failed in the browser:\n{stderr}\n{stdout}"
+    );
+    serde_json::from_str(stdout.trim()).expect("the script prints what it saw")
+}
+
+#[test]
+fn pausing_the_holder_shows_the_double_sale_without_fencing_and_none_with_it() {
+    let lab = Lab::start();
+    let off = clicked(&lab, "off");
+    assert_eq!(off["verdict"], "oversold", "{off}");
+    let failed = off["failed"].as_array().unwrap();
+    assert!(
+        failed.contains(&json!("unique")),
+        "a unit sold twice fails `unique`: {off}"
+    );
+    assert!(
+        off["faultBands"].as_u64().unwrap() >= 1,
+        "the pause is a band on the timeline: {off}"
+    );
+    assert_eq!(off["errors"], json!([]), "{off}");
+
+    let on = clicked(&lab, "on");
+    assert_eq!(
+        (&on["verdict"], &on["failed"], &on["crowds"]),
+        (&json!("held"), &json!([]), &json!(1)),
+        "the fence refuses the paused holder's write: {on}"
+    );
+    let passed = on["passed"].as_array().unwrap();
+    for check in ["unique", "lost", "linearizable", "fence-order"] {
+        assert!(passed.contains(&json!(check)), "{check} passes with fencing on: {on}");
+    }
+    assert_eq!(on["errors"], json!([]), "{on}");
+}
+
+/// Whether process `pid` is gone (or a zombie, which is dead and only waits to be reaped).
+fn gone(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_leaves_no_process_paused_link_cut_or_clock_moved_behind() {
+    let mut lab = Lab::start();
+    assert_eq!(lab.post("/start", setup(false)).await, (200, "started".to_owned()));
+    // Faults meant to outlast the lab: a minute each.
+    for strike in [
+        json!({"kind": "pause", "instance": 0, "ms": 60_000}),
+        json!({"kind": "cut-from-lock", "instance": 1, "ms": 60_000}),
+        json!({"kind": "jump-clock", "instance": 1, "seconds": 3600}),
+    ] {
+        let (status, said) = lab.post("/strike", strike.clone()).await;
+        assert_eq!(status, 200, "{strike}: {said}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let state = loop {
+        let state = lab.state().await;
+        let struck = state["instances"][0]["paused"] == true
+            && state["instances"][1]["lock_link"]["fault"] == "partition"
+            && state["instances"][1]["clock_offset_s"] == 3600;
+        if struck {
+            break state;
+        }
+        assert!(Instant::now() < deadline, "the faults were not struck: {state}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut pids: Vec<u64> = state["server_pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pid| pid.as_u64().unwrap())
+        .collect();
+    pids.extend(
+        state["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|instance| instance["pid"].as_u64().unwrap()),
+    );
+    assert_eq!(pids.len(), 4, "a stock Redis, a lock Redis and two instances: {state}");
+    let ports: Vec<u16> = state["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|instance| {
+            instance["url"]
+                .as_str()
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+
+    assert!(lab.interrupt().success(), "the lab stops cleanly on Ctrl-C");
+    for pid in pids {
+        assert!(gone(pid), "process {pid}, started by the lab, outlived it");
+    }
+    for port in ports.into_iter().chain([lab.port]) {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} still answers after the lab stopped"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_second_lab_on_a_taken_port_names_it_and_how_to_pick_another() {
+    let lab = Lab::start();
+    let second = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["--port", &lab.port.to_string()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains(&format!("port {} is taken", lab.port)) && said.contains(&format!("--port {}", lab.port + 1)),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_drive_the_lab() {
+    let lab = Lab::start();
+    let http = reqwest::Client::new();
+    // A rebound name: the page of evil.example, its name now pointing at 127.0.0.1.
+    let rebound = http
+        .post(format!("{}/crowd", lab.url()))
+        .header("host", format!("evil.example:{}", lab.port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status().as_u16(), 403);
+    assert!(rebound.text().await.unwrap().contains("evil.example"));
+    let foreign = http
+        .post(format!("{}/strike", lab.url()))
+        .header("origin", "http://evil.example")
+        .json(&json!({"kind": "pause", "instance": 0, "ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status().as_u16(), 403);
+    let own = http.get(format!("{}/state", lab.url())).send().await.unwrap();
+    assert_eq!(own.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_with_the_fix() {
+    let lab = Lab::start();
+    let (status, said) = lab.post("/strike", json!({"kind": "pause-holder", "ms": 1000})).await;
+    assert_eq!(
+        (status, said.as_str()),
+        (409, "nothing runs yet: choose a strategy and press start")
+    );
+    let mut etcd = setup(true);
+    etcd["strategy"] = json!("etcd");
+    let (status, said) = lab.post("/start", etcd).await;
+    assert_eq!(status, 409);
+    assert!(said.contains("needs etcd, which the lab does not start yet"), "{said}");
+}

@@ -1,0 +1,76 @@
+// The lab (`make lab`) in Debian's headless chromium, clicked as a teacher would.
+//
+//   node tests/browser/lab.mjs LAB_URL on|off SCREENSHOT.png [TRIES]
+//
+// Chooses `redis` with fencing on or off, presses start, clicks "pause the holder" and
+// then "send the crowd", and waits for the verdict. With fencing off, a pause that missed
+// the holder's write (the verdict held) is tried again, up to TRIES crowds (3). Takes a
+// screenshot of the page with its verdict, and prints one JSON line: {verdict, failed,
+// passed, crowds, faultBands, errors}: the verdict word, the checks that failed and
+// passed, how many crowds it sent, the fault bands on the timeline, and any console error
+// or request to another origin. Exits 1 when the page cannot be driven. Run by
+// lab/tests/browser.rs, which judges it.
+import { chromium } from "playwright-core";
+
+const [labUrl, fencing, screenshot, tries = "3"] = process.argv.slice(2);
+if (!labUrl || !["on", "off"].includes(fencing) || !screenshot) {
+  console.error("usage: node lab.mjs LAB_URL on|off SCREENSHOT.png [TRIES]");
+  process.exit(2);
+}
+const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1400 }, locale: "en-US" });
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(`page error: ${error.message}`));
+  page.on("console", (message) => message.type() === "error" && errors.push(`console: ${message.text()}`));
+  // Loopback only: the lab and its instances.
+  await page.route((url) => url.hostname !== "127.0.0.1", (route) => {
+    errors.push(`fetched ${route.request().url()}`);
+    return route.abort();
+  });
+  await page.goto(labUrl);
+  await page.selectOption("#strategy", "redis");
+  await page.setChecked("#fencing", fencing === "on");
+  await page.click("#start");
+  await page.waitForFunction(() => document.querySelectorAll("#instances tr").length === 2, null, { timeout: 60_000 });
+  let verdict, crowds = 0;
+  for (let crowd = 1; crowd <= Number(tries); crowd++) {
+    crowds = crowd;
+    const before = await page.evaluate(async () => (await (await fetch("/state")).json()).crowds_sent);
+    await page.click("#pause-holder");
+    await page.click("#send-crowd");
+    await page.waitForFunction((number) => {
+      const shown = document.getElementById("verdict");
+      return shown.textContent.startsWith(`crowd ${number}:`) && shown.dataset.verdict !== undefined
+        && !shown.classList.contains("running");
+    }, before + 1, { timeout: 120_000, polling: 250 });
+    verdict = await page.getAttribute("#verdict", "data-verdict");
+    if (fencing === "on" || verdict !== "held") break;
+  }
+  const failed = await page.$$eval("#checks li.fail", (items) => items.map((item) => item.dataset.check));
+  const passed = await page.$$eval("#checks li.pass", (items) => items.map((item) => item.dataset.check));
+  // The timeline of the ended crowd, with its checks and the pause as a band.
+  await page.waitForFunction(() => {
+    const frame = document.getElementById("timeline").contentDocument;
+    const heading = frame?.querySelector("h1")?.textContent ?? "";
+    return heading.includes("the history of one run") && frame.querySelectorAll("rect.fault").length > 0;
+  }, null, { timeout: 10_000 });
+  await page.waitForTimeout(300); // the frame's scroll to its first red bar
+  const faultBands = await page.evaluate(() =>
+    document.getElementById("timeline").contentDocument.querySelectorAll("rect.fault").length);
+  await page.screenshot({ path: screenshot }); // the top: the switches, the faults, the verdict, the history
+  console.log(JSON.stringify({ verdict, failed, passed, crowds, faultBands, errors }));
+} catch (error) {
+  const shown = await browser.contexts()[0]?.pages()[0]?.evaluate(() =>
+    `${document.getElementById("verdict").textContent} | ${document.getElementById("message").textContent}`).catch(() => "");
+  console.error(`lab: ${error.message}; the page said: ${shown}`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
