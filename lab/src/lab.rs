@@ -13,6 +13,7 @@ use serde::Serialize;
 use crate::crowd::{Crowd, Outcome};
 use crate::faults::{Strike, HOLDER_WITHIN_MS};
 use crate::instances::Instance;
+use crate::scenarios;
 use crate::servers::Servers;
 use crate::setup::{Needs, Offer, Setup, STRATEGIES};
 
@@ -60,6 +61,8 @@ struct Stage {
 #[derive(Default)]
 struct Inner {
     stage: Option<Stage>,
+    /// The guided scenario the stage was started for, if any.
+    scenario: Option<&'static str>,
     crowd: Option<Crowd>,
     crowds: u32,
     generations: u64,
@@ -96,6 +99,7 @@ impl Lab {
         let stage = self.stage(setup, needs, inner.generations + 1).await;
         let stage = stage.map_err(|error| format!("{error:#}"))?;
         inner.generations = stage.generation;
+        inner.scenario = None;
         self.say(format!(
             "started `{}` with fencing {}: {} and {}",
             stage.setup.strategy,
@@ -158,6 +162,26 @@ impl Lab {
         inner.crowds = number;
         inner.crowd = Some(crowd);
         Ok(number)
+    }
+
+    /// Runs a guided scenario: its setup started, the crowd sent, its faults struck.
+    pub async fn run_scenario(self: &Arc<Self>, id: &str) -> Result<u32, String> {
+        let known = || {
+            scenarios::all()
+                .iter()
+                .map(|scenario| scenario.id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let scenario = scenarios::named(id).ok_or_else(|| format!("no scenario `{id}`; the lab has {}", known()))?;
+        self.start(scenario.setup.clone()).await?;
+        let crowd = self.send_crowd().await?;
+        for strike in scenario.strikes {
+            self.strike(strike).await?;
+        }
+        self.inner.lock().await.scenario = Some(scenario.id);
+        self.say(format!("scenario `{}` (lesson {})", scenario.id, scenario.lesson));
+        Ok(crowd)
     }
 
     /// Strikes a fault, and lets it run its course in the background.
@@ -330,6 +354,7 @@ impl Lab {
         State {
             strategies: STRATEGIES,
             setup: stage.map(|stage| stage.setup.clone()),
+            scenario: inner.scenario,
             instances: stage.map_or_else(Vec::new, |stage| {
                 stage.instances.iter().map(InstanceState::of).collect()
             }),
@@ -416,6 +441,8 @@ impl Link {
 pub struct State {
     pub strategies: &'static [Offer],
     pub setup: Option<Setup>,
+    /// The id of the guided scenario running, if the setup is one's.
+    pub scenario: Option<&'static str>,
     pub instances: Vec<InstanceState>,
     pub server_pids: Vec<u32>,
     /// Crowds sent since the lab started; the next is number `crowds_sent + 1`.

@@ -7,13 +7,15 @@
 //! | `POST /start` | a [`Setup`] as JSON: stop what runs, start its servers and two instances |
 //! | `POST /crowd` | the lessons' crowd at both instances |
 //! | `POST /strike` | a [`Strike`] as JSON: a fault, ended by the lab after its time |
+//! | `GET /scenarios` | the guided scenarios, in both languages |
+//! | `POST /scenarios/{id}` | one run: its setup started, the crowd sent, its faults struck |
 //! | `GET /timeline` | the last crowd's timeline: as it grows, then with its checks |
 //!
 //! Every call passes [`crate::guard::loopback_only`] first.
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,6 +32,8 @@ pub fn app(lab: Arc<Lab>) -> Router {
         .route("/start", post(start))
         .route("/crowd", post(crowd))
         .route("/strike", post(strike))
+        .route("/scenarios", get(scenarios))
+        .route("/scenarios/{id}", post(run_scenario))
         .route("/timeline", get(timeline))
         .layer(axum::middleware::from_fn(crate::guard::loopback_only))
         .with_state(lab)
@@ -53,6 +57,14 @@ async fn crowd(State(lab): State<Arc<Lab>>) -> Response {
 
 async fn strike(State(lab): State<Arc<Lab>>, Json(strike): Json<Strike>) -> Response {
     answer(lab.strike(strike).await)
+}
+
+async fn scenarios() -> Response {
+    Json(crate::scenarios::all()).into_response()
+}
+
+async fn run_scenario(State(lab): State<Arc<Lab>>, Path(id): Path<String>) -> Response {
+    answer(lab.run_scenario(&id).await.map(|number| format!("crowd {number} sent")))
 }
 
 async fn timeline(State(lab): State<Arc<Lab>>) -> Response {

@@ -94,14 +94,18 @@ fn setup(fencing: bool) -> Value {
            "group_commit": false, "one_per_buyer": false, "linger_ms": 50})
 }
 
-/// `node tests/browser/lab.mjs` on `lab` with fencing `on` or `off`: what the page showed.
+/// `node tests/browser/lab.mjs` on `lab` with fencing `on` or `off`, or with a guided
+/// scenario's prediction (`scenario:ID:yes`): what the page showed.
 fn clicked(lab: &Lab, fencing: &str) -> Value {
     let root = root();
     assert!(
         root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
         "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
     );
-    let screenshot = root.join(format!(".run/results/lab-fencing-{fencing}.png"));
+    let screenshot = match fencing.strip_prefix("scenario:") {
+        Some(scenario) => root.join(format!(".run/results/lab-{}.png", scenario.split(':').next().unwrap())),
+        None => root.join(format!(".run/results/lab-fencing-{fencing}.png")),
+    };
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
     let output = Command::new("node")
         .arg(root.join("tests/browser/lab.mjs"))
@@ -224,6 +228,18 @@ async fn ctrl_c_leaves_no_process_paused_link_cut_or_clock_moved_behind() {
     }
 }
 
+#[test]
+fn a_guided_scenario_answers_the_learners_prediction_in_the_page() {
+    let lab = Lab::start();
+    let seen = clicked(&lab, "scenario:pause-fenced:yes");
+    assert_eq!(
+        (&seen["soldTwice"], &seen["right"], &seen["errors"]),
+        (&json!(false), &json!(false), &json!([])),
+        "a learner who predicted a double sale under the fence is told it did not happen: {seen}"
+    );
+    assert!(seen["why"].as_str().unwrap().contains("refuses"), "{seen}");
+}
+
 #[tokio::test]
 async fn a_second_lab_on_a_taken_port_names_it_and_how_to_pick_another() {
     let lab = Lab::start();
@@ -277,4 +293,84 @@ async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_wi
     let (status, said) = lab.post("/start", etcd).await;
     assert_eq!(status, 409);
     assert!(said.contains("needs etcd, which the lab does not start yet"), "{said}");
+}
+
+/// Sends scenario `id` and waits for its verdict: whether a unit was sold twice (the
+/// history's `unique` check failed), and the outcome.
+async fn run_scenario(lab: &Lab, id: &str) -> (bool, Value) {
+    let (status, said) = lab.post(&format!("/scenarios/{id}"), json!(null)).await;
+    assert_eq!(status, 200, "{id}: {said}");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let state = lab.state().await;
+        assert_eq!(state["scenario"], id, "{state}");
+        if let Some(outcome) = state["crowd"]["outcome"].as_object() {
+            let failed = |name: &str| {
+                outcome["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|check| check["name"] == name && check["status"] == "fail")
+            };
+            assert!(
+                ["held", "oversold"].contains(&outcome["verdict"].as_str().unwrap()),
+                "{id}: a scenario ends held or oversold, nothing else: {outcome:?}"
+            );
+            return (failed("unique"), Value::Object(outcome.clone()));
+        }
+        assert!(Instant::now() < deadline, "{id}: no verdict within 180 s: {state}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A scenario that says a unit will be sold twice gets this many crowds to show it: a
+/// pause may land where the holder already wrote.
+const TRIES: usize = 3;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_guided_scenario_shows_what_its_answer_says() {
+    let lab = Lab::start();
+    let scenarios: Value = reqwest::get(format!("{}/scenarios", lab.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let lessons: Vec<u64> = scenarios
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["lesson"].as_u64().unwrap())
+        .collect();
+    for lesson in [1, 3, 4, 9] {
+        assert!(lessons.contains(&lesson), "a scenario of lesson {lesson}: {lessons:?}");
+    }
+    for scenario in scenarios.as_array().unwrap() {
+        let (id, sold_twice) = (
+            scenario["id"].as_str().unwrap(),
+            scenario["sold_twice"].as_bool().unwrap(),
+        );
+        let tries = if sold_twice { TRIES } else { 1 };
+        let mut seen = Vec::new();
+        for _ in 0..tries {
+            let (twice, outcome) = run_scenario(&lab, id).await;
+            seen.push(outcome);
+            if twice == sold_twice {
+                break;
+            }
+        }
+        let last = seen.last().unwrap();
+        let twice = last["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "unique" && c["status"] == "fail");
+        assert_eq!(
+            twice,
+            sold_twice,
+            "{id} says sold twice = {sold_twice}; {} crowd(s): {seen:?}",
+            seen.len()
+        );
+        println!("{id}: sold twice = {twice}, after {} crowd(s)", seen.len());
+    }
 }

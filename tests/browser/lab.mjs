@@ -2,6 +2,8 @@
 //
 //   node tests/browser/lab.mjs LAB_URL on|off SCREENSHOT.png [TRIES]
 //
+//   node tests/browser/lab.mjs LAB_URL scenario:ID:yes|no SCREENSHOT.png
+//
 // Chooses `redis` with fencing on or off, presses start, clicks "pause the holder" and
 // then "send the crowd", and waits for the verdict. With fencing off, a pause that missed
 // the holder's write (the verdict held) is tried again, up to TRIES crowds (3). Takes a
@@ -9,12 +11,16 @@
 // passed, crowds, faultBands, errors}: the verdict word, the checks that failed and
 // passed, how many crowds it sent, the fault bands on the timeline, and any console error
 // or request to another origin. Exits 1 when the page cannot be driven. Run by
-// lab/tests/browser.rs, which judges it.
+// lab/tests/lab.rs, which judges it.
+//
+// With scenario:ID:yes|no, it answers the guided scenario ID's question ("will a unit be
+// sold twice?") with yes or no, waits for what happened, and prints {soldTwice, right,
+// why, errors} as the scenario's card shows them.
 import { chromium } from "playwright-core";
 
 const [labUrl, fencing, screenshot, tries = "3"] = process.argv.slice(2);
-if (!labUrl || !["on", "off"].includes(fencing) || !screenshot) {
-  console.error("usage: node lab.mjs LAB_URL on|off SCREENSHOT.png [TRIES]");
+if (!labUrl || !(["on", "off"].includes(fencing) || fencing.startsWith("scenario:")) || !screenshot) {
+  console.error("usage: node lab.mjs LAB_URL on|off|scenario:ID:yes|no SCREENSHOT.png [TRIES]");
   process.exit(2);
 }
 const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
@@ -25,7 +31,7 @@ const browser = await chromium.launch({
          "--disable-component-update", "--disable-sync"],
 });
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1400 }, locale: "en-US" });
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1750 }, locale: "en-US" });
   const errors = [];
   page.on("pageerror", (error) => errors.push(`page error: ${error.message}`));
   page.on("console", (message) => message.type() === "error" && errors.push(`console: ${message.text()}`));
@@ -35,6 +41,10 @@ try {
     return route.abort();
   });
   await page.goto(labUrl);
+  if (fencing.startsWith("scenario:")) {
+    await guided(page, fencing.split(":")[1], fencing.split(":")[2] === "yes", errors);
+    process.exit(process.exitCode ?? 0);
+  }
   await page.selectOption("#strategy", "redis");
   await page.setChecked("#fencing", fencing === "on");
   await page.click("#start");
@@ -72,5 +82,19 @@ try {
   console.error(`lab: ${error.message}; the page said: ${shown}`);
   process.exitCode = 1;
 } finally {
+  await browser.close();
+}
+
+/** The guided scenario `id`, predicted `yes` or not, through its card. */
+async function guided(page, id, yes, errors) {
+  const card = page.locator(`.scenario[data-scenario="${id}"]`);
+  await card.locator(yes ? ".predict-yes" : ".predict-no").click();
+  const result = page.locator(`.scenario[data-scenario="${id}"] .result[data-sold-twice]`);
+  await result.waitFor({ timeout: 180_000 });
+  const soldTwice = (await result.getAttribute("data-sold-twice")) === "yes";
+  const right = (await result.getAttribute("class")).includes("right");
+  const why = await page.locator(`.scenario[data-scenario="${id}"] .why`).textContent();
+  await page.screenshot({ path: screenshot });
+  console.log(JSON.stringify({ soldTwice, right, why, errors }));
   await browser.close();
 }

@@ -1,0 +1,187 @@
+//! Guided scenarios: each lesson's anomaly, ready to run. The page states the set-up,
+//! asks the learner to predict ("will a unit be sold twice?"), then runs it and shows
+//! what happened beside the prediction. `lab/tests/scenarios.rs` runs every one and
+//! checks that it shows what its answer says, so a scenario cannot teach a wrong thing.
+//!
+//! Each is written in English and in Chinese; the page shows the browser's language.
+
+use serde::Serialize;
+
+use crate::faults::Strike;
+use crate::setup::Setup;
+
+/// A text in both of the course's languages.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Words {
+    pub en: &'static str,
+    pub zh: &'static str,
+}
+
+/// One scenario.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scenario {
+    /// Its name in the page's address and in `POST /scenarios/ID`.
+    pub id: &'static str,
+    /// The lesson whose anomaly it shows.
+    pub lesson: u32,
+    pub title: Words,
+    /// What runs, before the learner predicts.
+    pub set_up: Words,
+    /// Why it ends as it does, shown after the run.
+    pub why: Words,
+    pub setup: Setup,
+    /// Struck as the crowd is sent.
+    pub strikes: Vec<Strike>,
+    /// The answer to "will a unit be sold twice?".
+    pub sold_twice: bool,
+}
+
+/// The scenarios, in the course's order.
+pub fn all() -> Vec<Scenario> {
+    let redis = |fencing| Setup {
+        fencing,
+        ..Setup::default()
+    };
+    let pause_the_holder = vec![Strike::PauseHolder { ms: 1500 }];
+    vec![
+        Scenario {
+            id: "race-none",
+            lesson: 1,
+            title: Words { en: "No lock at all", zh: "完全不加锁" },
+            set_up: Words {
+                en: "`none`: each sale reads the stock, lingers 50 ms, and writes it minus one. No fault.",
+                zh: "`none`：每次销售读库存，停留 50 毫秒，再写回减一后的值。不制造故障。",
+            },
+            why: Words {
+                en: "Two buyers read the same stock and both write it minus one: one unit, two sales. Lesson 1.",
+                zh: "两个买家读到同一个库存值，各自写回减一：一件商品卖了两次。见第 1 课。",
+            },
+            setup: Setup { strategy: "none".to_owned(), fencing: false, ..Setup::default() },
+            strikes: Vec::new(),
+            sold_twice: true,
+        },
+        Scenario {
+            id: "race-local",
+            lesson: 1,
+            title: Words { en: "A lock inside each instance", zh: "每个实例各自加本地锁" },
+            set_up: Words {
+                en: "`local`: a mutex in each instance; the two instances share the stock. No fault.",
+                zh: "`local`：每个实例内一把互斥锁；两个实例共用同一份库存。不制造故障。",
+            },
+            why: Words {
+                en: "Each instance takes turns only with itself: A's buyer and B's buyer still read the same stock. Lesson 1.",
+                zh: "每个实例只和自己排队：A 的买家和 B 的买家仍会读到同一个库存值。见第 1 课。",
+            },
+            setup: Setup { strategy: "local".to_owned(), fencing: false, ..Setup::default() },
+            strikes: Vec::new(),
+            sold_twice: true,
+        },
+        Scenario {
+            id: "pause-unfenced",
+            lesson: 3,
+            title: Words { en: "The holder paused, no fence", zh: "持锁者被暂停，没有防护令牌" },
+            set_up: Words {
+                en: "`redis` with fencing off, a lease of 500 ms. The holder is stopped (SIGSTOP) for 1.5 s in the middle of a sale, as a long GC pause would.",
+                zh: "`redis`，关闭 fencing，租期 500 毫秒。持锁者在一次销售中途被停住（SIGSTOP）1.5 秒，就像一次很长的 GC 停顿。",
+            },
+            why: Words {
+                en: "The lease ran out while it slept; the other instance took the lock and sold. On waking, the holder wrote the stock it had read: a unit sold twice. Lesson 3.",
+                zh: "它睡着时租期到了；另一个实例拿到锁并卖出。醒来后，持锁者写回它之前读到的库存：一件商品卖了两次。见第 3 课。",
+            },
+            setup: redis(false),
+            strikes: pause_the_holder.clone(),
+            sold_twice: true,
+        },
+        Scenario {
+            id: "pause-fenced",
+            lesson: 3,
+            title: Words { en: "The holder paused, with the fence", zh: "持锁者被暂停，有防护令牌" },
+            set_up: Words {
+                en: "The same pause, with fencing on: every write carries the lock's token, and the stock refuses a token older than one it has seen.",
+                zh: "同样的暂停，打开 fencing：每次写入带上锁的令牌，库存拒绝比已见过的更旧的令牌。",
+            },
+            why: Words {
+                en: "The woken holder's write carries the old token; the stock refuses it, and its buyer is told 503. Lesson 3.",
+                zh: "醒来的持锁者写入时带的是旧令牌；库存拒绝了它，它的买家收到 503。见第 3 课。",
+            },
+            setup: redis(true),
+            strikes: pause_the_holder.clone(),
+            sold_twice: false,
+        },
+        Scenario {
+            id: "redlock-paused",
+            lesson: 4,
+            title: Words { en: "Redlock, the holder paused", zh: "Redlock，持锁者被暂停" },
+            set_up: Words {
+                en: "`redlock` on five Redis masters, lease 500 ms. The holder is stopped for 1.5 s mid-sale: Kleppmann's objection.",
+                zh: "`redlock`，五个 Redis 主节点，租期 500 毫秒。持锁者在销售中途被停住 1.5 秒：Kleppmann 的反驳。",
+            },
+            why: Words {
+                en: "A majority of five does not help: every master let the lease expire, and Redlock has no token for the stock to check. Lesson 4.",
+                zh: "五个里的多数也没用：每个主节点都让租期过期了，而 Redlock 没有可供库存检查的令牌。见第 4 课。",
+            },
+            setup: Setup { strategy: "redlock".to_owned(), fencing: false, ..Setup::default() },
+            strikes: pause_the_holder,
+            sold_twice: true,
+        },
+        Scenario {
+            id: "partition-lease",
+            lesson: 9,
+            title: Words { en: "Cut off from the lock", zh: "与锁断开" },
+            set_up: Words {
+                en: "`redis` with fencing off. Instance A is cut from the lock's Redis for 3 s while it sells (its link to the stock stays up).",
+                zh: "`redis`，关闭 fencing。实例 A 在销售时与锁所在的 Redis 断开 3 秒（它到库存的连接不断）。",
+            },
+            why: Words {
+                en: "A cannot renew, so it checks its lease before each write and stops selling when the lease runs out, before B can be granted: a lease is a promise kept by the holder's own clock. Lesson 9.",
+                zh: "A 无法续期，所以每次写入前检查自己的租期，租期一到就停止销售，而这时 B 还拿不到锁：租约是持有者靠自己的时钟守住的承诺。见第 9 课。",
+            },
+            setup: redis(false),
+            strikes: vec![Strike::CutFromLock { instance: 0, ms: 3000 }],
+            sold_twice: false,
+        },
+    ]
+}
+
+/// The scenario called `id`.
+pub fn named(id: &str) -> Option<Scenario> {
+    all().into_iter().find(|scenario| scenario.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_runs_in_the_lab_and_is_written_in_both_languages() {
+        let scenarios = all();
+        for scenario in &scenarios {
+            assert_eq!(scenario.setup.validate().map(|_| ()), Ok(()), "{}", scenario.id);
+            for strike in &scenario.strikes {
+                assert_eq!(strike.validate(2), Ok(()), "{}", scenario.id);
+            }
+            for words in [scenario.title, scenario.set_up, scenario.why] {
+                assert!(!words.en.is_empty() && !words.zh.is_empty(), "{}", scenario.id);
+                assert!(
+                    words.zh.chars().any(|c| ('\u{4e00}'..='\u{9fff}').contains(&c)),
+                    "{}: {}",
+                    scenario.id,
+                    words.zh
+                );
+            }
+            assert!(
+                scenario.why.en.contains(&format!("Lesson {}", scenario.lesson)),
+                "{}",
+                scenario.id
+            );
+            assert!(
+                scenario.why.zh.contains(&format!("第 {} 课", scenario.lesson)),
+                "{}",
+                scenario.id
+            );
+        }
+        let mut ids: Vec<&str> = scenarios.iter().map(|scenario| scenario.id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), scenarios.len(), "one id each");
+    }
+}
