@@ -10,7 +10,7 @@
 //! | cut from the lock | its nemesis to the lock's servers partitions, heals after `ms` | 9 |
 //! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
 //! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |
-//! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 5 |
+//! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
 
 use serde::{Deserialize, Serialize};
 

@@ -50,11 +50,11 @@ pub fn all() -> Vec<Scenario> {
             title: Words { en: "No lock at all", zh: "完全不加锁" },
             set_up: Words {
                 en: "`none`: each sale reads the stock, lingers 50 ms, and writes it minus one. No fault.",
-                zh: "`none`：每次销售读库存，停留 50 毫秒，再写回减一后的值。不制造故障。",
+                zh: "`none`：每次下单读库存，多停 50 ms，再写回减一后的值。不制造故障。",
             },
             why: Words {
                 en: "Two buyers read the same stock and both write it minus one: one unit, two sales. Lesson 1.",
-                zh: "两个买家读到同一个库存值，各自写回减一：一件商品卖了两次。见第 1 课。",
+                zh: "两个买家读到同一个库存值，都写回它减一：一件货，卖了两次，一货多卖。见第 1 课。",
             },
             setup: Setup { strategy: "none".to_owned(), fencing: false, ..Setup::default() },
             strikes: Vec::new(),
@@ -70,7 +70,7 @@ pub fn all() -> Vec<Scenario> {
             },
             why: Words {
                 en: "Each instance takes turns only with itself: A's buyer and B's buyer still read the same stock. Lesson 1.",
-                zh: "每个实例只和自己排队：A 的买家和 B 的买家仍会读到同一个库存值。见第 1 课。",
+                zh: "每个实例的互斥锁只让自己的买家轮流来：A 的买家和 B 的买家照样会读到同一个库存值。见第 1 课。",
             },
             setup: Setup { strategy: "local".to_owned(), fencing: false, ..Setup::default() },
             strikes: Vec::new(),
@@ -79,14 +79,14 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "pause-unfenced",
             lesson: 3,
-            title: Words { en: "The holder paused, no fence", zh: "持锁者被暂停，没有防护令牌" },
+            title: Words { en: "The holder paused, no fence", zh: "持有者被暂停，没有栅栏" },
             set_up: Words {
                 en: "`redis` with fencing off, a lease of 500 ms. The holder is stopped (SIGSTOP) for 1.5 s in the middle of a sale, as a long GC pause would.",
-                zh: "`redis`，关闭 fencing，租期 500 毫秒。持锁者在一次销售中途被停住（SIGSTOP）1.5 秒，就像一次很长的 GC 停顿。",
+                zh: "`redis`，关掉栅栏，租约 500 ms。持有者在一次下单中途被停住（SIGSTOP）1.5 s，就像一次很长的 GC 停顿。",
             },
             why: Words {
                 en: "The lease ran out while it slept; the other instance took the lock and sold. On waking, the holder wrote the stock it had read: a unit sold twice. Lesson 3.",
-                zh: "它睡着时租期到了；另一个实例拿到锁并卖出。醒来后，持锁者写回它之前读到的库存：一件商品卖了两次。见第 3 课。",
+                zh: "它睡着时租约到期了，另一个实例拿到锁，卖出了货。持有者醒来后，把停住之前读到的库存写了回去：一货多卖。见第 3 课。",
             },
             setup: redis(false),
             strikes: pause_the_holder.clone(),
@@ -95,14 +95,14 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "pause-fenced",
             lesson: 3,
-            title: Words { en: "The holder paused, with the fence", zh: "持锁者被暂停，有防护令牌" },
+            title: Words { en: "The holder paused, with the fence", zh: "持有者被暂停，有栅栏" },
             set_up: Words {
                 en: "The same pause, with fencing on: every write carries the lock's token, and the stock refuses a token older than one it has seen.",
-                zh: "同样的暂停，打开 fencing：每次写入带上锁的令牌，库存拒绝比已见过的更旧的令牌。",
+                zh: "同样的暂停，打开栅栏：每次写都带着锁发的令牌，库存拒绝比它见过的令牌更旧的令牌。",
             },
             why: Words {
                 en: "The woken holder's write carries the old token; the stock refuses it, and its buyer is told 503. Lesson 3.",
-                zh: "醒来的持锁者写入时带的是旧令牌；库存拒绝了它，它的买家收到 503。见第 3 课。",
+                zh: "醒来的持有者写的时候带着旧令牌：库存拒绝了这次写，它的买家收到 503。见第 3 课。",
             },
             setup: redis(true),
             strikes: pause_the_holder.clone(),
@@ -111,14 +111,14 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "redlock-paused",
             lesson: 4,
-            title: Words { en: "Redlock, the holder paused", zh: "Redlock，持锁者被暂停" },
+            title: Words { en: "Redlock, the holder paused", zh: "红锁，持有者被暂停" },
             set_up: Words {
                 en: "`redlock` on five Redis masters, lease 500 ms. The holder is stopped for 1.5 s mid-sale: Kleppmann's objection.",
-                zh: "`redlock`，五个 Redis 主节点，租期 500 毫秒。持锁者在销售中途被停住 1.5 秒：Kleppmann 的反驳。",
+                zh: "`redlock`，五个 Redis 主节点，租约 500 ms。持有者在下单中途被停住 1.5 s：正是 Kleppmann 的反驳。",
             },
             why: Words {
                 en: "A majority of five does not help: every master let the lease expire, and Redlock has no token for the stock to check. Lesson 4.",
-                zh: "五个里的多数也没用：每个主节点都让租期过期了，而 Redlock 没有可供库存检查的令牌。见第 4 课。",
+                zh: "拿到五个里的多数也没用：每个主节点上的租约都到期了，而红锁不发令牌，库存没有东西可查。见第 4 课。",
             },
             setup: Setup { strategy: "redlock".to_owned(), fencing: false, ..Setup::default() },
             strikes: pause_the_holder,
@@ -130,11 +130,11 @@ pub fn all() -> Vec<Scenario> {
             title: Words { en: "Cut off from the lock", zh: "与锁断开" },
             set_up: Words {
                 en: "`redis` with fencing off. Instance A is cut from the lock's Redis for 3 s while it sells (its link to the stock stays up).",
-                zh: "`redis`，关闭 fencing。实例 A 在销售时与锁所在的 Redis 断开 3 秒（它到库存的连接不断）。",
+                zh: "`redis`，关掉栅栏。实例 A 正在卖货时，和锁 Redis 断开 3 s（它到库存的连接不受影响）。",
             },
             why: Words {
                 en: "A cannot renew, so it checks its lease before each write and stops selling when the lease runs out, before B can be granted: a lease is a promise kept by the holder's own clock. Lesson 9.",
-                zh: "A 无法续期，所以每次写入前检查自己的租期，租期一到就停止销售，而这时 B 还拿不到锁：租约是持有者靠自己的时钟守住的承诺。见第 9 课。",
+                zh: "A 续不上租约，每次写之前都检查自己的租约，租约一到就不再卖，这时 B 还拿不到锁：租约是持有者靠自己的时钟守住的承诺。见第 9 课。",
             },
             setup: redis(false),
             strikes: vec![Strike::CutFromLock { instance: 0, ms: 3000 }],

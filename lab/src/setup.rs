@@ -156,8 +156,6 @@ impl Setup {
             &self.ttl_ms.to_string(),
             "--stock-segments",
             &self.segments.to_string(),
-            "--chaos-pause-before-write-ms",
-            &self.linger_ms.to_string(),
             // A buyer waits for the lock as long as a paused holder may keep it.
             "--acquire-timeout-ms",
             "30000",
@@ -165,6 +163,10 @@ impl Setup {
         .iter()
         .map(|flag| flag.to_string())
         .collect();
+        // No linger is the service's default: the flag takes 1 ms and up.
+        if self.linger_ms > 0 {
+            flags.extend(["--chaos-pause-before-write-ms".to_owned(), self.linger_ms.to_string()]);
+        }
         if self.group_commit {
             flags.extend(["--local-queue", "--group-commit"].map(String::from));
         }

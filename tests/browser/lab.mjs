@@ -57,7 +57,7 @@ try {
     await page.click("#send-crowd");
     await page.waitForFunction((number) => {
       const shown = document.getElementById("verdict");
-      return shown.textContent.startsWith(`crowd ${number}:`) && shown.dataset.verdict !== undefined
+      return shown.dataset.crowd === String(number) && shown.dataset.verdict !== undefined
         && !shown.classList.contains("running");
     }, before + 1, { timeout: 120_000, polling: 250 });
     verdict = await page.getAttribute("#verdict", "data-verdict");
