@@ -49,6 +49,22 @@ impl Strike {
         }
     }
 
+    /// What the click asked, as the page says it back.
+    pub fn describe(&self) -> String {
+        let on = |instance: usize| ["A", "B"].get(instance).copied().unwrap_or("?");
+        match *self {
+            Strike::PauseHolder { ms } => format!("pause the holder for {ms} ms, once one holds the lock"),
+            Strike::Pause { instance, ms } => format!("pause {} for {ms} ms", on(instance)),
+            Strike::Kill { instance, ms } => format!("kill {}, start it again after {ms} ms", on(instance)),
+            Strike::CutFromLock { instance, ms } => format!("cut {} from the lock for {ms} ms", on(instance)),
+            Strike::CutFromStock { instance, ms } => format!("cut {} from the stock for {ms} ms", on(instance)),
+            Strike::DelayLock { instance, delay_ms, ms } => {
+                format!("delay {}'s lock link by {delay_ms} ms for {ms} ms", on(instance))
+            }
+            Strike::JumpClock { instance, seconds } => format!("jump {}'s clock {seconds:+} s", on(instance)),
+        }
+    }
+
     /// Refuses a parameter out of range, naming the range.
     pub fn validate(&self, instances: usize) -> Result<(), String> {
         if let Some(instance) = self.instance() {
@@ -94,6 +110,7 @@ mod tests {
             serde_json::from_str(r#"{"kind":"delay-lock","instance":1,"delay_ms":800,"ms":5000}"#).unwrap();
         assert_eq!(strike.instance(), Some(1));
         assert!(serde_json::from_str::<Strike>(r#"{"kind":"pause","instance":0,"ms":1,"pid":1}"#).is_err());
+        assert_eq!(strike.describe(), "delay B's lock link by 800 ms for 5000 ms");
     }
 
     #[test]

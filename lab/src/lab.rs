@@ -209,7 +209,7 @@ impl Lab {
         let generation = stage.generation;
         drop(inner);
         let lab = self.clone();
-        let said = format!("{strike:?}");
+        let said = strike.describe();
         tokio::spawn(async move {
             if let Err(error) = lab.play(strike, generation).await {
                 lab.say(format!("the fault stopped: {error:#}"));
@@ -284,11 +284,13 @@ impl Lab {
             Act::Launch => (target.launch().await.map(|_| Fault::Start)?, String::new()),
             Act::Cut(link, cut) => {
                 link.of(target).strike(cut);
-                let kind = match cut {
-                    testkit::nemesis::Fault::Delay(_) => Fault::Delay,
-                    _ => Fault::Partition,
-                };
-                (kind, format!("its {} link: {cut:?}", link.name()))
+                match cut {
+                    testkit::nemesis::Fault::Delay(delay) => (
+                        Fault::Delay,
+                        format!("its {} link, {} ms each way", link.name(), delay.ms),
+                    ),
+                    _ => (Fault::Partition, format!("its {} link", link.name())),
+                }
             }
             Act::Heal(link) => {
                 link.of(target).strike(testkit::nemesis::Fault::Healed);

@@ -9,6 +9,7 @@
 //! | [`instances`] | the two `seckill serve` processes, each behind nemeses of its own |
 //! | [`faults`] | the faults a click strikes, and how long each lasts |
 //! | [`crowd`] | the lessons' load test as a process, its history read as it grows |
+//! | [`replay`] | a past crowd's history, stepped through one event at a time |
 //! | [`scenarios`] | each lesson's anomaly, ready to run, to predict and to compare |
 //! | [`lab`] | the state that ties them, and the clean-up that leaves nothing behind |
 //! | [`guard`] | loopback only: requests from another site are refused (DNS rebinding) |
@@ -23,6 +24,7 @@ pub mod instances;
 pub mod faults;
 pub mod crowd;
 pub mod scenarios;
+pub mod replay;
 pub mod lab;
 pub mod guard;
 pub mod routes;

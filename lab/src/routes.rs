@@ -9,13 +9,14 @@
 //! | `POST /strike` | a [`Strike`] as JSON: a fault, ended by the lab after its time |
 //! | `GET /scenarios` | the guided scenarios, in both languages |
 //! | `POST /scenarios/{id}` | one run: its setup started, the crowd sent, its faults struck |
+//! | `POST /replay?upto=N` | a history.jsonl as the body: the timeline of its first N events, with their checks |
 //! | `GET /timeline` | the last crowd's timeline: as it grows, then with its checks |
 //!
 //! Every call passes [`crate::guard::loopback_only`] first.
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,6 +36,7 @@ pub fn app(lab: Arc<Lab>) -> Router {
         .route("/scenarios", get(scenarios))
         .route("/scenarios/{id}", post(run_scenario))
         .route("/timeline", get(timeline))
+        .route("/replay", post(replay))
         .layer(axum::middleware::from_fn(crate::guard::loopback_only))
         .with_state(lab)
 }
@@ -65,6 +67,18 @@ async fn scenarios() -> Response {
 
 async fn run_scenario(State(lab): State<Arc<Lab>>, Path(id): Path<String>) -> Response {
     answer(lab.run_scenario(&id).await.map(|number| format!("crowd {number} sent")))
+}
+
+#[derive(serde::Deserialize)]
+struct Step {
+    upto: Option<usize>,
+}
+
+async fn replay(Query(step): Query<Step>, history: String) -> Response {
+    match crate::replay::page(&history, step.upto) {
+        Ok(page) => Html(page).into_response(),
+        Err(why) => (StatusCode::BAD_REQUEST, why).into_response(),
+    }
 }
 
 async fn timeline(State(lab): State<Arc<Lab>>) -> Response {

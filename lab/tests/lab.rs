@@ -2,6 +2,7 @@
 //! in Debian's headless chromium (`tests/browser/lab.mjs`) and through its calls; then
 //! stopped with Ctrl-C, after which nothing it started may be left.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ fn root() -> PathBuf {
 struct Lab {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Lab {
@@ -31,7 +32,7 @@ impl Lab {
             .spawn()
             .expect("the lab runs");
         testkit::wait_for_port(port, Duration::from_secs(10), "the lab");
-        Lab { child, port, _dir: dir }
+        Lab { child, port, dir }
     }
 
     fn url(&self) -> String {
@@ -94,34 +95,20 @@ fn setup(fencing: bool) -> Value {
            "group_commit": false, "one_per_buyer": false, "linger_ms": 50})
 }
 
-/// `node tests/browser/lab.mjs` on `lab` with fencing `on` or `off`, or with a guided
-/// scenario's prediction (`scenario:ID:yes`): what the page showed.
-fn clicked(lab: &Lab, fencing: &str) -> Value {
-    let root = root();
-    assert!(
-        root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
-        "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
-    );
-    let screenshot = match fencing.strip_prefix("scenario:") {
-        Some(scenario) => root.join(format!(".run/results/lab-{}.png", scenario.split(':').next().unwrap())),
-        None => root.join(format!(".run/results/lab-fencing-{fencing}.png")),
+/// `node tests/browser/lab.mjs` on `lab` with fencing `on` or `off`, with a guided
+/// scenario's prediction (`scenario:ID:yes`), or with a history to replay
+/// (`replay:PATH`): what the page showed. Its screenshot goes to `.run/results/`.
+fn clicked(lab: &Lab, mode: &str) -> Value {
+    let screenshot = match mode.split_once(':') {
+        Some(("scenario", scenario)) => format!("lab-{}.png", scenario.split(':').next().unwrap()),
+        Some(_) => "lab-replay.png".to_owned(),
+        None => format!("lab-fencing-{mode}.png"),
     };
+    let screenshot = root().join(".run/results").join(screenshot);
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
-    let output = Command::new("node")
-        .arg(root.join("tests/browser/lab.mjs"))
-        .args([&lab.url(), fencing])
-        .arg(&screenshot)
-        .output()
-        .expect("node runs (Node.js 20 or newer)");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(
-        output.status.success(),
-        "the lab failed in the browser:\n{stderr}\n{stdout}"
-    );
-    serde_json::from_str(stdout.trim()).expect("the script prints what it saw")
+    let url = lab.url();
+    let args = [OsStr::new(&url), OsStr::new(mode), screenshot.as_os_str()];
+    testkit::browser::run_script("lab.mjs", args)
 }
 
 #[test]
@@ -139,6 +126,30 @@ fn pausing_the_holder_shows_the_double_sale_without_fencing_and_none_with_it() {
         "the pause is a band on the timeline: {off}"
     );
     assert_eq!(off["errors"], json!([]), "{off}");
+
+    // The same crowd again, from its history file, in the replay.
+    let crowd = off["crowds"].as_u64().unwrap();
+    let history = lab.dir.path().join(format!("crowd-{crowd}.history.jsonl"));
+    let replayed = clicked(&lab, &format!("replay:{}", history.display()));
+    let events = replayed["events"].as_u64().unwrap();
+    assert!(
+        events > 1000,
+        "500 requests, each sent and answered, and the pause: {replayed}"
+    );
+    assert_eq!(
+        replayed["title"],
+        format!("replay: {events} of {events} events"),
+        "{replayed}"
+    );
+    assert!(
+        replayed["redAtEnd"].as_u64().unwrap() >= 2,
+        "the two buyers of one unit: {replayed}"
+    );
+    assert_eq!(
+        replayed["redAtStart"], 0,
+        "nothing has happened yet at the first step: {replayed}"
+    );
+    assert_eq!(replayed["errors"], json!([]), "{replayed}");
 
     let on = clicked(&lab, "on");
     assert_eq!(

@@ -10,6 +10,7 @@
 //! | [`private_cluster`] | a Redis Cluster of a test's own, masters with a replica each |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
 //! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
+//! | [`browser`] | a script of `tests/browser/` in headless chromium, and what it saw |
 //! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
 //! | [`turns`] | one test at a time, for those that stop processes or count on timing |
@@ -25,6 +26,7 @@ pub mod private_cluster;
 pub mod private_server;
 pub mod wall_clock;
 pub mod pages;
+pub mod browser;
 pub mod turns;
 pub mod nemesis;
 

@@ -7,7 +7,7 @@
 // instance's sales counted and drawn on the timeline; no console error, no failed
 // request, nothing fetched from another origin. Takes a screenshot, exits 0; exits 1
 // naming what the page got wrong. Run by tests/dashboard.rs inside `make test`.
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
 const [pageUrl, buyUrls, screenshot] = process.argv.slice(2);
 if (!pageUrl || !buyUrls || !screenshot) {
@@ -16,19 +16,13 @@ if (!pageUrl || !buyUrls || !screenshot) {
 }
 const instances = buyUrls.split(",");
 const UNITS_PER_INSTANCE = 6;
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 
 const problems = [];
 const fail = (what) => {
   problems.push(what);
 };
 
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 820 } });
   const origin = new URL(pageUrl).origin;

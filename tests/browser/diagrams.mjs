@@ -11,9 +11,8 @@
 // Run by tests/diagrams.rs, which finds the diagrams.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 // The self-contained browser bundle: it sets `mermaid` on the page and fetches nothing.
 const MERMAID = createRequire(import.meta.url).resolve("mermaid/dist/mermaid.min.js");
 
@@ -23,12 +22,7 @@ if (!Array.isArray(diagrams) || diagrams.length === 0) {
   process.exit(2);
 }
 
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
+const browser = await launch();
 let failures;
 try {
   const page = await browser.newPage();

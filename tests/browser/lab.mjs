@@ -16,20 +16,17 @@
 // With scenario:ID:yes|no, it answers the guided scenario ID's question ("will a unit be
 // sold twice?") with yes or no, waits for what happened, and prints {soldTwice, right,
 // why, errors} as the scenario's card shows them.
-import { chromium } from "playwright-core";
+//
+// With replay:HISTORY.jsonl, it opens that history in the replay, and reads the red bars
+// of its last step and of its first; prints {events, title, redAtEnd, redAtStart, errors}.
+import { launch } from "./chromium.mjs";
 
 const [labUrl, fencing, screenshot, tries = "3"] = process.argv.slice(2);
-if (!labUrl || !(["on", "off"].includes(fencing) || fencing.startsWith("scenario:")) || !screenshot) {
-  console.error("usage: node lab.mjs LAB_URL on|off|scenario:ID:yes|no SCREENSHOT.png [TRIES]");
+if (!labUrl || !(["on", "off"].includes(fencing) || /^(scenario|replay):/.test(fencing)) || !screenshot) {
+  console.error("usage: node lab.mjs LAB_URL on|off|scenario:ID:yes|no|replay:HISTORY.jsonl SCREENSHOT.png [TRIES]");
   process.exit(2);
 }
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
+const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1750 }, locale: "en-US" });
   const errors = [];
@@ -41,6 +38,12 @@ try {
     return route.abort();
   });
   await page.goto(labUrl);
+  // The first state drawn (the form then shows the setup that runs, if any).
+  await page.waitForFunction(() => document.querySelectorAll("#strategy option").length > 0);
+  if (fencing.startsWith("replay:")) {
+    await replay(page, fencing.slice("replay:".length), errors);
+    process.exit(process.exitCode ?? 0);
+  }
   if (fencing.startsWith("scenario:")) {
     await guided(page, fencing.split(":")[1], fencing.split(":")[2] === "yes", errors);
     process.exit(process.exitCode ?? 0);
@@ -96,5 +99,25 @@ async function guided(page, id, yes, errors) {
   const why = await page.locator(`.scenario[data-scenario="${id}"] .why`).textContent();
   await page.screenshot({ path: screenshot });
   console.log(JSON.stringify({ soldTwice, right, why, errors }));
+  await browser.close();
+}
+
+/** The history at `path` in the replay: its last step, then its first. */
+async function replay(page, path, errors) {
+  await page.setInputFiles("#replay-file", path);
+  const frame = () => page.frameLocator("#replay-frame");
+  const title = async () => (await frame().locator("h1").textContent()).trim();
+  await page.waitForFunction(() => (document.getElementById("replay-frame").srcdoc ?? "").includes("replay:"));
+  const events = Number(await page.getAttribute("#replay-at", "max"));
+  const end = { title: await title(), red: await frame().locator("rect.violation").count() };
+  await page.evaluate(() => {
+    const slider = document.getElementById("replay-at");
+    slider.value = "0";
+    slider.dispatchEvent(new Event("input"));
+  });
+  await page.waitForFunction(() => document.getElementById("replay-frame").srcdoc.includes("replay: 0 of"));
+  const redAtStart = await frame().locator("rect.violation").count();
+  await page.screenshot({ path: screenshot });
+  console.log(JSON.stringify({ events, title: end.title, redAtEnd: end.red, redAtStart, errors }));
   await browser.close();
 }

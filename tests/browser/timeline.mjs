@@ -9,21 +9,15 @@
 // Prints one JSON line: {violations, faults, fill, hover, hash, in_view_before, in_view,
 // errors}; exits 1 when the page cannot be opened. Run by tests/it/chaos/timeline.rs, which judges it.
 import { pathToFileURL } from "node:url";
-import { chromium } from "playwright-core";
+import { launch } from "./chromium.mjs";
 
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const file = process.argv[2];
 if (!file) {
   console.error("timeline: give the path of a run's history.html");
   process.exit(2);
 }
 
-const browser = await chromium.launch({
-  executablePath: CHROMIUM,
-  // Root in a container needs --no-sandbox; the rest keep chromium off the network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync"],
-});
+const browser = await launch();
 try {
   // Short, so that the checks' table above the plot pushes the bars below the fold.
   const page = await browser.newPage({ viewport: { width: 1400, height: 300 } });

@@ -247,10 +247,16 @@ pub fn append_fault(path: &Path, fault: Fault, target: &str, detail: Option<&str
 /// in the order of its clock. Names the line that is not an event.
 pub fn read(path: &Path) -> anyhow::Result<Vec<Event>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the history {}", path.display()))?;
+    parse(&text, &path.display().to_string())
+}
+
+/// The events of a history's `text`, in the order of their clock; `source` names it in
+/// the error that names the line that is not an event.
+pub fn parse(text: &str, source: &str) -> anyhow::Result<Vec<Event>> {
     let mut events = Vec::new();
     for (number, line) in text.lines().enumerate().filter(|(_, line)| !line.trim().is_empty()) {
         let event: Event = serde_json::from_str(line)
-            .with_context(|| format!("{} line {}: not an event of a history", path.display(), number + 1))?;
+            .with_context(|| format!("{source} line {}: not an event of a history", number + 1))?;
         events.push(event);
     }
     events.sort_by_key(|event| event.at_us);

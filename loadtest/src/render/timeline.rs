@@ -47,8 +47,21 @@ pub fn write_with_page(path: &Path, title: &str, history: &[Event], checks: &[Ch
 
 /// The page of a run's `history`, judged by `checks`, under the heading `title`.
 pub fn page(title: &str, history: &[Event], checks: &[Check]) -> String {
+    page_over(title, history, checks, Clock::of(history))
+}
+
+/// The same for the first events of a longer history, on the axis of the whole, from
+/// `start_us` to `end_us`: a replay steps through it without the plot stretching.
+pub fn page_of_part(title: &str, part: &[Event], checks: &[Check], start_us: u64, end_us: u64) -> String {
+    let clock = Clock {
+        start: start_us,
+        end: end_us.max(start_us + 1),
+    };
+    page_over(title, part, checks, clock)
+}
+
+fn page_over(title: &str, history: &[Event], checks: &[Check], clock: Clock) -> String {
     let operations = pair(history);
-    let clock = Clock::of(history);
     let culprits: Vec<u64> = checks
         .iter()
         .filter(|check| check.status == Status::Fail)

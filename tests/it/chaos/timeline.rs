@@ -91,11 +91,7 @@ const RUNS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timeline_of_a_paused_holder_without_fencing_shows_the_double_sale_in_red() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert!(
-        root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
-        "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
-    );
+    common::browser::installed();
     let _turn = common::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     for run in 1..=RUNS {
@@ -111,20 +107,7 @@ async fn the_timeline_of_a_paused_holder_without_fencing_shows_the_double_sale_i
         }
         assert_eq!(report["verdict"], "oversold");
         let page = dir.path().join("run.history.html");
-        let output = Command::new("node")
-            .arg(root.join("tests/browser/timeline.mjs"))
-            .arg(&page)
-            .output()
-            .expect("node runs (Node.js 20 or newer)");
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        );
-        assert!(
-            output.status.success(),
-            "the timeline failed in the browser:\n{stderr}\n{stdout}"
-        );
-        let seen: Value = serde_json::from_str(stdout.trim()).unwrap();
+        let seen = common::browser::run_script("timeline.mjs", [&page]);
         assert_eq!(
             seen["violations"].as_u64().unwrap() as usize,
             culprits(&report).len(),

@@ -6,18 +6,13 @@
 use testkit as common;
 
 use std::path::Path;
-use std::process::Command;
 
 use seckill::strategy::Strategy;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let script = root.join("tests/browser/dashboard.mjs");
-    assert!(
-        root.join("tests/browser/node_modules/playwright-core").is_dir() && Path::new("/usr/bin/chromium").exists(),
-        "the browser test needs Debian's chromium and playwright-core: `scripts/services.sh install` installs both"
-    );
+    common::browser::installed();
     let sale = common::TestSale::new();
     let first = common::instance(Strategy::Redis, &sale, 10_000).await;
     let second = common::instance(Strategy::Redis, &sale, 10_000).await;
@@ -40,26 +35,11 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     std::fs::create_dir_all(screenshot.parent().unwrap()).unwrap();
     let page = format!("{}/", first.url);
     let buy_urls = format!("{},{}", first.url, second.url);
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new("node")
-            .arg(&script)
-            .arg(&page)
-            .arg(&buy_urls)
-            .arg(&screenshot)
-            .output()
+    let seen = tokio::task::spawn_blocking(move || {
+        common::browser::run_script("dashboard.mjs", [page, buy_urls, screenshot.display().to_string()])
     })
     .await
-    .unwrap()
-    .expect("node runs (Node.js 20 or newer)");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
-    );
-    assert!(
-        output.status.success(),
-        "the dashboard failed in the browser:\n{stderr}\n{stdout}"
-    );
-    let seen: serde_json::Value = serde_json::from_str(stdout.trim()).expect("the script prints what it saw");
+    .unwrap();
     assert_eq!(
         seen["before"]["stock"], 30,
         "the page opened on the sale as Redis holds it: {seen}"
