@@ -15,15 +15,19 @@ use serde::Serialize;
 pub const BUYERS: usize = 500;
 pub const STOCK: i64 = 300;
 
-/// A crowd under way or done.
+/// A crowd under way or done: the lessons' crowd, or a steady load ([`crate::selling`]).
 pub struct Crowd {
     pub number: u32,
+    /// `crowd` or `steady`.
+    pub kind: &'static str,
     report: PathBuf,
     live: PathBuf,
     pub faults: PathBuf,
-    /// Set once `loadtest` has ended.
+    /// Set once the run has been judged.
     outcome: Arc<Mutex<Option<Outcome>>>,
     task: tokio::task::JoinHandle<()>,
+    /// Ends a steady load; a crowd ends by itself.
+    stop: Option<tokio::sync::watch::Sender<bool>>,
 }
 
 /// What the crowd's run came to.
@@ -42,9 +46,7 @@ impl Crowd {
     /// Starts `loadtest` at `hosts`, selling from the stock Redis at `redis_url` (read
     /// directly for the verdict); its files go into `dir` as `crowd-N.*`.
     pub fn start(loadtest: &Path, number: u32, hosts: &[String], redis_url: &str, dir: &Path) -> anyhow::Result<Crowd> {
-        let file = |suffix: &str| dir.join(format!("crowd-{number}.{suffix}"));
-        let (report, live, faults) = (file("json"), file("live.jsonl"), file("faults.jsonl"));
-        std::fs::write(&faults, "").with_context(|| format!("cannot write {}", faults.display()))?;
+        let (report, live, faults) = fresh_files(dir, number)?;
         let mut command = tokio::process::Command::new(loadtest);
         command
             .args(["--users", &BUYERS.to_string(), "--stock", &STOCK.to_string()])
@@ -66,12 +68,72 @@ impl Crowd {
         let task = tokio::spawn(wait_for(child, report.clone(), outcome.clone()));
         Ok(Crowd {
             number,
+            kind: "crowd",
             report,
             live,
             faults,
             outcome,
             task,
+            stop: None,
         })
+    }
+
+    /// Starts a steady load of `rate` buyers a second at `hosts`, until [`Crowd::stop_selling`].
+    pub fn start_steady(
+        number: u32,
+        hosts: &[String],
+        redis_url: &str,
+        rate: u32,
+        dir: &Path,
+    ) -> anyhow::Result<Crowd> {
+        let (report, live, faults) = fresh_files(dir, number)?;
+        let load = crate::selling::Load {
+            hosts: hosts.to_vec(),
+            redis_url: redis_url.to_owned(),
+            rate,
+            live: live.clone(),
+            faults: faults.clone(),
+            history: history::beside_report(&report, "history.jsonl"),
+        };
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let outcome = Arc::new(Mutex::new(None));
+        let judged = outcome.clone();
+        let task = tokio::spawn(async move {
+            let ended = match crate::selling::sell(load, stopped).await {
+                Ok((verdict, checks)) => Outcome {
+                    verdict: serde_json::to_value(verdict)
+                        .ok()
+                        .and_then(|word| word.as_str().map(|word| word.replace('_', " ")))
+                        .unwrap_or_else(|| "none".to_owned()),
+                    checks,
+                    exit_code: None,
+                    error: String::new(),
+                },
+                Err(error) => Outcome {
+                    verdict: "none".to_owned(),
+                    checks: serde_json::Value::Array(Vec::new()),
+                    exit_code: None,
+                    error: format!("the steady load could not run: {error:#}"),
+                },
+            };
+            *judged.lock().unwrap() = Some(ended);
+        });
+        Ok(Crowd {
+            number,
+            kind: "steady",
+            report,
+            live,
+            faults,
+            outcome,
+            task,
+            stop: Some(stop),
+        })
+    }
+
+    /// Asks a steady load to stop sending buyers; its verdict follows once the last
+    /// answers came. `false` for a crowd, which cannot be stopped.
+    pub fn stop_selling(&self) -> bool {
+        self.stop.as_ref().is_some_and(|stop| stop.send(true).is_ok())
     }
 
     pub fn outcome(&self) -> Option<Outcome> {
@@ -109,10 +171,26 @@ impl Crowd {
         }
     }
 
-    /// Stops the crowd (its process is killed with its task).
+    /// Stops the crowd now, unjudged (its process is killed with its task).
     pub fn stop(&self) {
         self.task.abort();
     }
+}
+
+/// Crowd `number`'s report, live history and faults file in `dir`, the faults file
+/// empty; what an earlier lab left under those names is removed first, so that nothing
+/// of another run is read as this one's.
+fn fresh_files(dir: &Path, number: u32) -> anyhow::Result<(PathBuf, PathBuf, PathBuf)> {
+    let file = |suffix: &str| dir.join(format!("crowd-{number}.{suffix}"));
+    for suffix in ["json", "live.jsonl", "faults.jsonl", "history.jsonl", "history.html"] {
+        let old = file(suffix);
+        if old.exists() {
+            std::fs::remove_file(&old).with_context(|| format!("cannot remove {}", old.display()))?;
+        }
+    }
+    let faults = file("faults.jsonl");
+    std::fs::write(&faults, "").with_context(|| format!("cannot write {}", faults.display()))?;
+    Ok((file("json"), file("live.jsonl"), faults))
 }
 
 async fn wait_for(child: tokio::process::Child, report: PathBuf, outcome: Arc<Mutex<Option<Outcome>>>) {
@@ -127,7 +205,7 @@ async fn wait_for(child: tokio::process::Child, report: PathBuf, outcome: Arc<Mu
     let judged: Option<serde_json::Value> = std::fs::read_to_string(&report)
         .ok()
         .and_then(|text| serde_json::from_str(&text).ok())
-        // A report left by an earlier lab in the same folder is not this run's.
+        // Exit 2: the run could not be judged, whatever it wrote.
         .filter(|_| matches!(exit_code, Some(0 | 1)));
     let ended = match judged {
         Some(report) => Outcome {

@@ -184,6 +184,44 @@ impl Lab {
         Ok(crowd)
     }
 
+    /// Starts a steady load of `rate` buyers a second, until [`Lab::stop_selling`].
+    pub async fn keep_selling(&self, rate: u32) -> Result<u32, String> {
+        if !(1..=200).contains(&rate) {
+            return Err(format!("{rate} buyers a second: pick 1 to 200"));
+        }
+        let mut inner = self.inner.lock().await;
+        if inner.crowd.as_ref().is_some_and(Crowd::is_running) {
+            return Err("buyers are still buying: wait for their verdict, or stop selling".to_owned());
+        }
+        let Some(stage) = &inner.stage else {
+            return Err("nothing runs yet: choose a strategy and press start".to_owned());
+        };
+        let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
+        let number = inner.crowds + 1;
+        let redis_url = stage.servers.stock.url();
+        let crowd =
+            Crowd::start_steady(number, &hosts, &redis_url, rate, &self.dir).map_err(|error| format!("{error:#}"))?;
+        self.say(format!(
+            "crowd {number}: a steady {rate} buyers a second, until stopped"
+        ));
+        inner.crowds = number;
+        inner.crowd = Some(crowd);
+        Ok(number)
+    }
+
+    /// Stops the steady load; its verdict comes once its last buyers have their answers.
+    pub async fn stop_selling(&self) -> Result<u32, String> {
+        let inner = self.inner.lock().await;
+        match inner.crowd.as_ref().filter(|crowd| crowd.is_running()) {
+            Some(crowd) if crowd.stop_selling() => {
+                self.say(format!("crowd {}: no more buyers; judging", crowd.number));
+                Ok(crowd.number)
+            }
+            Some(_) => Err("the crowd ends by itself: wait for its verdict".to_owned()),
+            None => Err("nothing is selling".to_owned()),
+        }
+    }
+
     /// Strikes a fault, and lets it run its course in the background.
     pub async fn strike(self: &Arc<Self>, strike: Strike) -> Result<String, String> {
         let inner = self.inner.lock().await;
@@ -364,6 +402,7 @@ impl Lab {
             crowds_sent: inner.crowds,
             crowd: inner.crowd.as_ref().map(|crowd| CrowdState {
                 number: crowd.number,
+                kind: crowd.kind,
                 running: crowd.is_running(),
                 outcome: crowd.outcome(),
             }),
@@ -484,6 +523,8 @@ impl InstanceState {
 #[derive(Serialize)]
 pub struct CrowdState {
     pub number: u32,
+    /// `crowd` (the lessons' 500 buyers) or `steady` (keep selling).
+    pub kind: &'static str,
     pub running: bool,
     pub outcome: Option<Outcome>,
 }

@@ -9,6 +9,7 @@
 //! | [`instances`] | the two `seckill serve` processes, each behind nemeses of its own |
 //! | [`faults`] | the faults a click strikes, and how long each lasts |
 //! | [`crowd`] | the lessons' load test as a process, its history read as it grows |
+//! | [`selling`] | keep selling: a steady load until stopped, judged as a crowd is |
 //! | [`replay`] | a past crowd's history, stepped through one event at a time |
 //! | [`scenarios`] | each lesson's anomaly, ready to run, to predict and to compare |
 //! | [`lab`] | the state that ties them, and the clean-up that leaves nothing behind |
@@ -22,6 +23,7 @@ pub mod setup;
 pub mod servers;
 pub mod instances;
 pub mod faults;
+pub mod selling;
 pub mod crowd;
 pub mod scenarios;
 pub mod replay;

@@ -6,6 +6,8 @@
 //! | `GET /state` | the setup, the instances and their links, the crowd and its verdict, what happened |
 //! | `POST /start` | a [`Setup`] as JSON: stop what runs, start its servers and two instances |
 //! | `POST /crowd` | the lessons' crowd at both instances |
+//! | `POST /sell?rate=20` | keep selling: a steady load of `rate` buyers a second, until stopped |
+//! | `POST /sell/stop` | no more buyers; the verdict once the last ones have their answers |
 //! | `POST /strike` | a [`Strike`] as JSON: a fault, ended by the lab after its time |
 //! | `GET /scenarios` | the guided scenarios, in both languages |
 //! | `POST /scenarios/{id}` | one run: its setup started, the crowd sent, its faults struck |
@@ -32,6 +34,8 @@ pub fn app(lab: Arc<Lab>) -> Router {
         .route("/state", get(state))
         .route("/start", post(start))
         .route("/crowd", post(crowd))
+        .route("/sell", post(keep_selling))
+        .route("/sell/stop", post(stop_selling))
         .route("/strike", post(strike))
         .route("/scenarios", get(scenarios))
         .route("/scenarios/{id}", post(run_scenario))
@@ -55,6 +59,27 @@ async fn start(State(lab): State<Arc<Lab>>, Json(setup): Json<Setup>) -> Respons
 
 async fn crowd(State(lab): State<Arc<Lab>>) -> Response {
     answer(lab.send_crowd().await.map(|number| format!("crowd {number} sent")))
+}
+
+#[derive(serde::Deserialize)]
+struct Rate {
+    rate: u32,
+}
+
+async fn keep_selling(State(lab): State<Arc<Lab>>, Query(rate): Query<Rate>) -> Response {
+    answer(
+        lab.keep_selling(rate.rate)
+            .await
+            .map(|number| format!("crowd {number} selling")),
+    )
+}
+
+async fn stop_selling(State(lab): State<Arc<Lab>>) -> Response {
+    answer(
+        lab.stop_selling()
+            .await
+            .map(|number| format!("crowd {number} stopping")),
+    )
 }
 
 async fn strike(State(lab): State<Arc<Lab>>, Json(strike): Json<Strike>) -> Response {

@@ -385,3 +385,77 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
         println!("{id}: sold twice = {twice}, after {} crowd(s)", seen.len());
     }
 }
+
+/// A steady load of 20 buyers a second, the holder paused for 1.5 s after 2 s of it, then
+/// stopped 4 s later: the verdict and the checks that failed.
+async fn a_steady_load_with_the_holder_paused(lab: &Lab) -> (String, Vec<String>) {
+    let (status, said) = lab.post("/sell?rate=20", json!(null)).await;
+    assert_eq!(status, 200, "{said}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, said) = lab.post("/strike", json!({"kind": "pause-holder", "ms": 1500})).await;
+    assert_eq!(status, 200, "{said}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (status, said) = lab.post("/sell/stop", json!(null)).await;
+    assert_eq!(status, 200, "{said}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state = lab.state().await;
+        assert_eq!(state["crowd"]["kind"], "steady", "{state}");
+        if let Some(outcome) = state["crowd"]["outcome"].as_object() {
+            let failed = outcome["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|check| check["status"] == "fail")
+                .map(|check| check["name"].as_str().unwrap().to_owned())
+                .collect();
+            return (outcome["verdict"].as_str().unwrap().to_owned(), failed);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no verdict 120 s after the load stopped: {state}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_selling_then_stop_is_judged_from_its_history_as_a_crowd_is() {
+    let lab = Lab::start();
+    assert_eq!(
+        lab.post("/sell/stop", json!(null)).await,
+        (409, "nothing is selling".to_owned())
+    );
+    assert_eq!(lab.post("/start", setup(false)).await.0, 200);
+    let mut seen = Vec::new();
+    for _ in 0..TRIES {
+        let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab).await;
+        let sold_twice = failed.contains(&"unique".to_owned());
+        seen.push((verdict, failed));
+        if sold_twice {
+            break;
+        }
+    }
+    let (verdict, failed) = seen.last().unwrap();
+    assert_eq!(
+        verdict, "oversold",
+        "without the fence, a paused holder sells a unit twice: {seen:?}"
+    );
+    assert!(failed.contains(&"unique".to_owned()), "{seen:?}");
+
+    assert_eq!(lab.post("/start", setup(true)).await.0, 200);
+    let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab).await;
+    assert_eq!(
+        (verdict.as_str(), failed),
+        ("held", Vec::<String>::new()),
+        "with the fence"
+    );
+    let crowds = lab.state().await["crowds_sent"].as_u64().unwrap();
+    let history = lab.dir.path().join(format!("crowd-{crowds}.history.jsonl"));
+    let events = std::fs::read_to_string(&history).unwrap();
+    assert!(
+        events.contains(r#""fault":"pause""#) && events.contains(r#""fault":"resume""#),
+        "the pause is in the steady load's history: {}",
+        history.display()
+    );
+}
