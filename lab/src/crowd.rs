@@ -61,6 +61,7 @@ impl Crowd {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        crate::instances::forget_exported_settings(&mut command, &["LOADTEST_", "SECKILL_"]);
         let child = command
             .spawn()
             .with_context(|| format!("cannot run {}", loadtest.display()))?;

@@ -55,6 +55,8 @@ impl Instance {
             lock.push(through(&lock_link, member).await?);
         }
         let mut args: Vec<String> = vec!["serve".into(), "--port".into(), port.to_string()];
+        // Loopback, whatever SECKILL_BIND the shell that started the lab says.
+        args.extend(["--bind".to_owned(), "127.0.0.1".to_owned()]);
         args.extend(["--redis-url".to_owned(), redis_url(stock)]);
         match needs {
             Needs::LockRedis => args.extend(["--lock-redis-url".to_owned(), redis_url(lock[0])]),
@@ -116,6 +118,7 @@ impl Instance {
             // If the lab dies without its clean-up, the instance dies with it at least
             // when the lab's runtime drops it.
             .kill_on_drop(true);
+        forget_exported_settings(&mut command, &["SECKILL_"]);
         if let Some(clock) = &self.clock {
             command.envs(clock.env());
         }
@@ -207,6 +210,18 @@ impl Instance {
             );
         }
         Ok(())
+    }
+}
+
+/// Leaves out of `command`'s environment every variable whose name starts with one of
+/// `prefixes`: the programs the lab runs read their settings from SECKILL_* and
+/// LOADTEST_* too, and the lab's settings are its flags alone, not what the teacher's
+/// shell exported for another run (an admin token, a bind address, a crowd's size).
+pub fn forget_exported_settings(command: &mut tokio::process::Command, prefixes: &[&str]) {
+    for (name, _) in std::env::vars_os() {
+        if prefixes.iter().any(|prefix| name.to_string_lossy().starts_with(prefix)) {
+            command.env_remove(name);
+        }
     }
 }
 
