@@ -137,28 +137,31 @@ impl Lab {
 
     /// Sends the lessons' crowd at both instances.
     pub async fn send_crowd(&self) -> Result<u32, String> {
+        let loadtest = &self.binaries.loadtest;
+        self.send(|number, hosts, stock| Crowd::start(loadtest, number, hosts, stock, &self.dir))
+            .await
+            .inspect(|number| {
+                let (buyers, units) = (crate::crowd::BUYERS, crate::crowd::STOCK);
+                self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
+            })
+    }
+
+    /// Starts crowd number N+1 with `start`, given that number, the instances' URLs and
+    /// the stock's Redis; refused while another is buying or before a setup runs.
+    async fn send<F>(&self, start: F) -> Result<u32, String>
+    where
+        F: FnOnce(u32, &[String], &str) -> anyhow::Result<Crowd>,
+    {
         let mut inner = self.inner.lock().await;
         if inner.crowd.as_ref().is_some_and(Crowd::is_running) {
-            return Err("a crowd is still buying: wait for its verdict".to_owned());
+            return Err("buyers are still buying: wait for their verdict (or stop selling)".to_owned());
         }
         let Some(stage) = &inner.stage else {
             return Err("nothing runs yet: choose a strategy and press start".to_owned());
         };
         let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
         let number = inner.crowds + 1;
-        let crowd = Crowd::start(
-            &self.binaries.loadtest,
-            number,
-            &hosts,
-            &stage.servers.stock.url(),
-            &self.dir,
-        )
-        .map_err(|error| format!("{error:#}"))?;
-        self.say(format!(
-            "crowd {number}: {} buyers at {} units",
-            crate::crowd::BUYERS,
-            crate::crowd::STOCK
-        ));
+        let crowd = start(number, &hosts, &stage.servers.stock.url()).map_err(|error| format!("{error:#}"))?;
         inner.crowds = number;
         inner.crowd = Some(crowd);
         Ok(number)
@@ -189,24 +192,13 @@ impl Lab {
         if !(1..=200).contains(&rate) {
             return Err(format!("{rate} buyers a second: pick 1 to 200"));
         }
-        let mut inner = self.inner.lock().await;
-        if inner.crowd.as_ref().is_some_and(Crowd::is_running) {
-            return Err("buyers are still buying: wait for their verdict, or stop selling".to_owned());
-        }
-        let Some(stage) = &inner.stage else {
-            return Err("nothing runs yet: choose a strategy and press start".to_owned());
-        };
-        let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
-        let number = inner.crowds + 1;
-        let redis_url = stage.servers.stock.url();
-        let crowd =
-            Crowd::start_steady(number, &hosts, &redis_url, rate, &self.dir).map_err(|error| format!("{error:#}"))?;
-        self.say(format!(
-            "crowd {number}: a steady {rate} buyers a second, until stopped"
-        ));
-        inner.crowds = number;
-        inner.crowd = Some(crowd);
-        Ok(number)
+        self.send(|number, hosts, stock| Crowd::start_steady(number, hosts, stock, rate, &self.dir))
+            .await
+            .inspect(|number| {
+                self.say(format!(
+                    "crowd {number}: a steady {rate} buyers a second, until stopped"
+                ))
+            })
     }
 
     /// Stops the steady load; its verdict comes once its last buyers have their answers.

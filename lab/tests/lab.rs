@@ -381,11 +381,22 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
             .unwrap()
             .iter()
             .any(|c| c["name"] == "unique" && c["status"] == "fail");
+        let told: Vec<String> = seen
+            .iter()
+            .map(|outcome| {
+                let failed: Vec<&str> = outcome["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|check| check["status"] == "fail")
+                    .map(|check| check["name"].as_str().unwrap())
+                    .collect();
+                format!("{} (failed: {})", outcome["verdict"], failed.join(", "))
+            })
+            .collect();
         assert_eq!(
-            twice,
-            sold_twice,
-            "{id} says sold twice = {sold_twice}; {} crowd(s): {seen:?}",
-            seen.len()
+            twice, sold_twice,
+            "{id} says sold twice = {sold_twice}; its crowds: {told:?}"
         );
         println!("{id}: sold twice = {twice}, after {} crowd(s)", seen.len());
     }
