@@ -11,3 +11,18 @@ export function launch() {
            "--disable-component-update", "--disable-sync"],
   });
 }
+
+/**
+ * What went wrong in `page`, as it happens: uncaught errors, console errors, and each
+ * request to an address `allowed` refuses, which is aborted. The caller reports the list.
+ */
+export async function watchErrors(page, allowed) {
+  const errors = [];
+  page.on("pageerror", (error) => errors.push(`page error: ${error.message}`));
+  page.on("console", (message) => message.type() === "error" && errors.push(`console: ${message.text()}`));
+  await page.route((url) => !allowed(url), (route) => {
+    errors.push(`fetched ${route.request().url()}`);
+    return route.abort();
+  });
+  return errors;
+}

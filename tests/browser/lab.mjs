@@ -19,7 +19,7 @@
 //
 // With replay:HISTORY.jsonl, it opens that history in the replay, and reads the red bars
 // of its last step and of its first; prints {events, title, redAtEnd, redAtStart, errors}.
-import { launch } from "./chromium.mjs";
+import { launch, watchErrors } from "./chromium.mjs";
 
 const [labUrl, fencing, screenshot, tries = "3"] = process.argv.slice(2);
 if (!labUrl || !(["on", "off"].includes(fencing) || /^(scenario|replay):/.test(fencing)) || !screenshot) {
@@ -29,14 +29,8 @@ if (!labUrl || !(["on", "off"].includes(fencing) || /^(scenario|replay):/.test(f
 const browser = await launch();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1750 }, locale: "en-US" });
-  const errors = [];
-  page.on("pageerror", (error) => errors.push(`page error: ${error.message}`));
-  page.on("console", (message) => message.type() === "error" && errors.push(`console: ${message.text()}`));
   // Loopback only: the lab and its instances.
-  await page.route((url) => url.hostname !== "127.0.0.1", (route) => {
-    errors.push(`fetched ${route.request().url()}`);
-    return route.abort();
-  });
+  const errors = await watchErrors(page, (url) => url.hostname === "127.0.0.1");
   await page.goto(labUrl);
   // The first state drawn (the form then shows the setup that runs, if any).
   await page.waitForFunction(() => document.querySelectorAll("#strategy option").length > 0);

@@ -9,7 +9,7 @@
 // Prints one JSON line: {violations, faults, fill, hover, hash, in_view_before, in_view,
 // errors}; exits 1 when the page cannot be opened. Run by tests/it/chaos/timeline.rs, which judges it.
 import { pathToFileURL } from "node:url";
-import { launch } from "./chromium.mjs";
+import { launch, watchErrors } from "./chromium.mjs";
 
 const file = process.argv[2];
 if (!file) {
@@ -21,14 +21,8 @@ const browser = await launch();
 try {
   // Short, so that the checks' table above the plot pushes the bars below the fold.
   const page = await browser.newPage({ viewport: { width: 1400, height: 300 } });
-  const errors = [];
-  page.on("pageerror", (error) => errors.push(`page error: ${error.message}`));
-  page.on("console", (message) => message.type() === "error" && errors.push(`console: ${message.text()}`));
   // The page must need nothing but itself.
-  await page.route((url) => url.protocol !== "file:", (route) => {
-    errors.push(`fetched ${route.request().url()}`);
-    return route.abort();
-  });
+  const errors = await watchErrors(page, (url) => url.protocol === "file:");
   await page.goto(pathToFileURL(file).href);
   const violations = await page.locator("rect.violation").count();
   const faults = await page.locator("rect.fault").count();
