@@ -16,6 +16,7 @@
 //! | `seckill_reduce_failures_total{reason}` | counter | buyers turned away, by error code (`lock_timeout`, `lock_lost`, `lock_backend_unavailable`, `stock_backend_unavailable`, `sale_reset`, `sale_outcome_unknown`, ...) |
 //! | `seckill_lock_wait_seconds` | histogram | from asking for the lock to holding it, for every grant |
 //! | `seckill_lock_waiters` | gauge | buyers waiting for the lock right now |
+//! | `seckill_locks_held` | gauge | grants this instance holds right now, from the grant to the release's answer (a lab finds the holder by it, whatever the backend) |
 //! | `seckill_sale_step_seconds{step}` | histogram | each step of a sale under a lock: `queued` (for this instance's local queue), `lock` (the lock's acquire, after the queue), `read` and `write` (the stock, fenced), `release` |
 //! | `seckill_fencing_refusals_total{step}` | counter | reads and writes the stock refused because a newer holder had been there |
 //! | `seckill_group_size` | histogram | `--group-commit`: the buyers each grant sold to, one observation per grant |
@@ -95,6 +96,7 @@ pub struct Metrics {
     failures: IntCounterVec,
     lock_wait: Histogram,
     lock_waiters: IntGauge,
+    locks_held: IntGauge,
     sale_steps: HistogramVec,
     fencing_refusals: IntCounterVec,
     group_size: Histogram,
@@ -153,6 +155,11 @@ impl Metrics {
             "Buyers waiting for the lock right now.",
         ))
         .expect("a valid metric");
+        let locks_held = IntGauge::with_opts(Opts::new(
+            "seckill_locks_held",
+            "Grants this instance holds right now, from the grant to the release's answer.",
+        ))
+        .expect("a valid metric");
         let sale_steps = HistogramVec::new(
             HistogramOpts::new(
                 "seckill_sale_step_seconds",
@@ -188,6 +195,7 @@ impl Metrics {
             Box::new(failures.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(lock_wait.clone()),
             Box::new(lock_waiters.clone()),
+            Box::new(locks_held.clone()),
             Box::new(sale_steps.clone()),
             Box::new(fencing_refusals.clone()),
             Box::new(group_size.clone()),
@@ -205,6 +213,7 @@ impl Metrics {
             failures,
             lock_wait,
             lock_waiters,
+            locks_held,
             sale_steps,
             fencing_refusals,
             group_size,
@@ -249,9 +258,13 @@ impl Metrics {
     }
 
     /// Counts a buyer as waiting for the lock until the returned guard is dropped.
-    pub fn waiting_for_the_lock(&self) -> WaiterGuard {
-        self.lock_waiters.inc();
-        WaiterGuard(self.lock_waiters.clone())
+    pub fn waiting_for_the_lock(&self) -> Counted {
+        Counted::in_gauge(&self.lock_waiters)
+    }
+
+    /// Counts a grant as held until the returned guard is dropped.
+    pub fn holding_a_lock(&self) -> Counted {
+        Counted::in_gauge(&self.locks_held)
     }
 
     pub fn record_fencing_refusal(&self, step: FencedStep) {
@@ -276,11 +289,18 @@ impl Metrics {
     }
 }
 
-/// Keeps one buyer counted in `seckill_lock_waiters` while it lives. It owns a handle
-/// of the gauge, so a buyer on a group's waiting list can carry it.
-pub struct WaiterGuard(IntGauge);
+/// Keeps one counted in a gauge (`seckill_lock_waiters`, `seckill_locks_held`) while it
+/// lives. It owns a handle of the gauge, so a buyer on a group's waiting list can carry it.
+pub struct Counted(IntGauge);
 
-impl Drop for WaiterGuard {
+impl Counted {
+    fn in_gauge(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        Counted(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.dec();
     }

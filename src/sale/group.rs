@@ -51,7 +51,7 @@ use redis::Script;
 use tokio::sync::oneshot;
 
 use crate::lock::FencingToken;
-use crate::metrics::WaiterGuard;
+use crate::metrics::Counted;
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
 use crate::sale::segments::{Segment, Segments};
@@ -144,7 +144,7 @@ pub struct Member {
     answer: oneshot::Sender<MemberOutcome>,
     /// The buyer counted in `seckill_lock_waiters` until its group is granted, or it
     /// leaves the list: as a buyer alone is counted until its grant.
-    waiting: Option<WaiterGuard>,
+    waiting: Option<Counted>,
 }
 
 impl Member {
@@ -182,13 +182,7 @@ pub struct GroupQueue {
 
 impl GroupQueue {
     /// Puts a buyer on the list (step 1).
-    pub fn join(
-        &self,
-        buyer: Option<BuyerId>,
-        waiting_since: Instant,
-        deadline: Instant,
-        waiting: WaiterGuard,
-    ) -> Ticket {
+    pub fn join(&self, buyer: Option<BuyerId>, waiting_since: Instant, deadline: Instant, waiting: Counted) -> Ticket {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (answer, outcome) = oneshot::channel();
         self.list().push_back(Member {
@@ -458,7 +452,7 @@ mod tests {
     }
 
     /// A buyer's count in a gauge of its own.
-    fn waiting() -> WaiterGuard {
+    fn waiting() -> Counted {
         crate::metrics::Metrics::new("redis", "on", "group-test").waiting_for_the_lock()
     }
 

@@ -468,6 +468,7 @@ impl Sale {
             Err(error) => return conclude(Err(error), last, answer),
         };
         drop(waiting);
+        let holding = self.metrics.holding_a_lock();
         self.metrics.record_lock_wait(asked.elapsed().as_secs_f64());
         // What the buyer waited for locks: in every segment it tried so far.
         let lock_wait_ms = waiting_since.elapsed().as_secs_f64() * 1000.0;
@@ -492,6 +493,7 @@ impl Sale {
             sold_or_tried: !empty,
         };
         self.release(lock, turn, None, guard, released).await;
+        drop(holding);
         next
     }
 
@@ -733,6 +735,7 @@ impl Sale {
                 return;
             }
         };
+        let holding = self.metrics.holding_a_lock();
         self.metrics.record_lock_wait(asked.elapsed().as_secs_f64());
         self.metrics.record_group(group.len());
         let outcomes = self.decrement_group(groups, &guard, segment, &group, deadline).await;
@@ -750,6 +753,7 @@ impl Sale {
         let someone_waits = groups.waiting_in(segment).someone_waits();
         self.release(lock, Some(turn), Some(someone_waits), guard, released)
             .await;
+        drop(holding);
     }
 
     /// Steps 2 and 3 under `guard`. The read waits out a failover of the stock's master

@@ -81,3 +81,33 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
     assert!(after.contains("# TYPE seckill_units_sold_total counter"), "{after}");
     app.stop().await.unwrap();
 }
+
+/// `seckill_locks_held` is 1 while a sale holds its grant (here lingering 400 ms before
+/// its write) and 0 once it released: the lab finds the holder by it.
+#[tokio::test]
+async fn the_locks_held_gauge_counts_a_grant_from_grant_to_release() {
+    let sale = common::TestSale::new();
+    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+        config.chaos_pause_before_write_ms = Some(400);
+    })
+    .await;
+    common::reset_stock(&app.url, 1).await;
+    assert_eq!(sample(&scrape(&app.url).await, "seckill_locks_held"), Some(0.0));
+
+    let buyer = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
+    let started = std::time::Instant::now();
+    let mut held = None;
+    while held != Some(1.0) && started.elapsed() < std::time::Duration::from_millis(350) {
+        held = sample(&scrape(&app.url).await, "seckill_locks_held");
+    }
+    assert_eq!(held, Some(1.0), "held during the sale's linger");
+    let answer = buyer.await.unwrap().unwrap();
+    assert_eq!(answer.status().as_u16(), 200);
+    // The buyer hears its answer before the release: the gauge falls just after.
+    let answered = std::time::Instant::now();
+    while held != Some(0.0) && answered.elapsed() < std::time::Duration::from_secs(1) {
+        held = sample(&scrape(&app.url).await, "seckill_locks_held");
+    }
+    assert_eq!(held, Some(0.0), "released within 1 s of the answer");
+    app.stop().await.unwrap();
+}
