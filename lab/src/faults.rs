@@ -11,6 +11,7 @@
 //! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
 //! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
+//! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +26,7 @@ pub enum Strike {
     CutFromStock { instance: usize, ms: u64 },
     DelayLock { instance: usize, delay_ms: u64, ms: u64 },
     JumpClock { instance: usize, seconds: i64 },
+    FailOverLock { ms: u64 },
 }
 
 /// The longest a fault lasts: a class waits no longer, and a lease, a Sentinel or a
@@ -39,7 +41,7 @@ impl Strike {
     /// The instance it strikes, when it names one.
     pub fn instance(&self) -> Option<usize> {
         match *self {
-            Strike::PauseHolder { .. } => None,
+            Strike::PauseHolder { .. } | Strike::FailOverLock { .. } => None,
             Strike::Pause { instance, .. }
             | Strike::Kill { instance, .. }
             | Strike::CutFromLock { instance, .. }
@@ -62,6 +64,9 @@ impl Strike {
                 format!("delay {}'s lock link by {delay_ms} ms for {ms} ms", on(instance))
             }
             Strike::JumpClock { instance, seconds } => format!("jump {}'s clock {seconds:+} s", on(instance)),
+            Strike::FailOverLock { ms } => {
+                format!("fail over the lock's Redis, its next holder paused for {ms} ms")
+            }
         }
     }
 
@@ -74,6 +79,7 @@ impl Strike {
         }
         let lasting = match *self {
             Strike::PauseHolder { ms }
+            | Strike::FailOverLock { ms }
             | Strike::Pause { ms, .. }
             | Strike::Kill { ms, .. }
             | Strike::CutFromLock { ms, .. }

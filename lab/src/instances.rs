@@ -16,6 +16,36 @@ use testkit::WallClock;
 use crate::servers::Servers;
 use crate::setup::{Needs, Setup};
 
+/// The flags that tell an instance where its lock lives: `lock`, the addresses of its
+/// lock link, in the order of [`Servers::lock_addresses`].
+fn lock_flags(needs: Needs, lock: &[SocketAddr]) -> Vec<String> {
+    let flag = |name: &str, value: String| vec![name.to_owned(), value];
+    match needs {
+        Needs::StockOnly => Vec::new(),
+        Needs::LockRedis => flag("--lock-redis-url", redis_url(lock[0])),
+        Needs::LockSentinel => flag(
+            "--lock-redis-url",
+            format!("redis-sentinel://{}#{}", lock[0], crate::failover::MASTER_NAME),
+        ),
+        Needs::RedlockMasters => {
+            let urls: Vec<String> = lock.iter().map(|member| redis_url(*member)).collect();
+            flag("--redlock-urls", urls.join(","))
+        }
+        Needs::Etcd => flag("--etcd-endpoints", format!("http://{}", lock[0])),
+        Needs::ZooKeeper => flag("--zk-connect", lock[0].to_string()),
+        Needs::MariaDb => flag("--mysql-url", mysql_url(lock[0])),
+        Needs::LockRedisAndMariaDb => [
+            flag("--lock-redis-url", redis_url(lock[0])),
+            flag("--mysql-url", mysql_url(lock[1])),
+        ]
+        .concat(),
+    }
+}
+
+fn mysql_url(address: SocketAddr) -> String {
+    format!("mysql://seckill:seckill@{address}/seckill")
+}
+
 /// How long an instance may take to listen.
 const READY_WITHIN: Duration = Duration::from_secs(20);
 
@@ -58,14 +88,7 @@ impl Instance {
         // Loopback, whatever SECKILL_BIND the shell that started the lab says.
         args.extend(["--bind".to_owned(), "127.0.0.1".to_owned()]);
         args.extend(["--redis-url".to_owned(), redis_url(stock)]);
-        match needs {
-            Needs::LockRedis => args.extend(["--lock-redis-url".to_owned(), redis_url(lock[0])]),
-            Needs::RedlockMasters => {
-                let urls: Vec<String> = lock.iter().map(|member| redis_url(*member)).collect();
-                args.extend(["--redlock-urls".to_owned(), urls.join(",")]);
-            }
-            Needs::StockOnly | Needs::NotYet(_) => {}
-        }
+        args.extend(lock_flags(needs, &lock));
         args.extend(setup.serve_flags());
         let clock = Path::new(testkit::wall_clock::LIBFAKETIME)
             .exists()

@@ -11,14 +11,22 @@ use loadtest::history::Fault;
 use serde::Serialize;
 
 use crate::crowd::{Crowd, Outcome};
+use crate::failover::Failover;
 use crate::faults::{Strike, HOLDER_WITHIN_MS};
 use crate::instances::Instance;
 use crate::scenarios;
 use crate::servers::Servers;
-use crate::setup::{Needs, Offer, Setup, STRATEGIES};
+use crate::setup::{Available, Needs, Setup};
 
 /// Two instances, as in every lesson.
 const INSTANCES: usize = 2;
+/// How long after the replication cut the failover's holder is picked. The replica
+/// still has the grant of the holder at the cut (its release never reached it), until
+/// its lease runs out; a holder picked this late keeps a lease that outlives that one
+/// by as much, and in that time the promoted replica grants the lock again.
+const GRANT_AFTER_CUT: Duration = Duration::from_secs(3);
+/// The lock's Redis, as the history names it.
+const LOCK_REDIS: &str = "lock-redis";
 
 /// The programs the lab runs, built beside it by `cargo build --release --workspace`.
 pub struct Binaries {
@@ -228,6 +236,20 @@ impl Lab {
                     stage.setup.strategy
                 ))
             }
+            (Strike::FailOverLock { .. }, needs) if needs != Needs::LockSentinel => {
+                return Err(
+                    "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
+                     \"the lock's Redis can fail over\" and start again"
+                        .to_owned(),
+                )
+            }
+            (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::LockSentinel) => {
+                return Err(
+                    "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
+                     cut that link; cut it from the stock, or start without the failover"
+                        .to_owned(),
+                )
+            }
             (Strike::JumpClock { instance, .. }, _) if !stage.instances[*instance].can_jump_clock() => {
                 return Err(format!(
                     "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
@@ -289,6 +311,7 @@ impl Lab {
             Strike::JumpClock { instance, seconds } => {
                 return self.act(generation, instance, Act::JumpClock(seconds)).await
             }
+            Strike::FailOverLock { ms } => return self.fail_over_the_lock(generation, ms).await,
         };
         self.act(generation, instance, first).await?;
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -332,47 +355,112 @@ impl Lab {
             ),
         };
         let name = target.name.clone();
+        self.record(inner, fault, &name, &detail)
+    }
+
+    /// Puts a fault into the running crowd's history, and into the page's log.
+    fn record(&self, inner: &Inner, fault: Fault, target: &str, detail: &str) -> anyhow::Result<()> {
         if let Some(crowd) = inner.crowd.as_ref().filter(|crowd| crowd.is_running()) {
-            let detail = (!detail.is_empty()).then_some(detail.as_str());
-            loadtest::history::append_fault(&crowd.faults, fault, &name, detail)?;
+            let detail = (!detail.is_empty()).then_some(detail);
+            loadtest::history::append_fault(&crowd.faults, fault, target, detail)?;
         }
-        self.say(format!("{fault:?} {name} {detail}").to_lowercase());
+        self.say(format!("{fault:?} {target} {detail}").to_lowercase());
         Ok(())
     }
 
+    /// Lesson 5's failover, as `make demo-failover` plays it: the replication cut, a grant
+    /// the replica never hears of, its holder paused, the master killed, the replica
+    /// promoted; the holder wakes `ms` after its pause, and the old master comes back as
+    /// the new one's replica.
+    async fn fail_over_the_lock(&self, generation: u64, ms: u64) -> anyhow::Result<()> {
+        self.on_failover(generation, Failover::cut_replication).await??;
+        self.record_now(generation, Fault::Partition, "its replication").await?;
+        let paused = match self.pause_a_holder_granted_after_the_cut(generation).await {
+            Ok(paused) => paused,
+            Err(error) => {
+                self.on_failover(generation, Failover::heal_replication).await?;
+                self.record_now(generation, Fault::Heal, "its replication").await?;
+                return Err(error);
+            }
+        };
+        let Some((old_port, master)) = self.on_failover(generation, Failover::take_master).await? else {
+            bail!("the lock's Redis has no master to kill");
+        };
+        tokio::task::spawn_blocking(move || drop(master)).await?; // SIGKILL
+        self.record_now(generation, Fault::Kill, "its master").await?;
+        self.on_failover(generation, Failover::heal_replication).await?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.on_failover(generation, Failover::replica_promoted).await? {
+            if Instant::now() > deadline {
+                bail!("the Sentinel promoted no replica within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let new_port = self.on_failover(generation, Failover::promote).await?;
+        self.record_now(generation, Fault::Failover, "the Sentinel promoted its replica")
+            .await?;
+        tokio::time::sleep(Duration::from_millis(ms).saturating_sub(paused.1.elapsed())).await;
+        self.act(generation, paused.0, Act::Resume).await?;
+        let replica = tokio::task::spawn_blocking(move || Failover::rejoin(old_port, new_port))
+            .await
+            .map_err(|failed| anyhow::anyhow!(crate::servers::panic_text(failed)))?;
+        self.on_failover(generation, |failover| failover.put_replica(replica))
+            .await?;
+        self.record_now(generation, Fault::Heal, "its replication, the old master a replica")
+            .await
+    }
+
+    /// Waits [`GRANT_AFTER_CUT`], then pauses the next holder in its linger; returns the
+    /// holder and when it was paused.
+    async fn pause_a_holder_granted_after_the_cut(&self, generation: u64) -> anyhow::Result<(usize, Instant)> {
+        tokio::time::sleep(GRANT_AFTER_CUT).await;
+        let (holder, linger) = self.wait_for_holder(generation).await?;
+        tokio::time::sleep(linger / 2).await;
+        self.act(generation, holder, Act::Pause).await?;
+        Ok((holder, Instant::now()))
+    }
+
+    /// `step` done to the lock's failover group of the setup `generation`.
+    async fn on_failover<T>(&self, generation: u64, step: impl FnOnce(&mut Failover) -> T) -> anyhow::Result<T> {
+        let mut inner = self.inner.lock().await;
+        let stage = inner.stage.as_mut().filter(|stage| stage.generation == generation);
+        match stage.and_then(|stage| stage.servers.failover.as_mut()) {
+            Some(failover) => Ok(step(failover)),
+            None => bail!("the setup changed"),
+        }
+    }
+
+    /// Records a fault of the lock's Redis into the running crowd's history.
+    async fn record_now(&self, generation: u64, fault: Fault, detail: &str) -> anyhow::Result<()> {
+        let inner = self.inner.lock().await;
+        match &inner.stage {
+            Some(stage) if stage.generation == generation => self.record(&inner, fault, LOCK_REDIS, detail),
+            _ => Ok(()),
+        }
+    }
+
     /// The instance that holds the lock (any segment's), once one does, and how long its
-    /// sales linger before their writes.
+    /// sales linger before their writes. Each instance says how many grants it holds in
+    /// its `/metrics` (`seckill_locks_held`), whatever the lock's backend.
     async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<(usize, Duration)> {
-        let (url, keys, names, linger) = {
+        let (urls, names, linger) = {
             let inner = self.inner.lock().await;
             let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
                 bail!("the setup changed");
             };
-            let segments = seckill::sale::segments::Segments::new(stage.setup.segments).map_err(anyhow::Error::msg)?;
-            let keys = seckill::sale::keys::Keys::with_prefix("");
-            let keys: Vec<String> = segments.all().map(|segment| keys.lock_of(segment)).collect();
-            let names: Vec<String> = stage
-                .instances
-                .iter()
-                .map(|instance| format!("{}:", instance.name))
-                .collect();
-            let linger = Duration::from_millis(stage.setup.linger_ms);
-            (stage.servers.lock[0].url(), keys, names, linger)
+            let urls: Vec<String> = stage.instances.iter().map(Instance::url).collect();
+            let names: Vec<String> = stage.instances.iter().map(|instance| instance.name.clone()).collect();
+            (urls, names, Duration::from_millis(stage.setup.linger_ms))
         };
         self.say("waiting for an instance to hold the lock".to_owned());
-        let mut redis = redis::Client::open(url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
+        let http = reqwest::Client::builder().timeout(Duration::from_millis(200)).build()?;
         let deadline = Instant::now() + Duration::from_millis(HOLDER_WITHIN_MS);
         while Instant::now() < deadline {
-            let holders: Vec<Option<String>> = redis::cmd("MGET").arg(&keys).query_async(&mut redis).await?;
-            let holder = holders
-                .iter()
-                .flatten()
-                .find_map(|owner| names.iter().position(|name| owner.starts_with(name)));
-            if let Some(index) = holder {
-                self.say(format!("{} holds the lock", names[index].trim_end_matches(':')));
-                return Ok((index, linger));
+            for (index, url) in urls.iter().enumerate() {
+                if locks_held(&http, url).await > 0 {
+                    self.say(format!("{} holds the lock", names[index]));
+                    return Ok((index, linger));
+                }
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -384,7 +472,7 @@ impl Lab {
         let inner = self.inner.lock().await;
         let stage = inner.stage.as_ref();
         State {
-            strategies: STRATEGIES,
+            strategies: crate::setup::available(),
             setup: stage.map(|stage| stage.setup.clone()),
             scenario: inner.scenario,
             instances: stage.map_or_else(Vec::new, |stage| {
@@ -419,6 +507,17 @@ impl Lab {
         println!("[lab] {line}");
         self.log.lock().unwrap().push(line);
     }
+}
+
+/// The grants the instance at `url` holds now, by its `/metrics`; 0 when it does not answer.
+async fn locks_held(http: &reqwest::Client, url: &str) -> u64 {
+    let Ok(response) = http.get(format!("{url}/metrics")).send().await else {
+        return 0;
+    };
+    let page = response.text().await.unwrap_or_default();
+    page.lines()
+        .find_map(|line| line.strip_prefix("seckill_locks_held ")?.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 async fn stop_everything(inner: &mut Inner) {
@@ -472,7 +571,7 @@ impl Link {
 /// The lab as the page sees it, from `GET /state`.
 #[derive(Serialize)]
 pub struct State {
-    pub strategies: &'static [Offer],
+    pub strategies: Vec<Available>,
     pub setup: Option<Setup>,
     /// The id of the guided scenario running, if the setup is one's.
     pub scenario: Option<&'static str>,

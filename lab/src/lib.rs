@@ -5,7 +5,8 @@
 //! | file | what |
 //! | --- | --- |
 //! | [`setup`] | what the page chose: the strategy, its switches, the servers it needs |
-//! | [`servers`] | the Redis servers of a setup, each a redis-server of the lab's own |
+//! | [`servers`] | the servers of a setup (Redis, etcd, ZooKeeper, MariaDB), each of the lab's own |
+//! | [`failover`] | the lock's Redis with a replica and a Sentinel, failed over (lesson 5) |
 //! | [`instances`] | the two `seckill serve` processes, each behind nemeses of its own |
 //! | [`faults`] | the faults a click strikes, and how long each lasts |
 //! | [`crowd`] | the lessons' load test as a process, its history read as it grows |
@@ -16,11 +17,13 @@
 //! | [`guard`] | loopback only: requests from another site are refused (DNS rebinding) |
 //! | [`routes`] | the page and the calls it makes |
 //!
-//! No root is needed: the lab runs Redis servers and processes of its own, and cuts
-//! links with nemeses (TCP proxies) in its own process.
+//! No root is needed: the lab runs servers and processes of its own, cuts links with
+//! nemeses (TCP proxies) in its own process, and cuts a replication link by freezing
+//! the replica.
 
 pub mod setup;
 pub mod servers;
+pub mod failover;
 pub mod instances;
 pub mod faults;
 pub mod selling;

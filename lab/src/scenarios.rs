@@ -42,6 +42,12 @@ pub fn all() -> Vec<Scenario> {
         fencing,
         ..Setup::default()
     };
+    let failover = |fencing| Setup {
+        fencing,
+        ttl_ms: 6000,
+        lock_failover: true,
+        ..Setup::default()
+    };
     let pause_the_holder = vec![Strike::PauseHolder { ms: 1500 }];
     vec![
         Scenario {
@@ -122,6 +128,59 @@ pub fn all() -> Vec<Scenario> {
             },
             setup: Setup { strategy: "redlock".to_owned(), fencing: false, ..Setup::default() },
             strikes: pause_the_holder,
+            sold_twice: true,
+        },
+        Scenario {
+            id: "failover-unfenced",
+            lesson: 5,
+            title: Words { en: "The lock's Redis fails over", zh: "锁 Redis 主从切换" },
+            set_up: Words {
+                en: "`redis` with fencing off, its Redis a master with a replica and a Sentinel, a lease of 6 s. Replication is cut; the next holder is stopped mid-sale for 5 s; the master is killed, and the Sentinel promotes the replica.",
+                zh: "`redis`，关掉栅栏；锁 Redis 是一主一从加一个哨兵，租约 6 s。先切断复制；下一个持有者在下单中途被停住 5 s；杀掉主节点，哨兵把从节点提升为主节点。",
+            },
+            why: Words {
+                en: "The master answered the grant before its replica had it. The promoted replica never heard of it and granted the lock again, while the first holder's lease still ran: two holders, no clock jumped, and the pause shorter than the lease. Lesson 5.",
+                zh: "主节点先答复了加锁，从节点还没收到这次加锁。被提升的从节点根本不知道这把锁，又把它发给了别人，而第一个持有者的租约还没到期：两个持有者。没有时钟跳变，暂停也比租约短。见第 5 课。",
+            },
+            setup: failover(false),
+            strikes: vec![Strike::FailOverLock { ms: 5000 }],
+            sold_twice: true,
+        },
+        Scenario {
+            id: "failover-fenced",
+            lesson: 5,
+            title: Words { en: "The failover, with the fence", zh: "主从切换，有栅栏" },
+            set_up: Words {
+                en: "The same failover, with fencing on: each new master begins a new epoch of tokens, and the stock refuses a token older than one it has seen.",
+                zh: "同样的主从切换，打开栅栏：每换一个主节点，令牌就进入新的纪元（epoch），库存拒绝比它见过的令牌更旧的令牌。",
+            },
+            why: Words {
+                en: "The second holder's token, of the new master's epoch, outranks the first's; the woken holder's write is refused, and its buyer told 503. Lesson 5.",
+                zh: "第二个持有者的令牌属于新主节点的纪元，比第一个持有者的大；醒来的持有者的写被拒绝，它的买家收到 503。见第 5 课。",
+            },
+            setup: failover(true),
+            strikes: vec![Strike::FailOverLock { ms: 5000 }],
+            sold_twice: false,
+        },
+        Scenario {
+            id: "session-unfenced",
+            lesson: 6,
+            title: Words { en: "A ZooKeeper holder past its session", zh: "ZooKeeper 持有者超过会话时限" },
+            set_up: Words {
+                en: "`zookeeper` with fencing off, a session of 4 s (the shortest the server grants). The holder is stopped mid-sale for 7 s.",
+                zh: "`zookeeper`，关掉栅栏，会话 4 s（服务器给的最短会话）。持有者在下单中途被停住 7 s。",
+            },
+            why: Words {
+                en: "Its heartbeats stopped, so ZooKeeper ended its session and deleted its queue entry; the next waiter was woken and sold. The holder learned it only on waking, after its write: a unit sold twice. A queue does not fence. Lesson 6.",
+                zh: "它的心跳停了，ZooKeeper 结束了它的会话，删掉了它在队列里的节点；下一个等待者被唤醒，卖出了货。持有者醒来写完之后才知道这件事：一货多卖。排队不等于栅栏。见第 6 课。",
+            },
+            setup: Setup {
+                strategy: "zookeeper".to_owned(),
+                fencing: false,
+                ttl_ms: 4000,
+                ..Setup::default()
+            },
+            strikes: vec![Strike::PauseHolder { ms: 7000 }],
             sold_twice: true,
         },
         Scenario {

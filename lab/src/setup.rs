@@ -3,49 +3,28 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The strategies the lab can run, and what each needs. The others need a server the lab
-/// does not start yet (etcd, ZooKeeper, MariaDB): the page greys them out and says so.
+use crate::servers::on_path;
+
+/// The strategies the lab can run, and the servers each needs. A strategy whose server
+/// is not on this machine is greyed out on the page, with the line that installs it.
+#[rustfmt::skip]
 pub const STRATEGIES: &[Offer] = &[
-    Offer {
-        strategy: "redis",
-        needs: Needs::LockRedis,
-    },
-    Offer {
-        strategy: "redlock",
-        needs: Needs::RedlockMasters,
-    },
-    Offer {
-        strategy: "none",
-        needs: Needs::StockOnly,
-    },
-    Offer {
-        strategy: "local",
-        needs: Needs::StockOnly,
-    },
-    Offer {
-        strategy: "etcd",
-        needs: Needs::NotYet("etcd"),
-    },
-    Offer {
-        strategy: "zookeeper",
-        needs: Needs::NotYet("ZooKeeper"),
-    },
-    Offer {
-        strategy: "mysql",
-        needs: Needs::NotYet("MariaDB"),
-    },
-    Offer {
-        strategy: "mysql-version",
-        needs: Needs::NotYet("MariaDB"),
-    },
-    Offer {
-        strategy: "redis-degrade",
-        needs: Needs::NotYet("MariaDB"),
-    },
+    Offer { strategy: "redis", needs: Needs::LockRedis },
+    Offer { strategy: "redlock", needs: Needs::RedlockMasters },
+    Offer { strategy: "none", needs: Needs::StockOnly },
+    Offer { strategy: "local", needs: Needs::StockOnly },
+    Offer { strategy: "etcd", needs: Needs::Etcd },
+    Offer { strategy: "zookeeper", needs: Needs::ZooKeeper },
+    Offer { strategy: "mysql", needs: Needs::MariaDb },
+    Offer { strategy: "mysql-version", needs: Needs::MariaDb },
+    Offer { strategy: "redis-degrade", needs: Needs::LockRedisAndMariaDb },
 ];
 
 /// How many Redlock masters the lab starts: a majority of five survives two lost.
 pub const REDLOCK_MASTERS: usize = 5;
+
+/// Where the launcher finds ZooKeeper (`scripts/lib/exec-server.sh`).
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// One strategy the page offers.
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -63,10 +42,61 @@ pub enum Needs {
     /// A Redis of its own for the lock, so that a link to the lock can be cut apart from
     /// the link to the stock.
     LockRedis,
+    /// The same Redis with a replica and a Sentinel, so that it can fail over (lesson 5).
+    LockSentinel,
     /// Five independent Redis masters.
     RedlockMasters,
-    /// A server the lab does not start yet.
-    NotYet(&'static str),
+    Etcd,
+    ZooKeeper,
+    MariaDb,
+    /// `redis-degrade`: a lock Redis, and MariaDB to fall back to.
+    LockRedisAndMariaDb,
+}
+
+impl Needs {
+    /// What this machine lacks to start these servers, with the line that installs it;
+    /// `None` when all is there. No root is needed to run them, only to install them.
+    pub fn missing(self) -> Option<String> {
+        let install = |what: &str, package: &str| {
+            Some(format!(
+                "needs {what}: `sudo apt-get install {package}` (or `make services`, as root, installs every server)"
+            ))
+        };
+        if !on_path("redis-server") {
+            return install("redis-server on the PATH", "redis-server");
+        }
+        match self {
+            Needs::Etcd if !on_path("etcd") => install("etcd on the PATH", "etcd-server"),
+            Needs::ZooKeeper if !(std::path::Path::new(ZOOKEEPER_JAR).exists() && on_path("java")) => {
+                install("ZooKeeper and java", "zookeeper")
+            }
+            Needs::MariaDb | Needs::LockRedisAndMariaDb if !(on_path("mariadbd") && on_path("mysql_install_db")) => {
+                install(
+                    "mariadbd and mysql_install_db on the PATH (add /usr/sbin to it if they are there)",
+                    "mariadb-server",
+                )
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A strategy as the page shows it: greyed out, with why, when `missing` says something.
+#[derive(Debug, Serialize)]
+pub struct Available {
+    pub strategy: &'static str,
+    pub missing: Option<String>,
+}
+
+/// Every strategy, and what this machine lacks for each.
+pub fn available() -> Vec<Available> {
+    STRATEGIES
+        .iter()
+        .map(|offer| Available {
+            strategy: offer.strategy,
+            missing: offer.needs.missing(),
+        })
+        .collect()
 }
 
 /// The strategy and its switches, as the page posts them.
@@ -84,6 +114,9 @@ pub struct Setup {
     pub group_commit: bool,
     /// `--one-per-buyer`.
     pub one_per_buyer: bool,
+    /// `redis` only: the lock's Redis has a replica and a Sentinel, so it can fail over.
+    #[serde(default)]
+    pub lock_failover: bool,
     /// `--chaos-pause-before-write-ms`: every sale lingers this long between its read and
     /// its write, so that a pause of the holder lands in the middle of a sale (lesson 3).
     pub linger_ms: u64,
@@ -99,6 +132,7 @@ impl Default for Setup {
             segments: 1,
             group_commit: false,
             one_per_buyer: false,
+            lock_failover: false,
             linger_ms: 50,
         }
     }
@@ -118,12 +152,19 @@ impl Setup {
                     known.join(", ")
                 )
             })?;
-        match offer.needs {
-            Needs::NotYet(server) => Err(format!(
-                "`{}` needs {server}, which the lab does not start yet; run its lessons with `make lessons`",
-                self.strategy
-            )),
-            needs => Ok(needs),
+        let needs = match (offer.needs, self.lock_failover) {
+            (Needs::LockRedis, true) => Needs::LockSentinel,
+            (needs, false) => needs,
+            (_, true) => {
+                return Err(format!(
+                    "a lock Redis that fails over is for `redis` only, not `{}`: untick it",
+                    self.strategy
+                ))
+            }
+        };
+        match needs.missing() {
+            Some(missing) => Err(format!("`{}` {missing}", self.strategy)),
+            None => Ok(needs),
         }
     }
 
@@ -182,14 +223,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_strategy_the_lab_cannot_start_says_which_server_it_needs() {
-        let setup = Setup {
-            strategy: "etcd".to_owned(),
+    fn a_strategy_the_lab_cannot_start_says_why() {
+        let failover = Setup {
+            strategy: "redlock".to_owned(),
+            lock_failover: true,
             ..Setup::default()
         };
         assert_eq!(
-            setup.validate().unwrap_err(),
-            "`etcd` needs etcd, which the lab does not start yet; run its lessons with `make lessons`"
+            failover.validate().unwrap_err(),
+            "a lock Redis that fails over is for `redis` only, not `redlock`: untick it"
         );
         let unknown = Setup {
             strategy: "paxos".to_owned(),

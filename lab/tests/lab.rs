@@ -304,11 +304,34 @@ async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_wi
         (status, said.as_str()),
         (409, "nothing runs yet: choose a strategy and press start")
     );
-    let mut etcd = setup(true);
-    etcd["strategy"] = json!("etcd");
-    let (status, said) = lab.post("/start", etcd).await;
+    let mut redlock = setup(true);
+    redlock["strategy"] = json!("redlock");
+    redlock["lock_failover"] = json!(true);
+    let (status, said) = lab.post("/start", redlock).await;
+    assert_eq!(
+        (status, said.as_str()),
+        (
+            409,
+            "a lock Redis that fails over is for `redis` only, not `redlock`: untick it"
+        )
+    );
+    let (status, said) = lab.post("/start", setup(true)).await;
+    assert_eq!(status, 200, "{said}");
+    let (status, said) = lab.post("/strike", json!({"kind": "fail-over-lock", "ms": 1000})).await;
     assert_eq!(status, 409);
-    assert!(said.contains("needs etcd, which the lab does not start yet"), "{said}");
+    assert!(
+        said.starts_with("a failover needs the lock's Redis with a replica and a Sentinel"),
+        "{said}"
+    );
+    let mut failover = setup(true);
+    failover["lock_failover"] = json!(true);
+    let (status, said) = lab.post("/start", failover).await;
+    assert_eq!(status, 200, "{said}");
+    let (status, said) = lab
+        .post("/strike", json!({"kind": "cut-from-lock", "instance": 0, "ms": 1000}))
+        .await;
+    assert_eq!(status, 409);
+    assert!(said.contains("the lab cannot cut that link"), "{said}");
 }
 
 /// Sends scenario `id` and waits for its verdict: whether a unit was sold twice (the
@@ -358,7 +381,7 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
         .iter()
         .map(|s| s["lesson"].as_u64().unwrap())
         .collect();
-    for lesson in [1, 3, 4, 9] {
+    for lesson in [1, 3, 4, 5, 6, 9] {
         assert!(lessons.contains(&lesson), "a scenario of lesson {lesson}: {lessons:?}");
     }
     for scenario in scenarios.as_array().unwrap() {

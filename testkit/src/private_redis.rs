@@ -241,6 +241,15 @@ impl PrivateSentinel {
         sentinel
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The name of the master it watches.
+    pub fn master_name(&self) -> &str {
+        &self.name
+    }
+
     /// The URL seckill reads: `redis-sentinel://127.0.0.1:PORT#name`.
     pub fn url(&self) -> String {
         format!("redis-sentinel://127.0.0.1:{}#{}", self.port, self.name)
