@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// The user id and group id of `nobody` on Debian.
+const NOBODY: u32 = 65534;
+
 /// The project's root (the lab crate is one folder down).
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
@@ -23,9 +26,36 @@ struct Lab {
 
 impl Lab {
     fn start() -> Lab {
-        let port = testkit::free_port();
+        Self::start_with(Command::new(env!("CARGO_BIN_EXE_lab")), tempfile::tempdir().unwrap())
+    }
+
+    /// As a user without root: as root, the lab is started as `nobody`, with a user's
+    /// PATH (no /usr/sbin), in a folder `nobody` owns.
+    fn start_without_root() -> Lab {
         let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_lab"))
+        // SAFETY: geteuid(2) reads this process's user id and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return Self::start_with(Command::new(env!("CARGO_BIN_EXE_lab")), dir);
+        }
+        std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        let mut command = Command::new("setpriv");
+        command
+            .args([
+                "--reuid",
+                &NOBODY.to_string(),
+                "--regid",
+                &NOBODY.to_string(),
+                "--clear-groups",
+            ])
+            .arg(env!("CARGO_BIN_EXE_lab"))
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", dir.path());
+        Self::start_with(command, dir)
+    }
+
+    fn start_with(mut command: Command, dir: tempfile::TempDir) -> Lab {
+        let port = testkit::free_port();
+        let child = command
             .args(["--port", &port.to_string(), "--dir"])
             .arg(dir.path())
             // Settings a teacher's shell may hold for another run: none may reach the
@@ -497,4 +527,62 @@ async fn keep_selling_then_stop_is_judged_from_its_history_as_a_crowd_is() {
         "the pause is in the steady load's history: {}",
         history.display()
     );
+}
+
+/// Without root (item 5 of the lab's issue): run as `nobody`, the lab starts its Redis
+/// servers and instances, pauses a holder and shows the double sale; every process it
+/// started runs as that user; and a strategy whose server is not on that user's PATH is
+/// greyed out with the line that installs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_root_runs_the_redis_scenarios_and_is_told_what_the_others_need() {
+    let lab = Lab::start_without_root();
+    let state = lab.state().await;
+    let mysql = state["strategies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|offer| offer["strategy"] == "mysql")
+        .unwrap()
+        .clone();
+    // SAFETY: geteuid(2) reads this process's user id and cannot fail.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    if as_root {
+        let missing = mysql["missing"].as_str().unwrap_or_default();
+        assert!(
+            missing.contains("mariadbd") && missing.contains("sudo apt-get install mariadb-server"),
+            "{mysql}"
+        );
+    }
+    let mut twice = false;
+    for _ in 0..TRIES {
+        twice = run_scenario(&lab, "pause-unfenced").await.0;
+        if twice {
+            break;
+        }
+    }
+    assert!(twice, "the paused holder sold a unit twice, without root");
+    let state = lab.state().await;
+    let mut pids: Vec<u64> = state["server_pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|pid| pid.as_u64().unwrap())
+        .collect();
+    pids.extend(
+        state["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|instance| instance["pid"].as_u64()),
+    );
+    pids.push(lab.child.id().into());
+    assert_eq!(pids.len(), 5, "the lab, two Redis servers, two instances: {state}");
+    // SAFETY: geteuid(2) reads this process's user id and cannot fail.
+    let user = if as_root { NOBODY } else { unsafe { libc::geteuid() } };
+    for pid in pids {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid = status.lines().find(|line| line.starts_with("Uid:")).unwrap();
+        let real: u32 = uid.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert_eq!(real, user, "process {pid} runs as {uid}");
+    }
 }
