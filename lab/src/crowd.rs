@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use loadtest::history::{self, Event};
+use loadtest::verdict::Verdict;
 use serde::Serialize;
 
 /// The lessons' crowd.
@@ -18,8 +19,7 @@ pub const STOCK: i64 = 300;
 /// A crowd under way or done: the lessons' crowd, or a steady load ([`crate::selling`]).
 pub struct Crowd {
     pub number: u32,
-    /// `crowd` or `steady`.
-    pub kind: &'static str,
+    pub kind: Kind,
     report: PathBuf,
     live: PathBuf,
     pub faults: PathBuf,
@@ -28,6 +28,14 @@ pub struct Crowd {
     task: tokio::task::JoinHandle<()>,
     /// Ends a steady load; a crowd ends by itself.
     stop: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+/// The lessons' crowd, which ends by itself, or a steady load, which ends when stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Crowd,
+    Steady,
 }
 
 /// What the crowd's run came to.
@@ -40,6 +48,32 @@ pub struct Outcome {
     /// `loadtest`'s exit code and what it said on its error output.
     pub exit_code: Option<i32>,
     pub error: String,
+}
+
+impl Outcome {
+    /// A run judged `verdict` by `checks`.
+    fn judged(verdict: Verdict, checks: serde_json::Value, exit_code: Option<i32>, error: String) -> Self {
+        // The report's word (`wrong_answer`), as the page says it (`wrong answer`).
+        let word = serde_json::to_value(verdict)
+            .ok()
+            .and_then(|word| word.as_str().map(|word| word.replace('_', " ")));
+        Outcome {
+            verdict: word.unwrap_or_else(|| "none".to_owned()),
+            checks,
+            exit_code,
+            error,
+        }
+    }
+
+    /// A run that could not be judged, and why.
+    fn not_judged(exit_code: Option<i32>, error: String) -> Self {
+        Outcome {
+            verdict: "none".to_owned(),
+            checks: serde_json::Value::Array(Vec::new()),
+            exit_code,
+            error,
+        }
+    }
 }
 
 impl Crowd {
@@ -69,7 +103,7 @@ impl Crowd {
         let task = tokio::spawn(wait_for(child, report.clone(), outcome.clone()));
         Ok(Crowd {
             number,
-            kind: "crowd",
+            kind: Kind::Crowd,
             report,
             live,
             faults,
@@ -101,27 +135,14 @@ impl Crowd {
         let judged = outcome.clone();
         let task = tokio::spawn(async move {
             let ended = match crate::selling::sell(load, stopped).await {
-                Ok((verdict, checks)) => Outcome {
-                    verdict: serde_json::to_value(verdict)
-                        .ok()
-                        .and_then(|word| word.as_str().map(|word| word.replace('_', " ")))
-                        .unwrap_or_else(|| "none".to_owned()),
-                    checks,
-                    exit_code: None,
-                    error: String::new(),
-                },
-                Err(error) => Outcome {
-                    verdict: "none".to_owned(),
-                    checks: serde_json::Value::Array(Vec::new()),
-                    exit_code: None,
-                    error: format!("the steady load could not run: {error:#}"),
-                },
+                Ok((verdict, checks)) => Outcome::judged(verdict, checks, None, String::new()),
+                Err(error) => Outcome::not_judged(None, format!("the steady load could not run: {error:#}")),
             };
             *judged.lock().unwrap() = Some(ended);
         });
         Ok(Crowd {
             number,
-            kind: "steady",
+            kind: Kind::Steady,
             report,
             live,
             faults,
@@ -153,8 +174,8 @@ impl Crowd {
             .lines()
             .filter_map(|line| serde_json::from_str(line).ok())
             .collect();
-        events.extend(history::read(&self.faults).unwrap_or_default());
-        events.sort_by_key(|event| event.at_us);
+        // A faults file the lab could not read is read again at the next redraw.
+        let _ = history::merge_faults(&mut events, &self.faults);
         events
     }
 
@@ -208,19 +229,12 @@ async fn wait_for(child: tokio::process::Child, report: PathBuf, outcome: Arc<Mu
         .and_then(|text| serde_json::from_str(&text).ok())
         // Exit 2: the run could not be judged, whatever it wrote.
         .filter(|_| matches!(exit_code, Some(0 | 1)));
-    let ended = match judged {
-        Some(report) => Outcome {
-            verdict: report["verdict"].as_str().unwrap_or("none").replace('_', " "),
-            checks: report["checks"].clone(),
-            exit_code,
-            error,
-        },
-        None => Outcome {
-            verdict: "none".to_owned(),
-            checks: serde_json::Value::Array(Vec::new()),
-            exit_code,
-            error,
-        },
+    let verdict = judged
+        .as_ref()
+        .and_then(|report| serde_json::from_value::<Verdict>(report["verdict"].clone()).ok());
+    let ended = match (judged, verdict) {
+        (Some(report), Some(verdict)) => Outcome::judged(verdict, report["checks"].clone(), exit_code, error),
+        _ => Outcome::not_judged(exit_code, error),
     };
     *outcome.lock().unwrap() = Some(ended);
 }

@@ -614,8 +614,7 @@ impl InstanceState {
 #[derive(Serialize)]
 pub struct CrowdState {
     pub number: u32,
-    /// `crowd` (the lessons' 500 buyers) or `steady` (keep selling).
-    pub kind: &'static str,
+    pub kind: crate::crowd::Kind,
     pub running: bool,
     pub outcome: Option<Outcome>,
 }

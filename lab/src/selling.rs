@@ -74,8 +74,7 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
     while buyers.join_next().await.is_some() {} // each ends within ANSWER_WITHIN
     let sale = checker::read_sale(&load.redis_url, &keys).await?;
     let mut events = recorder.events();
-    events.extend(loadtest::history::read(&load.faults).unwrap_or_default());
-    events.sort_by_key(|event| event.at_us);
+    loadtest::history::merge_faults(&mut events, &load.faults)?;
     let checks = verdict::check_history(&events, &sale, STOCK, target.one_per_buyer);
     let title = format!("{}, fencing {}: a steady load", target.strategy, target.fencing.name());
     loadtest::render::timeline::write_with_page(&load.history, &title, &events, &checks)?;

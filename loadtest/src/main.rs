@@ -219,9 +219,8 @@ fn write_history(
     faults: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let mut history = report.history.clone();
-    if let Some(faults) = faults.filter(|faults| faults.exists()) {
-        history.extend(loadtest::history::read(faults)?);
-        history.sort_by_key(|event| event.at_us);
+    if let Some(faults) = faults {
+        loadtest::history::merge_faults(&mut history, faults)?;
     }
     let title = format!(
         "{}, fencing {}: the history of one run",

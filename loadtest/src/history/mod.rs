@@ -250,6 +250,16 @@ pub fn read(path: &Path) -> anyhow::Result<Vec<Event>> {
     parse(&text, &path.display().to_string())
 }
 
+/// Adds the faults another program wrote to `faults` (a nemesis, a script, the lab)
+/// to `events`, in the order of their clock; nothing when the file does not exist.
+pub fn merge_faults(events: &mut Vec<Event>, faults: &Path) -> anyhow::Result<()> {
+    if faults.exists() {
+        events.extend(read(faults)?);
+        events.sort_by_key(|event| event.at_us);
+    }
+    Ok(())
+}
+
 /// The events of a history's `text`, in the order of their clock; `source` names it in
 /// the error that names the line that is not an event.
 pub fn parse(text: &str, source: &str) -> anyhow::Result<Vec<Event>> {
