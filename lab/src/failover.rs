@@ -1,18 +1,20 @@
-//! The lock's Redis as a shop runs it: a master, its replica, and a Sentinel that
-//! promotes the replica when the master dies (lesson 5). The instances find the master
-//! through the Sentinel (`--lock-redis-url redis-sentinel://...`).
+//! A Redis as a shop runs it: a master, its replica, and a Sentinel that promotes the
+//! replica when the master dies. The lock's (lesson 5) or the stock's (lesson 14): the
+//! instances find the master through the Sentinel (`redis-sentinel://...#name`).
 //!
 //! Redis copies a write to its replica after it answered it. So the lab cuts the copy
 //! first: the replica is frozen and the master drops its link to it. What the master
 //! grants from then on, the replica never hears of; the master is killed, the replica
 //! promoted, and the lock it holds is the lock as it was before the cut.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use anyhow::bail;
+use loadtest::history::Fault;
 use testkit::{PrivateRedis, PrivateSentinel};
 
-/// The name the Sentinel knows the master by.
-pub const MASTER_NAME: &str = "lab-lock";
+use crate::lab::{Act, Lab};
+use crate::servers::Servers;
 
 /// The master, its replica and their Sentinel. Either server is missing for a while
 /// during a failover: the master once killed, the replica once promoted (until the old
@@ -21,17 +23,25 @@ pub struct Failover {
     master: Option<PrivateRedis>,
     replica: Option<PrivateRedis>,
     pub sentinel: PrivateSentinel,
+    /// The name the Sentinel knows the master by.
+    name: &'static str,
 }
 
 impl Failover {
-    /// A master and its replica in sync, and a Sentinel that knows both. Blocking.
-    pub fn start() -> Self {
-        let (master, replica, sentinel) = testkit::replicated_master(MASTER_NAME);
+    /// A master and its replica in sync, and a Sentinel that knows both under `name`. Blocking.
+    pub fn start(name: &'static str) -> Self {
+        let (master, replica, sentinel) = testkit::replicated_master(name);
         Failover {
             master: Some(master),
             replica: Some(replica),
             sentinel,
+            name,
         }
+    }
+
+    /// The URL an instance reads, reaching the Sentinel at `address` (its nemesis).
+    pub fn url_via(&self, address: std::net::SocketAddr) -> String {
+        format!("redis-sentinel://{address}#{}", self.name)
     }
 
     pub fn pids(&self) -> Vec<u32> {
@@ -96,5 +106,137 @@ impl Failover {
 
     pub fn put_replica(&mut self, replica: PrivateRedis) {
         self.replica = Some(replica);
+    }
+}
+
+/// How long after the replication cut the lock's failover picks its holder. The replica
+/// still has the grant of the holder at the cut (its release never reached it) until
+/// that lease runs out; a holder picked this late keeps a lease that outlives that one
+/// by as much, and in that time the promoted replica grants the lock again.
+const GRANT_AFTER_CUT: Duration = Duration::from_secs(3);
+
+/// Which Redis fails over.
+#[derive(Clone, Copy, Debug)]
+pub enum Which {
+    /// The lock's (lesson 5): its next holder is paused across the failover.
+    Lock,
+    /// The stock's (lesson 14): its master sells alone for a while first.
+    Stock,
+}
+
+impl Which {
+    /// The server as the history names it.
+    fn target(self) -> &'static str {
+        match self {
+            Which::Lock => "lock-redis",
+            Which::Stock => "stock-redis",
+        }
+    }
+
+    fn of(self, servers: &mut Servers) -> Option<&mut Failover> {
+        match self {
+            Which::Lock => servers.lock_failover.as_mut(),
+            Which::Stock => servers.stock_failover.as_mut(),
+        }
+    }
+}
+
+impl Lab {
+    /// A failover as `make demo-failover` and `make chaos` play it: the replication cut;
+    /// then for the lock, its next holder paused, for the stock, `ms` of sales the replica
+    /// never hears of; the master killed, the replica promoted; the paused holder woken
+    /// `ms` after its pause; the old master back as the new one's replica.
+    pub(crate) async fn fail_over(&self, generation: u64, which: Which, ms: u64) -> anyhow::Result<()> {
+        if let Which::Stock = which {
+            // Cut before the crowd's reset reached the replica, the promoted replica
+            // would hold the sale before it: the load test would see it reset mid-run.
+            self.wait_for_a_sale(generation).await?;
+        }
+        self.on_failover(generation, which, Failover::cut_replication).await??;
+        self.record_now(generation, which, Fault::Partition, "its replication")
+            .await?;
+        let paused = match which {
+            Which::Lock => match self.pause_a_holder_granted_after_the_cut(generation).await {
+                Ok(paused) => Some(paused),
+                Err(error) => {
+                    self.on_failover(generation, which, Failover::heal_replication).await?;
+                    self.record_now(generation, which, Fault::Heal, "its replication")
+                        .await?;
+                    return Err(error);
+                }
+            },
+            Which::Stock => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                None
+            }
+        };
+        let (old_port, new_port) = self.kill_the_master_until_promoted(generation, which).await?;
+        if let Some((holder, since)) = paused {
+            tokio::time::sleep(Duration::from_millis(ms).saturating_sub(since.elapsed())).await;
+            self.act(generation, holder, Act::Resume).await?;
+        }
+        let replica = tokio::task::spawn_blocking(move || Failover::rejoin(old_port, new_port))
+            .await
+            .map_err(|failed| anyhow::anyhow!(crate::servers::panic_text(failed)))?;
+        self.on_failover(generation, which, |failover| failover.put_replica(replica))
+            .await?;
+        let healed = "its replication, the old master a replica";
+        self.record_now(generation, which, Fault::Heal, healed).await
+    }
+
+    /// Kills the master, wakes the replica, and waits until the Sentinel promotes it;
+    /// returns the old master's port and the new one's.
+    async fn kill_the_master_until_promoted(&self, generation: u64, which: Which) -> anyhow::Result<(u16, u16)> {
+        let Some((old_port, master)) = self.on_failover(generation, which, Failover::take_master).await? else {
+            bail!("the {} has no master to kill", which.target());
+        };
+        tokio::task::spawn_blocking(move || drop(master)).await?; // SIGKILL
+        self.record_now(generation, which, Fault::Kill, "its master").await?;
+        self.on_failover(generation, which, Failover::heal_replication).await?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.on_failover(generation, which, Failover::replica_promoted).await? {
+            if Instant::now() > deadline {
+                bail!("the Sentinel promoted no replica within 20 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let new_port = self.on_failover(generation, which, Failover::promote).await?;
+        let promoted = "the Sentinel promoted its replica";
+        self.record_now(generation, which, Fault::Failover, promoted).await?;
+        Ok((old_port, new_port))
+    }
+
+    /// Waits [`GRANT_AFTER_CUT`], then pauses the next holder in its linger; returns the
+    /// holder and when it was paused.
+    async fn pause_a_holder_granted_after_the_cut(&self, generation: u64) -> anyhow::Result<(usize, Instant)> {
+        tokio::time::sleep(GRANT_AFTER_CUT).await;
+        let (holder, linger) = self.wait_for_holder(generation).await?;
+        tokio::time::sleep(linger / 2).await;
+        self.act(generation, holder, Act::Pause).await?;
+        Ok((holder, Instant::now()))
+    }
+
+    /// `step` done to the failover group `which` of the setup `generation`.
+    async fn on_failover<T>(
+        &self,
+        generation: u64,
+        which: Which,
+        step: impl FnOnce(&mut Failover) -> T,
+    ) -> anyhow::Result<T> {
+        let mut inner = self.inner.lock().await;
+        let stage = inner.stage.as_mut().filter(|stage| stage.generation == generation);
+        match stage.and_then(|stage| which.of(&mut stage.servers)) {
+            Some(failover) => Ok(step(failover)),
+            None => bail!("the setup changed"),
+        }
+    }
+
+    /// Records a fault of the Redis `which` into the running crowd's history.
+    async fn record_now(&self, generation: u64, which: Which, fault: Fault, detail: &str) -> anyhow::Result<()> {
+        let inner = self.inner.lock().await;
+        match &inner.stage {
+            Some(stage) if stage.generation == generation => self.record(&inner, fault, which.target(), detail),
+            _ => Ok(()),
+        }
     }
 }

@@ -11,6 +11,7 @@
 //! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
 //! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
+//! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ pub enum Strike {
     DelayLock { instance: usize, delay_ms: u64, ms: u64 },
     JumpClock { instance: usize, seconds: i64 },
     FailOverLock { ms: u64 },
+    FailOverStock { ms: u64 },
 }
 
 /// The longest a fault lasts: a class waits no longer, and a lease, a Sentinel or a
@@ -41,7 +43,7 @@ impl Strike {
     /// The instance it strikes, when it names one.
     pub fn instance(&self) -> Option<usize> {
         match *self {
-            Strike::PauseHolder { .. } | Strike::FailOverLock { .. } => None,
+            Strike::PauseHolder { .. } | Strike::FailOverLock { .. } | Strike::FailOverStock { .. } => None,
             Strike::Pause { instance, .. }
             | Strike::Kill { instance, .. }
             | Strike::CutFromLock { instance, .. }
@@ -67,6 +69,9 @@ impl Strike {
             Strike::FailOverLock { ms } => {
                 format!("fail over the lock's Redis, its next holder paused for {ms} ms")
             }
+            Strike::FailOverStock { ms } => {
+                format!("fail over the stock's Redis, after its master sold alone for {ms} ms")
+            }
         }
     }
 
@@ -80,6 +85,7 @@ impl Strike {
         let lasting = match *self {
             Strike::PauseHolder { ms }
             | Strike::FailOverLock { ms }
+            | Strike::FailOverStock { ms }
             | Strike::Pause { ms, .. }
             | Strike::Kill { ms, .. }
             | Strike::CutFromLock { ms, .. }

@@ -18,15 +18,15 @@ use crate::setup::{Needs, Setup};
 
 /// The flags that tell an instance where its lock lives: `lock`, the addresses of its
 /// lock link, in the order of [`Servers::lock_addresses`].
-fn lock_flags(needs: Needs, lock: &[SocketAddr]) -> Vec<String> {
+fn lock_flags(needs: Needs, servers: &Servers, lock: &[SocketAddr]) -> Vec<String> {
     let flag = |name: &str, value: String| vec![name.to_owned(), value];
     match needs {
         Needs::StockOnly => Vec::new(),
         Needs::LockRedis => flag("--lock-redis-url", redis_url(lock[0])),
-        Needs::LockSentinel => flag(
-            "--lock-redis-url",
-            format!("redis-sentinel://{}#{}", lock[0], crate::failover::MASTER_NAME),
-        ),
+        Needs::LockSentinel => match &servers.lock_failover {
+            Some(failover) => flag("--lock-redis-url", failover.url_via(lock[0])),
+            None => Vec::new(),
+        },
         Needs::RedlockMasters => {
             let urls: Vec<String> = lock.iter().map(|member| redis_url(*member)).collect();
             flag("--redlock-urls", urls.join(","))
@@ -87,8 +87,8 @@ impl Instance {
         let mut args: Vec<String> = vec!["serve".into(), "--port".into(), port.to_string()];
         // Loopback, whatever SECKILL_BIND the shell that started the lab says.
         args.extend(["--bind".to_owned(), "127.0.0.1".to_owned()]);
-        args.extend(["--redis-url".to_owned(), redis_url(stock)]);
-        args.extend(lock_flags(needs, &lock));
+        args.extend(["--redis-url".to_owned(), servers.stock_url_via(stock)]);
+        args.extend(lock_flags(needs, servers, &lock));
         args.extend(setup.serve_flags());
         let clock = Path::new(testkit::wall_clock::LIBFAKETIME)
             .exists()

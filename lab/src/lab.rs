@@ -11,7 +11,7 @@ use loadtest::history::Fault;
 use serde::Serialize;
 
 use crate::crowd::{Crowd, Outcome};
-use crate::failover::Failover;
+use crate::failover::Which;
 use crate::faults::{Strike, HOLDER_WITHIN_MS};
 use crate::instances::Instance;
 use crate::scenarios;
@@ -20,13 +20,6 @@ use crate::setup::{Available, Needs, Setup};
 
 /// Two instances, as in every lesson.
 const INSTANCES: usize = 2;
-/// How long after the replication cut the failover's holder is picked. The replica
-/// still has the grant of the holder at the cut (its release never reached it), until
-/// its lease runs out; a holder picked this late keeps a lease that outlives that one
-/// by as much, and in that time the promoted replica grants the lock again.
-const GRANT_AFTER_CUT: Duration = Duration::from_secs(3);
-/// The lock's Redis, as the history names it.
-const LOCK_REDIS: &str = "lock-redis";
 
 /// The programs the lab runs, built beside it by `cargo build --release --workspace`.
 pub struct Binaries {
@@ -57,18 +50,56 @@ impl Binaries {
 }
 
 /// One setup, running.
-struct Stage {
+pub(crate) struct Stage {
     setup: Setup,
     needs: Needs,
-    servers: Servers,
+    pub(crate) servers: Servers,
     instances: Vec<Instance>,
     /// Counts setups, so a fault still waiting on an old one leaves the new one alone.
-    generation: u64,
+    pub(crate) generation: u64,
+}
+
+impl Stage {
+    /// Why this setup cannot take `strike`, with what to do instead; `None` if it can.
+    fn refusal_of(&self, strike: &Strike) -> Option<String> {
+        let (lock_fails_over, stock_fails_over) = (self.needs == Needs::LockSentinel, self.setup.stock_failover);
+        let bypassed = "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
+                        cut that link";
+        match (strike, self.needs) {
+            (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
+                Some(format!(
+                    "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
+                    self.setup.strategy
+                ))
+            }
+            (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
+                "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
+                 \"the lock's Redis can fail over\" and start again"
+                    .to_owned(),
+            ),
+            (Strike::FailOverStock { .. }, _) if !stock_fails_over => Some(
+                "a failover needs the stock's Redis with a replica and a Sentinel: tick \
+                 \"the stock's Redis can fail over\" and start again"
+                    .to_owned(),
+            ),
+            (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, _) if lock_fails_over => {
+                Some(format!("{bypassed}; cut it from the stock, or start without the lock's failover"))
+            }
+            (Strike::CutFromStock { .. }, _) if stock_fails_over => {
+                Some(format!("{bypassed}; cut it from the lock, or start without the stock's failover"))
+            }
+            (Strike::JumpClock { instance, .. }, _) if !self.instances[*instance].can_jump_clock() => Some(format!(
+                "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
+                testkit::wall_clock::LIBFAKETIME
+            )),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Default)]
-struct Inner {
-    stage: Option<Stage>,
+pub(crate) struct Inner {
+    pub(crate) stage: Option<Stage>,
     /// The guided scenario the stage was started for, if any.
     scenario: Option<&'static str>,
     crowd: Option<Crowd>,
@@ -78,7 +109,7 @@ struct Inner {
 
 /// The lab. Cheap to share: the page's requests and the faults' timers hold an `Arc`.
 pub struct Lab {
-    inner: tokio::sync::Mutex<Inner>,
+    pub(crate) inner: tokio::sync::Mutex<Inner>,
     binaries: Binaries,
     dir: PathBuf,
     started: Instant,
@@ -120,7 +151,7 @@ impl Lab {
     }
 
     async fn stage(&self, setup: Setup, needs: Needs, generation: u64) -> anyhow::Result<Stage> {
-        let servers = Servers::start(needs).await?;
+        let servers = Servers::start(needs, setup.stock_failover).await?;
         let mut instances = Vec::new();
         for _ in 0..INSTANCES {
             let instance = Instance::start(&self.binaries.seckill, &setup, needs, &servers, &self.dir).await;
@@ -169,7 +200,7 @@ impl Lab {
         };
         let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
         let number = inner.crowds + 1;
-        let crowd = start(number, &hosts, &stage.servers.stock.url()).map_err(|error| format!("{error:#}"))?;
+        let crowd = start(number, &hosts, &stage.servers.stock_url()).map_err(|error| format!("{error:#}"))?;
         inner.crowds = number;
         inner.crowd = Some(crowd);
         Ok(number)
@@ -229,34 +260,8 @@ impl Lab {
             return Err("nothing runs yet: choose a strategy and press start".to_owned());
         };
         strike.validate(stage.instances.len())?;
-        match (&strike, stage.needs) {
-            (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
-                return Err(format!(
-                    "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
-                    stage.setup.strategy
-                ))
-            }
-            (Strike::FailOverLock { .. }, needs) if needs != Needs::LockSentinel => {
-                return Err(
-                    "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
-                     \"the lock's Redis can fail over\" and start again"
-                        .to_owned(),
-                )
-            }
-            (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::LockSentinel) => {
-                return Err(
-                    "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
-                     cut that link; cut it from the stock, or start without the failover"
-                        .to_owned(),
-                )
-            }
-            (Strike::JumpClock { instance, .. }, _) if !stage.instances[*instance].can_jump_clock() => {
-                return Err(format!(
-                    "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
-                    testkit::wall_clock::LIBFAKETIME
-                ))
-            }
-            _ => {}
+        if let Some(why) = stage.refusal_of(&strike) {
+            return Err(why);
         }
         let generation = stage.generation;
         drop(inner);
@@ -311,7 +316,8 @@ impl Lab {
             Strike::JumpClock { instance, seconds } => {
                 return self.act(generation, instance, Act::JumpClock(seconds)).await
             }
-            Strike::FailOverLock { ms } => return self.fail_over_the_lock(generation, ms).await,
+            Strike::FailOverLock { ms } => return self.fail_over(generation, Which::Lock, ms).await,
+            Strike::FailOverStock { ms } => return self.fail_over(generation, Which::Stock, ms).await,
         };
         self.act(generation, instance, first).await?;
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -320,7 +326,7 @@ impl Lab {
 
     /// Does `act` to instance `index` of the setup `generation`, if it still runs, and
     /// records it into the running crowd's history.
-    async fn act(&self, generation: u64, index: usize, act: Act) -> anyhow::Result<()> {
+    pub(crate) async fn act(&self, generation: u64, index: usize, act: Act) -> anyhow::Result<()> {
         let mut inner = self.inner.lock().await;
         let inner = &mut *inner;
         let Some(stage) = inner.stage.as_mut().filter(|stage| stage.generation == generation) else {
@@ -359,7 +365,7 @@ impl Lab {
     }
 
     /// Puts a fault into the running crowd's history, and into the page's log.
-    fn record(&self, inner: &Inner, fault: Fault, target: &str, detail: &str) -> anyhow::Result<()> {
+    pub(crate) fn record(&self, inner: &Inner, fault: Fault, target: &str, detail: &str) -> anyhow::Result<()> {
         if let Some(crowd) = inner.crowd.as_ref().filter(|crowd| crowd.is_running()) {
             let detail = (!detail.is_empty()).then_some(detail);
             loadtest::history::append_fault(&crowd.faults, fault, target, detail)?;
@@ -368,81 +374,31 @@ impl Lab {
         Ok(())
     }
 
-    /// Lesson 5's failover, as `make demo-failover` plays it: the replication cut, a grant
-    /// the replica never hears of, its holder paused, the master killed, the replica
-    /// promoted; the holder wakes `ms` after its pause, and the old master comes back as
-    /// the new one's replica.
-    async fn fail_over_the_lock(&self, generation: u64, ms: u64) -> anyhow::Result<()> {
-        self.on_failover(generation, Failover::cut_replication).await??;
-        self.record_now(generation, Fault::Partition, "its replication").await?;
-        let paused = match self.pause_a_holder_granted_after_the_cut(generation).await {
-            Ok(paused) => paused,
-            Err(error) => {
-                self.on_failover(generation, Failover::heal_replication).await?;
-                self.record_now(generation, Fault::Heal, "its replication").await?;
-                return Err(error);
-            }
-        };
-        let Some((old_port, master)) = self.on_failover(generation, Failover::take_master).await? else {
-            bail!("the lock's Redis has no master to kill");
-        };
-        tokio::task::spawn_blocking(move || drop(master)).await?; // SIGKILL
-        self.record_now(generation, Fault::Kill, "its master").await?;
-        self.on_failover(generation, Failover::heal_replication).await?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.on_failover(generation, Failover::replica_promoted).await? {
-            if Instant::now() > deadline {
-                bail!("the Sentinel promoted no replica within 20 s");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let new_port = self.on_failover(generation, Failover::promote).await?;
-        self.record_now(generation, Fault::Failover, "the Sentinel promoted its replica")
-            .await?;
-        tokio::time::sleep(Duration::from_millis(ms).saturating_sub(paused.1.elapsed())).await;
-        self.act(generation, paused.0, Act::Resume).await?;
-        let replica = tokio::task::spawn_blocking(move || Failover::rejoin(old_port, new_port))
-            .await
-            .map_err(|failed| anyhow::anyhow!(crate::servers::panic_text(failed)))?;
-        self.on_failover(generation, |failover| failover.put_replica(replica))
-            .await?;
-        self.record_now(generation, Fault::Heal, "its replication, the old master a replica")
-            .await
-    }
-
-    /// Waits [`GRANT_AFTER_CUT`], then pauses the next holder in its linger; returns the
-    /// holder and when it was paused.
-    async fn pause_a_holder_granted_after_the_cut(&self, generation: u64) -> anyhow::Result<(usize, Instant)> {
-        tokio::time::sleep(GRANT_AFTER_CUT).await;
-        let (holder, linger) = self.wait_for_holder(generation).await?;
-        tokio::time::sleep(linger / 2).await;
-        self.act(generation, holder, Act::Pause).await?;
-        Ok((holder, Instant::now()))
-    }
-
-    /// `step` done to the lock's failover group of the setup `generation`.
-    async fn on_failover<T>(&self, generation: u64, step: impl FnOnce(&mut Failover) -> T) -> anyhow::Result<T> {
-        let mut inner = self.inner.lock().await;
-        let stage = inner.stage.as_mut().filter(|stage| stage.generation == generation);
-        match stage.and_then(|stage| stage.servers.failover.as_mut()) {
-            Some(failover) => Ok(step(failover)),
-            None => bail!("the setup changed"),
-        }
-    }
-
-    /// Records a fault of the lock's Redis into the running crowd's history.
-    async fn record_now(&self, generation: u64, fault: Fault, detail: &str) -> anyhow::Result<()> {
-        let inner = self.inner.lock().await;
-        match &inner.stage {
-            Some(stage) if stage.generation == generation => self.record(&inner, fault, LOCK_REDIS, detail),
-            _ => Ok(()),
-        }
-    }
-
     /// The instance that holds the lock (any segment's), once one does, and how long its
     /// sales linger before their writes. Each instance says how many grants it holds in
     /// its `/metrics` (`seckill_locks_held`), whatever the lock's backend.
-    async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<(usize, Duration)> {
+    pub(crate) async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<(usize, Duration)> {
+        self.say("waiting for an instance to hold the lock".to_owned());
+        let Some((holder, name, linger)) = self.first_with(generation, "seckill_locks_held").await? else {
+            bail!("no instance held the lock within {HOLDER_WITHIN_MS} ms: send the crowd, then pause the holder")
+        };
+        self.say(format!("{name} holds the lock"));
+        Ok((holder, linger))
+    }
+
+    /// Once an instance has sold a unit (`seckill_units_sold_total`): the crowd's reset
+    /// is behind, and the sale under way.
+    pub(crate) async fn wait_for_a_sale(&self, generation: u64) -> anyhow::Result<()> {
+        self.say("waiting for a sale".to_owned());
+        match self.first_with(generation, "seckill_units_sold_total").await? {
+            Some(_) => Ok(()),
+            None => bail!("nothing was sold within {HOLDER_WITHIN_MS} ms: send the crowd, then strike"),
+        }
+    }
+
+    /// The first instance whose `/metrics` shows `series` above 0, within
+    /// [`HOLDER_WITHIN_MS`]: its index, its name, and how long its sales linger.
+    async fn first_with(&self, generation: u64, series: &str) -> anyhow::Result<Option<(usize, String, Duration)>> {
         let (urls, names, linger) = {
             let inner = self.inner.lock().await;
             let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
@@ -452,19 +408,17 @@ impl Lab {
             let names: Vec<String> = stage.instances.iter().map(|instance| instance.name.clone()).collect();
             (urls, names, Duration::from_millis(stage.setup.linger_ms))
         };
-        self.say("waiting for an instance to hold the lock".to_owned());
         let http = reqwest::Client::builder().timeout(Duration::from_millis(200)).build()?;
         let deadline = Instant::now() + Duration::from_millis(HOLDER_WITHIN_MS);
         while Instant::now() < deadline {
             for (index, url) in urls.iter().enumerate() {
-                if locks_held(&http, url).await > 0 {
-                    self.say(format!("{} holds the lock", names[index]));
-                    return Ok((index, linger));
+                if sample(&http, url, series).await > 0.0 {
+                    return Ok(Some((index, names[index].clone(), linger)));
                 }
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        bail!("no instance held the lock within {HOLDER_WITHIN_MS} ms: send the crowd, then pause the holder")
+        Ok(None)
     }
 
     /// What the page shows.
@@ -509,15 +463,15 @@ impl Lab {
     }
 }
 
-/// The grants the instance at `url` holds now, by its `/metrics`; 0 when it does not answer.
-async fn locks_held(http: &reqwest::Client, url: &str) -> u64 {
+/// The value of `series` in the `/metrics` of the instance at `url`; 0 when it does not answer.
+async fn sample(http: &reqwest::Client, url: &str, series: &str) -> f64 {
     let Ok(response) = http.get(format!("{url}/metrics")).send().await else {
-        return 0;
+        return 0.0;
     };
     let page = response.text().await.unwrap_or_default();
     page.lines()
-        .find_map(|line| line.strip_prefix("seckill_locks_held ")?.trim().parse().ok())
-        .unwrap_or(0)
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 async fn stop_everything(inner: &mut Inner) {
@@ -535,7 +489,7 @@ async fn stop_everything(inner: &mut Inner) {
 }
 
 /// One step of a fault, done to one instance.
-enum Act {
+pub(crate) enum Act {
     Pause,
     Resume,
     Kill,
@@ -547,7 +501,7 @@ enum Act {
 
 /// Which of an instance's links.
 #[derive(Clone, Copy)]
-enum Link {
+pub(crate) enum Link {
     Lock,
     Stock,
 }

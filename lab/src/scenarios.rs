@@ -199,6 +199,25 @@ pub fn all() -> Vec<Scenario> {
             strikes: vec![Strike::CutFromLock { instance: 0, ms: 3000 }],
             sold_twice: false,
         },
+        Scenario {
+            id: "stock-failover",
+            lesson: 14,
+            title: Words { en: "The stock's Redis fails over", zh: "库存 Redis 主从切换" },
+            set_up: Words {
+                en: "`redis` with fencing on, the stock's Redis a master with a replica and a Sentinel. Once the sale is under way, replication is cut; the master sells alone for 1 s; it is killed, and the Sentinel promotes the replica.",
+                zh: "`redis`，打开栅栏；库存 Redis 是一主一从加一个哨兵。开卖之后先切断复制；主节点单独卖 1 s；然后杀掉它，哨兵把从节点提升为主节点。",
+            },
+            why: Words {
+                en: "The replica never heard of that second's sales: the promoted replica's stock still has those units, and sells them again. The fence lives in the stock, and failed over with it. `--stock-wait-replicas 1` answers a sale only once the replica has it. Lesson 14.",
+                zh: "从节点根本没收到那一秒里的下单：被提升的从节点上，库存里还有那几件货，于是又把它们卖了一遍。栅栏也存在库存里，跟着一起主从切换了。`--stock-wait-replicas 1` 要等从节点收到这次下单，才答复买家。见第 14 课。",
+            },
+            setup: Setup {
+                stock_failover: true,
+                ..Setup::default()
+            },
+            strikes: vec![Strike::FailOverStock { ms: 1000 }],
+            sold_twice: true,
+        },
     ]
 }
 

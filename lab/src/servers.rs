@@ -13,24 +13,29 @@ use crate::setup::{Needs, REDLOCK_MASTERS};
 
 /// The stock's Redis, and the lock's servers.
 pub struct Servers {
-    pub stock: PrivateRedis,
+    /// The stock's Redis, unless it is `stock_failover`'s.
+    pub stock: Option<PrivateRedis>,
+    /// The stock's Redis master with a replica and a Sentinel, which can fail over.
+    pub stock_failover: Option<Failover>,
     /// The lock's Redis servers: one, or the Redlock masters.
     pub lock_redis: Vec<PrivateRedis>,
     /// The lock's Redis master with a replica and a Sentinel, which can fail over.
-    pub failover: Option<Failover>,
+    pub lock_failover: Option<Failover>,
     /// etcd, ZooKeeper or MariaDB, where the lock (or `redis-degrade`'s fallback) lives.
     pub lock_server: Option<PrivateServer>,
 }
 
 impl Servers {
-    /// Starts what `needs` asks for; says what is missing and how to get it.
-    pub async fn start(needs: Needs) -> anyhow::Result<Servers> {
+    /// Starts what `needs` asks for, and the stock's Redis (with a replica and a Sentinel
+    /// when `stock_fails_over`); says what is missing and how to get it.
+    pub async fn start(needs: Needs, stock_fails_over: bool) -> anyhow::Result<Servers> {
         if let Some(missing) = needs.missing() {
             bail!("{missing}");
         }
         // The launchers assert as a test would; here a panic becomes the lab's error.
         tokio::task::spawn_blocking(move || {
-            let stock = PrivateRedis::start();
+            let stock = (!stock_fails_over).then(PrivateRedis::start);
+            let stock_failover = stock_fails_over.then(|| Failover::start("lab-stock"));
             let lock_redis = match needs {
                 Needs::LockRedis | Needs::LockRedisAndMariaDb => vec![PrivateRedis::start()],
                 Needs::RedlockMasters => (0..REDLOCK_MASTERS).map(|_| PrivateRedis::start()).collect(),
@@ -42,11 +47,12 @@ impl Servers {
                 Needs::MariaDb | Needs::LockRedisAndMariaDb => Some(PrivateServer::mariadb()),
                 _ => None,
             };
-            let failover = (needs == Needs::LockSentinel).then(Failover::start);
+            let lock_failover = (needs == Needs::LockSentinel).then(|| Failover::start("lab-lock"));
             Servers {
                 stock,
+                stock_failover,
                 lock_redis,
-                failover,
+                lock_failover,
                 lock_server,
             }
         })
@@ -55,25 +61,44 @@ impl Servers {
         .context("a server of the lab did not start")
     }
 
+    /// Where the instances reach the stock, through their stock link: its Redis, or
+    /// the Sentinel that names its master.
     pub fn stock_address(&self) -> SocketAddr {
-        loopback(self.stock.port)
+        let redis = self.stock.iter().map(|server| server.port);
+        let sentinel = self.stock_failover.iter().map(|failover| failover.sentinel.port);
+        loopback(redis.chain(sentinel).next().unwrap_or_default())
+    }
+
+    /// The stock's URL for an instance that reaches it at `address`.
+    pub fn stock_url_via(&self, address: SocketAddr) -> String {
+        match &self.stock_failover {
+            Some(failover) => failover.url_via(address),
+            None => format!("redis://{address}"),
+        }
+    }
+
+    /// The stock's URL for the crowd's checker, which reaches it directly.
+    pub fn stock_url(&self) -> String {
+        self.stock_url_via(self.stock_address())
     }
 
     /// Where the instances reach their lock, each through its lock link: the lock's
     /// Redis servers, the Sentinel that names its master, or the server it lives in.
     pub fn lock_addresses(&self) -> Vec<SocketAddr> {
         let redis = self.lock_redis.iter().map(|server| loopback(server.port));
-        let sentinel = self.failover.iter().map(|failover| loopback(failover.sentinel.port));
+        let sentinel = self
+            .lock_failover
+            .iter()
+            .map(|failover| loopback(failover.sentinel.port));
         let server = self.lock_server.iter().map(|server| loopback(server.port));
         redis.chain(sentinel).chain(server).collect()
     }
 
     /// Every server's process id, for the page (and the test that checks none outlives the lab).
     pub fn pids(&self) -> Vec<u32> {
-        let redis = std::iter::once(&self.stock)
-            .chain(&self.lock_redis)
-            .map(PrivateRedis::pid);
-        let failover = self.failover.iter().flat_map(Failover::pids);
+        let redis = self.stock.iter().chain(&self.lock_redis).map(PrivateRedis::pid);
+        let failovers = self.stock_failover.iter().chain(&self.lock_failover);
+        let failover = failovers.flat_map(Failover::pids);
         let server = self.lock_server.iter().map(PrivateServer::pid);
         redis.chain(failover).chain(server).collect()
     }

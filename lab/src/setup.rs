@@ -117,6 +117,9 @@ pub struct Setup {
     /// `redis` only: the lock's Redis has a replica and a Sentinel, so it can fail over.
     #[serde(default)]
     pub lock_failover: bool,
+    /// The stock's Redis has a replica and a Sentinel, so it can fail over (lesson 14).
+    #[serde(default)]
+    pub stock_failover: bool,
     /// `--chaos-pause-before-write-ms`: every sale lingers this long between its read and
     /// its write, so that a pause of the holder lands in the middle of a sale (lesson 3).
     pub linger_ms: u64,
@@ -133,6 +136,7 @@ impl Default for Setup {
             group_commit: false,
             one_per_buyer: false,
             lock_failover: false,
+            stock_failover: false,
             linger_ms: 50,
         }
     }

@@ -353,6 +353,14 @@ async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_wi
         said.starts_with("a failover needs the lock's Redis with a replica and a Sentinel"),
         "{said}"
     );
+    let (status, said) = lab
+        .post("/strike", json!({"kind": "fail-over-stock", "ms": 1000}))
+        .await;
+    assert_eq!(status, 409);
+    assert!(
+        said.starts_with("a failover needs the stock's Redis with a replica and a Sentinel"),
+        "{said}"
+    );
     let mut failover = setup(true);
     failover["lock_failover"] = json!(true);
     let (status, said) = lab.post("/start", failover).await;
@@ -411,7 +419,7 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
         .iter()
         .map(|s| s["lesson"].as_u64().unwrap())
         .collect();
-    for lesson in [1, 3, 4, 5, 6, 9] {
+    for lesson in [1, 3, 4, 5, 6, 9, 14] {
         assert!(lessons.contains(&lesson), "a scenario of lesson {lesson}: {lessons:?}");
     }
     for scenario in scenarios.as_array().unwrap() {
