@@ -53,6 +53,7 @@ mod chaos {
 mod docs {
     mod pages;
     mod lessons;
+    mod five_minutes;
     mod diagrams;
 }
 mod project {
