@@ -54,6 +54,7 @@ mod docs {
     mod pages;
     mod lessons;
     mod five_minutes;
+    mod twins;
     mod diagrams;
 }
 mod project {
