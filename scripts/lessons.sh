@@ -15,9 +15,11 @@
 # Run for every lesson, it also writes how long each script took into the course's index
 # (docs/lessons/README.md, and the Chinese one), as the block `latest lessons`.
 #
-# A script's `# Needs:` line says what it needs. This starts the servers of
-# `make services` first; the scripts of the cluster lessons start their own. A lesson
-# that needs root is refused, by name, when not run as root. A script that fails (exit
+# A script's `# Needs:` line says what it needs. When every script run needs only
+# `redis`, this starts that one Redis (`scripts/services.sh start redis`: no root when
+# `redis-server` is on the PATH); otherwise all the servers of `make services`. The
+# scripts of the cluster lessons start their own. A lesson that needs root is refused,
+# by name, when not run as root. A script that fails (exit
 # code not 0, or a line `... exited with code N` with N above 1) leaves its block as it
 # was, and this exits 1 after the others have run.
 set -uo pipefail
@@ -62,7 +64,12 @@ for script in "${SCRIPTS[@]}"; do
   fi
 done
 
-scripts/services.sh start >/dev/null || die "the servers of make services did not start; run \`make services\` to see why"
+if grep -L '^# Needs: redis$' "${SCRIPTS[@]}" | grep -q .; then
+  scripts/services.sh start >/dev/null || die "the servers of make services did not start; run \`make services\` to see why"
+else
+  scripts/services.sh start redis >/dev/null ||
+    die "the Redis of the lessons did not start; run \`scripts/services.sh start redis\` to see why"
+fi
 say "building in release mode"
 cargo build --release --workspace -q || die "the release build failed"
 export PATH="$ROOT/target/release:$PATH"

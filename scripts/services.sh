@@ -4,6 +4,10 @@
 # etcd, ZooKeeper, MariaDB, and the test suite's own Redis.
 #
 #   scripts/services.sh start   install what is missing, start what is not already listening
+#   scripts/services.sh start NAME...
+#                               only those servers, and only the packages they need whose program
+#                               is not on the PATH already: `start redis` needs no root when
+#                               `redis-server` is there (the Redis lessons, see scripts/lessons.sh)
 #   scripts/services.sh install only install the Debian packages that are missing
 #   scripts/services.sh stop [NAME...]
 #                               stop only what `start` started (servers it reused keep running);
@@ -65,6 +69,44 @@ install_browser_driver() {
 install_missing() {
   install_browser_driver
   install_packages "${PACKAGES[@]}"
+}
+
+# The program that shows a server can run here, and the packages that bring it.
+program_of() {
+  case $1 in
+    redis | lock-redis | redlock | redis-test) echo redis-server ;;
+    etcd) echo etcd ;;
+    zookeeper) echo java ;;
+    mysql) echo mariadbd ;;
+    *) die "no server '$1'; name redis, lock-redis, redlock, redis-test, etcd, zookeeper or mysql" ;;
+  esac
+}
+packages_of() {
+  case $1 in
+    redis | lock-redis | redlock | redis-test) echo redis-server redis-tools ;;
+    etcd) echo etcd-server ;;
+    zookeeper) echo zookeeper ;;
+    mysql) echo mariadb-server mariadb-client ;;
+  esac
+}
+
+# start_only NAME...: the packages of NAME... whose program is missing, then those servers.
+start_only() {
+  local name packages=()
+  for name in "$@"; do program_of "$name" >/dev/null; done # refuses an unknown name, here
+  for name in "$@"; do
+    # mariadbd lives in /usr/sbin, which a user's PATH may lack.
+    command -v "$(program_of "$name")" >/dev/null || [[ -x /usr/sbin/$(program_of "$name") ]] ||
+      read -ra packages <<<"${packages[*]} $(packages_of "$name")"
+  done
+  ((${#packages[@]} == 0)) || install_packages "${packages[@]}"
+  for name in "$@"; do
+    case $name in
+      redlock) start_redlock_masters ;;
+      redis-test) start_test_redis ;;
+      *) "start_${name//-/_}" ;;
+    esac
+  done
 }
 
 # reusing NAME PORT: true, and says so, when a server already listens on PORT.
@@ -155,6 +197,8 @@ mkdir -p "$PIDS" "$LOGS"
 case "${1:-start}" in
   install) install_missing ;;
   start)
+    shift || true
+    if (($# > 0)); then start_only "$@"; exit; fi
     install_missing
     start_redis
     start_lock_redis
