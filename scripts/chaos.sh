@@ -118,6 +118,7 @@ RESULTS="$RUN/results/chaos"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
 source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+source "$ROOT/scripts/lib/safety-matrix.sh" # publish_safety_matrix
 COMMAND=$(command_line CHAOS_FAULTS -- scripts/chaos.sh "$@")
 RUNS=${1:-3}
 shift || true
@@ -610,4 +611,5 @@ if ((${#clock_rows[@]} > 0)); then
 fi
 say "the table is also in $RESULTS/table.md; each run's report, history and timeline are in $RESULTS/"
 publish_results "$ROOT/docs/results/chaos.md" chaos "$COMMAND" "$RESULTS/table.md"
+if [[ ${PUBLISH:-0} == 1 ]]; then publish_safety_matrix || say "the safety matrix was not published (above)"; fi
 [[ -n $safe ]] || die "unsafe: a row that must hold did not (loadtest chaos-table says which, above)"

@@ -129,6 +129,12 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         markdown: Option<std::path::PathBuf>,
     },
+    /// Print the safety matrix (a row per fault, a column per strategy, each fencing's
+    /// verdicts) read from a published chaos table, docs/results/chaos.md by default.
+    SafetyMatrix {
+        #[arg(default_value = "docs/results/chaos.md")]
+        chaos_page: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -150,6 +156,7 @@ async fn main() -> ExitCode {
             };
         }
         Some(Command::ChaosTable { runs, layout, markdown }) => return chaos_table(runs, *layout, markdown.as_deref()),
+        Some(Command::SafetyMatrix { chaos_page }) => return safety_matrix(chaos_page),
         Some(Command::Check {
             history,
             stock,
@@ -228,6 +235,27 @@ fn write_history(
         report.fencing.name()
     );
     loadtest::render::timeline::write_with_page(path, &title, &history, &report.checks)
+}
+
+/// Prints the safety matrix of the chaos table in `page`; exit 2 when there is none.
+fn safety_matrix(page: &std::path::Path) -> ExitCode {
+    let rows = match std::fs::read_to_string(page) {
+        Ok(text) => loadtest::chaos::matrix::measured(&text),
+        Err(error) => {
+            eprintln!("loadtest error: cannot read {}: {error}", page.display());
+            return ExitCode::from(2);
+        }
+    };
+    if rows.is_empty() {
+        eprintln!(
+            "loadtest error: {} holds no chaos table (a header `| fault | strategy | fencing | ... | verdicts |`); \
+             `PUBLISH=1 make chaos` writes one",
+            page.display()
+        );
+        return ExitCode::from(2);
+    }
+    print!("{}", loadtest::chaos::matrix::matrix(&rows));
+    ExitCode::SUCCESS
 }
 
 /// Checks the history at `path` alone, and prints each check's status and findings.

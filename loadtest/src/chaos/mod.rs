@@ -12,6 +12,7 @@
 //! A row that exists to fail, or may, fails the suite on nothing else: when a run of a
 //! row that exists to fail showed no anomaly, a note says the fault missed its moment.
 
+pub mod matrix;
 pub mod run;
 pub mod table;
 

@@ -9,6 +9,7 @@
 mod run;
 mod history;
 mod chaos_table;
+mod safety_matrix;
 mod degrade_under_load;
 mod bench {
     mod bound;
