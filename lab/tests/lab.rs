@@ -200,6 +200,16 @@ fn pausing_the_holder_shows_the_double_sale_without_fencing_and_none_with_it() {
 }
 
 /// Whether process `pid` is gone (or a zombie, which is dead and only waits to be reaped).
+/// The process ids the lab's state names: its servers' and its running instances'.
+fn pids_of(state: &Value) -> Vec<u64> {
+    let servers = state["server_pids"].as_array().into_iter().flatten();
+    let instances = state["instances"].as_array().into_iter().flatten();
+    servers
+        .filter_map(Value::as_u64)
+        .chain(instances.filter_map(|instance| instance["pid"].as_u64()))
+        .collect()
+}
+
 fn gone(pid: u64) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
@@ -232,19 +242,7 @@ async fn ctrl_c_leaves_no_process_paused_link_cut_or_clock_moved_behind() {
         assert!(Instant::now() < deadline, "the faults were not struck: {state}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let mut pids: Vec<u64> = state["server_pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|pid| pid.as_u64().unwrap())
-        .collect();
-    pids.extend(
-        state["instances"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|instance| instance["pid"].as_u64().unwrap()),
-    );
+    let pids = pids_of(&state);
     assert_eq!(pids.len(), 4, "a stock Redis, a lock Redis and two instances: {state}");
     let ports: Vec<u16> = state["instances"]
         .as_array()
@@ -570,19 +568,7 @@ async fn a_user_without_root_runs_the_redis_scenarios_and_is_told_what_the_other
     }
     assert!(twice, "the paused holder sold a unit twice, without root");
     let state = lab.state().await;
-    let mut pids: Vec<u64> = state["server_pids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|pid| pid.as_u64().unwrap())
-        .collect();
-    pids.extend(
-        state["instances"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|instance| instance["pid"].as_u64()),
-    );
+    let mut pids = pids_of(&state);
     pids.push(lab.child.id().into());
     assert_eq!(pids.len(), 5, "the lab, two Redis servers, two instances: {state}");
     // SAFETY: geteuid(2) reads this process's user id and cannot fail.
