@@ -299,7 +299,11 @@ impatient_first() {
 
 cd "$ROOT"
 refuse_busy_ports
-"$ROOT/scripts/cluster.sh" start
+# The cluster's servers, started when they are not running: a line each, into the log.
+mkdir -p "$LOGS"
+"$ROOT/scripts/cluster.sh" start >>"$LOGS/chaos-cluster.log" ||
+  die "the cluster's servers did not start (above); what they said is in $LOGS/chaos-cluster.log"
+say "the cluster's servers are up (\`scripts/cluster.sh status\` lists them)"
 eval "$("$ROOT/scripts/cluster.sh" env)"
 # Only redis-degrade keeps its lock in the lock Redis, and it gets it as a flag; every other
 # strategy keeps its lock beside the stock (as seckill does when the setting is unset).
