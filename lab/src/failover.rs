@@ -98,12 +98,6 @@ impl Failover {
         self.master.as_ref().map_or(0, |master| master.port)
     }
 
-    /// The old master, started again on `port` as the replica of the master on
-    /// `master_port`. Blocking.
-    pub fn rejoin(port: u16, master_port: u16) -> PrivateRedis {
-        PrivateRedis::start_replica_on(port, master_port)
-    }
-
     pub fn put_replica(&mut self, replica: PrivateRedis) {
         self.replica = Some(replica);
     }
@@ -175,7 +169,7 @@ impl Lab {
             tokio::time::sleep(Duration::from_millis(ms).saturating_sub(since.elapsed())).await;
             self.act(generation, holder, Act::Resume).await?;
         }
-        let replica = tokio::task::spawn_blocking(move || Failover::rejoin(old_port, new_port))
+        let replica = tokio::task::spawn_blocking(move || PrivateRedis::start_replica_on(old_port, new_port))
             .await
             .map_err(|failed| anyhow::anyhow!(crate::servers::panic_text(failed)))?;
         self.on_failover(generation, which, |failover| failover.put_replica(replica))

@@ -3,7 +3,6 @@
 //! the Rust it names is the floor Cargo.toml declares, and that floor is at least every
 //! dependency's. Both READMEs give the same commands.
 
-use std::path::Path;
 use std::process::Command;
 
 /// The Debian packages a bare machine lacks for the five minutes, and why each.
@@ -21,13 +20,9 @@ const NEEDED: &[(&str, &str)] = &[
     ("libprotobuf-dev", "the well-known types protoc includes"),
 ];
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// The first `sh` block after the heading that starts with `heading`, as lines.
 fn five_minutes(page: &str, heading: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(root().join(page)).unwrap();
+    let text = std::fs::read_to_string(testkit::project_root().join(page)).unwrap();
     let section = text
         .split("\n## ")
         .find(|section| section.starts_with(heading))
@@ -49,7 +44,7 @@ fn version(text: &str) -> (u32, u32, u32) {
 
 /// The `rust-version` of the workspace's Cargo.toml.
 fn declared_floor() -> String {
-    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(testkit::project_root().join("Cargo.toml")).unwrap();
     manifest
         .lines()
         .find_map(|line| line.strip_prefix("rust-version = \""))
@@ -110,7 +105,7 @@ fn the_rust_the_readmes_name_is_the_floor_of_every_dependency() {
         .args(["metadata", "--format-version", "1", "--offline", "--locked"])
         // This machine's dependencies: the others are not downloaded.
         .args(["--filter-platform", &host()])
-        .current_dir(root())
+        .current_dir(testkit::project_root())
         .output()
         .expect("cargo metadata runs");
     assert!(
@@ -133,7 +128,7 @@ fn the_rust_the_readmes_name_is_the_floor_of_every_dependency() {
         highest.0
     );
     for page in ["README.md", "docs/zh-CN/README.md"] {
-        let text = std::fs::read_to_string(root().join(page)).unwrap();
+        let text = std::fs::read_to_string(testkit::project_root().join(page)).unwrap();
         assert!(
             text.contains(&format!("Rust {floor} ")),
             "{page} names Rust {floor}, the floor"

@@ -8,16 +8,11 @@
 //! code blocks, in links' targets and in HTML comments is not prose.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
 /// The verdict words of a load test.
 const VERDICTS: [&str; 4] = ["HELD", "OVERSOLD", "LOST", "WRONG ANSWER"];
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// What a page says outside its generated blocks, as the checks compare it.
 #[derive(Debug, Default)]
@@ -50,7 +45,8 @@ fn written_part(text: &str) -> String {
 }
 
 fn shape_of(page: &str, exercises_heading: &str) -> Shape {
-    let text = std::fs::read_to_string(root().join(page)).unwrap_or_else(|error| panic!("{page}: {error}"));
+    let text =
+        std::fs::read_to_string(testkit::project_root().join(page)).unwrap_or_else(|error| panic!("{page}: {error}"));
     let text = written_part(&text);
     let mut shape = Shape::default();
     let (mut heading, mut in_exercises, mut depth) = (None::<String>, false, 0usize);
@@ -113,7 +109,7 @@ fn numbers_in(text: &str) -> Vec<String> {
 /// Chinese one has a column and pages for readers of the Java articles.)
 fn twins() -> Vec<(String, String)> {
     let mut pairs = Vec::new();
-    for entry in std::fs::read_dir(root().join("docs/lessons")).unwrap() {
+    for entry in std::fs::read_dir(testkit::project_root().join("docs/lessons")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".md") {
             pairs.push((format!("docs/lessons/{name}"), format!("docs/zh-CN/lessons/{name}")));
@@ -172,7 +168,7 @@ fn each_english_page_and_its_chinese_twin_say_the_same_things() {
     let mut found = Vec::new();
     for (english, chinese) in twins() {
         assert!(
-            root().join(&chinese).exists(),
+            testkit::project_root().join(&chinese).exists(),
             "{english} has no Chinese twin at {chinese}"
         );
         found.extend(differences(&english, &chinese));
