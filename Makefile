@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: lab lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: grade grade-key lab lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -20,6 +20,25 @@ lab:
 ## dated, with the commit. `scripts/lessons.sh 3 10` for some.
 lessons:
 	scripts/lessons.sh
+
+## make grade: the break-it exercises (docs/teach/break-it.md) graded by the suite: ten rows of
+## the tests run on your tree, each ok or FAILED, and which marked lines you deleted. Needs only
+## the test Redis (a redis-server on the PATH; no root).
+grade:
+	scripts/services.sh start redis-test
+	cargo build -q -p testkit --bin grade
+	target/debug/grade
+
+## make grade-key: the answer key proved: each exercise's line deleted in a copy of the tree
+## (.run/grade/), in turn, and exactly the rows of the key fail; none on the untouched copy.
+## With PUBLISH=1 its table goes into the answers of docs/teach/break-it.md and its twin.
+grade-key:
+	scripts/services.sh start redis-test
+	cargo build -q -p testkit --bin grade
+	mkdir -p .run/results
+	set -o pipefail; target/debug/grade --prove | tee .run/results/grade-key.md
+	scripts/lib/publish.sh docs/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
+	scripts/lib/publish.sh docs/zh-CN/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
 
 ## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
 ## 8000 buyers and started again, the verdict, and each instance's mode over time.

@@ -144,30 +144,25 @@ return {tonumber(epoch), 0}
 
 /// Extend the lease only if it is still ours. KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = ttl in ms.
 const RENEW_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- break-it: renewal
+return 1
 "#;
 
 /// Delete the key only if it is still ours, then tell the waiters.
 /// KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = release channel.
 const RELEASE_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], KEYS[1])
-  return 1
-end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end -- break-it: owner-check
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], KEYS[1])
+return 1
 "#;
 
 /// Step 8: give the key to the next token if it still holds ours, and hand out that
 /// grant's fencing token. `{-2, 0}`: not ours any more; `{-1, 0}`: no epoch, nothing
 /// changed. KEYS as the acquire's; ARGV[1] = our token, ARGV[2] = the next one, ARGV[3] = ttl in ms.
 const HAND_OVER_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return {-2, 0}
-end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-2, 0} end -- break-it: hand-over-check
 local epoch = redis.call('GET', KEYS[3])
 if not epoch then
   return {-1, 0}

@@ -110,10 +110,8 @@ if (redis.call('GET', KEYS[10]) or '') ~= ARGV[6] then return 'reset' end
 if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
 if ARGV[7] then
   local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[7] or seen[2] ~= ARGV[8] or seen[3] ~= ARGV[1] then
-    redis.call('HINCRBY', KEYS[6], 'write', 1)
-    return 'fenced'
-  end
+  local still_this_reads_mark = seen[1] == ARGV[7] and seen[2] == ARGV[8] and seen[3] == ARGV[1]
+  if not still_this_reads_mark then redis.call('HINCRBY', KEYS[6], 'write', 1) return 'fenced' end -- break-it: fence
 end
 if ARGV[4] ~= '' and redis.call('SADD', KEYS[8], ARGV[4]) == 0 then return 'repeat' end
 redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])

@@ -14,6 +14,7 @@
 //! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
 //! | [`turns`] | one test at a time, for those that stop processes or count on timing |
+//! | [`break_it`] | the break-it exercises: the lines a student deletes, and the rows that must fail (`make grade`) |
 //!
 //! A missing server fails the test loudly; nothing is skipped.
 
@@ -29,6 +30,7 @@ pub mod pages;
 pub mod browser;
 pub mod turns;
 pub mod nemesis;
+pub mod break_it;
 
 pub use backends::*;
 pub use instances::*;

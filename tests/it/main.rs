@@ -56,6 +56,7 @@ mod docs {
     mod five_minutes;
     mod twins;
     mod diagrams;
+    mod break_it;
 }
 mod project {
     mod layout;
