@@ -503,8 +503,8 @@ rejoin_as_replica() {
 promoted_other_than() { [[ $(failover_master) != "$1" ]]; }
 holds_now() { holds_for "$1" "$(redis-cli -p "$(failover_master_port)" get lock:stock)"; }
 
-# expectation FAULT STRATEGY FENCING: what the row promises (docs/results/chaos.md, "How to
-# read it"). `holds`: every check passes in every run. `fails`: the row exists to show the
+# expectation FAULT STRATEGY FENCING: what the row promises (docs/reference/chaos.md, "The
+# columns"). `holds`: every check passes in every run. `fails`: the row exists to show the
 # anomaly, and the fault is timed to catch it: a paused holder unfenced on the Redis locks
 # and Redlock, whose runs have shown it every time. `may_fail`: no
 # promise either way, an unfenced row whose fault may or may not land between a holder's

@@ -54,6 +54,35 @@ pages_showing() {
   grep -rlF --include='*.md' "<!-- output $1: begin" README.md docs
 }
 
+# block_of SCRIPT OUTPUT DATED PAGE: the block PAGE shows, the script and what it printed.
+# A lesson shows all of it. The READMEs, landing pages, show the load test's report alone
+# (from its `== seckill load test` line to `loadtest exited with code`); the lesson that
+# the script belongs to shows the servers' logs around it.
+block_of() {
+  local script=$1 output=$2 dated=$3 page=$4 name
+  name=$(basename "$script" .sh)
+  echo "<!-- output $name: begin (\`scripts/lessons.sh $((10#${name%%-*}))\` rewrites this block; edit outside it) -->"
+  echo
+  echo '```sh'
+  tail -n +2 "$script" # all but the #! line
+  echo '```'
+  echo
+  if [[ $page == README.md || $page == docs/zh-CN/README.md ]]; then
+    echo "$dated; the load test's report (its lesson shows the servers' logs too):"
+    echo
+    echo '```'
+    sed -n '/^== seckill load test/,/exited with code/p' "$output"
+  else
+    echo "$dated:"
+    echo
+    echo '```'
+    cat "$output"
+  fi
+  echo '```'
+  echo
+  echo "<!-- output $name: end -->"
+}
+
 mapfile -t SCRIPTS < <(scripts_of "$@") || exit 1
 ((${#SCRIPTS[@]} > 0)) || die "no lesson script to run"
 for script in "${SCRIPTS[@]}"; do
@@ -98,26 +127,13 @@ for script in "${SCRIPTS[@]}"; do
     failed+=("$script")
     continue
   fi
-  block=$(mktemp)
-  {
-    echo "<!-- output $name: begin (\`scripts/lessons.sh $((10#${name%%-*}))\` rewrites this block; edit outside it) -->"
-    echo
-    echo '```sh'
-    tail -n +2 "$script" # all but the #! line
-    echo '```'
-    echo
-    echo "Output on $(date -u '+%Y-%m-%d %H:%M UTC'), $(this_build), in $took s:"
-    echo
-    echo '```'
-    cat "$output"
-    echo '```'
-    echo
-    echo "<!-- output $name: end -->"
-  } >"$block"
+  dated="Output on $(date -u '+%Y-%m-%d %H:%M UTC'), $(this_build), in $took s"
   for page in $(pages_showing "$name"); do
+    block=$(mktemp)
+    block_of "$script" "$output" "$dated" "$page" >"$block"
     replace_block "$page" "<!-- output $name: begin" "<!-- output $name: end -->" "$block" || failed+=("$script")
+    rm -f "$block"
   done
-  rm -f "$block"
   say "$script: $took s, in $(pages_showing "$name" | tr '\n' ' ')"
   printf '| `%s` | %s | %s |\n' "$script" "$(sed -n 's/^# Needs: //p' "$script")" "$took" >>"$timings"
 done

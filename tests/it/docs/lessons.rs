@@ -137,16 +137,59 @@ fn every_lesson_script_is_shown_as_it_is_in_both_languages_and_every_block_has_a
                 ));
             }
         }
-        let texts: Vec<&Block> = blocks.iter().filter(|b| &b.name == name).collect();
-        if let Some(different) = texts.iter().find(|b| b.text != texts[0].text) {
+        let (landing, lessons): (Vec<&Block>, Vec<&Block>) = blocks
+            .iter()
+            .filter(|b| &b.name == name)
+            .partition(|b| LANDING_PAGES.iter().any(|page| b.page == Path::new(page)));
+        if let Some(different) = lessons.iter().find(|b| b.text != lessons[0].text) {
             wrong.push(format!(
                 "the block `{name}` differs between {} and {}: only scripts/lessons.sh writes it",
-                texts[0].page.display(),
+                lessons[0].page.display(),
                 different.page.display()
             ));
         }
+        for shown in landing {
+            let whole = lessons[0];
+            if shown.output != report_of(&whole.output) || shown.script != whole.script || shown.dated != whole.dated {
+                wrong.push(format!(
+                    "{}: the block `{name}` is not the report of {}'s run: only scripts/lessons.sh writes it",
+                    shown.page.display(),
+                    whole.page.display()
+                ));
+            }
+        }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The READMEs: their blocks show the load test's report alone ([`report_of`]).
+const LANDING_PAGES: [&str; 2] = ["README.md", "docs/zh-CN/README.md"];
+
+/// The lines of an output from the load test's `== seckill load test` to its exit code,
+/// as `scripts/lessons.sh` writes them into a README.
+fn report_of(output: &str) -> String {
+    let mut report = String::new();
+    let mut inside = false;
+    for line in output.lines() {
+        inside |= line.starts_with("== seckill load test");
+        if inside {
+            report.push_str(line);
+            report.push('\n');
+        }
+        if inside && line.contains("exited with code") {
+            inside = false;
+        }
+    }
+    report
+}
+
+#[test]
+fn a_readme_shows_the_report_from_its_header_to_the_exit_code() {
+    let output = "INFO serving\n== seckill load test: x ==\n  hosts  a\nverdict: HELD\nloadtest exited with code 0\nINFO stopped\n";
+    assert_eq!(
+        report_of(output),
+        "== seckill load test: x ==\n  hosts  a\nverdict: HELD\nloadtest exited with code 0\n"
+    );
 }
 
 /// What must stay the same between two runs of one script: the labels of the load test's
