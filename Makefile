@@ -37,8 +37,8 @@ grade-key:
 	cargo build -q -p testkit --bin grade
 	mkdir -p .run/results
 	set -o pipefail; target/debug/grade --prove | tee .run/results/grade-key.md
-	scripts/lib/publish.sh docs/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
-	scripts/lib/publish.sh docs/zh-CN/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
+	BUILD_PROFILE=debug scripts/lib/publish.sh docs/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
+	BUILD_PROFILE=debug scripts/lib/publish.sh docs/zh-CN/teach/break-it.md grade-key "make grade-key" .run/results/grade-key.md
 
 ## make demo-degrade: the Redis -> MySQL downgrade played live: the lock Redis killed under
 ## 8000 buyers and started again, the verdict, and each instance's mode over time.

@@ -41,7 +41,8 @@ publish_results() {
 }
 
 # this_build: the commit and the machine a run was made on, for the line that dates it:
-# `commit 1a2b3c4, 2 cores (AMD EPYC 7B13), release build`. A commit with changes not yet
+# `commit 1a2b3c4, 2 cores (AMD EPYC 7B13), release build` (BUILD_PROFILE=debug for a
+# run of the tests' build). A commit with changes not yet
 # committed says so (`1a2b3c4 + changes`): that run is not reproducible from the commit.
 this_build() {
   local commit cpu
@@ -51,7 +52,7 @@ this_build() {
     commit="unknown"
   fi
   cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-  echo "commit $commit, $(nproc) cores ($cpu), release build"
+  echo "commit $commit, $(nproc) cores ($cpu), ${BUILD_PROFILE:-release} build"
 }
 
 # replace_block PAGE BEGIN END BLOCK: writes the file BLOCK into PAGE in place of the lines
