@@ -6,7 +6,7 @@
 //! | --- | --- | --- |
 //! | pause the holder | waits until an instance holds the lock, SIGSTOP, SIGCONT after `ms` | 3 |
 //! | pause an instance | SIGSTOP now, SIGCONT after `ms` | 3 |
-//! | kill an instance | SIGKILL, started again after `ms` | 4 |
+//! | kill an instance | SIGKILL, started again after `ms` | 2 |
 //! | cut from the lock | its nemesis to the lock's servers partitions, heals after `ms` | 9 |
 //! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
 //! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |

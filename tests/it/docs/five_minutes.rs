@@ -135,3 +135,37 @@ fn the_rust_the_readmes_name_is_the_floor_of_every_dependency() {
         );
     }
 }
+
+/// The packages `scripts/services.sh` installs, read from its `PACKAGES=(...)` line(s).
+fn packages_services_installs() -> Vec<String> {
+    let script = std::fs::read_to_string(testkit::project_root().join("scripts/services.sh")).unwrap();
+    let list = script
+        .split("PACKAGES=(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("scripts/services.sh has a PACKAGES=(...) list");
+    list.split_whitespace().map(str::to_owned).collect()
+}
+
+#[test]
+fn the_testing_page_says_why_each_package_make_services_installs_is_there() {
+    let page = "docs/reference/testing.md";
+    let text = std::fs::read_to_string(testkit::project_root().join(page)).unwrap();
+    let table = text
+        .split("## The servers and packages")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{page} has no section `## The servers and packages`"));
+    let named: Vec<&str> = table
+        .lines()
+        .filter_map(|line| line.strip_prefix("| "))
+        .filter_map(|line| line.split(" |").next())
+        .collect();
+    let packages = packages_services_installs();
+    assert!(packages.len() >= 10, "read {packages:?} from scripts/services.sh");
+    for package in packages {
+        assert!(
+            named.iter().any(|cell| cell.contains(&format!("`{package}`"))),
+            "{page}'s table of packages does not say why `{package}` is installed"
+        );
+    }
+}

@@ -488,3 +488,37 @@ fn publishing_into_a_page_without_the_block_refuses_names_the_markers_and_change
     let page = std::fs::read_to_string(folder.path().join("page.md")).unwrap();
     assert_eq!(page, PAGE_WITH_TWO_BLOCKS);
 }
+
+/// A landing page a reader takes in at once: the READMEs say what the project is, run the
+/// five minutes and point into docs/. The rest lives there.
+const LANDING_PAGE_LINES: usize = 250;
+/// A results page: its dated block and how to read it. What each column means lives in
+/// docs/reference/, the full tables in the HTML report the run writes; about 150 lines,
+/// with room for a row or two more in a block before a table must move.
+const RESULTS_PAGE_LINES: usize = 160;
+
+#[test]
+fn the_landing_pages_and_the_results_pages_stay_short() {
+    let mut long = Vec::new();
+    let mut pages: Vec<(PathBuf, usize)> = ["README.md", "docs/zh-CN/README.md"]
+        .iter()
+        .map(|page| (PathBuf::from(page), LANDING_PAGE_LINES))
+        .collect();
+    for entry in std::fs::read_dir(root().join("docs/results")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|ext| ext == "md") {
+            pages.push((path.strip_prefix(root()).unwrap().to_path_buf(), RESULTS_PAGE_LINES));
+        }
+    }
+    assert!(pages.len() > 4, "found only {pages:?}");
+    for (page, most) in pages {
+        let lines = read(&page).lines().count();
+        if lines > most {
+            long.push(format!(
+                "{} is {lines} lines, past {most}: move what a reader does not need first into docs/",
+                page.display()
+            ));
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}

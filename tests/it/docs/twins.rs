@@ -29,19 +29,24 @@ struct Shape {
     numbers: BTreeSet<String>,
 }
 
-/// The page without its generated blocks: only what a person wrote.
+/// The page without its generated blocks (a lesson's `output`, a page's `latest`): only
+/// what a person wrote.
 fn written_part(text: &str) -> String {
-    let mut kept = String::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("<!-- output ") {
-        kept.push_str(&rest[..at]);
-        let after = &rest[at..];
-        let name = after["<!-- output ".len()..].split(':').next().unwrap_or_default();
-        let end = format!("<!-- output {name}: end -->");
-        rest = after.find(&end).map_or("", |length| &after[length + end.len()..]);
+    let mut text = text.to_owned();
+    for kind in ["output", "latest"] {
+        let (mut kept, mut rest) = (String::new(), text.as_str());
+        let opening = format!("<!-- {kind} ");
+        while let Some(at) = rest.find(&opening) {
+            kept.push_str(&rest[..at]);
+            let after = &rest[at..];
+            let name = after[opening.len()..].split(':').next().unwrap_or_default();
+            let end = format!("<!-- {kind} {name}: end -->");
+            rest = after.find(&end).map_or("", |length| &after[length + end.len()..]);
+        }
+        kept.push_str(rest);
+        text = kept;
     }
-    kept.push_str(rest);
-    kept
+    text
 }
 
 fn shape_of(page: &str, exercises_heading: &str) -> Shape {
@@ -50,8 +55,12 @@ fn shape_of(page: &str, exercises_heading: &str) -> Shape {
     let text = written_part(&text);
     let mut shape = Shape::default();
     let (mut heading, mut in_exercises, mut depth) = (None::<String>, false, 0usize);
+    let mut in_code_block = false;
     for event in Parser::new_ext(&text, Options::ENABLE_TABLES) {
         match event {
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
+            Event::Text(_) if in_code_block => {}
             Event::Start(Tag::Heading { level, .. }) if level <= HeadingLevel::H3 => {
                 shape.sections.push(level as u8);
                 heading = Some(String::new());
@@ -174,4 +183,89 @@ fn each_english_page_and_its_chinese_twin_say_the_same_things() {
         found.extend(differences(&english, &chinese));
     }
     assert!(found.is_empty(), "the twins differ:\n{}", found.join("\n"));
+}
+
+/// The numbers a lesson's prose may type: the values its commands set, the ports, the
+/// HTTP statuses and goals the code names. Anything else a run prints, and the prose names
+/// the line that shows it instead. Counts up to [`SMALL`] (lessons, steps, exercises,
+/// masters) are words more than figures, and pass.
+const CONFIGURATION_VALUES: &[(&str, &str)] = &[
+    ("127.0.0.1", "loopback, where every server and instance listens"),
+    ("6379", "the stock Redis's port"),
+    ("6380", "the lock Redis's port"),
+    ("6486", "a lesson 5 master's port"),
+    ("6487", "its replica's port"),
+    ("7700", "the lab's port"),
+    ("8080", "the first instance's port"),
+    ("8090", "the second instance's port"),
+    ("100", "a stock the chaos scripts set"),
+    ("200", "a crowd the chaos scripts set"),
+    ("300", "the stock of the default crowd"),
+    ("400", "lesson 14's crowd"),
+    ("500", "the default crowd, and a lease in ms"),
+    ("8000", "lesson 8's crowd"),
+    ("40", "lesson 4's units sold before its second clock jump"),
+    ("70", "lesson 4's units sold before its third clock jump"),
+    (
+        "50",
+        "the linger before each write, in ms (--chaos-pause-before-write-ms)",
+    ),
+    ("250", "PROBE_EVERY, in ms"),
+    ("333", "a third of a 1000 ms lease: the renewal period"),
+    ("1000", "a lease in ms (--lock-ttl-ms)"),
+    ("1500", "a pause the lab's scenarios set, in ms"),
+    ("2000", "--degrade-recover-ms in lesson 8"),
+    ("3000", "a pause the lab's scenarios set, in ms"),
+    ("1.2", "lesson 9's delay of a link, in s (its low end)"),
+    (
+        "1.5",
+        "a pause of three 500 ms leases, and the Sentinels' down-after, in s",
+    ),
+    ("30", "the default acquire timeout in s, and the smallest TTL in ms"),
+    ("64", "--group-max, and the bench's keep-alive connections"),
+    ("256", "lesson 12's largest sustained load, in connections"),
+    ("5000", "the crowd's spawn rate, buyers a second"),
+    ("16384", "the hash slots of a Redis Cluster"),
+    ("1000000", "microseconds in a second"),
+    ("0.7", "the bench's goal for sustained / protocol bound"),
+    ("0.8", "the bench's goal for sustained / backend bound"),
+    ("409", "the HTTP status of a repeat buyer"),
+    ("503", "the HTTP status of a refused sale"),
+    ("504", "the HTTP status of an unknown outcome"),
+    ("3.4.3", "the etcd version of Jepsen's analysis"),
+];
+
+/// Counts this small are not figures of a run: lesson and step numbers, masters, runs.
+const SMALL: f64 = 20.0;
+
+/// The numbers of `page`'s prose that are neither small nor configuration values.
+fn figures_in(page: &str) -> BTreeSet<String> {
+    let allowed: BTreeSet<&str> = CONFIGURATION_VALUES.iter().map(|(value, _)| *value).collect();
+    shape_of(page, "Exercises")
+        .numbers
+        .into_iter()
+        .filter(|number| {
+            !number
+                .parse::<f64>()
+                .is_ok_and(|value| value <= SMALL && value.fract() == 0.0)
+        })
+        .filter(|number| !allowed.contains(number.as_str()))
+        .collect()
+}
+
+#[test]
+fn the_english_prose_types_no_figure_of_a_run() {
+    let mut typed = Vec::new();
+    for (english, _) in twins() {
+        let figures = figures_in(&english);
+        if !figures.is_empty() {
+            typed.push(format!("{english}: {figures:?}"));
+        }
+    }
+    assert!(
+        typed.is_empty(),
+        "prose types numbers that are no configuration value: name the line of the block that shows \
+         the figure instead, or add a value a command sets to CONFIGURATION_VALUES, with why:\n{}",
+        typed.join("\n")
+    );
 }
