@@ -168,6 +168,11 @@ pub fn verdict_of(counted: Verdict, checks: &[Check]) -> Verdict {
     }
 }
 
+/// How many findings of each check that did not pass the report's reasons show. The
+/// check itself, in the report's JSON, keeps more; the reasons count the rest on one line,
+/// so that a report a reader reads whole stays short.
+const REASONS_PER_CHECK: usize = 2;
+
 /// What the checks that did not pass found, one line each, named by check.
 fn findings_of(checks: &[Check]) -> Vec<String> {
     checks
@@ -179,17 +184,57 @@ fn findings_of(checks: &[Check]) -> Vec<String> {
             } else {
                 "could not decide"
             };
-            check
-                .findings
+            let shown = check.findings.len().min(REASONS_PER_CHECK);
+            let more = count_of(&check.findings[shown..]);
+            let line = move |finding: &str| format!("check `{}` {word}: {finding}", check.name);
+            let counted = (more > 0).then(|| line(&format!("{more} more like these")));
+            check.findings[..shown]
                 .iter()
-                .map(move |finding| format!("check `{}` {word}: {finding}", check.name))
+                .map(|finding| line(finding))
+                .chain(counted)
+                .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// How many findings `findings` stands for: one a line, but `N more like these` (the
+/// check's own count of those it left out) N.
+fn count_of(findings: &[String]) -> usize {
+    findings
+        .iter()
+        .map(|finding| {
+            finding
+                .strip_suffix(" more like these")
+                .and_then(|count| count.parse().ok())
+                .unwrap_or(1)
+        })
+        .sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reasons_show_two_findings_of_a_check_and_count_the_rest() {
+        // As the check keeps nine: five, then a count of the other four.
+        let mut findings: Vec<String> = (1..=5).map(|unit| format!("unit {unit} sold twice")).collect();
+        findings.push("4 more like these".to_owned());
+        let check = Check {
+            name: "unique".to_owned(),
+            status: Status::Fail,
+            findings,
+            culprits: Vec::new(),
+        };
+        assert_eq!(
+            findings_of(&[check]),
+            [
+                "check `unique` failed: unit 1 sold twice",
+                "check `unique` failed: unit 2 sold twice",
+                "check `unique` failed: 7 more like these",
+            ]
+        );
+    }
 
     fn failing(names: &[&str]) -> Vec<Check> {
         [
