@@ -162,6 +162,29 @@ fn every_lesson_script_is_shown_as_it_is_in_both_languages_and_every_block_has_a
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The most lines a block's output may show: a reader reads a block whole, so a script
+/// keeps the lines its lesson reads and leaves the rest in a log.
+const MOST_OUTPUT_LINES: usize = 80;
+
+#[test]
+fn every_block_shows_at_most_what_a_reader_reads() {
+    let long: Vec<String> = blocks()
+        .iter()
+        .filter(|block| block.output.lines().count() > MOST_OUTPUT_LINES)
+        .map(|block| {
+            format!(
+                "{}: the block `{}` shows {} lines of output, past {MOST_OUTPUT_LINES}: \
+                 let scripts/lessons/{}.sh keep the lines the lesson reads",
+                block.page.display(),
+                block.name,
+                block.output.lines().count(),
+                block.name
+            )
+        })
+        .collect();
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
+
 /// The READMEs: their blocks show the load test's report alone ([`report_of`]).
 const LANDING_PAGES: [&str; 2] = ["README.md", "docs/zh-CN/README.md"];
 

@@ -269,3 +269,67 @@ fn the_english_prose_types_no_figure_of_a_run() {
         typed.join("\n")
     );
 }
+
+/// What the page's generated blocks say: the text between their markers.
+fn generated_part(text: &str) -> String {
+    let mut generated = String::new();
+    for kind in ["output", "latest"] {
+        let opening = format!("<!-- {kind} ");
+        let mut rest = text;
+        while let Some(at) = rest.find(&opening) {
+            let after = &rest[at..];
+            let name = after[opening.len()..].split(':').next().unwrap_or_default();
+            let end = format!("<!-- {kind} {name}: end -->");
+            let Some(length) = after.find(&end) else { break };
+            generated.push_str(&after[..length]);
+            rest = &after[length + end.len()..];
+        }
+    }
+    generated
+}
+
+/// Whether `word` stands alone in `text`: in capitals (a report's `verdict:` line), or in
+/// small letters on a table's line (a chaos table's verdicts column). Elsewhere small
+/// letters are plain English ("nothing lost"), not a verdict.
+fn names_the_verdict(text: &str, word: &str) -> bool {
+    let alone = |line: &str, spelling: &str| {
+        line.match_indices(spelling).any(|(at, _)| {
+            let before = line[..at].chars().next_back();
+            let after = line[at + spelling.len()..].chars().next();
+            !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+        })
+    };
+    text.lines()
+        .any(|line| alone(line, word) || (line.starts_with('|') && alone(line, &word.to_lowercase())))
+}
+
+#[test]
+fn a_verdict_word_the_prose_names_is_one_a_block_of_its_page_shows() {
+    let mut unshown = Vec::new();
+    for (english, chinese) in twins() {
+        for page in [english, chinese] {
+            let text = std::fs::read_to_string(testkit::project_root().join(&page)).unwrap();
+            let blocks = generated_part(&text);
+            if blocks.is_empty() {
+                continue; // a page without blocks (the answers, the course's index) names verdicts of other pages
+            }
+            for verdict in shape_of(&page, "Exercises").verdicts {
+                if !names_the_verdict(&blocks, verdict) {
+                    unshown.push(format!(
+                        "{page}: its prose says {verdict}, which none of its blocks shows"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(unshown.is_empty(), "{}", unshown.join("\n"));
+}
+
+#[test]
+fn a_verdict_is_found_alone_in_either_case_and_not_inside_a_word() {
+    assert!(names_the_verdict("verdict: HELD: no oversell", "HELD"));
+    assert!(names_the_verdict("| 3 | held |", "HELD"));
+    assert!(!names_the_verdict("the lock was withheld", "HELD"));
+    assert!(!names_the_verdict("nothing LOSTX", "LOST"));
+    assert!(!names_the_verdict("verdict: HELD: no oversell, nothing lost", "LOST"));
+}
