@@ -2,8 +2,6 @@
 //! each fault, spoken in raw RESP over a plain TCP stream, so that no client library's
 //! timeouts or reconnections blur it.
 
-use testkit as common;
-
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -18,8 +16,8 @@ const PROMPTLY: Duration = Duration::from_secs(2);
 
 /// A nemesis with one link, from a free port to the test Redis.
 async fn nemesis_before_redis() -> (Nemesis, SocketAddr) {
-    common::redis_client().await; // the project's test Redis, or a clear panic
-    let url = common::redis_url();
+    testkit::redis_client().await; // the project's test Redis, or a clear panic
+    let url = testkit::redis_url();
     let host_port = url.trim_start_matches("redis://").split('/').next().unwrap();
     let redis = host_port.to_socket_addrs().unwrap().next().unwrap();
     let nemesis = Nemesis::new();
@@ -109,7 +107,7 @@ async fn held_answers_come_after_the_heal_and_their_requests_ran_before_it() {
     let (nemesis, listen) = nemesis_before_redis().await;
     let mut stream = TcpStream::connect(listen).await.unwrap();
     let key = format!("nemesis:held:{}", rand::random::<u64>());
-    let mut redis = common::connection(&common::redis_client().await).await;
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
 
     nemesis.strike(Fault::HoldAnswers);
     let set = format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$3\r\nran\r\n", key.len());

@@ -1,7 +1,5 @@
 //! The binary refuses bad configuration with a message that names the fix.
 
-use testkit as common;
-
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -102,7 +100,7 @@ fn a_lock_ttl_too_short_to_renew_is_refused() {
 
 #[tokio::test]
 async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
-    common::redis_client().await;
+    testkit::redis_client().await;
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let output = tokio::time::timeout(
@@ -120,18 +118,18 @@ async fn a_port_already_in_use_is_refused_with_the_port_and_the_fix() {
 
 #[tokio::test]
 async fn logs_written_to_a_file_or_pipe_carry_no_colour_codes() {
-    common::redis_client().await;
+    testkit::redis_client().await;
     let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = free.local_addr().unwrap().port().to_string();
     drop(free);
     let mut command = Command::new(env!("CARGO_BIN_EXE_seckill"));
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     command.args([
         "serve",
         "--port",
         &port,
         "--redis-url",
-        &common::redis_url(),
+        &testkit::redis_url(),
         "--key-prefix",
         sale.prefix(),
     ]);
@@ -358,7 +356,7 @@ fn an_allowed_host_where_the_host_does_not_decide_is_refused() {
 
 /// `seckill serve ARGS...` selling a sale of its own from the test Redis.
 fn serve_a_test_sale(args: &[&str]) -> Output {
-    let (redis_url, sale) = (common::redis_url(), common::TestSale::new());
+    let (redis_url, sale) = (testkit::redis_url(), testkit::TestSale::new());
     let serve = ["serve", "--redis-url", &redis_url, "--key-prefix", sale.prefix()];
     seckill(&[&serve[..], args].concat())
 }
@@ -431,7 +429,7 @@ fn a_replica_wait_longer_than_a_renewal_may_take_is_refused() {
 /// The load scripts' `+segments-N` variant (`scripts/lib/instances.sh`) as a shell sees
 /// it: the flags it becomes, or the script's refusal.
 fn segments_variant(count: u32) -> Output {
-    let instances = common::project_root().join("scripts/lib/instances.sh");
+    let instances = testkit::project_root().join("scripts/lib/instances.sh");
     let script = format!(
         "die() {{ echo \"$*\" >&2; exit 1; }}; source '{}'; variant_flags redis+segments-{count}",
         instances.display()
@@ -516,7 +514,7 @@ fn a_boolean_option_given_bare_is_switched_on_and_still_takes_a_value() {
 /// with a brace would become the segments' hash tag: each refused with the fix.
 #[test]
 fn on_a_redis_cluster_the_redis_lock_and_a_prefix_with_braces_are_refused_with_the_fix() {
-    let cluster = common::PrivateRedisCluster::start(3);
+    let cluster = testkit::PrivateRedisCluster::start(3);
     let serve = |args: &[&str]| {
         let output = seckill(&[&["serve", "--redis-url", &cluster.url()][..], args].concat());
         assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));

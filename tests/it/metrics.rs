@@ -1,7 +1,5 @@
 //! `GET /metrics`: Prometheus's text format, whose counters move with the sales.
 
-use testkit as common;
-
 use seckill::strategy::Strategy;
 
 /// The value of one sample, `name{labels} value`, as the text format prints it.
@@ -20,9 +18,9 @@ async fn scrape(url: &str) -> String {
 
 #[tokio::test]
 async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 300).await;
-    common::reset_stock(&app.url, 2).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 300).await;
+    testkit::reset_stock(&app.url, 2).await;
     let before = scrape(&app.url).await;
     assert_eq!(sample(&before, "seckill_units_sold_total"), Some(0.0), "{before}");
     let info = format!(
@@ -86,12 +84,12 @@ async fn the_counters_move_with_sales_sold_out_answers_and_refusals() {
 /// its write) and 0 once it released: the lab finds the holder by it.
 #[tokio::test]
 async fn the_locks_held_gauge_counts_a_grant_from_grant_to_release() {
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.chaos_pause_before_write_ms = Some(400);
     })
     .await;
-    common::reset_stock(&app.url, 1).await;
+    testkit::reset_stock(&app.url, 1).await;
     assert_eq!(sample(&scrape(&app.url).await, "seckill_locks_held"), Some(0.0));
 
     let buyer = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));

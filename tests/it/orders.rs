@@ -5,8 +5,6 @@
 //! one Redis and on a Redis Cluster.
 //! The 500-request runs with orders are in loadtest/tests/it/run.rs.
 
-use testkit as common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
@@ -15,8 +13,8 @@ use seckill::orders::ORDERS_GROUP;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-async fn instance(sale: &common::TestSale, mysql_url: String) -> Instance {
-    common::instance_with(Strategy::Redis, sale, |config| {
+async fn instance(sale: &testkit::TestSale, mysql_url: String) -> Instance {
+    testkit::instance_with(Strategy::Redis, sale, |config| {
         config.orders = true;
         config.orders_claim_idle_ms = 200;
         config.mysql_url = mysql_url;
@@ -25,10 +23,10 @@ async fn instance(sale: &common::TestSale, mysql_url: String) -> Instance {
 }
 
 /// The sale's name and the ids of the units sold.
-async fn sold(sale: &common::TestSale) -> (String, BTreeSet<String>) {
-    let mut redis = common::connection(&common::redis_client().await).await;
+async fn sold(sale: &testkit::TestSale) -> (String, BTreeSet<String>) {
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     let name: String = redis.get(sale.keys().sale_name()).await.unwrap();
-    let ids = common::sale_records(sale)
+    let ids = testkit::sale_records(sale)
         .await
         .into_iter()
         .map(|record| record.sale_id)
@@ -52,7 +50,7 @@ async fn orders_of(mysql_url: &str, name: &str) -> Vec<(String, Option<String>)>
 /// (a writer deletes an entry once its row is written) and the group none pending;
 /// panics after `within`.
 async fn wait_for_orders(
-    sale: &common::TestSale,
+    sale: &testkit::TestSale,
     redis: &mut redis::aio::MultiplexedConnection,
     mysql_url: &str,
     name: &str,
@@ -85,18 +83,18 @@ async fn wait_for_orders(
 
 #[tokio::test]
 async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
-    let sale = common::TestSale::new();
-    let mysql_url = common::mysql_url();
+    let sale = testkit::TestSale::new();
+    let mysql_url = testkit::mysql_url();
     let (first, second) = (
         instance(&sale, mysql_url.clone()).await,
         instance(&sale, mysql_url.clone()).await,
     );
-    common::reset_stock(&first.url, 20).await;
+    testkit::reset_stock(&first.url, 20).await;
     let http = reqwest::Client::new();
     let answers = futures_util::future::join_all((0..30).map(|buyer| {
         let url = if buyer % 2 == 0 { &first.url } else { &second.url };
         let http = &http;
-        async move { common::buy_as(http, url, &format!("buyer-{buyer}")).await }
+        async move { testkit::buy_as(http, url, &format!("buyer-{buyer}")).await }
     }))
     .await;
     assert_eq!(
@@ -104,7 +102,7 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
         20,
         "{answers:?}"
     );
-    let mut redis = common::connection(&common::redis_client().await).await;
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     let (name, sold) = sold(&sale).await;
     let orders = wait_for_orders(&sale, &mut redis, &mysql_url, &name, 20, Duration::from_secs(10)).await;
     let ordered: BTreeSet<String> = orders.iter().map(|(sale_id, _)| sale_id.clone()).collect();
@@ -112,7 +110,7 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
     assert!(orders
         .iter()
         .all(|(_, buyer)| buyer.as_deref().is_some_and(|b| b.starts_with("buyer-"))));
-    assert!(common::healthz(&first.url).await.orders);
+    assert!(testkit::healthz(&first.url).await.orders);
     first.stop().await.unwrap();
     second.stop().await.unwrap();
 }
@@ -122,13 +120,13 @@ async fn every_unit_sold_by_two_instances_becomes_one_order_naming_its_buyer() {
 /// it again: the primary key keeps it one row, and the entry is acknowledged.
 #[tokio::test]
 async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and_stays_one_row() {
-    let sale = common::TestSale::new();
-    let mysql_url = common::mysql_url();
+    let sale = testkit::TestSale::new();
+    let mysql_url = testkit::mysql_url();
     let app = instance(&sale, mysql_url.clone()).await;
-    common::reset_stock(&app.url, 5).await;
+    testkit::reset_stock(&app.url, 5).await;
     let http = reqwest::Client::new();
-    assert_eq!(common::buy_as(&http, &app.url, "alice").await, "sold");
-    let mut redis = common::connection(&common::redis_client().await).await;
+    assert_eq!(testkit::buy_as(&http, &app.url, "alice").await, "sold");
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     let (name, _) = sold(&sale).await;
     wait_for_orders(&sale, &mut redis, &mysql_url, &name, 1, Duration::from_secs(10)).await;
 
@@ -175,9 +173,9 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
 
     let orders = wait_for_orders(&sale, &mut redis, &mysql_url, &name, 2, Duration::from_secs(10)).await;
     assert_eq!(orders.iter().filter(|(sale_id, _)| *sale_id == ghost_sale).count(), 1);
-    assert_eq!(common::metric(&app.url, "seckill_orders_taken_over_total").await, 1.0);
+    assert_eq!(testkit::metric(&app.url, "seckill_orders_taken_over_total").await, 1.0);
     assert_eq!(
-        common::metric(&app.url, "seckill_orders_written_total").await,
+        testkit::metric(&app.url, "seckill_orders_written_total").await,
         2.0,
         "alice's order, and the ghost's written again"
     );
@@ -189,36 +187,36 @@ async fn an_order_a_dead_consumer_wrote_but_never_acknowledged_is_taken_over_and
 /// a sale that was reset while MariaDB was down.
 #[tokio::test]
 async fn a_mariadb_killed_and_started_again_under_the_sale_and_a_reset_loses_no_order() {
-    let sale = common::TestSale::new();
-    let mut mariadb = common::PrivateServer::mariadb();
+    let sale = testkit::TestSale::new();
+    let mut mariadb = testkit::PrivateServer::mariadb();
     let mysql_url = mariadb.mysql_url();
     let app = instance(&sale, mysql_url.clone()).await;
-    common::reset_stock(&app.url, 20).await;
+    testkit::reset_stock(&app.url, 20).await;
     let http = reqwest::Client::new();
     for buyer in 0..10 {
         assert_eq!(
-            common::buy_as(&http, &app.url, &format!("before-{buyer}")).await,
+            testkit::buy_as(&http, &app.url, &format!("before-{buyer}")).await,
             "sold"
         );
     }
     mariadb.stop();
     for buyer in 0..10 {
         assert_eq!(
-            common::buy_as(&http, &app.url, &format!("during-{buyer}")).await,
+            testkit::buy_as(&http, &app.url, &format!("during-{buyer}")).await,
             "sold",
             "a sale does not wait for MySQL"
         );
     }
     let (first_sale, first_sold) = sold(&sale).await;
     // A new sale while the first one's last ten orders wait for MySQL.
-    common::reset_stock(&app.url, 5).await;
+    testkit::reset_stock(&app.url, 5).await;
     for buyer in 0..3 {
-        assert_eq!(common::buy_as(&http, &app.url, &format!("next-{buyer}")).await, "sold");
+        assert_eq!(testkit::buy_as(&http, &app.url, &format!("next-{buyer}")).await, "sold");
     }
     let (next_sale, next_sold) = sold(&sale).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     mariadb.restart();
-    let mut redis = common::connection(&common::redis_client().await).await;
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     let ids = |orders: Vec<(String, Option<String>)>| -> BTreeSet<String> {
         orders.into_iter().map(|(sale_id, _)| sale_id).collect()
     };
@@ -250,12 +248,12 @@ async fn buyers_by_sale(mysql_url: &str) -> BTreeMap<String, BTreeSet<String>> {
 /// MariaDB could not take while it was down, are still written once it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_mariadb_killed_under_the_sale_and_a_reset_loses_no_order() {
-    let _turn = common::take_turn().await;
-    let cluster = common::PrivateRedisCluster::start(3);
-    let sale = common::TestSale::new();
-    let mut mariadb = common::PrivateServer::mariadb();
+    let _turn = testkit::take_turn().await;
+    let cluster = testkit::PrivateRedisCluster::start(3);
+    let sale = testkit::TestSale::new();
+    let mut mariadb = testkit::PrivateServer::mariadb();
     let mysql_url = mariadb.mysql_url();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         cluster.holds_the_stock_of(config);
         config.stock_segments = 2;
         config.orders = true;
@@ -268,18 +266,18 @@ async fn on_a_cluster_a_mariadb_killed_under_the_sale_and_a_reset_loses_no_order
         let (http, url) = (&http, &app.url);
         async move {
             for buyer in buyers {
-                assert_eq!(common::buy_as(http, url, &buyer).await, "sold", "{buyer}");
+                assert_eq!(testkit::buy_as(http, url, &buyer).await, "sold", "{buyer}");
             }
         }
     };
     let named = |prefix: &str, count: usize| -> Vec<String> { (0..count).map(|n| format!("{prefix}-{n}")).collect() };
 
-    common::reset_stock(&app.url, 20).await;
+    testkit::reset_stock(&app.url, 20).await;
     buy_all(named("before", 10)).await;
     mariadb.stop();
     buy_all(named("during", 10)).await;
     // A new sale while the first one's last ten orders wait for MySQL.
-    common::reset_stock(&app.url, 5).await;
+    testkit::reset_stock(&app.url, 5).await;
     buy_all(named("next", 3)).await;
     mariadb.restart();
 
@@ -310,16 +308,16 @@ async fn on_a_cluster_a_mariadb_killed_under_the_sale_and_a_reset_loses_no_order
 /// replica sold it again). Reconcile names both, and exits 3.
 #[tokio::test]
 async fn reconcile_agrees_on_a_clean_sale_and_names_what_a_lost_sale_left_behind() {
-    let sale = common::TestSale::new();
-    let mysql_url = common::mysql_url();
+    let sale = testkit::TestSale::new();
+    let mysql_url = testkit::mysql_url();
     let app = instance(&sale, mysql_url.clone()).await;
-    common::reset_stock(&app.url, 3).await;
+    testkit::reset_stock(&app.url, 3).await;
     let http = reqwest::Client::new();
     for _ in 0..3 {
-        assert_eq!(common::buy(&http, &app.url).await, "sold");
+        assert_eq!(testkit::buy(&http, &app.url).await, "sold");
     }
     let (name, _) = sold(&sale).await;
-    let mut redis = common::connection(&common::redis_client().await).await;
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     wait_for_orders(&sale, &mut redis, &mysql_url, &name, 3, Duration::from_secs(10)).await;
     app.stop().await.unwrap();
 
@@ -328,7 +326,7 @@ async fn reconcile_agrees_on_a_clean_sale_and_names_what_a_lost_sale_left_behind
             .args([
                 "reconcile",
                 "--redis-url",
-                &common::redis_url(),
+                &testkit::redis_url(),
                 "--key-prefix",
                 sale.prefix(),
             ])
@@ -393,24 +391,24 @@ async fn reconcile_agrees_on_a_clean_sale_and_names_what_a_lost_sale_left_behind
 /// replica never got would outlive a failover that loses its sale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_replica_wait_an_order_is_written_only_once_a_replica_has_its_entry() {
-    let _turn = common::take_turn().await;
-    let master = common::PrivateRedis::start();
-    let replica = common::PrivateRedis::start_replica_of(master.port);
-    common::wait_until_a_replica_acknowledges(&master);
-    let sale = common::TestSale::new();
-    let mysql_url = common::mysql_url();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let _turn = testkit::take_turn().await;
+    let master = testkit::PrivateRedis::start();
+    let replica = testkit::PrivateRedis::start_replica_of(master.port);
+    testkit::wait_until_a_replica_acknowledges(&master);
+    let sale = testkit::TestSale::new();
+    let mysql_url = testkit::mysql_url();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.redis_url = master.url();
         config.orders = true;
         config.mysql_url = mysql_url.clone();
         config.stock_wait_replicas = 1;
     })
     .await;
-    common::reset_stock(&app.url, 5).await;
-    let mut on_master = common::connection(&master.client()).await;
+    testkit::reset_stock(&app.url, 5).await;
+    let mut on_master = testkit::connection(&master.client()).await;
     let name: String = on_master.get(sale.keys().sale_name()).await.unwrap();
     let http = reqwest::Client::new();
-    assert_eq!(common::buy(&http, &app.url).await, "sold");
+    assert_eq!(testkit::buy(&http, &app.url).await, "sold");
     let orders_within = |count: usize, within: Duration| {
         let (mysql_url, name) = (mysql_url.clone(), name.clone());
         async move {
@@ -426,8 +424,8 @@ async fn with_a_replica_wait_an_order_is_written_only_once_a_replica_has_its_ent
     };
     assert_eq!(orders_within(1, Duration::from_secs(5)).await, 1);
 
-    common::cut_replicas_off(&master, &[&replica]);
-    assert_eq!(common::buy(&http, &app.url).await, "504 sale_outcome_unknown");
+    testkit::cut_replicas_off(&master, &[&replica]);
+    assert_eq!(testkit::buy(&http, &app.url).await, "504 sale_outcome_unknown");
     // Longer than a few reads and waits of the writer: the entry is there, the replica is not.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(

@@ -3,8 +3,6 @@
 //! instance gives its lock back only once the sales it granted have written, and leaves
 //! no ZooKeeper node of a buyer it turned away.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +25,7 @@ async fn buy(base_url: &str) -> (u16, serde_json::Value) {
 
 /// Waits (up to 2 s) until the instance named `instance` holds `lock:stock`: the
 /// Redis lock's value starts with its holder's instance name.
-async fn wait_until_held_by(sale: &common::TestSale, redis: &mut redis::aio::MultiplexedConnection, instance: &str) {
+async fn wait_until_held_by(sale: &testkit::TestSale, redis: &mut redis::aio::MultiplexedConnection, instance: &str) {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let holder: Option<String> = redis.get(sale.keys().lock_of(Segment::WHOLE)).await.unwrap();
@@ -46,17 +44,17 @@ async fn wait_until_held_by(sale: &common::TestSale, redis: &mut redis::aio::Mul
 /// fencing is off, so nothing else refuses it. A must drain its sale first.
 #[tokio::test]
 async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_written() {
-    let sale = common::TestSale::new();
-    let first = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let first = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.fencing = Fencing::Off;
         config.chaos_pause_before_write_ms = Some(1_500);
         config.shutdown_grace_ms = 100;
     })
     .await;
-    let second = common::instance_with(Strategy::Redis, &sale, |config| config.fencing = Fencing::Off).await;
-    common::reset_stock(&second.url, STOCK).await;
-    let client = common::redis_client().await;
-    let mut redis = common::connection(&client).await;
+    let second = testkit::instance_with(Strategy::Redis, &sale, |config| config.fencing = Fencing::Off).await;
+    testkit::reset_stock(&second.url, STOCK).await;
+    let client = testkit::redis_client().await;
+    let mut redis = testkit::connection(&client).await;
 
     let first_name = format!("seckill-{}", first.port);
     let first_url = first.url.clone();
@@ -90,14 +88,14 @@ async fn a_stopping_instance_keeps_its_lock_until_the_sale_it_granted_has_writte
 /// ends (Curator's guaranteed delete) would keep a sold unit from its buyer even longer.
 #[tokio::test]
 async fn a_sale_is_answered_from_its_write_while_its_release_cannot_reach_the_lock() {
-    let zookeeper = common::PrivateServer::zookeeper();
-    let instance = common::instance_with(Strategy::Zookeeper, &common::TestSale::new(), |config| {
+    let zookeeper = testkit::PrivateServer::zookeeper();
+    let instance = testkit::instance_with(Strategy::Zookeeper, &testkit::TestSale::new(), |config| {
         config.zookeeper.zk_connect = format!("127.0.0.1:{}", zookeeper.port);
         config.lock_ttl_ms = 15_000;
         config.chaos_pause_before_write_ms = Some(1_000);
     })
     .await;
-    common::reset_stock(&instance.url, STOCK).await;
+    testkit::reset_stock(&instance.url, STOCK).await;
 
     let url = instance.url.clone();
     let sale = tokio::spawn(async move {
@@ -140,7 +138,7 @@ async fn next_grant_after(a: &ZooKeeperLock, held: seckill::lock::LockGuard, key
     held.release().await.expect("A still holds");
     let released = Instant::now();
     let next = a
-        .acquire(key, &common::owner(), Duration::from_secs(10))
+        .acquire(key, &testkit::owner(), Duration::from_secs(10))
         .await
         .expect("A's next buyer is served");
     let waited = released.elapsed();
@@ -153,17 +151,17 @@ async fn next_grant_after(a: &ZooKeeperLock, held: seckill::lock::LockGuard, key
 /// would otherwise wait behind it for as long as B's session lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_waiter_dropped_before_its_turn_takes_its_node_out_of_the_queue() {
-    let key = common::unique_key("zk-dropped-waiter");
-    let observer = zookeeper_client::Client::connect(&common::zookeeper_connect())
+    let key = testkit::unique_key("zk-dropped-waiter");
+    let observer = zookeeper_client::Client::connect(&testkit::zookeeper_connect())
         .await
         .unwrap();
-    let a = ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap();
-    let b = Arc::new(ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap());
-    let held = a.try_acquire(&key, &common::owner()).await.expect("a new key is free");
+    let a = ZooKeeperLock::connect(testkit::zookeeper_options(4_000)).await.unwrap();
+    let b = Arc::new(ZooKeeperLock::connect(testkit::zookeeper_options(4_000)).await.unwrap());
+    let held = a.try_acquire(&key, &testkit::owner()).await.expect("a new key is free");
 
     let waiter = tokio::spawn({
         let (b, key) = (b.clone(), key.clone());
-        async move { b.acquire(&key, &common::owner(), Duration::from_secs(30)).await }
+        async move { b.acquire(&key, &testkit::owner(), Duration::from_secs(30)).await }
     });
     wait_until_queued(&observer, &key, 2).await;
     waiter.abort();
@@ -183,12 +181,12 @@ async fn a_zookeeper_waiter_dropped_before_its_turn_takes_its_node_out_of_the_qu
 /// with it any node of B's still in the queue. So the shutdown must close the session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_zookeeper_instance_closes_its_session_so_no_node_of_it_stays_queued() {
-    let key = common::unique_key("zk-stopping");
-    let observer = zookeeper_client::Client::connect(&common::zookeeper_connect())
+    let key = testkit::unique_key("zk-stopping");
+    let observer = zookeeper_client::Client::connect(&testkit::zookeeper_connect())
         .await
         .unwrap();
-    let a = ZooKeeperLock::connect(common::zookeeper_options(4_000)).await.unwrap();
-    let held = a.try_acquire(&key, &common::owner()).await.expect("a new key is free");
+    let a = ZooKeeperLock::connect(testkit::zookeeper_options(4_000)).await.unwrap();
+    let held = a.try_acquire(&key, &testkit::owner()).await.expect("a new key is free");
 
     let b_runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -196,14 +194,14 @@ async fn a_stopping_zookeeper_instance_closes_its_session_so_no_node_of_it_stays
         .build()
         .unwrap();
     let b = b_runtime
-        .spawn(ZooKeeperLock::connect(common::zookeeper_options(4_000)))
+        .spawn(ZooKeeperLock::connect(testkit::zookeeper_options(4_000)))
         .await
         .unwrap()
         .map(Arc::new)
         .unwrap();
     let waiter = b_runtime.spawn({
         let (b, key) = (b.clone(), key.clone());
-        async move { b.acquire(&key, &common::owner(), Duration::from_secs(30)).await }
+        async move { b.acquire(&key, &testkit::owner(), Duration::from_secs(30)).await }
     });
     wait_until_queued(&observer, &key, 2).await;
     let b_session = b.client().await.expect("the session is open").state_watcher();

@@ -5,15 +5,13 @@
 //! prints the answers per mode and the sales per second in each.
 //! `SECKILL_DEGRADE_CYCLES` sets the number of outages (default 10).
 
-use testkit as common;
-
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::PrivateRedis;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
+use testkit::PrivateRedis;
 
 /// Buyers sending one request after another, split between the two instances.
 const BUYERS: usize = 32;
@@ -36,13 +34,13 @@ struct Answers {
     sold: usize,
 }
 
-async fn start(sale: &common::TestSale, lock_redis: &PrivateRedis) -> Instance {
-    common::redis_client().await;
-    let mut config = common::config(Strategy::RedisDegrade, sale);
+async fn start(sale: &testkit::TestSale, lock_redis: &PrivateRedis) -> Instance {
+    testkit::redis_client().await;
+    let mut config = testkit::config(Strategy::RedisDegrade, sale);
     config.redis.lock_redis_url = Some(lock_redis.url());
     config.lock_ttl_ms = 1000;
     config.degrade.degrade_recover_ms = 1000;
-    config.mysql_url = common::mysql_url();
+    config.mysql_url = testkit::mysql_url();
     Instance::start(config).await.expect("an instance starts")
 }
 
@@ -57,8 +55,8 @@ async fn mode_of(http: &reqwest::Client, url: &str) -> String {
 }
 
 async fn outages(fault: Fault) {
-    let _turn = common::take_turn().await;
-    let sale = common::TestSale::new();
+    let _turn = testkit::take_turn().await;
+    let sale = testkit::TestSale::new();
     let cycles: usize = std::env::var("SECKILL_DEGRADE_CYCLES")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -143,7 +141,7 @@ async fn outages(fault: Fault) {
         buyer.await.unwrap();
     }
     watcher.await.unwrap();
-    let health = common::healthz(&first.url).await;
+    let health = testkit::healthz(&first.url).await;
     let degrade = health
         .lock_stats
         .and_then(|stats| stats.degrade)
@@ -152,7 +150,7 @@ async fn outages(fault: Fault) {
     second.stop().await.unwrap();
 
     // The verdict, from Redis.
-    let sale = loadtest::verdict::checker::read_sale(&common::redis_url(), sale.keys())
+    let sale = loadtest::verdict::checker::read_sale(&testkit::redis_url(), sale.keys())
         .await
         .unwrap();
     let answers = answers.lock().unwrap();

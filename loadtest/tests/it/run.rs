@@ -6,16 +6,14 @@
 //! own (`TestSale`, a key prefix of its own); the attacks run one at a time because
 //! goose keeps global state.
 
-use testkit as common;
-
 use std::time::Duration;
 
-use common::TestSale;
 use loadtest::history::checks::Status;
 use loadtest::{run, Options, Report, Verdict};
 use seckill::sale::segments::Segments;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
+use testkit::TestSale;
 
 /// How the instances of one run are started, and how the crowd buys.
 #[derive(Clone, Copy)]
@@ -43,7 +41,7 @@ async fn start(strategy: Strategy, sale: &TestSale) -> Instance {
 
 /// An instance of `strategy` selling `sale` as `run` says: its options, and a buyer's patience.
 fn config_for(strategy: Strategy, sale: &TestSale, run: Run) -> seckill::config::Config {
-    let mut config = common::config(strategy, sale);
+    let mut config = testkit::config(strategy, sale);
     config.acquire_timeout_ms = 30_000;
     config.stock_segments = run.stock_segments;
     config.one_per_buyer = run.one_per_buyer;
@@ -53,7 +51,7 @@ fn config_for(strategy: Strategy, sale: &TestSale, run: Run) -> seckill::config:
 }
 
 async fn start_for(strategy: Strategy, sale: &TestSale, run: Run) -> Instance {
-    common::redis_client().await; // the project's test Redis, or a clear panic
+    testkit::redis_client().await; // the project's test Redis, or a clear panic
     Instance::start(config_for(strategy, sale, run))
         .await
         .unwrap_or_else(|error| panic!("cannot start an instance (is Redis running? `make test` starts it): {error:#}"))
@@ -68,9 +66,9 @@ fn options_for(hosts: Vec<String>, sale: &TestSale, run: Run) -> Options {
         hosts,
         users: 500,
         initial_stock: 300,
-        redis_url: common::redis_url(),
+        redis_url: testkit::redis_url(),
         keys: sale.keys().clone(),
-        mysql_url: common::mysql_url(),
+        mysql_url: testkit::mysql_url(),
         admin_token: None,
         goose_metrics: false,
         live_history: None,
@@ -134,7 +132,7 @@ async fn flash_sale(strategy: Strategy) -> Report {
 
 /// The same, run as `how` says, selling `sale`.
 async fn flash_sale_for(strategy: Strategy, sale: &TestSale, how: Run) -> Report {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (first, second) = (
         start_for(strategy, sale, how).await,
         start_for(strategy, sale, how).await,
@@ -271,7 +269,7 @@ async fn assert_four_segments_held(strategy: Strategy) {
     assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
     assert_eq!(report.stock_segments, 4);
     assert!(report.label().contains("4 stock segments"), "{}", report.label());
-    let mut redis = common::connection(&common::redis_client().await).await;
+    let mut redis = testkit::connection(&testkit::redis_client().await).await;
     let records: Vec<String> = redis::AsyncCommands::lrange(&mut redis, sale.keys().sales(), 0, -1)
         .await
         .unwrap();
@@ -313,7 +311,7 @@ async fn assert_grouped_held(strategy: Strategy) {
     if strategy.issues_fencing_tokens() {
         assert_eq!(report.fencing_regressions, Some(0), "{}", report.render());
     }
-    let records = common::sale_records(&sale).await;
+    let records = testkit::sale_records(&sale).await;
     let groups: std::collections::BTreeSet<String> = records
         .iter()
         .map(|record| record.group.clone().expect("a grouped sale's record names its group"))
@@ -374,7 +372,7 @@ async fn the_redis_lock_in_groups_sells_exactly_300_with_every_option_of_the_sal
         orders: true,
         group_commit: true,
     };
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let start = || async {
         let mut config = config_for(Strategy::Redis, &sale, every_option);
         config.sold_out_flag = true;
@@ -528,7 +526,7 @@ async fn in_process_locks_in_two_instances_are_caught_overselling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_running_different_strategies_are_refused() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let sale = TestSale::new();
     let (first, second) = (
         start(Strategy::Redis, &sale).await,
@@ -599,7 +597,7 @@ async fn a_host_that_starts_listening_a_moment_late_is_waited_for() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let sale = TestSale::new();
     let (first, second) = (start(Strategy::Redis, &sale).await, start(Strategy::Redis, &sale).await);
     let crowd = {
@@ -607,9 +605,9 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
         tokio::spawn(async move { run(&options).await })
     };
     // Someone else resets the sale while the 500 buyers are queueing for the lock.
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let store =
-        seckill::sale::stock::StockStore::new(common::master_connection(&client).await).with_keys(sale.keys().clone());
+        seckill::sale::stock::StockStore::new(testkit::master_connection(&client).await).with_keys(sale.keys().clone());
     tokio::time::sleep(Duration::from_millis(150)).await;
     store.reset(300).await.unwrap();
     let error = crowd
@@ -630,10 +628,10 @@ async fn a_sale_reset_while_the_crowd_buys_is_an_invalid_run_not_an_oversell() {
 /// find the master through the Sentinel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_option_of_the_sale() {
-    let _turn = common::take_turn().await;
-    let master = common::PrivateRedis::start();
-    let _replica = common::PrivateRedis::start_replica_of(master.port);
-    let sentinel = common::PrivateSentinel::watch("seckill-stock", master.port);
+    let _turn = testkit::take_turn().await;
+    let master = testkit::PrivateRedis::start();
+    let _replica = testkit::PrivateRedis::start_replica_of(master.port);
+    let sentinel = testkit::PrivateSentinel::watch("seckill-stock", master.port);
     let sale = TestSale::new();
     let every_option = Run {
         stock_segments: 4,
@@ -662,7 +660,7 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
 
     assert_every_option_held(&report);
     // Everything was written to the master the Sentinel names, and nothing elsewhere.
-    let mut on_master = common::connection(&master.client()).await;
+    let mut on_master = testkit::connection(&master.client()).await;
     let lucky: i64 = redis::cmd("GET")
         .arg(sale.keys().lucky())
         .query_async(&mut on_master)
@@ -679,8 +677,8 @@ async fn a_stock_whose_master_a_sentinel_names_sells_exactly_300_with_every_opti
 /// each segment from whichever master holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_sale() {
-    let _turn = common::take_turn().await;
-    let cluster = common::PrivateRedisCluster::start(3);
+    let _turn = testkit::take_turn().await;
+    let cluster = testkit::PrivateRedisCluster::start(3);
     let sale = TestSale::new();
     let every_option = Run {
         stock_segments: 6,
@@ -692,7 +690,7 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_s
     let start = || async {
         let mut config = config_for(Strategy::Redis, &sale, every_option);
         config.redis_url = cluster.url();
-        config.redis.lock_redis_url = Some(common::redis_url());
+        config.redis.lock_redis_url = Some(testkit::redis_url());
         config.sold_out_flag = true;
         Instance::start(config)
             .await
@@ -716,7 +714,7 @@ async fn a_stock_on_a_redis_cluster_sells_exactly_300_with_every_option_of_the_s
     assert_eq!(masters.len(), 3);
     let mut sold_by_master = Vec::new();
     for master in &masters {
-        let mut connection = common::connection(&master.client()).await;
+        let mut connection = testkit::connection(&master.client()).await;
         let mut sold = 0;
         for segment in Segments::new(6).unwrap().all() {
             let lucky: Option<i64> = redis::cmd("GET")

@@ -2,8 +2,6 @@
 //! when it is back: against private etcd, ZooKeeper and MariaDB servers that the tests kill.
 //! `cargo test --test it chaos::backend_outages:: -- --nocapture` prints what it measured.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,11 +13,11 @@ async fn reduce(url: &str) -> (u16, Value) {
     (response.status().as_u16(), response.json().await.unwrap())
 }
 
-async fn lucky(sale: &common::TestSale) -> i64 {
-    let client = common::redis_client().await;
+async fn lucky(sale: &testkit::TestSale) -> i64 {
+    let client = testkit::redis_client().await;
     redis::cmd("GET")
         .arg(sale.keys().lucky())
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap()
 }
@@ -28,16 +26,16 @@ async fn lucky(sale: &common::TestSale) -> i64 {
 /// buys until a sale goes through again.
 async fn outage(
     strategy: Strategy,
-    server: &mut common::PrivateServer,
+    server: &mut testkit::PrivateServer,
     adjust: impl FnOnce(&mut seckill::config::Config),
 ) {
-    let sale = common::TestSale::new();
-    let app = common::instance_with(strategy, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(strategy, &sale, |config| {
         config.acquire_timeout_ms = 3_000;
         adjust(config);
     })
     .await;
-    common::reset_stock(&app.url, 10).await;
+    testkit::reset_stock(&app.url, 10).await;
     assert_eq!(reduce(&app.url).await.1["sold"], true);
 
     server.stop();
@@ -79,7 +77,7 @@ async fn outage(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
-    let mut etcd = common::PrivateServer::etcd();
+    let mut etcd = testkit::PrivateServer::etcd();
     let endpoint = format!("http://127.0.0.1:{}", etcd.port);
     outage(Strategy::Etcd, &mut etcd, |config| {
         config.etcd.etcd_endpoints = vec![endpoint]
@@ -89,7 +87,7 @@ async fn while_etcd_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_back() {
-    let mut zookeeper = common::PrivateServer::zookeeper();
+    let mut zookeeper = testkit::PrivateServer::zookeeper();
     let connect = format!("127.0.0.1:{}", zookeeper.port);
     outage(Strategy::Zookeeper, &mut zookeeper, |config| {
         config.zookeeper.zk_connect = connect
@@ -99,14 +97,14 @@ async fn while_zookeeper_is_down_buyers_get_a_503_and_sales_resume_when_it_is_ba
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_mariadb_is_down_the_lock_table_answers_503_and_sales_resume_when_it_is_back() {
-    let mut mariadb = common::PrivateServer::mariadb();
+    let mut mariadb = testkit::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
     outage(Strategy::Mysql, &mut mariadb, |config| config.mysql_url = url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_mariadb_is_down_the_version_lock_answers_503_and_sales_resume_when_it_is_back() {
-    let mut mariadb = common::PrivateServer::mariadb();
+    let mut mariadb = testkit::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
     outage(Strategy::MysqlVersion, &mut mariadb, |config| config.mysql_url = url).await;
 }

@@ -14,16 +14,14 @@
 //! hour forward and back in the middle of a sale: no lease notices, because the
 //! service measures its leases on the monotonic clock.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::{PrivateRedis, ServeProcess, WallClock};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, FencingToken};
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
+use testkit::{PrivateRedis, ServeProcess, WallClock};
 
 /// Long enough that no renewal (every `TTL / 3`) runs during a test: the holder keeps
 /// believing in its lease, as a holder between two renewals does.
@@ -34,9 +32,9 @@ const INITIAL: i64 = 10;
 
 /// The stock of a sale of the test's own, put on sale.
 async fn stock() -> StockStore {
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let store =
-        StockStore::new(common::master_connection(&client).await).with_keys(common::TestSale::new().keys().clone());
+        StockStore::new(testkit::master_connection(&client).await).with_keys(testkit::TestSale::new().keys().clone());
     store.reset(INITIAL).await.unwrap();
     store
 }
@@ -113,7 +111,7 @@ async fn stock_read_by_each_sale(store: &StockStore) -> Vec<i64> {
 async fn exists(redis: &PrivateRedis, key: &str) -> bool {
     redis::cmd("EXISTS")
         .arg(key)
-        .query_async::<bool>(&mut common::connection(&redis.client()).await)
+        .query_async::<bool>(&mut testkit::connection(&redis.client()).await)
         .await
         .unwrap()
 }
@@ -130,15 +128,15 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
     let clock = WallClock::for_redis();
     let jumping = PrivateRedis::start_with_clock(&clock);
     let steady = [PrivateRedis::start(), PrivateRedis::start()];
-    let down_ports = common::free_ports(2);
+    let down_ports = testkit::free_ports(2);
     let mut urls: Vec<String> = steady.iter().map(PrivateRedis::url).collect();
     urls.push(jumping.url());
     urls.extend(down_ports.iter().map(|port| format!("redis://127.0.0.1:{port}")));
-    let key = common::unique_key("redlock-clock-jump");
+    let key = testkit::unique_key("redlock-clock-jump");
 
     let client_a = Redlock::connect(&urls, options).await.unwrap();
     let a = client_a
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("three of five is a majority");
 
@@ -151,7 +149,7 @@ async fn under_redlock_a_master_whose_clock_jumps_past_the_ttl_lets_a_second_hol
     // B asks all five: the jumping master and the two empty ones say yes.
     let client_b = Redlock::connect(&urls, options).await.unwrap();
     let b = client_b
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("a second majority: the jumping master and the two that came back");
     let both_held = (a.is_held(), b.is_held());
@@ -196,7 +194,7 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
     let clock = WallClock::for_redis();
     let lock_redis = PrivateRedis::start_with_clock(&clock);
     let store = stock().await;
-    let stock_client = common::redis_client().await;
+    let stock_client = testkit::redis_client().await;
     // Two instances' locks, their tokens checked by the stock.
     let (client_a, client_b) = (
         RedisLock::connect_fenced_by(&lock_redis.client(), &stock_client, options)
@@ -206,16 +204,16 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
             .await
             .unwrap(),
     );
-    let key = common::unique_key("redis-clock-jump");
+    let key = testkit::unique_key("redis-clock-jump");
 
-    let a = client_a.try_acquire(&key, &common::owner()).await.expect("granted");
+    let a = client_a.try_acquire(&key, &testkit::owner()).await.expect("granted");
     let mut seller_a = Holder::new("A", &store, a.fencing_token());
     let a_read = seller_a.read().await;
 
     // The lock Redis's clock leaps past the TTL: A's key expires, B is granted.
     clock.jump_to(JUMP_PAST_TTL_MS);
     let b = client_b
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("A's key expired, so B is granted");
     let both_held = (a.is_held(), b.is_held());
@@ -249,8 +247,8 @@ async fn under_the_redis_lock_the_same_jump_lets_a_second_holder_in_but_the_fenc
 /// One `seckill serve --lock redis` process whose wall clock follows `clock`. Leases of
 /// 500 ms, and every sale lingers 20 ms between its lease check and its write, so a jump
 /// lands while a lease is held.
-fn start_instance(sale: &common::TestSale, clock: &WallClock) -> ServeProcess {
-    let redis_url = common::redis_url();
+fn start_instance(sale: &testkit::TestSale, clock: &WallClock) -> ServeProcess {
+    let redis_url = testkit::redis_url();
     let args = [
         "--lock",
         "redis",
@@ -278,7 +276,7 @@ async fn buy_until_sold_out(url: String) -> Vec<String> {
     let deadline = tokio::time::Instant::now() + SOLD_OUT_WITHIN;
     let mut answers = Vec::new();
     loop {
-        let Ok(answer) = tokio::time::timeout_at(deadline, common::buy(&http, &url)).await else {
+        let Ok(answer) = tokio::time::timeout_at(deadline, testkit::buy(&http, &url)).await else {
             panic!(
                 "after {SOLD_OUT_WITHIN:?}, {url} never answered \"sold out\": {} answers, the last {:?}",
                 answers.len(),
@@ -299,17 +297,17 @@ async fn an_instance_whose_wall_clock_jumps_an_hour_forward_and_back_keeps_every
 ) {
     const STOCK: i64 = 60;
     const HOUR_MS: i64 = 3_600_000;
-    let (sale, redis) = (common::TestSale::new(), common::redis_client().await);
+    let (sale, redis) = (testkit::TestSale::new(), testkit::redis_client().await);
     let clock = WallClock::for_seckill();
     let instance = start_instance(&sale, &clock);
-    common::reset_stock(&instance.url(), STOCK).await;
+    testkit::reset_stock(&instance.url(), STOCK).await;
     let buyers: Vec<_> = (0..8)
         .map(|_| tokio::spawn(buy_until_sold_out(instance.url())))
         .collect();
 
     // An hour forward, back to the real time, an hour behind it: each jump once a
     // quarter more of the stock is sold, while a sale holds the lock.
-    let mut connection = common::connection(&redis).await;
+    let mut connection = testkit::connection(&redis).await;
     for (quarter, offset_ms) in [(1, HOUR_MS), (2, 0), (3, -HOUR_MS)] {
         // The moment of the jump; a sale that stalls fails the test instead of hanging it.
         let deadline = Instant::now() + Duration::from_secs(30);

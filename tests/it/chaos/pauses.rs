@@ -11,17 +11,15 @@
 //! (`GET lock:stock` names the holder's instance), stops A for 1.5 s, three leases,
 //! and lets it go. Instance B sells meanwhile; A then writes the stock it had read.
 
-use testkit as common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{ServeProcess, TestSale};
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
 use testkit::nemesis::{Fault, LinkSpec, Nemesis};
+use testkit::{ServeProcess, TestSale};
 
 pub(super) const STOCK: i64 = 100;
 /// Three leases of 500 ms; and shorter than the service's 2 s Redis response timeout,
@@ -96,7 +94,7 @@ impl Crowd {
                 let (http, sold_out, answers) = (http.clone(), sold_out.clone(), answers.clone());
                 tokio::spawn(async move {
                     while !sold_out.load(Ordering::SeqCst) {
-                        let answer = tokio::time::timeout_at(deadline, common::buy(&http, &url))
+                        let answer = tokio::time::timeout_at(deadline, testkit::buy(&http, &url))
                             .await
                             .unwrap_or_else(|_| {
                                 // Read before the panic, which would poison the lock for the other buyers.
@@ -214,16 +212,16 @@ pub(super) async fn wait_until_holds_mid_sale(
 }
 
 async fn pause_a_holder(fencing: &str) -> Outcome {
-    let (sale, client) = (TestSale::new(), common::redis_client().await);
+    let (sale, client) = (TestSale::new(), testkit::redis_client().await);
     let (a, b) = (
-        start_instance(&common::redis_url(), &sale, fencing, &[]),
-        start_instance(&common::redis_url(), &sale, fencing, &[]),
+        start_instance(&testkit::redis_url(), &sale, fencing, &[]),
+        start_instance(&testkit::redis_url(), &sale, fencing, &[]),
     );
-    common::reset_stock(&a.url(), STOCK).await;
+    testkit::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
 
     // Once the sale is under way, wait until A holds the lock, and stop it there.
-    let mut redis = common::connection(&client).await;
+    let mut redis = testkit::connection(&client).await;
     let mut lock_redis = redis.clone();
     wait_until_holds_mid_sale(&a, &sale, &mut redis, &mut lock_redis).await;
     a.signal("-STOP");
@@ -238,7 +236,7 @@ const RUNS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     for run in 1..=RUNS {
         let outcome = pause_a_holder("on").await;
         println!("fencing on, run {run}: {outcome:?}");
@@ -265,7 +263,7 @@ async fn a_holder_paused_past_its_lease_is_refused_by_the_fenced_stock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     for run in 1..=RUNS {
         let outcome = pause_a_holder("off").await;
         println!("fencing off, run {run}: {outcome:?}");
@@ -291,8 +289,8 @@ async fn without_fencing_a_holder_paused_past_its_lease_sells_a_unit_twice() {
 /// instances sell again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_even_without_fencing() {
-    let _turn = common::take_turn().await;
-    let lock_redis = common::PrivateRedis::start();
+    let _turn = testkit::take_turn().await;
+    let lock_redis = testkit::PrivateRedis::start();
     let nemesis = Nemesis::new();
     let through_nemesis = nemesis
         .link(LinkSpec {
@@ -301,7 +299,7 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
         })
         .await
         .unwrap();
-    let (stock, stock_client, sale) = (common::redis_url(), common::redis_client().await, TestSale::new());
+    let (stock, stock_client, sale) = (testkit::redis_url(), testkit::redis_client().await, TestSale::new());
     // Only A's lock goes through the nemesis; the stock is not cut off.
     let (a_lock, b_lock) = (format!("redis://{through_nemesis}"), lock_redis.url());
     // Without the local queue, every buyer polls the lock itself. With it, B's next buyer
@@ -323,12 +321,12 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
             &["--lock-redis-url", &b_lock, "--local-queue", "false"],
         ),
     );
-    common::reset_stock(&a.url(), STOCK).await;
+    testkit::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
 
     // Once the sale is under way, wait until A holds the lock, and cut it off there.
-    let mut stock_redis = common::connection(&stock_client).await;
-    let mut lock_holder = common::connection(&lock_redis.client()).await;
+    let mut stock_redis = testkit::connection(&stock_client).await;
+    let mut lock_holder = testkit::connection(&lock_redis.client()).await;
     wait_until_holds_mid_sale(&a, &sale, &mut stock_redis, &mut lock_holder).await;
     nemesis.strike(Fault::Partition);
     tokio::time::sleep(PAUSE).await;
@@ -364,17 +362,17 @@ async fn a_holder_cut_off_from_its_lock_redis_past_its_lease_stops_by_itself_eve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_loses_and_doubles_nothing() {
-    let _turn = common::take_turn().await;
-    let stock_redis = common::PrivateRedis::start_persistent();
+    let _turn = testkit::take_turn().await;
+    let stock_redis = testkit::PrivateRedis::start_persistent();
     let url = stock_redis.url();
     let sale = TestSale::new();
     let (a, b) = (
         start_instance(&url, &sale, "on", &[]),
         start_instance(&url, &sale, "on", &[]),
     );
-    common::reset_stock(&a.url(), STOCK).await;
+    testkit::reset_stock(&a.url(), STOCK).await;
     let crowd = Crowd::start([&a, &b], 40);
-    let mut redis = common::connection(&stock_redis.client()).await;
+    let mut redis = testkit::connection(&stock_redis.client()).await;
     let deadline = Instant::now() + SCENARIO_WITHIN;
     loop {
         let lucky = redis::cmd("GET")
@@ -393,8 +391,8 @@ async fn a_stock_redis_killed_mid_sale_and_restarted_from_its_append_only_file_l
     }
 
     let (port, data) = stock_redis.crash(); // kill -9, mid-sale
-    let restarted = common::PrivateRedis::restart_persistent(port, data);
-    let mut redis = common::connection(&restarted.client()).await;
+    let restarted = testkit::PrivateRedis::restart_persistent(port, data);
+    let mut redis = testkit::connection(&restarted.client()).await;
     let outcome = crowd.outcome(&sale, &mut redis).await;
     println!("{outcome:?}");
 

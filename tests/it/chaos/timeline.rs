@@ -6,8 +6,6 @@
 //! (`tests/browser/timeline.mjs`), a red bar for every request the failed checks name,
 //! the pause as one band, and a link that brings the first red bar into view.
 
-use testkit as common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,17 +37,17 @@ fn record_fault(faults: &Path, kind: &str, target: &str) {
 
 /// One run of the crowd with instance A stopped mid-sale: the report, as JSON.
 async fn a_paused_run(dir: &Path) -> Value {
-    let (sale, client) = (common::TestSale::new(), common::redis_client().await);
+    let (sale, client) = (testkit::TestSale::new(), testkit::redis_client().await);
     let (a, b) = (
-        start_instance(&common::redis_url(), &sale, "off", &[]),
-        start_instance(&common::redis_url(), &sale, "off", &[]),
+        start_instance(&testkit::redis_url(), &sale, "off", &[]),
+        start_instance(&testkit::redis_url(), &sale, "off", &[]),
     );
     let (report, faults) = (dir.join("run.json"), dir.join("faults.jsonl"));
     let _ = std::fs::remove_file(&faults);
     let mut crowd = tokio::process::Command::new(loadtest())
         .args(["--users", "200", "--stock", &STOCK.to_string()])
         .args(["--hosts", &format!("{},{}", a.url(), b.url())])
-        .args(["--key-prefix", sale.prefix(), "--redis-url", &common::redis_url()])
+        .args(["--key-prefix", sale.prefix(), "--redis-url", &testkit::redis_url()])
         .arg("--report-file")
         .arg(&report)
         .arg("--faults-file")
@@ -57,7 +55,7 @@ async fn a_paused_run(dir: &Path) -> Value {
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let mut redis = common::connection(&client).await;
+    let mut redis = testkit::connection(&client).await;
     let mut lock_redis = redis.clone();
     wait_until_holds_mid_sale(&a, &sale, &mut redis, &mut lock_redis).await;
     let target = format!("seckill-{}", a.port);
@@ -91,8 +89,8 @@ const RUNS: usize = 5;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_timeline_of_a_paused_holder_without_fencing_shows_the_double_sale_in_red() {
-    common::browser::installed();
-    let _turn = common::take_turn().await;
+    testkit::browser::installed();
+    let _turn = testkit::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     for run in 1..=RUNS {
         let report = a_paused_run(dir.path()).await;
@@ -107,7 +105,7 @@ async fn the_timeline_of_a_paused_holder_without_fencing_shows_the_double_sale_i
         }
         assert_eq!(report["verdict"], "oversold");
         let page = dir.path().join("run.history.html");
-        let seen = common::browser::run_script("timeline.mjs", [&page]);
+        let seen = testkit::browser::run_script("timeline.mjs", [&page]);
         assert_eq!(
             seen["violations"].as_u64().unwrap() as usize,
             culprits(&report).len(),

@@ -13,8 +13,6 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use testkit as common;
-
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag, TagEnd};
 
 fn root() -> &'static Path {
@@ -165,7 +163,7 @@ fn every_mermaid_diagram_in_the_docs_renders() {
         "the diagrams test needs Debian's chromium, playwright-core and mermaid: \
          `scripts/services.sh install` installs all three"
     );
-    let pages = common::markdown_pages();
+    let pages = testkit::markdown_pages();
     let diagrams: Vec<Diagram> = pages
         .iter()
         .flat_map(|page| {

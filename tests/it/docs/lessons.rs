@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit as common;
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -50,7 +48,7 @@ struct Block {
 /// Every block of every page; a begin marker without its end is a failure.
 fn blocks() -> Vec<Block> {
     let mut blocks = Vec::new();
-    for page in common::markdown_pages() {
+    for page in testkit::markdown_pages() {
         let text = std::fs::read_to_string(root().join(&page)).unwrap();
         let mut rest = text.as_str();
         while let Some(at) = rest.find("<!-- output ") {

@@ -12,8 +12,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use testkit as common;
-
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 const CONFIGURATION_PAGE: &str = "docs/reference/configuration.md";
@@ -209,7 +207,7 @@ fn every_relative_link_and_anchor_in_readme_and_docs_resolves() {
     // The anchors of each page a link points into, read once.
     let mut anchors: HashMap<PathBuf, HashSet<String>> = HashMap::new();
     let mut broken = Vec::new();
-    for page_path in common::markdown_pages() {
+    for page_path in testkit::markdown_pages() {
         for (target, line) in parse(&read(&page_path)).links {
             if ["http://", "https://", "mailto:"]
                 .iter()
@@ -262,7 +260,7 @@ fn every_make_target_and_script_the_docs_name_exists() {
         .flat_map(|(names, _)| names.split_whitespace())
         .collect();
     let mut unknown = Vec::new();
-    for page_path in common::markdown_pages() {
+    for page_path in testkit::markdown_pages() {
         for (code, line) in parse(&read(&page_path)).code {
             let at = format!("{}:{line}", page_path.display());
             let words: Vec<&str> = words(&code).collect();

@@ -3,8 +3,6 @@
 //! follows every sale of both, without a console error. The screenshot it takes is
 //! left in `.run/results/dashboard.png` (the README's picture comes from it).
 
-use testkit as common;
-
 use std::path::Path;
 
 use seckill::strategy::Strategy;
@@ -12,11 +10,11 @@ use seckill::strategy::Strategy;
 #[tokio::test(flavor = "multi_thread")]
 async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    common::browser::installed();
-    let sale = common::TestSale::new();
-    let first = common::instance(Strategy::Redis, &sale, 10_000).await;
-    let second = common::instance(Strategy::Redis, &sale, 10_000).await;
-    common::reset_stock(&first.url, 150).await;
+    testkit::browser::installed();
+    let sale = testkit::TestSale::new();
+    let first = testkit::instance(Strategy::Redis, &sale, 10_000).await;
+    let second = testkit::instance(Strategy::Redis, &sale, 10_000).await;
+    testkit::reset_stock(&first.url, 150).await;
 
     // A crowd first, so the page opens on a sale already under way across both instances.
     let http = reqwest::Client::new();
@@ -36,7 +34,7 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
     let page = format!("{}/", first.url);
     let buy_urls = format!("{},{}", first.url, second.url);
     let seen = tokio::task::spawn_blocking(move || {
-        common::browser::run_script("dashboard.mjs", [page, buy_urls, screenshot.display().to_string()])
+        testkit::browser::run_script("dashboard.mjs", [page, buy_urls, screenshot.display().to_string()])
     })
     .await
     .unwrap();
@@ -74,7 +72,7 @@ async fn the_page_follows_the_sales_of_both_instances_in_a_real_browser() {
 
 #[tokio::test]
 async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
-    let instance = common::instance(Strategy::Redis, &common::TestSale::new(), 10_000).await;
+    let instance = testkit::instance(Strategy::Redis, &testkit::TestSale::new(), 10_000).await;
     let http = reqwest::Client::new();
     let page = http.get(format!("{}/", instance.url)).send().await.unwrap();
     assert_eq!(page.status(), 200);
@@ -101,9 +99,9 @@ async fn the_page_and_its_event_stream_are_served_by_the_binary_itself() {
 /// headers are long gone by then): past them `/events` is refused, and the sale goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_stream_limit_an_event_stream_is_refused_and_the_sale_still_answers() {
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| config.max_event_streams = 2).await;
-    common::reset_stock(&app.url, 5).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| config.max_event_streams = 2).await;
+    testkit::reset_stock(&app.url, 5).await;
     let http = reqwest::Client::new();
     let open_stream = || http.get(format!("{}/events", app.url)).send();
     let mut first = open_stream().await.unwrap();

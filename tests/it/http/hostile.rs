@@ -2,8 +2,6 @@
 //! the sale is untouched. And what guards `POST /stock/reset`: the admin token, or
 //! without one, a `Host` that names this machine.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -36,7 +34,7 @@ async fn assert_refused(request: reqwest::RequestBuilder, status: u16, code: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_hostile_requests_get_clear_errors_and_change_nothing() {
-    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
+    let app = testkit::instance(Strategy::Redis, &testkit::TestSale::new(), 1000).await;
     let http = reqwest::Client::new();
     let reset = || {
         http.post(format!("{}/stock/reset", app.url))
@@ -185,7 +183,7 @@ fn allow_open_files(files: u64) {
 async fn thousands_of_idle_connections_do_not_stop_a_buyer() {
     const IDLE: usize = 3000;
     allow_open_files(4 * IDLE as u64 + 1024);
-    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
+    let app = testkit::instance(Strategy::Redis, &testkit::TestSale::new(), 1000).await;
     let mut idle = Vec::with_capacity(IDLE);
     for _ in 0..IDLE {
         idle.push(
@@ -213,8 +211,8 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
             .body(r#"{"stock": 5}"#)
     };
     // Configured for every address, no token: resets are refused outright.
-    let sale = common::TestSale::new();
-    let open = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let open = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.bind = "0.0.0.0".parse().unwrap()
     })
     .await;
@@ -226,7 +224,7 @@ async fn beyond_loopback_a_reset_needs_the_admin_token() {
 
     // With a token: only the token resets.
     let token = "0123456789abcdef-admin";
-    let guarded = common::instance_with(Strategy::Redis, &sale, |config| {
+    let guarded = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.bind = "0.0.0.0".parse().unwrap();
         config.admin_token = Some(token.to_owned());
     })
@@ -267,7 +265,7 @@ fn reset_naming(host: &str) -> String {
 /// the service, and its JSON post needs no preflight. Only its `Host` gives it away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_loopback_without_a_token_a_reset_naming_another_host_is_refused() {
-    let app = common::instance(Strategy::Redis, &common::TestSale::new(), 1000).await;
+    let app = testkit::instance(Strategy::Redis, &testkit::TestSale::new(), 1000).await;
     let before = snapshot(&app.url).await;
     let (status, body) = raw_request(app.port, &reset_naming(&format!("evil.example:{}", app.port))).await;
     assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
@@ -295,7 +293,7 @@ async fn on_loopback_without_a_token_a_reset_naming_another_host_is_refused() {
     app.stop().await.unwrap();
 
     // A name of one's own, given by --allowed-host, is let in; other names still are not.
-    let named = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
+    let named = testkit::instance_with(Strategy::Redis, &testkit::TestSale::new(), |config| {
         config.allowed_hosts = vec!["seckill.lan".to_owned()];
     })
     .await;

@@ -1,8 +1,6 @@
 //! The HTTP surface, against a real Redis. Each test sells a sale of its own
 //! (`TestSale`, a key prefix of its own); tests that stop or freeze Redis start a private one.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -26,11 +24,11 @@ async fn post(url: String, body: Option<&str>) -> (u16, Value) {
 }
 
 async fn redis_set(key: &str, value: &str) {
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg(value)
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap();
 }
@@ -42,8 +40,8 @@ fn assert_error_shape(body: &Value, code: &str) {
 
 #[tokio::test]
 async fn reduce_sells_one_unit_per_request_until_sold_out() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 5000).await;
     let (status, _) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 2}"#)).await;
     assert_eq!(status, 200);
 
@@ -88,8 +86,8 @@ async fn every_sold_answer_names_the_unit_its_sale_record_took() {
         ("the atomic script", Strategy::Atomic, false, 1),
     ];
     for (setup, strategy, group_commit, segments) in setups {
-        let sale = common::TestSale::new();
-        let app = common::instance_with(strategy, &sale, |config| {
+        let sale = testkit::TestSale::new();
+        let app = testkit::instance_with(strategy, &sale, |config| {
             config.group_commit = group_commit;
             config.stock_segments = segments;
         })
@@ -104,8 +102,8 @@ async fn every_sold_answer_names_the_unit_its_sale_record_took() {
             let answer: seckill::api::ReduceAnswer = buyer.await.unwrap().unwrap().json().await.unwrap();
             answers.push(answer);
         }
-        let client = common::redis_client().await;
-        let mut redis = common::connection(&client).await;
+        let client = testkit::redis_client().await;
+        let mut redis = testkit::connection(&client).await;
         let sale_name: String = redis::cmd("GET")
             .arg(sale.keys().sale_name())
             .query_async(&mut redis)
@@ -154,8 +152,8 @@ async fn every_sold_answer_names_the_unit_its_sale_record_took() {
 
 #[tokio::test]
 async fn the_atomic_script_sells_and_records_like_the_locked_path() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Atomic, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Atomic, &sale, 5000).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 1}"#)).await;
     let (_, sold) = get(format!("{}/stock/reduce", app.url)).await;
     let (_, sold_out) = get(format!("{}/stock/reduce", app.url)).await;
@@ -165,12 +163,12 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
     );
     assert_eq!(sold_out["sold"], false);
 
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let records: Vec<String> = redis::cmd("LRANGE")
         .arg(sale.keys().sales())
         .arg(0)
         .arg(-1)
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap();
     assert_eq!(records.len(), 1);
@@ -184,8 +182,8 @@ async fn the_atomic_script_sells_and_records_like_the_locked_path() {
 
 #[tokio::test]
 async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 5000).await;
     let (status, body) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": -5}"#)).await;
     assert_eq!(status, 400);
     assert_error_shape(&body, "bad_request");
@@ -213,8 +211,8 @@ async fn reset_refuses_a_stock_out_of_bounds_and_a_body_that_is_not_json() {
 
 #[tokio::test]
 async fn reset_refuses_a_plain_form_post_as_another_web_page_would_send_it() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 5000).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 7}"#)).await;
     let client = reqwest::Client::new();
     for content_type in [Some("application/x-www-form-urlencoded"), Some("text/plain"), None] {
@@ -232,25 +230,25 @@ async fn reset_refuses_a_plain_form_post_as_another_web_page_would_send_it() {
 
 #[tokio::test]
 async fn a_buyer_who_cannot_get_the_lock_in_time_gets_503_and_nothing_is_sold() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 200).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 200).await;
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 10}"#)).await;
     // Another holder sits on the stock lock.
     sale.hold_the_stock_lock(10_000).await;
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
 
     let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
     assert_eq!(status, 503);
     assert_error_shape(&body, "lock_timeout");
     let (_, stock) = get(format!("{}/stock", app.url)).await;
     assert_eq!((stock["stock"].clone(), stock["lucky"].clone()), (json!(10), json!(0)));
-    common::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
+    testkit::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
 }
 
 #[tokio::test]
 async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Local, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Local, &sale, 5000).await;
     let (status, health) = get(format!("{}/healthz", app.url)).await;
     assert_eq!(status, 200);
     assert_eq!(health["strategy"], "local");
@@ -261,7 +259,7 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
     let (status, ready) = get(format!("{}/readyz", app.url)).await;
     assert_eq!((status, ready["status"].clone()), (200, json!("ready")));
 
-    let fenced = common::instance(Strategy::Redis, &sale, 5000).await;
+    let fenced = testkit::instance(Strategy::Redis, &sale, 5000).await;
     let health = get(format!("{}/healthz", fenced.url)).await.1;
     assert_eq!(health["fencing"], "on");
     assert_eq!(health["hand_over"], true, "the Redis lock hands over: {health}");
@@ -271,7 +269,7 @@ async fn health_names_the_strategy_and_its_fencing_and_readiness_checks_redis() 
 async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
     // `--hand-over` is on by default, but a Redis lock that waits for replicas cannot
     // grant the next local buyer in its release: only an acquire waits for them.
-    let app = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
+    let app = testkit::instance_with(Strategy::Redis, &testkit::TestSale::new(), |config| {
         config.redis.lock_redis_wait_replicas = 1
     })
     .await;
@@ -281,8 +279,8 @@ async fn health_says_a_lock_that_cannot_hand_over_does_not_whatever_the_flag() {
 
 #[tokio::test]
 async fn every_error_is_the_same_json_shape_even_those_axum_makes() {
-    let sale = common::TestSale::new();
-    let app = common::instance(Strategy::Redis, &sale, 5000).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance(Strategy::Redis, &sale, 5000).await;
     let client = reqwest::Client::new();
 
     let response = client.get(format!("{}/no/such/route", app.url)).send().await.unwrap();
@@ -309,8 +307,8 @@ async fn every_error_is_the_same_json_shape_even_those_axum_makes() {
 #[tokio::test]
 async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
     for strategy in [Strategy::Redis, Strategy::Atomic] {
-        let sale = common::TestSale::new();
-        let app = common::instance(strategy, &sale, 5000).await;
+        let sale = testkit::TestSale::new();
+        let app = testkit::instance(strategy, &sale, 5000).await;
         post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 5}"#)).await;
         redis_set(&sale.keys().stock(), "abc").await;
         let (status, body) = get(format!("{}/stock/reduce", app.url)).await;
@@ -325,10 +323,10 @@ async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
             !message.contains("make services"),
             "this is not a server that is down: {message}"
         );
-        let client = common::redis_client().await;
+        let client = testkit::redis_client().await;
         let lucky: i64 = redis::cmd("GET")
             .arg(sale.keys().lucky())
-            .query_async(&mut common::connection(&client).await)
+            .query_async(&mut testkit::connection(&client).await)
             .await
             .unwrap();
         assert_eq!(lucky, 0, "{strategy} sold something");
@@ -341,7 +339,7 @@ async fn a_stock_that_is_not_a_number_is_named_and_nothing_is_sold() {
 /// exactly the 22 the sale is known to write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
     config.redis_url = redis.url();
@@ -350,7 +348,7 @@ async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
     config.one_per_buyer = true;
     config.orders = true;
     config.sold_out_flag = true;
-    config.mysql_url = common::mysql_url();
+    config.mysql_url = testkit::mysql_url();
     let app = seckill::server::Instance::start(config).await.expect("instance starts");
     post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 3}"#)).await;
     for buyer in ["ann", "ann", "bob", "cy", "dee", "eve"] {
@@ -362,7 +360,7 @@ async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
 
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
-        .query_async(&mut common::connection(&redis.client()).await)
+        .query_async(&mut testkit::connection(&redis.client()).await)
         .await
         .unwrap();
     let strays: Vec<&String> = keys.iter().filter(|key| !key.starts_with("shop-7:")).collect();
@@ -401,7 +399,7 @@ async fn every_key_a_sale_under_a_prefix_writes_starts_with_the_prefix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it_is_back() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let port = redis.port;
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
@@ -430,7 +428,7 @@ async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it
     assert_error_shape(&body, "not_ready");
 
     // The same port again, empty: reset and sell once more.
-    let _redis = common::PrivateRedis::start_on(port);
+    let _redis = testkit::PrivateRedis::start_on(port);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (status, _) = post(format!("{}/stock/reset", app.url), Some(r#"{"stock": 1}"#)).await;
@@ -445,7 +443,7 @@ async fn when_redis_goes_down_buyers_get_a_clear_503_and_service_resumes_when_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lease() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
     config.redis_url = redis.url();
@@ -483,8 +481,8 @@ async fn a_buyer_who_hangs_up_mid_sale_does_not_hold_up_the_next_buyer_for_a_lea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() {
-    let redis = common::PrivateRedis::start();
-    let proxy = common::nemesis::Proxy::start(redis.port).await;
+    let redis = testkit::PrivateRedis::start();
+    let proxy = testkit::nemesis::Proxy::start(redis.port).await;
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
     config.redis_url = proxy.url();
@@ -509,7 +507,7 @@ async fn a_sale_whose_write_ran_but_whose_answer_was_lost_is_answered_as_sold() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let mut config = seckill::config::Config::defaults();
     config.lock = Strategy::Redis;
     config.redis_url = redis.url();
@@ -568,8 +566,8 @@ async fn buyers_are_told_the_truth_when_redis_freezes_mid_sale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() {
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.acquire_timeout_ms = 3_000;
         config.max_in_flight = 1;
     })
@@ -593,14 +591,14 @@ async fn requests_beyond_the_in_flight_bound_are_shed_at_once_with_a_json_503() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_grace_period() {
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.acquire_timeout_ms = 30_000;
         config.shutdown_grace_ms = 300;
     })
     .await;
     sale.hold_the_stock_lock(20_000).await;
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let stuck = tokio::spawn(reqwest::get(format!("{}/stock/reduce", app.url)));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -612,5 +610,5 @@ async fn stopping_an_instance_waits_for_requests_in_flight_only_as_long_as_the_g
         started.elapsed()
     );
     stuck.abort();
-    common::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
+    testkit::delete_key(&client, &sale.keys().lock_of(Segment::WHOLE)).await;
 }

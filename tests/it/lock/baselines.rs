@@ -1,8 +1,6 @@
 //! The teaching baselines fail exactly where they should. These tests also prove the
 //! race in `racing_increments` is real, so the lock suite's passing runs mean something.
 
-use testkit as common;
-
 use std::sync::Arc;
 
 use seckill::lock::local::LocalLock;
@@ -11,9 +9,9 @@ use seckill::lock::DistributedLock;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_lock_concurrent_read_modify_writes_lose_updates() {
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(NoLock), Arc::new(NoLock)];
-    let total = common::racing_increments(&client, locks, 4, 25).await;
+    let total = testkit::racing_increments(&client, locks, 4, 25).await;
     assert!(
         total < 200,
         "expected lost updates without a lock, but all 200 increments survived"
@@ -22,10 +20,10 @@ async fn without_a_lock_concurrent_read_modify_writes_lose_updates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_with_their_own_in_process_locks_lose_updates() {
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     // Two LocalLocks stand for the mutexes of two separate processes.
     let locks: Vec<Arc<dyn DistributedLock>> = vec![Arc::new(LocalLock::default()), Arc::new(LocalLock::default())];
-    let total = common::racing_increments(&client, locks, 4, 25).await;
+    let total = testkit::racing_increments(&client, locks, 4, 25).await;
     assert!(
         total < 200,
         "expected lost updates across two in-process locks, but all 200 increments survived"

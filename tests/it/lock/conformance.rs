@@ -16,9 +16,7 @@
 //! one `conformance_suite!` block at the bottom. The suites
 //! need the real servers `make test` starts: the test Redis, etcd and ZooKeeper.
 
-use testkit as common;
-
-use common::nemesis::{Fault, Proxy};
+use testkit::nemesis::{Fault, Proxy};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -99,7 +97,7 @@ struct Subject {
 impl Subject {
     /// `n` contenders with their hooks, and a client of the test Redis they use.
     async fn contenders_with_hooks(&self, n: usize) -> (::redis::Client, Vec<Contender>) {
-        let client = common::redis_client().await;
+        let client = testkit::redis_client().await;
         let contenders = (self.make_contenders)(client.clone(), n).await;
         (client, contenders)
     }
@@ -115,7 +113,7 @@ impl Subject {
 
 async fn concurrent_read_modify_writes_under_the_lock_lose_no_update(subject: &Subject) {
     let (client, locks) = subject.contenders(2).await;
-    let total = common::racing_increments(&client, locks, 4, 25).await;
+    let total = testkit::racing_increments(&client, locks, 4, 25).await;
     assert_eq!(
         total,
         2 * 4 * 25,
@@ -125,13 +123,13 @@ async fn concurrent_read_modify_writes_under_the_lock_lose_no_update(subject: &S
 
 async fn try_acquire_fails_fast_while_the_lock_is_held(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("held");
+    let key = testkit::unique_key("held");
     let guard = locks[0]
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("a free key is granted");
     let started = Instant::now();
-    let refused = locks[1].try_acquire(&key, &common::owner()).await;
+    let refused = locks[1].try_acquire(&key, &testkit::owner()).await;
     assert!(
         matches!(refused, Err(LockError::Busy { .. })),
         "expected Busy, got {refused:?}"
@@ -146,14 +144,14 @@ async fn try_acquire_fails_fast_while_the_lock_is_held(subject: &Subject) {
 
 async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("timeout");
+    let key = testkit::unique_key("timeout");
     let guard = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let started = Instant::now();
     let refused = locks[1]
-        .acquire(&key, &common::owner(), Duration::from_millis(300))
+        .acquire(&key, &testkit::owner(), Duration::from_millis(300))
         .await;
     let waited = started.elapsed();
     assert!(
@@ -167,15 +165,15 @@ async fn acquire_gives_up_with_a_timeout_error_while_the_lock_is_held(subject: &
 
 async fn a_waiter_gets_the_lock_soon_after_it_is_released(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("handover");
+    let key = testkit::unique_key("handover");
     let guard = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let waiter = {
         let (lock, key) = (locks[1].clone(), key.clone());
         tokio::spawn(async move {
-            let guard = lock.acquire(&key, &common::owner(), Duration::from_secs(5)).await?;
+            let guard = lock.acquire(&key, &testkit::owner(), Duration::from_secs(5)).await?;
             let granted_at = Instant::now();
             guard.release().await?;
             Ok::<_, LockError>(granted_at)
@@ -200,13 +198,13 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
         "the lock says it hands over: {}",
         locks[0].hands_over()
     );
-    let key = common::unique_key("hand-over");
+    let key = testkit::unique_key("hand-over");
     let guard = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let token = guard.fencing_token().map(|token| token.order());
-    match guard.hand_over(&common::owner()).await.unwrap() {
+    match guard.hand_over(&testkit::owner()).await.unwrap() {
         HandOver::Granted(next) => {
             assert!(next.is_held(), "a handed grant starts held");
             if subject.traits.fencing_tokens {
@@ -216,7 +214,7 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
                     "the handed grant's token {next_token:?} is not newer than {token:?}"
                 );
             }
-            let refused = locks[1].try_acquire(&key, &common::owner()).await;
+            let refused = locks[1].try_acquire(&key, &testkit::owner()).await;
             assert!(
                 matches!(refused, Err(LockError::Busy { .. })),
                 "a stranger got a key that was handed over: {refused:?}"
@@ -230,7 +228,7 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
                 "it queued the next owner"
             );
             // Nobody else is queued: the place is first at once, and the key is not free.
-            let refused = locks[1].try_acquire(&key, &common::owner()).await;
+            let refused = locks[1].try_acquire(&key, &testkit::owner()).await;
             assert!(
                 matches!(refused, Err(LockError::Busy { .. })),
                 "a stranger got a key whose next owner was queued: {refused:?}"
@@ -255,7 +253,7 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
         ),
     }
     let granted = locks[1]
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .expect("free once the last grant is given back");
     granted.release().await.unwrap();
@@ -264,11 +262,11 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_or_frees_it(subject: &Subje
 async fn different_keys_do_not_block_each_other(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let first = locks[0]
-        .try_acquire(&common::unique_key("a"), &common::owner())
+        .try_acquire(&testkit::unique_key("a"), &testkit::owner())
         .await
         .unwrap();
     let second = locks[1]
-        .try_acquire(&common::unique_key("b"), &common::owner())
+        .try_acquire(&testkit::unique_key("b"), &testkit::owner())
         .await
         .expect("another key is free");
     first.release().await.unwrap();
@@ -278,8 +276,8 @@ async fn different_keys_do_not_block_each_other(subject: &Subject) {
 async fn an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
     let (mine, theirs) = (Reentrant::new(locks[0].clone()), Reentrant::new(locks[1].clone()));
-    let (me, stranger) = (common::owner(), common::owner());
-    let key = common::unique_key("reentrant");
+    let (me, stranger) = (testkit::owner(), testkit::owner());
+    let key = testkit::unique_key("reentrant");
 
     let outer = mine.acquire(&key, &me, Duration::from_secs(1)).await.unwrap();
     let started = Instant::now();
@@ -312,11 +310,11 @@ async fn an_owner_reenters_a_key_it_holds_and_frees_it_only_at_its_last_release(
 /// and a token it gave anyway would be one the stock never checks.
 async fn fencing_tokens_grow_strictly_with_every_grant(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("fence");
+    let key = testkit::unique_key("fence");
     let mut given = Vec::new();
     for round in 0..6 {
         let guard = locks[round % 2]
-            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .acquire(&key, &testkit::owner(), Duration::from_secs(2))
             .await
             .unwrap();
         given.push(guard.fencing_token().map(FencingToken::order));
@@ -346,14 +344,14 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
     let (_, mut contenders) = subject.contenders_with_hooks(2).await;
     let locks: Vec<Arc<dyn DistributedLock>> = contenders.iter().map(|c| c.lock.clone()).collect();
     let lose_lease = contenders.remove(0).lose_lease;
-    let stock_client = common::redis_client().await;
-    let store = StockStore::new(common::master_connection(&stock_client).await)
-        .with_keys(common::TestSale::new().keys().clone());
+    let stock_client = testkit::redis_client().await;
+    let store = StockStore::new(testkit::master_connection(&stock_client).await)
+        .with_keys(testkit::TestSale::new().keys().clone());
     store.reset(10).await.unwrap();
-    let key = common::unique_key("lost");
+    let key = testkit::unique_key("lost");
 
     let old = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let old_token = old.fencing_token().cloned();
@@ -368,7 +366,7 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
 
     lose_lease(key.clone()).await;
     let new = locks[1]
-        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(10))
         .await
         .expect("taken over");
     let new_token = new.fencing_token().cloned();
@@ -419,15 +417,15 @@ async fn a_lost_lease_is_seen_by_the_holder_and_its_write_is_refused(subject: &S
 /// the holder's lease never ends by itself, and the key stays held until it is released.
 async fn a_grant_without_a_lease_lasts_until_it_is_released(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("no-lease");
+    let key = testkit::unique_key("no-lease");
     let guard = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let lost = tokio::time::timeout(Duration::from_millis(300), guard.lease().lost()).await;
     assert!(lost.is_err(), "a grant without a lease was lost");
     assert!(guard.is_held());
-    let refused = locks[1].try_acquire(&key, &common::owner()).await;
+    let refused = locks[1].try_acquire(&key, &testkit::owner()).await;
     assert!(
         matches!(refused, Err(LockError::Busy { .. })),
         "the key was not held: {refused:?}"
@@ -442,10 +440,10 @@ async fn a_grant_without_a_lease_lasts_until_it_is_released(subject: &Subject) {
 /// once. The process dying takes the lock and its waiters with it.
 async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(subject: &Subject) {
     let (_, mut contenders) = subject.contenders_with_hooks(2).await;
-    let key = common::unique_key("vanish");
+    let key = testkit::unique_key("vanish");
     let Contender { lock, vanish, .. } = contenders.remove(0);
     let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     vanish(guard).await;
@@ -453,7 +451,7 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
     let vanished_at = Instant::now();
     let survivor = &contenders[0].lock;
     let Some(bound) = subject.traits.vanished_holder_frees_within else {
-        let granted = survivor.try_acquire(&key, &common::owner()).await;
+        let granted = survivor.try_acquire(&key, &testkit::owner()).await;
         assert!(
             granted.is_ok(),
             "the key stayed held after its grant was dropped: {granted:?}"
@@ -461,7 +459,7 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
         return granted.unwrap().release().await.unwrap();
     };
     let granted = survivor
-        .acquire(&key, &common::owner(), bound * 3)
+        .acquire(&key, &testkit::owner(), bound * 3)
         .await
         .expect("the key is freed");
     let waited = vanished_at.elapsed();
@@ -471,14 +469,14 @@ async fn a_holder_that_vanishes_without_release_frees_the_key_within_its_lease(s
 
 async fn shutdown_frees_what_was_held_and_refuses_new_acquires(subject: &Subject) {
     let (_, locks) = subject.contenders(2).await;
-    let key = common::unique_key("shutdown");
+    let key = testkit::unique_key("shutdown");
     let held = locks[0]
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     locks[0].shutdown().await.expect("shutdown succeeds");
     let refused = locks[0]
-        .try_acquire(&common::unique_key("after"), &common::owner())
+        .try_acquire(&testkit::unique_key("after"), &testkit::owner())
         .await;
     assert!(
         matches!(refused, Err(LockError::ShutDown { .. })),
@@ -488,7 +486,7 @@ async fn shutdown_frees_what_was_held_and_refuses_new_acquires(subject: &Subject
         // Another process gets the key at once, not after a lease runs out.
         let started = Instant::now();
         let granted = locks[1]
-            .acquire(&key, &common::owner(), Duration::from_secs(5))
+            .acquire(&key, &testkit::owner(), Duration::from_secs(5))
             .await
             .unwrap();
         assert!(
@@ -551,7 +549,7 @@ conformance_suite!(
         let mut contenders = Vec::new();
         for _ in 0..n {
             // One connection per contender, as from separate processes.
-            let lock = RedisLock::connect(&client, common::redis_options(900, true))
+            let lock = RedisLock::connect(&client, testkit::redis_options(900, true))
                 .await
                 .unwrap();
             let redis = client.clone();
@@ -560,7 +558,7 @@ conformance_suite!(
                 // As if the lease ran out: the key is gone, and the renewal will find it so.
                 lose_lease: Box::new(move |key: String| {
                     Box::pin(async move {
-                        common::delete_key(&redis, &key).await;
+                        testkit::delete_key(&redis, &key).await;
                     })
                 }),
                 // A crashed holder stops renewing; dropping the guard stops its renewal.
@@ -584,7 +582,7 @@ conformance_suite!(
     |_client: ::redis::Client, n: usize| async move {
         let mut contenders = Vec::new();
         for _ in 0..n {
-            let lock = EtcdLock::connect(common::etcd_options(2000))
+            let lock = EtcdLock::connect(testkit::etcd_options(2000))
                 .await
                 .expect("etcd runs (`make services`)");
             let lease = lock.lease_id().await;
@@ -592,7 +590,7 @@ conformance_suite!(
                 lock: Arc::new(lock),
                 // As if the lease expired: revoke it from another client.
                 lose_lease: Box::new(move |_key: String| {
-                    Box::pin(async move { common::revoke_etcd_lease(lease).await })
+                    Box::pin(async move { testkit::revoke_etcd_lease(lease).await })
                 }),
                 // A crashed process stops its keep-alive: leak the guard, drop the handle.
                 vanish: Box::new(|guard: LockGuard| Box::pin(async move { std::mem::forget(guard) })),
@@ -620,8 +618,8 @@ conformance_suite!(
             // Each contender talks to ZooKeeper through a nemesis of its own, which lives
             // as long as the test: the checks keep the lock and drop the hooks, and the
             // proxy's drop would close the session's connection.
-            let proxy: &'static Proxy = Box::leak(Box::new(Proxy::start(common::zookeeper_port()).await));
-            let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+            let proxy: &'static Proxy = Box::leak(Box::new(Proxy::start(testkit::zookeeper_port()).await));
+            let lock = ZooKeeperLock::connect(testkit::zookeeper_options_via(proxy.address(), 4000))
                 .await
                 .expect("ZooKeeper runs");
             let session = lock.client().await.expect("the session is open");
@@ -629,7 +627,7 @@ conformance_suite!(
                 lock: Arc::new(lock),
                 // As if the server expired the session.
                 lose_lease: Box::new(move |_key: String| {
-                    Box::pin(async move { common::expire_zookeeper_session(&session).await })
+                    Box::pin(async move { testkit::expire_zookeeper_session(&session).await })
                 }),
                 // A crashed process: nothing more reaches the server, and no connection
                 // closes. The server alone decides, by the session timeout.
@@ -664,7 +662,7 @@ async fn mysql_contenders(
 ) -> Vec<Contender> {
     let mut contenders = Vec::new();
     for _ in 0..n {
-        let pool = common::mysql_pool().await;
+        let pool = testkit::mysql_pool().await;
         let lock = new_lock(pool.clone());
         contenders.push(Contender {
             lock,
@@ -731,7 +729,7 @@ conformance_suite!(
         vanished_holder_frees_within: Some(Duration::from_millis(1000)),
     },
     |_client: ::redis::Client, n: usize| async move {
-        let urls = common::redlock_urls();
+        let urls = testkit::redlock_urls();
         let options = RedlockOptions {
             ttl: Duration::from_millis(1000),
             renew: true,
@@ -750,7 +748,7 @@ conformance_suite!(
                 lose_lease: Box::new(move |key: String| {
                     Box::pin(async move {
                         for url in masters {
-                            common::delete_key(&::redis::Client::open(url).unwrap(), &key).await;
+                            testkit::delete_key(&::redis::Client::open(url).unwrap(), &key).await;
                         }
                     })
                 }),
@@ -765,8 +763,8 @@ conformance_suite!(
 /// `n` degrading locks sharing a mode of their own, which starts as `mode` and, with
 /// a recovery time of an hour, stays there.
 async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> Vec<Contender> {
-    let mode_name = common::unique_key("mode");
-    let setup = common::mysql_pool().await;
+    let mode_name = testkit::unique_key("mode");
+    let setup = testkit::mysql_pool().await;
     sqlx::query("INSERT INTO seckill_lock_modes (name, mode, epoch, grants_from) VALUES (?, ?, 1, NOW(3))")
         .bind(&mode_name)
         .bind(mode)
@@ -784,8 +782,8 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
     };
     let mut contenders = Vec::new();
     for _ in 0..n {
-        let pool = common::mysql_pool().await;
-        let redis_lock = RedisLock::connect(&client, common::redis_options(1000, true))
+        let pool = testkit::mysql_pool().await;
+        let redis_lock = RedisLock::connect(&client, testkit::redis_options(1000, true))
             .await
             .unwrap();
         let mysql_lock = MySqlVersionLock::new(
@@ -796,7 +794,7 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
                 permits: Some(3),
             },
         );
-        let shared = SharedMode::open(pool.clone(), &mode_name, &common::unique_key("instance"), ttl)
+        let shared = SharedMode::open(pool.clone(), &mode_name, &testkit::unique_key("instance"), ttl)
             .await
             .unwrap();
         let lock = DegradingLock::start(redis_lock, client.clone(), mysql_lock, shared, options)
@@ -811,7 +809,7 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
                     if in_mysql {
                         expire_row(&pool, EXPIRE_VERSION_ROW, key).await;
                     } else {
-                        common::delete_key(&redis, &key).await;
+                        testkit::delete_key(&redis, &key).await;
                     }
                 })
             }),

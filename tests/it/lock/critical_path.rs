@@ -5,11 +5,9 @@
 //! not half of one: the request's way and the commit, then the event's way, as long as
 //! the answer's. Needs `make services`.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::backends::{etcd_endpoints, zookeeper_connect};
+use testkit::backends::{etcd_endpoints, zookeeper_connect};
 
 /// Deletes timed per server; the medians are compared. Enough that a few deletes slowed
 /// by the other core do not move a median of sub-millisecond times.
@@ -45,14 +43,14 @@ fn assert_the_event_came_with_the_answer(server: &str, timings: Vec<Timing>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_etcd_watch_event_arrives_a_whole_write_round_trip_after_the_delete_is_sent() {
-    let _turn = common::take_turn().await; // a ratio of sub-millisecond medians: measured alone
+    let _turn = testkit::take_turn().await; // a ratio of sub-millisecond medians: measured alone
     let connect = || async {
         etcd_client::Client::connect(etcd_endpoints(), None)
             .await
             .expect("etcd runs (`make services`)")
     };
     let (mut holder, mut waiter) = (connect().await, connect().await);
-    let key = common::unique_key("seckill/tests/watch-events");
+    let key = testkit::unique_key("seckill/tests/watch-events");
     let mut timings = Vec::new();
     for _ in 0..DELETES {
         holder.put(key.as_str(), "held", None).await.unwrap();
@@ -84,7 +82,7 @@ async fn an_etcd_watch_event_arrives_a_whole_write_round_trip_after_the_delete_i
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zookeeper_watch_event_arrives_a_whole_write_round_trip_after_the_delete_is_sent() {
-    let _turn = common::take_turn().await; // a ratio of sub-millisecond medians: measured alone
+    let _turn = testkit::take_turn().await; // a ratio of sub-millisecond medians: measured alone
     use zookeeper_client::{Acls, CreateMode};
     let connect = || async {
         zookeeper_client::Client::connect(&zookeeper_connect())
@@ -92,7 +90,7 @@ async fn a_zookeeper_watch_event_arrives_a_whole_write_round_trip_after_the_dele
             .expect("ZooKeeper runs (`make services`)")
     };
     let (holder, waiter) = (connect().await, connect().await);
-    let node = format!("/{}", common::unique_key("seckill-tests-watch-events"));
+    let node = format!("/{}", testkit::unique_key("seckill-tests-watch-events"));
     let mut timings = Vec::new();
     for _ in 0..DELETES {
         holder

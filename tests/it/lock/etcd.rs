@@ -7,21 +7,19 @@
 //! if nobody claims it. Against the etcd that `make test` starts; a proxy in front of it
 //! loses or holds answers.
 
-use testkit as common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::nemesis::{Fault, Proxy};
 use seckill::lock::etcd::{EtcdLock, EtcdLockOptions};
 use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
+use testkit::nemesis::{Fault, Proxy};
 
 use super::queue::*;
 
 async fn etcd() -> Arc<EtcdLock> {
     Arc::new(
-        EtcdLock::connect(common::etcd_options(2000))
+        EtcdLock::connect(testkit::etcd_options(2000))
             .await
             .expect("etcd runs (`make services`)"),
     )
@@ -59,16 +57,16 @@ async fn an_etcd_waiter_waits_on_its_instances_kept_watch_and_asks_etcd_nothing(
     // A watch and two looks per wait were most of etcd's work per sale under load.
     // An instance opens one watch per lock, at its first wait, and keeps it.
     let (holder, waiter) = (etcd().await, etcd().await);
-    let key = common::unique_key("kept-watch");
+    let key = testkit::unique_key("kept-watch");
     for wait in 1..=3 {
         let held = holder
-            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .acquire(&key, &testkit::owner(), Duration::from_secs(2))
             .await
             .unwrap();
         let (next, key) = (waiter.clone(), key.clone());
         let waiting = tokio::spawn(async move {
             let guard = next
-                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(5))
                 .await
                 .unwrap();
             guard.release().await.unwrap();
@@ -104,16 +102,16 @@ async fn an_etcd_place_whose_wait_is_cut_short_leaves_the_queue() {
     // A sale that stops (the instance shuts down) drops its wait for a queued place
     // midway; the place's key must go with it, not wait for the session to end.
     let (one, two, three) = (etcd().await, etcd().await, etcd().await);
-    let key = common::unique_key("place-cut-short");
+    let key = testkit::unique_key("place-cut-short");
     let held = one
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let other = {
         let (two, key) = (two.clone(), key.clone());
         tokio::spawn(async move {
             let guard = two
-                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(5))
                 .await
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -121,7 +119,7 @@ async fn an_etcd_place_whose_wait_is_cut_short_leaves_the_queue() {
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await; // the other instance queues
-    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+    let HandOver::Queued(place) = held.hand_over(&testkit::owner()).await.unwrap() else {
         panic!("the release did not queue the next owner");
     };
     let far = Instant::now() + Duration::from_secs(10);
@@ -131,7 +129,7 @@ async fn an_etcd_place_whose_wait_is_cut_short_leaves_the_queue() {
         "the place was granted while the other instance held the lock"
     );
     other.await.unwrap();
-    let granted = three.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
+    let granted = three.acquire(&key, &testkit::owner(), Duration::from_secs(1)).await;
     assert!(granted.is_ok(), "the place cut short still held the queue: {granted:?}");
     granted.unwrap().release().await.unwrap();
 }
@@ -140,23 +138,23 @@ async fn an_etcd_place_whose_wait_is_cut_short_leaves_the_queue() {
 async fn an_etcd_waiter_whose_kept_watch_broke_is_still_granted_by_the_release() {
     // The kept watch's stream breaks when its etcd dies; deletes made while it is gone
     // never reach it. A waiter on it must look at the queue instead of waiting forever.
-    let mut etcd = common::PrivateServer::etcd();
+    let mut etcd = testkit::PrivateServer::etcd();
     let endpoint = format!("http://127.0.0.1:{}", etcd.port);
-    let connect = || EtcdLock::connect(common::etcd_options_via(vec![endpoint.clone()], 10_000));
+    let connect = || EtcdLock::connect(testkit::etcd_options_via(vec![endpoint.clone()], 10_000));
     let (holder, waiter) = (Arc::new(connect().await.unwrap()), Arc::new(connect().await.unwrap()));
-    let key = common::unique_key("kept-watch-broke");
+    let key = testkit::unique_key("kept-watch-broke");
     let wait_behind = |held: LockGuard| {
         let (waiter, key) = (waiter.clone(), key.clone());
         let waiting = tokio::spawn(async move {
             waiter
-                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(20))
                 .await
                 .map(|_guard| ())
         });
         (held, waiting)
     };
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let (held, waiting) = wait_behind(held); // opens the kept watch
@@ -166,7 +164,7 @@ async fn an_etcd_waiter_whose_kept_watch_broke_is_still_granted_by_the_release()
     let asked_on_the_kept_watch = waiter.requests_while_waiting();
 
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let (held, waiting) = wait_behind(held);
@@ -191,18 +189,18 @@ async fn an_etcd_waiter_is_granted_by_a_release_made_while_its_member_was_down()
     // releases while the waiter's member is dead, so the delete is committed in the gap:
     // the kept watch broke before it, and any watch opened again starts after it. Only
     // a look at the queue can find that the waiter is first.
-    let mut members = common::PrivateServer::etcd_cluster(3);
-    let endpoint = |member: &common::PrivateServer| format!("http://127.0.0.1:{}", member.port);
+    let mut members = testkit::PrivateServer::etcd_cluster(3);
+    let endpoint = |member: &testkit::PrivateServer| format!("http://127.0.0.1:{}", member.port);
     // A follower: its death calls no election, so the holder's release commits at once.
     // (Leadership could still move to it before the kill; see the release below.)
-    let waiters_member = (common::etcd_leader(&members).await + 1) % members.len();
-    let connect_via = |endpoints: Vec<String>| EtcdLock::connect(common::etcd_options_via(endpoints, 10_000));
+    let waiters_member = (testkit::etcd_leader(&members).await + 1) % members.len();
+    let connect_via = |endpoints: Vec<String>| EtcdLock::connect(testkit::etcd_options_via(endpoints, 10_000));
     let others = members.iter().enumerate().filter(|(index, _)| *index != waiters_member);
     let holder = connect_via(others.map(|(_, member)| endpoint(member)).collect())
         .await
         .unwrap();
     let waiter = Arc::new(connect_via(vec![endpoint(&members[waiters_member])]).await.unwrap());
-    let key = common::unique_key("released-in-the-gap");
+    let key = testkit::unique_key("released-in-the-gap");
     let (held, waiting) = queue_behind_a_holder(&holder, &waiter, &key, Duration::from_secs(20)).await;
 
     members[waiters_member].stop(); // SIGKILL: the waiter's kept watch breaks
@@ -236,12 +234,12 @@ async fn an_etcd_waiter_giving_up_does_not_grant_the_one_behind_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believing_it_holds_its_dead_key() {
-    let key = common::unique_key("revoked-waiter");
+    let key = testkit::unique_key("revoked-waiter");
     let (holder, waiter) = (etcd().await, etcd().await);
     let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(10)).await;
     let revoked = waiter.lease_id().await;
-    common::revoke_etcd_lease(revoked).await;
-    let revoked_at = common::etcd_revision().await;
+    testkit::revoke_etcd_lease(revoked).await;
+    let revoked_at = testkit::etcd_revision().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     held.release().await.unwrap(); // the queue moves on: the waiter must not take this as a grant
 
@@ -263,9 +261,9 @@ async fn an_etcd_waiter_whose_session_is_revoked_queues_again_instead_of_believi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blocking_the_queue() {
-    let proxy = Proxy::start(common::etcd_port()).await;
+    let proxy = Proxy::start(testkit::etcd_port()).await;
     // A long lease, so this instance's session outlives the test: only a delete frees its key.
-    let unlucky = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
+    let unlucky = EtcdLock::connect(testkit::etcd_options_via(vec![proxy.http_url()], 10_000))
         .await
         .expect("etcd runs (`make services`)");
     let lost = LostAnswer {
@@ -274,24 +272,24 @@ async fn an_etcd_key_whose_enqueue_answer_was_lost_is_deleted_instead_of_blockin
         next_granted_within: Duration::from_secs(2),
     };
     let (holder, next) = (etcd().await, etcd().await);
-    let key = common::unique_key("lost-enqueue");
+    let key = testkit::unique_key("lost-enqueue");
     assert_a_place_whose_answer_was_lost_does_not_block_the_queue(&unlucky, &proxy, holder.as_ref(), next, &key, lost)
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_renewal_that_timed_out_does_not_count_its_late_answer_as_a_later_renewal() {
-    let key = common::unique_key("stale-renewal");
-    let proxy = Proxy::start(common::etcd_port()).await;
+    let key = testkit::unique_key("stale-renewal");
+    let proxy = Proxy::start(testkit::etcd_port()).await;
     let ttl = Duration::from_secs(9);
     let connecting = Instant::now();
-    let lock = EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 9000))
+    let lock = EtcdLock::connect(testkit::etcd_options_via(vec![proxy.http_url()], 9000))
         .await
         .expect("etcd runs (`make services`)");
     // The lease is renewed every 3 s from here (at 3, 6, 9 s...), each renewal given up after 1.5 s.
     let at = |seconds: f64| tokio::time::sleep_until((connecting + Duration::from_secs_f64(seconds)).into());
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
 
@@ -317,7 +315,7 @@ async fn an_etcd_renewal_that_timed_out_does_not_count_its_late_answer_as_a_late
 
 /// A plain etcd client, to change the queue from outside as another party would.
 async fn etcd_client() -> etcd_client::Client {
-    etcd_client::Client::connect(common::etcd_endpoints(), None)
+    etcd_client::Client::connect(testkit::etcd_endpoints(), None)
         .await
         .expect("etcd runs (`make services`)")
 }
@@ -333,9 +331,9 @@ async fn an_etcd_release_deletes_only_the_key_it_created_not_a_newer_one_of_the_
     // can land after the next acquire created that name anew. Here the test creates it
     // anew, from outside, before the release: the release's delete must leave it.
     let lock = etcd().await;
-    let key = common::unique_key("reused-name");
+    let key = testkit::unique_key("reused-name");
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let (name, lease) = (etcd_own_key(&lock, &key).await, lock.lease_id().await);
@@ -361,11 +359,11 @@ async fn an_etcd_waiter_whose_key_someone_else_deleted_keeps_its_instances_other
     // for a lost session, and revoked that healthy lease, would free every other lock.
     let (instance, other) = (etcd().await, etcd().await);
     let (first, second) = (
-        common::unique_key("own-key-deleted-0"),
-        common::unique_key("own-key-deleted-1"),
+        testkit::unique_key("own-key-deleted-0"),
+        testkit::unique_key("own-key-deleted-1"),
     );
     let held = instance
-        .acquire(&first, &common::owner(), Duration::from_secs(2))
+        .acquire(&first, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let lease = instance.lease_id().await;
@@ -402,17 +400,17 @@ async fn an_etcd_waiter_whose_key_someone_else_deleted_keeps_its_instances_other
 async fn an_etcd_acquire_answers_by_its_deadline_when_etcd_goes_silent_midway() {
     // The waiter's session ends (revoked), so its key goes; from then on etcd answers
     // none of its requests. Every step left must stop at the acquire's deadline.
-    let key = common::unique_key("silent-midway");
-    let proxy = Proxy::start(common::etcd_port()).await;
+    let key = testkit::unique_key("silent-midway");
+    let proxy = Proxy::start(testkit::etcd_port()).await;
     // A long lease: no renewal falls in the test, so only the watch tells of the revoke.
     let waiter = Arc::new(
-        EtcdLock::connect(common::etcd_options_via(vec![proxy.http_url()], 10_000))
+        EtcdLock::connect(testkit::etcd_options_via(vec![proxy.http_url()], 10_000))
             .await
             .expect("etcd runs (`make services`)"),
     );
     let holder = etcd().await;
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let started = Instant::now();
@@ -421,7 +419,7 @@ async fn an_etcd_acquire_answers_by_its_deadline_when_etcd_goes_silent_midway() 
     let own_key = etcd_own_key(&waiter, &key).await;
     // Its next request that names its key gets no answer for 4 s, nor does any after it.
     proxy.hold_the_answer_to(own_key.as_bytes(), Duration::from_secs(4));
-    common::revoke_etcd_lease(waiter.lease_id().await).await;
+    testkit::revoke_etcd_lease(waiter.lease_id().await).await;
 
     let answer = waiting.await.unwrap();
     let answered_after = started.elapsed();
@@ -438,7 +436,7 @@ async fn an_etcd_acquire_answers_by_its_deadline_when_etcd_goes_silent_midway() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_three_dies() {
-    let mut members = common::PrivateServer::etcd_cluster(3);
+    let mut members = testkit::PrivateServer::etcd_cluster(3);
     let endpoints: Vec<String> = members
         .iter()
         .map(|member| format!("http://127.0.0.1:{}", member.port))
@@ -453,7 +451,7 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
         EtcdLock::connect(options()).await.unwrap(),
     );
     let instances: [Arc<dyn DistributedLock>; 2] = [Arc::new(one), Arc::new(two)];
-    let key = common::unique_key("leader-dies");
+    let key = testkit::unique_key("leader-dies");
     let (inside, overlaps, stop) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicUsize::new(0)),
@@ -471,7 +469,7 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
             let (grants, errors, lost_at_release) = (grants.clone(), errors.clone(), lost_at_release.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::SeqCst) {
-                    match lock.acquire(&key, &common::owner(), Duration::from_secs(20)).await {
+                    match lock.acquire(&key, &testkit::owner(), Duration::from_secs(20)).await {
                         Ok(guard) => {
                             if inside.swap(true, Ordering::SeqCst) {
                                 overlaps.fetch_add(1, Ordering::SeqCst);
@@ -493,7 +491,7 @@ async fn an_etcd_lock_goes_on_granting_one_holder_at_a_time_when_the_leader_of_t
         .collect();
 
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let leader = common::etcd_leader(&members).await;
+    let leader = testkit::etcd_leader(&members).await;
     let killed_at = Instant::now();
     members[leader].stop(); // SIGKILL
     tokio::time::sleep(Duration::from_secs(6)).await;

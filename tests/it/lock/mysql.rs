@@ -3,8 +3,6 @@
 //! can run at once, a hand-over in one UPDATE whose token outranks the grant it came
 //! from. Against the MariaDB that `make test` starts.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +36,7 @@ async fn expire(pool: &MySqlPool, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_takers_racing_for_one_expired_row_never_both_win() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let (first, second) = (
         Arc::new(MySqlLock::new(pool.clone(), options(5000, true))),
         Arc::new(MySqlLock::new(pool.clone(), options(5000, true))),
@@ -46,15 +44,15 @@ async fn two_takers_racing_for_one_expired_row_never_both_win() {
     let crashed = MySqlLock::new(pool.clone(), options(5000, false));
     let mut rounds_with_a_winner = 0;
     for round in 0..30 {
-        let name = common::unique_key(&format!("takeover-{round}"));
+        let name = testkit::unique_key(&format!("takeover-{round}"));
         drop(
             crashed
-                .acquire(&name, &common::owner(), Duration::from_secs(1))
+                .acquire(&name, &testkit::owner(), Duration::from_secs(1))
                 .await
                 .unwrap(),
         ); // gone, row left
         expire(&pool, &name).await;
-        let (owner_a, owner_b) = (common::owner(), common::owner());
+        let (owner_a, owner_b) = (testkit::owner(), testkit::owner());
         let (a, b) = tokio::join!(first.try_acquire(&name, &owner_a), second.try_acquire(&name, &owner_b));
         let winners = [&a, &b].iter().filter(|taken| taken.is_ok()).count();
         // Never two. Zero happens when InnoDB picks the would-be winner as a deadlock
@@ -76,11 +74,11 @@ async fn two_takers_racing_for_one_expired_row_never_both_win() {
 
 #[tokio::test]
 async fn the_sweeper_deletes_the_row_of_a_holder_that_vanished() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(300, false));
-    let name = common::unique_key("sweep");
+    let name = testkit::unique_key("sweep");
     drop(
-        lock.acquire(&name, &common::owner(), Duration::from_secs(1))
+        lock.acquire(&name, &testkit::owner(), Duration::from_secs(1))
             .await
             .unwrap(),
     ); // no release
@@ -92,9 +90,9 @@ async fn the_sweeper_deletes_the_row_of_a_holder_that_vanished() {
 
 #[tokio::test]
 async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, true));
-    let (me, name) = (common::owner(), common::unique_key("nested"));
+    let (me, name) = (testkit::owner(), testkit::unique_key("nested"));
     let outer = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
     let middle = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
     let inner = lock.acquire(&name, &me, Duration::from_secs(1)).await.unwrap();
@@ -104,7 +102,7 @@ async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
     assert_eq!(hold_count(&pool, &name).await, Some(2));
     middle.release().await.unwrap();
     assert!(matches!(
-        lock.try_acquire(&name, &common::owner()).await,
+        lock.try_acquire(&name, &testkit::owner()).await,
         Err(LockError::Busy { .. })
     ));
     outer.release().await.unwrap();
@@ -116,7 +114,7 @@ async fn the_hold_count_in_the_row_follows_nested_acquires_and_releases() {
 /// migration in migrations/ is applied exactly once, successfully.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_starting_at_the_same_time_apply_the_migrations_without_tripping() {
-    let mariadb = common::PrivateServer::mariadb();
+    let mariadb = testkit::PrivateServer::mariadb();
     let url = mariadb.mysql_url();
     let starts: Vec<_> = (0..4)
         .map(|_| seckill::store::mysql::connect_checked(&url, 2))
@@ -149,9 +147,9 @@ async fn instances_starting_at_the_same_time_apply_the_migrations_without_trippi
 /// epoch 2: it outranks the counters' tokens (epoch 0) and the bare ids' (epoch 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_insert_that_takes_the_lock_also_takes_its_token() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, false));
-    let name = common::unique_key("numbered");
+    let name = testkit::unique_key("numbered");
     let row_id = || async {
         sqlx::query_scalar::<_, u64>("SELECT grant_id FROM seckill_locks WHERE name = ?")
             .bind(&name)
@@ -161,7 +159,7 @@ async fn the_insert_that_takes_the_lock_also_takes_its_token() {
     };
     let grant = || async {
         let guard = lock
-            .acquire(&name, &common::owner(), Duration::from_secs(1))
+            .acquire(&name, &testkit::owner(), Duration::from_secs(1))
             .await
             .unwrap();
         let token = guard.fencing_token().unwrap().clone();
@@ -216,13 +214,13 @@ async fn statements_run(pool: &MySqlPool, kind: &str) -> u64 {
 async fn a_release_that_ends_the_last_hold_is_one_delete() {
     let one_connection = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(1)
-        .connect(&common::mysql_url())
+        .connect(&testkit::mysql_url())
         .await
         .unwrap();
     let lock = MySqlLock::new(one_connection.clone(), options(5000, false));
-    let name = common::unique_key("one-delete");
+    let name = testkit::unique_key("one-delete");
     let held = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let (updates, deletes) = (
@@ -255,16 +253,16 @@ async fn holder(pool: &MySqlPool, name: &str) -> (String, u64, u64) {
 /// hand-over more, and the token is the row's id times 1000 plus its hand-overs.
 #[tokio::test]
 async fn a_hand_over_gives_the_row_to_the_next_owner_with_the_next_token() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, true));
-    let name = common::unique_key("hand-over");
+    let name = testkit::unique_key("hand-over");
     let held = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let token = held.fencing_token().unwrap().clone();
     let (_, grant_id, _) = holder(&pool, &name).await;
-    let next = common::owner();
+    let next = testkit::owner();
 
     let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
         panic!("the lock table hands its row over");
@@ -274,13 +272,13 @@ async fn a_hand_over_gives_the_row_to_the_next_owner_with_the_next_token() {
     assert!(handed_token.order() > token.order(), "{handed_token} after {token}");
     assert_eq!(holder(&pool, &name).await, (next.as_str().to_owned(), grant_id, 1));
     let stranger = MySqlLock::new(pool.clone(), options(5000, true));
-    let refused = stranger.try_acquire(&name, &common::owner()).await;
+    let refused = stranger.try_acquire(&name, &testkit::owner()).await;
     assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
 
     handed.release().await.unwrap();
     assert_eq!(hold_count(&pool, &name).await, None, "the row is gone with the release");
     let after = stranger
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     assert!(
@@ -292,22 +290,22 @@ async fn a_hand_over_gives_the_row_to_the_next_owner_with_the_next_token() {
 
 #[tokio::test]
 async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, true));
-    let name = common::unique_key("hand-over-lost");
+    let name = testkit::unique_key("hand-over-lost");
     let held = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     expire(&pool, &name).await;
     let taker = MySqlLock::new(pool.clone(), options(5000, true));
     let taken = taker
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let before = holder(&pool, &name).await;
 
-    let handed = held.hand_over(&common::owner()).await;
+    let handed = held.hand_over(&testkit::owner()).await;
     assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
     assert_eq!(holder(&pool, &name).await, before, "the taker's row is untouched");
     taken.release().await.unwrap();
@@ -317,15 +315,15 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
 /// row instead, and the grant after it is a new row, whose token outranks them all.
 #[tokio::test]
 async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, false));
-    let name = common::unique_key("hand-over-limit");
+    let name = testkit::unique_key("hand-over-limit");
     let mut guard = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     for _ in 0..999 {
-        guard = match guard.hand_over(&common::owner()).await.unwrap() {
+        guard = match guard.hand_over(&testkit::owner()).await.unwrap() {
             HandOver::Granted(next) => next,
             other => panic!("{other:?} before the 999th hand-over"),
         };
@@ -333,12 +331,12 @@ async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
     let last = guard.fencing_token().unwrap().clone();
     assert_eq!(last.counter % 1000, 999);
     assert!(matches!(
-        guard.hand_over(&common::owner()).await,
+        guard.hand_over(&testkit::owner()).await,
         Ok(HandOver::Released)
     ));
     assert_eq!(hold_count(&pool, &name).await, None, "released");
     let new_row = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     assert!(new_row.fencing_token().unwrap().order() > last.order());
@@ -350,15 +348,15 @@ async fn a_row_handed_over_999_times_is_released_at_the_next_hand_over() {
 /// still holds the row until it goes too.
 #[tokio::test]
 async fn a_hand_over_by_an_owner_that_reentered_counts_one_hold_down() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlLock::new(pool.clone(), options(5000, true));
-    let name = common::unique_key("hand-over-reentered");
-    let owner = common::owner();
+    let name = testkit::unique_key("hand-over-reentered");
+    let owner = testkit::owner();
     let first = lock.acquire(&name, &owner, Duration::from_secs(1)).await.unwrap();
     let second = lock.acquire(&name, &owner, Duration::from_secs(1)).await.unwrap();
     assert_eq!(hold_count(&pool, &name).await, Some(2));
 
-    let handed = first.hand_over(&common::owner()).await;
+    let handed = first.hand_over(&testkit::owner()).await;
     assert!(matches!(handed, Ok(HandOver::Released)), "{handed:?}");
     assert_eq!(hold_count(&pool, &name).await, Some(1), "one hold left");
     assert_eq!(holder(&pool, &name).await.0, owner.as_str());
@@ -368,28 +366,28 @@ async fn a_hand_over_by_an_owner_that_reentered_counts_one_hold_down() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_table_whose_server_went_silent_fails_in_time() {
-    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
-    let lock = MySqlLock::new(common::mysql_pool_through(proxy.port).await, options(2000, true));
-    common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, Duration::from_secs(2), &proxy).await;
+    let proxy = testkit::nemesis::Proxy::start(testkit::mysql_port()).await;
+    let lock = MySqlLock::new(testkit::mysql_pool_through(proxy.port).await, options(2000, true));
+    testkit::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, Duration::from_secs(2), &proxy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_against_a_slow_mysql_answers_by_its_deadline_and_its_late_row_is_deleted() {
-    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
-    let pool = common::mysql_pool().await;
+    let proxy = testkit::nemesis::Proxy::start(testkit::mysql_port()).await;
+    let pool = testkit::mysql_pool().await;
     let options = MySqlLockOptions {
         permits: Some(1),
         ..options(30_000, true)
     };
-    let lock = MySqlLock::new(common::mysql_pool_through(proxy.port).await, options);
-    let name = common::unique_key("slow-mysql");
-    let asked = common::mysql_acquires_answer_by_their_deadline(&lock, &name, &proxy).await;
+    let lock = MySqlLock::new(testkit::mysql_pool_through(proxy.port).await, options);
+    let name = testkit::unique_key("slow-mysql");
+    let asked = testkit::mysql_acquires_answer_by_their_deadline(&lock, &name, &proxy).await;
     assert_eq!(hold_count(&pool, &name).await, Some(1), "the insert ran on the server");
 
     // The answer arrives: nobody waits for that grant any more, so its row goes.
     while hold_count(&pool, &name).await.is_some() {
         assert!(
-            asked.elapsed() < common::SLOW_MYSQL_LATE_BY + Duration::from_secs(2),
+            asked.elapsed() < testkit::SLOW_MYSQL_LATE_BY + Duration::from_secs(2),
             "a grant answered after its buyer gave up must be deleted, not kept for a TTL"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -17,18 +17,16 @@
 //! runs here, or `kernel.yama.ptrace_scope` 0).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use testkit as common;
-
 use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::private_server::PrivateServer;
 use seckill::lock::mysql::{MySqlLock, MySqlLockOptions};
 use seckill::lock::{DistributedLock, LockError, LockGuard};
 use seckill::strategy::Strategy;
+use testkit::private_server::PrivateServer;
 
 /// MariaDB's default, under which the ids come out of order.
 const DEFAULT_MODE: &str = "--innodb-autoinc-lock-mode=1";
@@ -183,7 +181,7 @@ async fn take(
     lock: MySqlLock,
     grants: Arc<Mutex<Vec<(&'static str, u64)>>>,
 ) -> (Result<u64, LockError>, Option<LockGuard>, MySqlLock) {
-    let guard = match lock.try_acquire(NAME, &common::owner()).await {
+    let guard = match lock.try_acquire(NAME, &testkit::owner()).await {
         Ok(guard) => guard,
         Err(refused) => return (Err(refused), None, lock),
     };
@@ -272,7 +270,7 @@ async fn under_autoinc_lock_mode_0_a_later_grant_always_has_the_larger_token() {
     assert_eq!(race.grants_in_order, vec![("X", x)]);
     // The next grant, after X's release, outranks X's.
     race.x_guard.unwrap().release().await.unwrap();
-    let next = race.lock_y.try_acquire(NAME, &common::owner()).await.unwrap();
+    let next = race.lock_y.try_acquire(NAME, &testkit::owner()).await.unwrap();
     let next = next.fencing_token().unwrap().order().1;
     assert!(next > x, "the grant after X's has token {next}, X had {x}");
 }
@@ -281,7 +279,7 @@ async fn under_autoinc_lock_mode_0_a_later_grant_always_has_the_larger_token() {
 async fn the_service_refuses_the_mysql_lock_on_a_server_in_the_default_mode() {
     let server = PrivateServer::mariadb_with(&[DEFAULT_MODE]);
     let url = server.mysql_url();
-    let error = common::start_refused(Strategy::Mysql, &common::TestSale::new(), |config| {
+    let error = testkit::start_refused(Strategy::Mysql, &testkit::TestSale::new(), |config| {
         config.mysql_url = url
     })
     .await;
@@ -294,7 +292,7 @@ async fn the_service_refuses_the_mysql_lock_on_a_server_in_the_default_mode() {
         assert!(error.contains(needed), "the refusal says {needed:?}: {error}");
     }
     // The version lock does not use AUTO_INCREMENT: it starts on the same server.
-    let version = common::instance_with(Strategy::MysqlVersion, &common::TestSale::new(), |config| {
+    let version = testkit::instance_with(Strategy::MysqlVersion, &testkit::TestSale::new(), |config| {
         config.mysql_url = server.mysql_url()
     })
     .await;

@@ -3,8 +3,6 @@
 //! semaphore in front of MySQL bounds how many attempts talk to it at once, for both
 //! MySQL locks. Against the MariaDB that `make test` starts.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +20,7 @@ fn options(permits: Option<usize>) -> MySqlLockOptions {
 }
 
 async fn pool_of(size: u32) -> MySqlPool {
-    seckill::store::mysql::connect_checked(&common::mysql_url(), size)
+    seckill::store::mysql::connect_checked(&testkit::mysql_url(), size)
         .await
         .expect("MariaDB runs (`make services`)")
 }
@@ -37,11 +35,11 @@ async fn row(pool: &MySqlPool, name: &str) -> (u64, String) {
 
 #[tokio::test]
 async fn a_compare_and_set_with_a_version_read_before_another_grant_changes_nothing() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
-    let name = common::unique_key("stale");
+    let name = testkit::unique_key("stale");
     let first = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(
@@ -54,7 +52,7 @@ async fn a_compare_and_set_with_a_version_read_before_another_grant_changes_noth
 
     // Meanwhile another buyer takes the row and gives it back: the version moves on.
     let second = lock
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     second.release().await.unwrap();
@@ -81,10 +79,10 @@ async fn takers_racing_for_a_free_row_get_one_grant_and_the_others_are_counted_a
     let lock = Arc::new(MySqlVersionLock::new(pool_of(12).await, options(None)));
     let (rounds, takers) = (20u64, 10u64);
     for round in 0..rounds {
-        let name = common::unique_key(&format!("race-{round}"));
+        let name = testkit::unique_key(&format!("race-{round}"));
         let attempts = (0..takers).map(|_| {
             let (lock, name) = (lock.clone(), name.clone());
-            tokio::spawn(async move { lock.try_acquire(&name, &common::owner()).await })
+            tokio::spawn(async move { lock.try_acquire(&name, &testkit::owner()).await })
         });
         let mut granted = Vec::new();
         for attempt in futures_util::future::join_all(attempts).await {
@@ -114,14 +112,17 @@ async fn takers_racing_for_a_free_row_get_one_grant_and_the_others_are_counted_a
 /// 30 waiters on one instance poll a held key for a while; returns the most attempts
 /// that were talking to MySQL at the same time.
 async fn peak_attempts_in_flight(lock: Arc<dyn DistributedLock>, holder: &dyn DistributedLock) -> usize {
-    let name = common::unique_key("crowd");
+    let name = testkit::unique_key("crowd");
     let held = holder
-        .acquire(&name, &common::owner(), Duration::from_secs(1))
+        .acquire(&name, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let waiters = (0..30).map(|_| {
         let (lock, name) = (lock.clone(), name.clone());
-        tokio::spawn(async move { lock.acquire(&name, &common::owner(), Duration::from_millis(1500)).await })
+        tokio::spawn(async move {
+            lock.acquire(&name, &testkit::owner(), Duration::from_millis(1500))
+                .await
+        })
     });
     for waited in futures_util::future::join_all(waiters).await {
         assert!(
@@ -135,7 +136,7 @@ async fn peak_attempts_in_flight(lock: Arc<dyn DistributedLock>, holder: &dyn Di
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_once() {
-    let holder = MySqlVersionLock::new(common::mysql_pool().await, options(Some(3)));
+    let holder = MySqlVersionLock::new(testkit::mysql_pool().await, options(Some(3)));
     let table_options = |permits| MySqlLockOptions {
         ttl: Duration::from_secs(5),
         renew: true,
@@ -156,7 +157,7 @@ async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_onc
         "without the semaphore the crowd should exceed 3 at once"
     );
 
-    let holder = MySqlLock::new(common::mysql_pool().await, table_options(Some(3)));
+    let holder = MySqlLock::new(testkit::mysql_pool().await, table_options(Some(3)));
     let bounded = peak_attempts_in_flight(
         Arc::new(MySqlLock::new(pool_of(12).await, table_options(Some(3)))),
         &holder,
@@ -177,9 +178,9 @@ async fn the_semaphore_lets_at_most_its_permits_of_attempts_talk_to_mysql_at_onc
 #[tokio::test]
 async fn an_instance_that_gave_a_row_back_takes_it_again_without_reading_it() {
     let lock = MySqlVersionLock::new(pool_of(2).await, options(Some(3)));
-    let key = common::unique_key("given-back");
+    let key = testkit::unique_key("given-back");
     let first = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let first_version = first.fencing_token().unwrap().counter;
@@ -187,7 +188,7 @@ async fn an_instance_that_gave_a_row_back_takes_it_again_without_reading_it() {
     let reads = lock.rows_read();
 
     let again = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     assert_eq!(
@@ -201,15 +202,15 @@ async fn an_instance_that_gave_a_row_back_takes_it_again_without_reading_it() {
 
 #[tokio::test]
 async fn a_hand_over_gives_the_row_to_the_next_owner_at_the_next_version() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
-    let key = common::unique_key("hand-over");
+    let key = testkit::unique_key("hand-over");
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let version = held.fencing_token().unwrap().counter;
-    let next = common::owner();
+    let next = testkit::owner();
 
     let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
         panic!("the version lock hands its row over");
@@ -221,7 +222,7 @@ async fn a_hand_over_gives_the_row_to_the_next_owner_at_the_next_version() {
         "the row belongs to the next owner, one version on"
     );
     let stranger = MySqlVersionLock::new(pool.clone(), options(Some(3)));
-    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    let refused = stranger.try_acquire(&key, &testkit::owner()).await;
     assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
 
     handed.release().await.unwrap();
@@ -230,11 +231,11 @@ async fn a_hand_over_gives_the_row_to_the_next_owner_at_the_next_version() {
 
 #[tokio::test]
 async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let lock = MySqlVersionLock::new(pool.clone(), options(Some(3)));
-    let key = common::unique_key("hand-over-lost");
+    let key = testkit::unique_key("hand-over-lost");
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     // The row expires, and another instance takes it.
@@ -245,12 +246,12 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
         .unwrap();
     let taker = MySqlVersionLock::new(pool.clone(), options(Some(3)));
     let taken = taker
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let before = row(&pool, &key).await;
 
-    let handed = held.hand_over(&common::owner()).await;
+    let handed = held.hand_over(&testkit::owner()).await;
     assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
     assert_eq!(row(&pool, &key).await, before, "the taker's row is untouched");
     taken.release().await.unwrap();
@@ -258,33 +259,33 @@ async fn a_hand_over_of_a_row_someone_took_over_changes_nothing_and_says_lost() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_whose_server_went_silent_fails_in_time() {
-    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
+    let proxy = testkit::nemesis::Proxy::start(testkit::mysql_port()).await;
     let ttl = Duration::from_secs(2);
     let options = MySqlLockOptions {
         ttl,
         ..options(Some(3))
     };
-    let lock = MySqlVersionLock::new(common::mysql_pool_through(proxy.port).await, options);
-    common::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, ttl, &proxy).await;
+    let lock = MySqlVersionLock::new(testkit::mysql_pool_through(proxy.port).await, options);
+    testkit::a_mysql_lock_fails_in_time_when_mysql_goes_silent(&lock, ttl, &proxy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_lock_against_a_slow_mysql_answers_by_its_deadline_and_gives_its_late_grant_back() {
-    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
-    let pool = common::mysql_pool().await;
+    let proxy = testkit::nemesis::Proxy::start(testkit::mysql_port()).await;
+    let pool = testkit::mysql_pool().await;
     let options = MySqlLockOptions {
         ttl: Duration::from_secs(30),
         ..options(Some(1))
     };
-    let lock = MySqlVersionLock::new(common::mysql_pool_through(proxy.port).await, options);
-    let name = common::unique_key("slow-mysql-version");
-    let asked = common::mysql_acquires_answer_by_their_deadline(&lock, &name, &proxy).await;
+    let lock = MySqlVersionLock::new(testkit::mysql_pool_through(proxy.port).await, options);
+    let name = testkit::unique_key("slow-mysql-version");
+    let asked = testkit::mysql_acquires_answer_by_their_deadline(&lock, &name, &proxy).await;
 
     // The answer arrives, the attempt goes on and its compare-and-set grants version 1:
     // nobody waits for that grant any more, so the row is given back.
     while version_and_owner(&pool, &name).await != Some((1, String::new())) {
         assert!(
-            asked.elapsed() < common::SLOW_MYSQL_LATE_BY + Duration::from_secs(2),
+            asked.elapsed() < testkit::SLOW_MYSQL_LATE_BY + Duration::from_secs(2),
             "a grant answered after its buyer gave up must be given back, not kept for a TTL: {:?}",
             version_and_owner(&pool, &name).await
         );

@@ -4,15 +4,13 @@
 //! released place behind the waiters already there. `lock::etcd` and `lock::zookeeper`
 //! run them against the servers `make test` starts.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use tokio::task::JoinHandle;
 
-use common::nemesis::{Fault, Proxy};
+use testkit::nemesis::{Fault, Proxy};
 
 /// Starts `n` waiters on `key`, one after another, each granted in turn: it records
 /// its place, holds the lock briefly and releases. Returns the order of the grants.
@@ -23,7 +21,7 @@ pub(super) async fn grant_order(locks: Vec<Arc<dyn DistributedLock>>, key: &str)
         let (order, key) = (order.clone(), key.to_owned());
         waiters.push(tokio::spawn(async move {
             let guard = lock
-                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(20))
                 .await
                 .unwrap();
             order.lock().unwrap().push(place);
@@ -47,9 +45,9 @@ pub(super) async fn one_release<L: DistributedLock + 'static, T>(
     waiters: Vec<Arc<L>>,
     count: impl Fn(&[Arc<L>]) -> T,
 ) -> (T, T) {
-    let key = common::unique_key("herd");
+    let key = testkit::unique_key("herd");
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let mut tasks = Vec::new();
@@ -57,7 +55,7 @@ pub(super) async fn one_release<L: DistributedLock + 'static, T>(
         let (waiter, key) = (waiter.clone(), key.clone());
         tasks.push(tokio::spawn(async move {
             let guard = waiter
-                .acquire(&key, &common::owner(), Duration::from_secs(20))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(20))
                 .await
                 .unwrap();
             tokio::time::sleep(Duration::from_millis(1500)).await; // hold it past the count
@@ -84,9 +82,9 @@ pub(super) async fn assert_a_release_queues_the_next_local_buyer_behind_the_wait
     one: Arc<L>,
     two: Arc<L>,
 ) {
-    let key = common::unique_key("queued-over");
+    let key = testkit::unique_key("queued-over");
     let held = one
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -94,7 +92,7 @@ pub(super) async fn assert_a_release_queues_the_next_local_buyer_behind_the_wait
         let (two, key, order) = (two.clone(), key.clone(), order.clone());
         tokio::spawn(async move {
             let guard = two
-                .acquire(&key, &common::owner(), Duration::from_secs(5))
+                .acquire(&key, &testkit::owner(), Duration::from_secs(5))
                 .await
                 .unwrap();
             order.lock().unwrap().push("the other instance");
@@ -104,7 +102,7 @@ pub(super) async fn assert_a_release_queues_the_next_local_buyer_behind_the_wait
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await; // the other instance queues
-    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+    let HandOver::Queued(place) = held.hand_over(&testkit::owner()).await.unwrap() else {
         panic!("the release did not queue the next owner");
     };
     let next = place.granted(Instant::now() + Duration::from_secs(5)).await.unwrap();
@@ -129,16 +127,16 @@ pub(super) async fn assert_a_place_nobody_claims_leaves_the_queue<L: Distributed
     one: Arc<L>,
     two: Arc<L>,
 ) {
-    let key = common::unique_key("place-dropped");
+    let key = testkit::unique_key("place-dropped");
     let held = one
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
-    let HandOver::Queued(place) = held.hand_over(&common::owner()).await.unwrap() else {
+    let HandOver::Queued(place) = held.hand_over(&testkit::owner()).await.unwrap() else {
         panic!("the release did not queue the next owner");
     };
     drop(place);
-    let granted = two.acquire(&key, &common::owner(), Duration::from_secs(1)).await;
+    let granted = two.acquire(&key, &testkit::owner(), Duration::from_secs(1)).await;
     assert!(granted.is_ok(), "the dropped place still held the queue: {granted:?}");
     granted.unwrap().release().await.unwrap();
 }
@@ -152,7 +150,7 @@ pub(super) async fn queue_behind_a_holder<L: DistributedLock + 'static>(
     patience: Duration,
 ) -> (LockGuard, JoinHandle<Result<LockGuard, LockError>>) {
     let held = holder
-        .acquire(key, &common::owner(), Duration::from_secs(2))
+        .acquire(key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let waiting = start_acquiring(waiter, key, patience);
@@ -168,7 +166,7 @@ pub(super) fn start_acquiring<L: DistributedLock + 'static>(
     patience: Duration,
 ) -> JoinHandle<Result<LockGuard, LockError>> {
     let (lock, key) = (lock.clone(), key.to_owned());
-    tokio::spawn(async move { lock.acquire(&key, &common::owner(), patience).await })
+    tokio::spawn(async move { lock.acquire(&key, &testkit::owner(), patience).await })
 }
 
 /// A holder keeps `key` while five waiters queue one after another; it then releases,
@@ -177,9 +175,9 @@ pub(super) async fn assert_granted_in_order_of_requests(
     holder: Arc<dyn DistributedLock>,
     waiters: Vec<Arc<dyn DistributedLock>>,
 ) {
-    let key = common::unique_key("fifo");
+    let key = testkit::unique_key("fifo");
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     let releaser = tokio::spawn(async move {
@@ -199,7 +197,7 @@ pub(super) async fn assert_a_waiter_giving_up_does_not_grant_the_one_behind_it<L
     impatient: Arc<L>,
     patient: Arc<L>,
 ) {
-    let key = common::unique_key("gives-up");
+    let key = testkit::unique_key("gives-up");
     // The impatient waiter queues first and gives up 300 ms after the patient one queued.
     let (held, gave_up) = queue_behind_a_holder(&*holder, &impatient, &key, Duration::from_millis(600)).await;
     let waiting = start_acquiring(&patient, &key, Duration::from_secs(10));
@@ -247,16 +245,16 @@ pub(super) async fn assert_a_place_whose_answer_was_lost_does_not_block_the_queu
     // Once first, so the enqueue is the first request below: etcd's kept watch is open,
     // ZooKeeper's parent node exists.
     let first = unlucky
-        .acquire(key, &common::owner(), Duration::from_secs(2))
+        .acquire(key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     first.release().await.unwrap();
     let held = holder
-        .acquire(key, &common::owner(), Duration::from_secs(2))
+        .acquire(key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     proxy.strike(Fault::HoldAnswers);
-    let refused = unlucky.acquire(key, &common::owner(), lost.acquire_timeout).await;
+    let refused = unlucky.acquire(key, &testkit::owner(), lost.acquire_timeout).await;
     assert!(refused.is_err(), "granted without an answer: {refused:?}");
     tokio::time::sleep(lost.held_past_it).await;
     proxy.strike(Fault::Healed);
@@ -266,7 +264,7 @@ pub(super) async fn assert_a_place_whose_answer_was_lost_does_not_block_the_queu
     let waited = waited.expect("the place of the lost enqueue stayed in the queue, ahead of everyone");
     assert!(waited < lost.next_granted_within, "granted only after {waited:?}");
     let again = unlucky
-        .acquire(key, &common::owner(), Duration::from_secs(5))
+        .acquire(key, &testkit::owner(), Duration::from_secs(5))
         .await
         .expect("the unlucky instance acquires again");
     again.release().await.unwrap();
@@ -277,7 +275,7 @@ pub(super) async fn assert_a_place_whose_answer_was_lost_does_not_block_the_queu
 /// grant took, or the error.
 pub(super) async fn next_instance_waits(next: Arc<dyn DistributedLock>, key: &str) -> Result<Duration, LockError> {
     let started = Instant::now();
-    let granted = next.acquire(key, &common::owner(), Duration::from_secs(5)).await?;
+    let granted = next.acquire(key, &testkit::owner(), Duration::from_secs(5)).await?;
     let waited = started.elapsed();
     granted.release().await?;
     Ok(waited)

@@ -2,8 +2,6 @@
 //! answer by its deadline, clean up after a failed acquire, and keep no state for keys
 //! nobody uses.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,8 +13,8 @@ use seckill::lock::{DistributedLock, HandOver, LockError, LockGuard};
 use seckill::store::redis_master::ReplicaWait;
 
 async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
-    let client = common::redis_client().await;
-    let lock = RedisLock::connect(&client, common::redis_options(ttl_ms, renew))
+    let client = testkit::redis_client().await;
+    let lock = RedisLock::connect(&client, testkit::redis_options(ttl_ms, renew))
         .await
         .unwrap();
     (client, lock)
@@ -25,7 +23,7 @@ async fn lock(ttl_ms: u64, renew: bool) -> (redis::Client, RedisLock) {
 async fn get(client: &redis::Client, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)
-        .query_async(&mut common::connection(client).await)
+        .query_async(&mut testkit::connection(client).await)
         .await
         .unwrap()
 }
@@ -34,16 +32,16 @@ async fn get(client: &redis::Client, key: &str) -> Option<String> {
 async fn release_is_refused_once_the_lease_expired_and_another_owner_holds_the_key() {
     let (client, slow) = lock(200, false).await;
     let (_, fast) = lock(5000, true).await;
-    let key = common::unique_key("owner");
+    let key = testkit::unique_key("owner");
 
     let stale = slow
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await; // the "GC pause" outlives the lease
     assert!(!stale.is_held(), "the holder's own view of its lease ran out too");
     let current = fast
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("the expired key is free");
     let current_value = get(&client, &key).await.expect("the new owner's key");
@@ -65,16 +63,16 @@ async fn release_is_refused_once_the_lease_expired_and_another_owner_holds_the_k
 #[tokio::test]
 async fn release_leaves_a_key_alone_when_its_token_is_someone_elses() {
     let (client, lock) = lock(5000, true).await;
-    let key = common::unique_key("foreign");
+    let key = testkit::unique_key("foreign");
     let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     // Someone else's value lands on the key (as after an expiry and a new grant).
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("someone-else")
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap();
     let refused = guard.release().await;
@@ -89,24 +87,24 @@ async fn release_leaves_a_key_alone_when_its_token_is_someone_elses() {
 async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
     let (_, crashed) = lock(300, true).await;
     let (_, survivor) = lock(300, true).await;
-    let key = common::unique_key("vanish");
+    let key = testkit::unique_key("vanish");
 
     let guard = crashed
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     drop(guard); // no release: the holder is gone, and so is its renewal
     let dropped_at = Instant::now();
     assert!(
         matches!(
-            survivor.try_acquire(&key, &common::owner()).await,
+            survivor.try_acquire(&key, &testkit::owner()).await,
             Err(LockError::Busy { .. })
         ),
         "the lease should outlive the holder for a while"
     );
 
     let guard = survivor
-        .acquire(&key, &common::owner(), Duration::from_secs(3))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(3))
         .await
         .expect("granted once the lease runs out");
     let waited = dropped_at.elapsed();
@@ -122,17 +120,17 @@ async fn a_lock_whose_holder_vanished_is_free_again_after_its_ttl() {
 async fn renewal_keeps_a_live_holders_lock_well_past_its_ttl() {
     let (_, holder) = lock(300, true).await;
     let (_, rival) = lock(300, true).await;
-    let key = common::unique_key("renew");
+    let key = testkit::unique_key("renew");
 
     let guard = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(1000)).await; // more than three TTLs
     assert!(guard.is_held());
     assert!(
         matches!(
-            rival.try_acquire(&key, &common::owner()).await,
+            rival.try_acquire(&key, &testkit::owner()).await,
             Err(LockError::Busy { .. })
         ),
         "the renewed lock was taken"
@@ -144,15 +142,15 @@ async fn renewal_keeps_a_live_holders_lock_well_past_its_ttl() {
 async fn without_renewal_a_slow_holder_loses_its_lock_after_the_ttl() {
     let (_, holder) = lock(200, false).await;
     let (_, rival) = lock(200, false).await;
-    let key = common::unique_key("norenew");
+    let key = testkit::unique_key("norenew");
 
     let guard = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
     let taken = rival
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("an unrenewed lease expires");
     assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
@@ -162,16 +160,16 @@ async fn without_renewal_a_slow_holder_loses_its_lock_after_the_ttl() {
 #[tokio::test]
 async fn a_guard_reports_the_lock_lost_when_renewal_finds_the_key_taken_over() {
     let (client, lock) = lock(300, true).await;
-    let key = common::unique_key("takeover");
+    let key = testkit::unique_key("takeover");
     let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     assert!(guard.is_held());
     let _: () = redis::cmd("SET")
         .arg(&key)
         .arg("usurper")
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // at least one renewal
@@ -185,13 +183,13 @@ async fn a_guard_reports_the_lock_lost_when_renewal_finds_the_key_taken_over() {
 async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_ttl_not_after() {
     // A TTL of 3 s, so that the drift margin (1% and 2 ms: 32 ms) outlasts the acquire's
     // own round trip on a loaded machine; with 900 ms it was 11 ms.
-    let redis = common::PrivateRedis::start();
-    let lock = RedisLock::connect(&redis.client(), common::redis_options(3000, true))
+    let redis = testkit::PrivateRedis::start();
+    let lock = RedisLock::connect(&redis.client(), testkit::redis_options(3000, true))
         .await
         .unwrap();
     let before_acquire = Instant::now();
     let guard = lock
-        .acquire("frozen", &common::owner(), Duration::from_secs(1))
+        .acquire("frozen", &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     redis.freeze();
@@ -213,25 +211,25 @@ async fn a_holder_whose_redis_stops_answering_counts_its_lease_lost_before_the_t
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let (impatient, next) = (
-        RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+        RedisLock::connect(&redis.client(), testkit::redis_options(10_000, true))
             .await
             .unwrap(),
-        RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+        RedisLock::connect(&redis.client(), testkit::redis_options(10_000, true))
             .await
             .unwrap(),
     );
     // Load the scripts first, so the frozen acquire is one EVALSHA that will run.
     impatient
-        .try_acquire("warm-up", &common::owner())
+        .try_acquire("warm-up", &testkit::owner())
         .await
         .unwrap()
         .release()
         .await
         .unwrap();
     redis.freeze();
-    let failed = impatient.try_acquire("stuck", &common::owner()).await;
+    let failed = impatient.try_acquire("stuck", &testkit::owner()).await;
     assert!(
         matches!(failed, Err(LockError::Backend { .. })),
         "expected a backend error, got {failed:?}"
@@ -239,7 +237,7 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
     redis.thaw(); // Redis now runs the SET NX it was sent while frozen: a 10 s key nobody holds
 
     let started = Instant::now();
-    let granted = next.acquire("stuck", &common::owner(), Duration::from_secs(5)).await;
+    let granted = next.acquire("stuck", &testkit::owner(), Duration::from_secs(5)).await;
     let guard = granted.expect("the abandoned grant was released, not left to expire after 10 s");
     assert!(
         started.elapsed() < Duration::from_secs(3),
@@ -250,8 +248,8 @@ async fn an_acquire_that_timed_out_leaves_no_key_behind_once_redis_answers_again
 }
 
 /// A lock on `redis` whose grants live 10 s: long enough that a grant left behind shows.
-async fn ten_second_lock(redis: &common::PrivateRedis) -> RedisLock {
-    RedisLock::connect(&redis.client(), common::redis_options(10_000, true))
+async fn ten_second_lock(redis: &testkit::PrivateRedis) -> RedisLock {
+    RedisLock::connect(&redis.client(), testkit::redis_options(10_000, true))
         .await
         .unwrap()
 }
@@ -262,7 +260,9 @@ fn acquire_for_300_ms(waiter: &Arc<RedisLock>, key: &str) -> JoinHandle<(Result<
     let (waiter, key) = (waiter.clone(), key.to_owned());
     tokio::spawn(async move {
         let started = Instant::now();
-        let answer = waiter.acquire(&key, &common::owner(), Duration::from_millis(300)).await;
+        let answer = waiter
+            .acquire(&key, &testkit::owner(), Duration::from_millis(300))
+            .await;
         (answer, started.elapsed())
     })
 }
@@ -281,7 +281,7 @@ fn expect_a_timeout_by_the_deadline(answer: Result<LockGuard, LockError>, answer
 async fn expect_the_late_grant_given_back(next: &RedisLock, key: &str) {
     let started = Instant::now();
     let guard = next
-        .acquire(key, &common::owner(), Duration::from_secs(5))
+        .acquire(key, &testkit::owner(), Duration::from_secs(5))
         .await
         .expect("the late grant was given back before its 10 s lease ended");
     let waited = started.elapsed();
@@ -293,11 +293,11 @@ async fn expect_the_late_grant_given_back(next: &RedisLock, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_on_a_frozen_redis_answers_by_its_deadline_and_its_late_grant_goes_back() {
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     let (waiter, next) = (Arc::new(ten_second_lock(&redis).await), ten_second_lock(&redis).await);
-    let key = common::unique_key("frozen-acquire");
+    let key = testkit::unique_key("frozen-acquire");
     // Load the scripts and begin the epoch first, so the frozen acquire is one EVALSHA.
-    let warm_up = waiter.try_acquire(&key, &common::owner()).await.unwrap();
+    let warm_up = waiter.try_acquire(&key, &testkit::owner()).await.unwrap();
     warm_up.release().await.unwrap();
     redis.freeze();
 
@@ -309,14 +309,14 @@ async fn an_acquire_on_a_frozen_redis_answers_by_its_deadline_and_its_late_grant
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_answers_by_its_deadline_when_redis_goes_silent_midway_and_its_late_grant_goes_back() {
-    let redis = common::PrivateRedis::start();
-    let holder = RedisLock::connect(&redis.client(), common::redis_options(200, false))
+    let redis = testkit::PrivateRedis::start();
+    let holder = RedisLock::connect(&redis.client(), testkit::redis_options(200, false))
         .await
         .unwrap();
     let (waiter, next) = (Arc::new(ten_second_lock(&redis).await), ten_second_lock(&redis).await);
-    let key = common::unique_key("silent-midway");
+    let key = testkit::unique_key("silent-midway");
     // Held for 200 ms, never renewed: the waiter's first attempts find the key busy.
-    let _held = holder.try_acquire(&key, &common::owner()).await.unwrap();
+    let _held = holder.try_acquire(&key, &testkit::owner()).await.unwrap();
     let started = Instant::now();
     let waiting = acquire_for_300_ms(&waiter, &key);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -338,7 +338,7 @@ async fn expect_at_most_one_key_remembered_after_50_fresh_keys(
 ) {
     for _ in 0..50 {
         let guard = lock
-            .acquire(&common::unique_key("many"), &common::owner(), Duration::from_secs(1))
+            .acquire(&testkit::unique_key("many"), &testkit::owner(), Duration::from_secs(1))
             .await
             .unwrap();
         guard.release().await.unwrap();
@@ -362,7 +362,7 @@ async fn the_in_process_lock_forgets_keys_nobody_holds() {
 async fn connecting_to_a_redis_that_is_down_is_a_backend_error_not_a_hang() {
     let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
     let started = Instant::now();
-    let result = RedisLock::connect(&client, common::redis_options(1000, true)).await;
+    let result = RedisLock::connect(&client, testkit::redis_options(1000, true)).await;
     assert!(matches!(result, Err(LockError::Backend { backend: "redis", .. })));
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -377,9 +377,9 @@ async fn connecting_to_a_redis_that_is_down_is_a_backend_error_not_a_hang() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each() {
     let (client, lock) = lock(5000, false).await;
-    let key = common::unique_key("epoch-crowd");
+    let key = testkit::unique_key("epoch-crowd");
     let epochs_begun = format!("{key}:fence:epochs");
-    lock.try_acquire(&key, &common::owner())
+    lock.try_acquire(&key, &testkit::owner())
         .await
         .unwrap()
         .release()
@@ -390,7 +390,7 @@ async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each(
     // The lock Redis forgets the epoch, as after a restart without its data.
     let _: () = redis::cmd("DEL")
         .arg(format!("{key}:fence:epoch"))
-        .query_async(&mut common::connection(&client).await)
+        .query_async(&mut testkit::connection(&client).await)
         .await
         .unwrap();
     let lock = std::sync::Arc::new(lock);
@@ -398,7 +398,7 @@ async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each(
     for _ in 0..50 {
         let (lock, key) = (lock.clone(), key.clone());
         crowd.spawn(async move {
-            match lock.try_acquire(&key, &common::owner()).await {
+            match lock.try_acquire(&key, &testkit::owner()).await {
                 Ok(guard) => guard.release().await.map(|()| true),
                 Err(LockError::Busy { .. }) => Ok(false),
                 Err(error) => Err(error),
@@ -424,10 +424,10 @@ async fn a_crowd_that_finds_the_epoch_missing_begins_one_new_epoch_not_one_each(
 async fn a_hand_over_gives_the_key_to_the_next_owner_with_the_next_token() {
     let (client, holder) = lock(5000, true).await;
     let (_, stranger) = lock(5000, true).await;
-    let key = common::unique_key("hand-over");
-    let held = holder.try_acquire(&key, &common::owner()).await.unwrap();
+    let key = testkit::unique_key("hand-over");
+    let held = holder.try_acquire(&key, &testkit::owner()).await.unwrap();
     let token = held.fencing_token().unwrap().clone();
-    let next = common::owner();
+    let next = testkit::owner();
 
     let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
         panic!("the Redis lock hands its key over");
@@ -438,7 +438,7 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_with_the_next_token() {
         (token.epoch, token.counter + 1)
     );
     assert!(get(&client, &key).await.unwrap().starts_with(next.as_str()));
-    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    let refused = stranger.try_acquire(&key, &testkit::owner()).await;
     assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
 
     handed.release().await.unwrap();
@@ -449,16 +449,16 @@ async fn a_hand_over_gives_the_key_to_the_next_owner_with_the_next_token() {
 async fn a_hand_over_of_a_key_someone_took_over_changes_nothing_and_says_lost() {
     let (client, slow) = lock(200, false).await;
     let (_, fast) = lock(5000, true).await;
-    let key = common::unique_key("hand-over-lost");
-    let stale = slow.try_acquire(&key, &common::owner()).await.unwrap();
+    let key = testkit::unique_key("hand-over-lost");
+    let stale = slow.try_acquire(&key, &testkit::owner()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await; // the lease ran out
     let current = fast
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let before = get(&client, &key).await;
 
-    let handed = stale.hand_over(&common::owner()).await;
+    let handed = stale.hand_over(&testkit::owner()).await;
     assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
     assert_eq!(get(&client, &key).await, before, "the new holder's key is untouched");
     current.release().await.unwrap();
@@ -468,19 +468,19 @@ async fn a_hand_over_of_a_key_someone_took_over_changes_nothing_and_says_lost() 
 /// replicas, which only an acquire waits for: a hand-over releases instead.
 #[tokio::test]
 async fn with_a_replica_wait_a_hand_over_releases_instead() {
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let options = RedisLockOptions {
         wait_for_replicas: Some(ReplicaWait {
             replicas: 0,
             timeout: Duration::from_millis(100),
         }),
-        ..common::redis_options(5000, true)
+        ..testkit::redis_options(5000, true)
     };
     let lock = RedisLock::connect(&client, options).await.unwrap();
     assert!(!lock.hands_over(), "it says it hands over");
-    let key = common::unique_key("hand-over-waits");
-    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
-    let handed = held.hand_over(&common::owner()).await.unwrap();
+    let key = testkit::unique_key("hand-over-waits");
+    let held = lock.try_acquire(&key, &testkit::owner()).await.unwrap();
+    let handed = held.hand_over(&testkit::owner()).await.unwrap();
     assert!(matches!(handed, HandOver::Released), "{handed:?}");
     assert_eq!(get(&client, &key).await, None, "released");
 }

@@ -5,11 +5,8 @@
 //! MariaDB that `make test` starts. `cargo test --test it lock::redis_degrade:: -- --nocapture` prints
 //! what it measured.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::PrivateRedis;
 use seckill::lock::mysql::MySqlLockOptions;
 use seckill::lock::mysql_version::MySqlVersionLock;
 use seckill::lock::redis::RedisLock;
@@ -17,15 +14,16 @@ use seckill::lock::redis_degrade::mode::{Mode, SharedMode};
 use seckill::lock::redis_degrade::outage::OutageRule;
 use seckill::lock::redis_degrade::{DegradeOptions, DegradingLock};
 use seckill::lock::{DistributedLock, HandOver, LockGuard};
+use testkit::PrivateRedis;
 
 const TTL: Duration = Duration::from_millis(1000);
 
 /// One instance: its own connections, sharing the mode called `mode_name`.
 async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Duration) -> DegradingLock {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let redis_lock = RedisLock::connect(
         &lock_redis.client(),
-        common::redis_options(TTL.as_millis() as u64, true),
+        testkit::redis_options(TTL.as_millis() as u64, true),
     )
     .await
     .unwrap();
@@ -37,7 +35,7 @@ async fn instance(lock_redis: &PrivateRedis, mode_name: &str, recover_after: Dur
             permits: Some(3),
         },
     );
-    let shared = SharedMode::open(pool, mode_name, &common::unique_key("instance"), TTL)
+    let shared = SharedMode::open(pool, mode_name, &testkit::unique_key("instance"), TTL)
         .await
         .unwrap();
     let options = DegradeOptions {
@@ -67,11 +65,11 @@ fn mode_of(lock: &DegradingLock) -> Option<Mode> {
 async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     let lock_redis = PrivateRedis::start();
     let port = lock_redis.port;
-    let lock = instance(&lock_redis, &common::unique_key("mode"), Duration::from_secs(1)).await;
-    let key = common::unique_key("switch");
+    let lock = instance(&lock_redis, &testkit::unique_key("mode"), Duration::from_secs(1)).await;
+    let key = testkit::unique_key("switch");
 
     let first = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(5))
         .await
         .unwrap();
     assert_eq!((mode_of(&lock), epoch_of(&first)), (Some(Mode::Redis), 1));
@@ -80,7 +78,7 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     drop(lock_redis); // killed
     let died = Instant::now();
     let degraded = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(15))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(15))
         .await
         .expect("granted by MySQL");
     let took = died.elapsed();
@@ -92,7 +90,7 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     let healed = Instant::now();
     loop {
         let guard = lock
-            .acquire(&key, &common::owner(), Duration::from_secs(5))
+            .acquire(&key, &testkit::owner(), Duration::from_secs(5))
             .await
             .unwrap();
         let epoch = epoch_of(&guard);
@@ -120,8 +118,8 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
 /// B must not be granted before A's grant has ended.
 async fn switch_under_a_holder(from: Mode, to: Mode) {
     let lock_redis = PrivateRedis::start();
-    let mode_name = common::unique_key("mode");
-    let pool = common::mysql_pool().await;
+    let mode_name = testkit::unique_key("mode");
+    let pool = testkit::mysql_pool().await;
     sqlx::query("INSERT INTO seckill_lock_modes (name, mode, epoch, grants_from) VALUES (?, ?, 1, NOW(3))")
         .bind(&mode_name)
         .bind(if from == Mode::Redis { "redis" } else { "mysql" })
@@ -133,11 +131,14 @@ async fn switch_under_a_holder(from: Mode, to: Mode) {
         instance(&lock_redis, &mode_name, never).await,
         instance(&lock_redis, &mode_name, never).await,
     );
-    let key = common::unique_key("overlap");
-    let held = a.acquire(&key, &common::owner(), Duration::from_secs(5)).await.unwrap();
+    let key = testkit::unique_key("overlap");
+    let held = a
+        .acquire(&key, &testkit::owner(), Duration::from_secs(5))
+        .await
+        .unwrap();
     assert_eq!((mode_of(&a), epoch_of(&held)), (Some(from), 1));
 
-    let switcher = SharedMode::open(pool, &mode_name, &common::unique_key("switcher"), TTL)
+    let switcher = SharedMode::open(pool, &mode_name, &testkit::unique_key("switcher"), TTL)
         .await
         .unwrap();
     assert!(switcher.switch(1, to).await.unwrap());
@@ -155,7 +156,7 @@ async fn switch_under_a_holder(from: Mode, to: Mode) {
         }
     });
     let granted = b
-        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(10))
         .await
         .expect("B gets the new mode's grant");
     let b_granted = Instant::now();
@@ -196,7 +197,7 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
     let mut instances = Vec::new();
     for url in spellings {
         instances.push(
-            common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
+            testkit::instance_with(Strategy::RedisDegrade, &testkit::TestSale::new(), |config| {
                 config.redis.lock_redis_url = Some(url)
             })
             .await,
@@ -208,7 +209,7 @@ async fn instances_that_spell_the_lock_redis_differently_share_one_mode() {
         "SELECT DISTINCT name FROM seckill_lock_mode_leases WHERE name LIKE ? AND expires_at > NOW(3)",
     )
     .bind(format!("%:{port}%"))
-    .fetch_all(&common::mysql_pool().await)
+    .fetch_all(&testkit::mysql_pool().await)
     .await
     .unwrap();
     assert_eq!(
@@ -228,7 +229,7 @@ async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
     use seckill::strategy::Strategy;
     let lock_redis = PrivateRedis::start();
     let url = lock_redis.url().to_owned();
-    let instance = common::instance_with(Strategy::RedisDegrade, &common::TestSale::new(), |config| {
+    let instance = testkit::instance_with(Strategy::RedisDegrade, &testkit::TestSale::new(), |config| {
         config.redis.lock_redis_url = Some(url)
     })
     .await;
@@ -249,23 +250,23 @@ async fn a_degrading_instance_shows_its_mode_and_its_switches_in_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_redis_mode_a_release_wakes_a_waiter_of_another_instance_at_once() {
     // A median under 10 ms: measured alone, not beside a crowd on the other core.
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let lock_redis = PrivateRedis::start();
-    let mode_name = common::unique_key("wake-up");
+    let mode_name = testkit::unique_key("wake-up");
     let holder = std::sync::Arc::new(instance(&lock_redis, &mode_name, Duration::from_secs(5)).await);
     let waiter = std::sync::Arc::new(instance(&lock_redis, &mode_name, Duration::from_secs(5)).await);
     let mut gaps = Vec::new();
     for round in 0..8 {
-        let key = common::unique_key(&format!("wake-{round}"));
+        let key = testkit::unique_key(&format!("wake-{round}"));
         let held = holder
-            .acquire(&key, &common::owner(), Duration::from_secs(2))
+            .acquire(&key, &testkit::owner(), Duration::from_secs(2))
             .await
             .unwrap();
         assert_eq!(mode_of(&holder), Some(Mode::Redis));
         let waiting = tokio::spawn({
             let (waiter, key) = (waiter.clone(), key.clone());
             async move {
-                let granted = waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await;
+                let granted = waiter.acquire(&key, &testkit::owner(), Duration::from_secs(5)).await;
                 (Instant::now(), granted)
             }
         });
@@ -290,17 +291,17 @@ async fn in_redis_mode_a_release_wakes_a_waiter_of_another_instance_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_instead() {
     let lock_redis = PrivateRedis::start();
-    let mode_name = common::unique_key("mode");
+    let mode_name = testkit::unique_key("mode");
     let never = Duration::from_secs(3600); // no switch but the test's own
     let lock = instance(&lock_redis, &mode_name, never).await;
-    let key = common::unique_key("hand-over");
+    let key = testkit::unique_key("hand-over");
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(5))
         .await
         .unwrap();
     let token = held.fencing_token().unwrap().clone();
 
-    let HandOver::Granted(handed) = held.hand_over(&common::owner()).await.unwrap() else {
+    let HandOver::Granted(handed) = held.hand_over(&testkit::owner()).await.unwrap() else {
         panic!("in Redis mode, within its epoch, the key is handed over");
     };
     let handed_token = handed.fencing_token().unwrap().clone();
@@ -308,16 +309,16 @@ async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_
     assert!(handed.is_held());
 
     let switcher = SharedMode::open(
-        common::mysql_pool().await,
+        testkit::mysql_pool().await,
         &mode_name,
-        &common::unique_key("switcher"),
+        &testkit::unique_key("switcher"),
         TTL,
     )
     .await
     .unwrap();
     assert!(switcher.switch(1, Mode::Mysql).await.unwrap());
     lock.refresh_mode().await;
-    let handed_again = handed.hand_over(&common::owner()).await.unwrap();
+    let handed_again = handed.hand_over(&testkit::owner()).await.unwrap();
     assert!(
         matches!(handed_again, HandOver::Released),
         "a holder of epoch 1 handed over after the switch: {handed_again:?}"
@@ -334,10 +335,10 @@ async fn a_hand_over_stays_in_its_epoch_and_a_holder_of_an_ended_epoch_releases_
 async fn a_hand_over_whose_token_counter_went_back_releases_instead() {
     let lock_redis = PrivateRedis::start();
     let never = Duration::from_secs(3600); // no switch back within the test
-    let lock = instance(&lock_redis, &common::unique_key("mode"), never).await;
-    let key = common::unique_key("went-back");
+    let lock = instance(&lock_redis, &testkit::unique_key("mode"), never).await;
+    let key = testkit::unique_key("went-back");
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(5))
         .await
         .unwrap();
     let mut connection = lock_redis.client().get_multiplexed_async_connection().await.unwrap();
@@ -348,7 +349,7 @@ async fn a_hand_over_whose_token_counter_went_back_releases_instead() {
         .await
         .unwrap();
 
-    let handed = held.hand_over(&common::owner()).await.unwrap();
+    let handed = held.hand_over(&testkit::owner()).await.unwrap();
     assert!(
         matches!(handed, HandOver::Released),
         "handed over with a token counter that went back: {handed:?}"

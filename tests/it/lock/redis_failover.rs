@@ -6,23 +6,21 @@
 //! Each test has its own master, replica and Sentinel, on free ports; the stock's
 //! fence (where new epochs come from) is the test Redis.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::{
-    cut_replica_off, fail_over, owner, redis_client, redis_options, replicated_master, unique_key, wait_for_promotion,
-    PrivateRedis, PrivateSentinel,
-};
 use seckill::lock::redis::{RedisLock, RedisLockOptions};
 use seckill::lock::{DistributedLock, LockError};
 use seckill::store::redis_master::MasterAddress;
 use seckill::store::redis_master::ReplicaWait;
+use testkit::{
+    cut_replica_off, fail_over, owner, redis_client, redis_options, replicated_master, unique_key, wait_for_promotion,
+    PrivateRedis, PrivateSentinel,
+};
 
 /// Long enough that a holder's lease outlives the failover, as Redisson's 30 s watchdog does.
 const TTL_MS: u64 = 6000;
 
-// Each test takes its turn (`common::take_turn`): a killed master's port is free for the
+// Each test takes its turn (`testkit::take_turn`): a killed master's port is free for the
 // next server a test starts, and a lock still reconnecting to it would find a stranger.
 
 async fn lock_behind(sentinel: &PrivateSentinel, options: RedisLockOptions) -> RedisLock {
@@ -68,7 +66,7 @@ async fn wait_until_replicated(master: &PrivateRedis, replica: &PrivateRedis, ke
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_granted_by_the_new_master() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-keeps");
     let (holder, waiter) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-keeps");
@@ -104,7 +102,7 @@ async fn a_holder_keeps_its_lock_through_a_failover_and_the_next_holder_is_grant
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_is_granted() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-loses");
     let (first, second) = (plain_lock_behind(&sentinel).await, plain_lock_behind(&sentinel).await);
     let key = unique_key("failover-loses");
@@ -144,7 +142,7 @@ async fn without_a_replica_wait_a_failover_loses_the_grant_and_a_second_holder_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-waits");
     let lock = lock_behind(&sentinel, waiting_for_one_replica()).await;
     let key = unique_key("failover-waits");
@@ -189,7 +187,7 @@ async fn waiting_for_a_replica_refuses_the_grant_no_replica_acknowledged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_instead() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-readonly");
     let lock = lock_behind(&sentinel, redis_options(TTL_MS, true)).await;
     let key = unique_key("failover-readonly");
@@ -230,7 +228,7 @@ async fn a_lock_whose_old_master_comes_back_as_a_replica_follows_the_sentinel_in
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outranks_the_old_masters_tokens() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (master, replica, sentinel) = replicated_master("seckill-failover-restart");
     let key = unique_key("failover-restart");
     let old = plain_lock_behind(&sentinel).await;
@@ -288,8 +286,8 @@ async fn a_handle_that_starts_on_a_promoted_master_begins_a_new_epoch_and_outran
 /// renewal sent before a move is never taken for replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_sent_after_the_master_moved_acknowledges_nothing() {
-    let _turn = common::take_turn().await;
-    let (master, _replicas, sentinel) = common::master_with_two_replicas("wait-after-a-move");
+    let _turn = testkit::take_turn().await;
+    let (master, _replicas, sentinel) = testkit::master_with_two_replicas("wait-after-a-move");
     let address = MasterAddress::parse(&sentinel.url()).unwrap();
     let mut connection = seckill::store::redis_master::MasterConnection::connect(&address)
         .await

@@ -3,13 +3,11 @@
 //! holder when a master restarts. Against five private Redis masters per test.
 //! `cargo test --test it lock::redlock:: -- --nocapture` prints the latencies it measured.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::PrivateRedis;
 use seckill::lock::redlock::{Redlock, RedlockOptions};
 use seckill::lock::{DistributedLock, HandOver, LockError};
+use testkit::PrivateRedis;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -31,7 +29,7 @@ async fn median_grant_and_release(lock: &Redlock) -> Duration {
     for _ in 0..10 {
         let started = Instant::now();
         let guard = lock
-            .try_acquire(&common::unique_key("latency"), &common::owner())
+            .try_acquire(&testkit::unique_key("latency"), &testkit::owner())
             .await
             .expect("granted");
         guard.release().await.unwrap();
@@ -48,7 +46,7 @@ async fn median_grant_and_release(lock: &Redlock) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them() {
     // Medians of a few milliseconds: measured alone, not beside a crowd on the other core.
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     let all_up = median_grant_and_release(&lock).await;
@@ -81,14 +79,14 @@ async fn with_two_of_five_masters_gone_it_still_grants_without_waiting_for_them(
 /// frozen, the release does not wait for them (nor does the acquire: see above).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_is_done_when_a_majority_has_deleted_not_when_the_slowest_answers() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     masters[..2].iter().for_each(PrivateRedis::freeze);
     let mut releases = Vec::new();
     for _ in 0..10 {
         let guard = lock
-            .try_acquire(&common::unique_key("release"), &common::owner())
+            .try_acquire(&testkit::unique_key("release"), &testkit::owner())
             .await
             .expect("three masters grant");
         let started = Instant::now();
@@ -110,7 +108,7 @@ async fn with_three_of_five_masters_gone_acquire_fails_and_says_how_many_answere
     drop(masters.drain(..3).collect::<Vec<_>>());
 
     let error = lock
-        .try_acquire(&common::unique_key("minority"), &common::owner())
+        .try_acquire(&testkit::unique_key("minority"), &testkit::owner())
         .await
         .unwrap_err();
     let message = error.to_string();
@@ -121,8 +119,8 @@ async fn with_three_of_five_masters_gone_acquire_fails_and_says_how_many_answere
     );
     let waited = lock
         .acquire(
-            &common::unique_key("minority"),
-            &common::owner(),
+            &testkit::unique_key("minority"),
+            &testkit::owner(),
             Duration::from_secs(1),
         )
         .await;
@@ -151,15 +149,15 @@ async fn a_master_that_restarts_empty_cannot_hand_the_lock_to_a_second_holder_wh
         Redlock::connect(&urls(&masters), options()).await.unwrap(),
         Redlock::connect(&urls(&masters), options()).await.unwrap(),
     );
-    let key = common::unique_key("restart");
-    let held = first.try_acquire(&key, &common::owner()).await.unwrap();
+    let key = testkit::unique_key("restart");
+    let held = first.try_acquire(&key, &testkit::owner()).await.unwrap();
 
     // One master crashes and comes back with nothing: it would say yes to anyone.
     let port = masters[0].port;
     drop(masters.remove(0));
     masters.push(PrivateRedis::start_on(port));
     for _ in 0..5 {
-        let taken = second.try_acquire(&key, &common::owner()).await;
+        let taken = second.try_acquire(&key, &testkit::owner()).await;
         assert!(
             matches!(taken, Err(LockError::Busy { .. })),
             "one empty master let a second holder in: {taken:?}"
@@ -178,9 +176,9 @@ async fn with_persistence_a_restarted_master_still_holds_its_key_so_a_bare_major
         Redlock::connect(&urls(&masters), options()).await.unwrap(),
     );
     let down: Vec<(u16, tempfile::TempDir)> = masters.drain(3..).map(PrivateRedis::crash).collect();
-    let key = common::unique_key("bare-majority");
+    let key = testkit::unique_key("bare-majority");
     let held = first
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("three of five is a majority");
 
@@ -194,7 +192,7 @@ async fn with_persistence_a_restarted_master_still_holds_its_key_so_a_bare_major
 
     // Without the fsynced file the restarted master and the two that were down would be
     // three yeses for the second holder. With it, the restarted master still says no.
-    let taken = second.try_acquire(&key, &common::owner()).await;
+    let taken = second.try_acquire(&key, &testkit::owner()).await;
     assert!(
         matches!(taken, Err(LockError::Busy { .. })),
         "a second holder got the lock: {taken:?}"
@@ -212,7 +210,7 @@ async fn a_holder_whose_keys_are_renewed_stays_valid_past_its_first_deadline() {
         .await
         .unwrap();
     let guard = lock
-        .acquire(&common::unique_key("renewed"), &common::owner(), ttl)
+        .acquire(&testkit::unique_key("renewed"), &testkit::owner(), ttl)
         .await
         .expect("granted");
     tokio::time::sleep(ttl * 2).await;
@@ -241,9 +239,9 @@ async fn a_hand_over_puts_the_next_owners_value_on_every_master() {
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
     let stranger = Redlock::connect(&urls(&masters), options()).await.unwrap();
-    let key = common::unique_key("hand-over");
-    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
-    let next = common::owner();
+    let key = testkit::unique_key("hand-over");
+    let held = lock.try_acquire(&key, &testkit::owner()).await.unwrap();
+    let next = testkit::owner();
 
     let HandOver::Granted(handed) = held.hand_over(&next).await.unwrap() else {
         panic!("Redlock hands its key over");
@@ -258,7 +256,7 @@ async fn a_hand_over_puts_the_next_owners_value_on_every_master() {
             .all(|value| value.as_deref().is_some_and(|value| value.starts_with(next.as_str()))),
         "every master holds the next owner's value: {values:?}"
     );
-    let refused = stranger.try_acquire(&key, &common::owner()).await;
+    let refused = stranger.try_acquire(&key, &testkit::owner()).await;
     assert!(matches!(refused, Err(LockError::Busy { .. })), "{refused:?}");
 
     handed.release().await.unwrap();
@@ -273,8 +271,8 @@ async fn a_hand_over_puts_the_next_owners_value_on_every_master() {
 async fn a_hand_over_without_a_majority_says_lost_and_leaves_no_value_behind() {
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
-    let key = common::unique_key("hand-over-lost");
-    let held = lock.try_acquire(&key, &common::owner()).await.unwrap();
+    let key = testkit::unique_key("hand-over-lost");
+    let held = lock.try_acquire(&key, &testkit::owner()).await.unwrap();
     tokio::time::sleep(NODE_TIMEOUT).await;
     for master in &masters[..3] {
         let mut connection = master.client().get_multiplexed_async_connection().await.unwrap();
@@ -285,7 +283,7 @@ async fn a_hand_over_without_a_majority_says_lost_and_leaves_no_value_behind() {
             .await
             .unwrap();
     }
-    let next = common::owner();
+    let next = testkit::owner();
 
     let handed = held.hand_over(&next).await;
     assert!(matches!(handed, Err(LockError::Lost { .. })), "{handed:?}");
@@ -305,11 +303,11 @@ async fn a_hand_over_without_a_majority_says_lost_and_leaves_no_value_behind() {
 async fn a_set_that_a_paused_master_runs_late_is_deleted_after_it_by_the_release() {
     let masters: Vec<PrivateRedis> = (0..5).map(|_| PrivateRedis::start()).collect();
     let lock = Redlock::connect(&urls(&masters), options()).await.unwrap();
-    let key = common::unique_key("late-set");
+    let key = testkit::unique_key("late-set");
 
     masters[0].freeze();
     let guard = lock
-        .try_acquire(&key, &common::owner())
+        .try_acquire(&key, &testkit::owner())
         .await
         .expect("four masters grant");
     guard.release().await.expect("four masters delete");

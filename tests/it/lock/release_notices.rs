@@ -4,8 +4,6 @@
 //! with its own notices on the test Redis; and the same two without notices, to show
 //! what the notice saves. Against the servers `make test` starts.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +18,7 @@ const ROUNDS: usize = 8;
 const WAITER_HEAD_START: Duration = Duration::from_millis(200);
 
 async fn notices() -> ReleaseNotices {
-    ReleaseNotices::announce_on(common::master_connection(&common::redis_client().await).await)
+    ReleaseNotices::announce_on(testkit::master_connection(&testkit::redis_client().await).await)
 }
 
 /// One round on a fresh key: `holder` takes it, `waiter` starts waiting for it, and once
@@ -33,13 +31,13 @@ async fn hand_over_once(
     at_release: impl FnOnce(),
 ) -> Duration {
     let held = holder
-        .acquire(key, &common::owner(), Duration::from_secs(1))
+        .acquire(key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let waiting = tokio::spawn({
         let key = key.to_owned();
         async move {
-            let granted = waiter.acquire(&key, &common::owner(), Duration::from_secs(5)).await;
+            let granted = waiter.acquire(&key, &testkit::owner(), Duration::from_secs(5)).await;
             (Instant::now(), granted)
         }
     });
@@ -61,7 +59,7 @@ async fn hand_over_once(
 async fn median_hand_over(holder: Arc<dyn DistributedLock>, waiter: Arc<dyn DistributedLock>) -> Duration {
     let mut gaps = Vec::new();
     for round in 0..ROUNDS {
-        let key = common::unique_key(&format!("notice-{round}"));
+        let key = testkit::unique_key(&format!("notice-{round}"));
         gaps.push(hand_over_once(holder.as_ref(), waiter.clone(), &key, || {}).await);
     }
     gaps.sort();
@@ -77,7 +75,7 @@ where
     Built: std::future::Future<Output = Arc<dyn DistributedLock>>,
 {
     // A median of a few milliseconds: measured alone, not beside a crowd on the other core.
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let noticed = median_hand_over(handle(Some(notices().await)).await, handle(Some(notices().await)).await).await;
     let polled = median_hand_over(handle(None).await, handle(None).await).await;
     println!("{lock}: median hand-over {noticed:?} with notices, {polled:?} without");
@@ -99,7 +97,7 @@ async fn a_notice_hands_the_mysql_version_lock_over_without_waiting_for_a_poll()
         permits: Some(3),
     };
     assert_notices_cut_the_hand_over("mysql-version", |notices| async move {
-        let lock = MySqlVersionLock::new(common::mysql_pool().await, options);
+        let lock = MySqlVersionLock::new(testkit::mysql_pool().await, options);
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     })
     .await;
@@ -116,12 +114,12 @@ async fn a_mysql_version_waiter_woken_by_a_notice_takes_the_row_without_reading_
         renew: true,
         permits: Some(3),
     };
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let holder = MySqlVersionLock::new(pool.clone(), options).with_release_notices(Some(notices().await));
     let waiter = Arc::new(MySqlVersionLock::new(pool, options).with_release_notices(Some(notices().await)));
     let mut reads_after_releases = 0;
     for round in 0..ROUNDS {
-        let key = common::unique_key(&format!("version-notice-{round}"));
+        let key = testkit::unique_key(&format!("version-notice-{round}"));
         let mut reads_at_release = 0;
         hand_over_once(&holder, waiter.clone(), &key, || {
             reads_at_release = waiter.rows_read();
@@ -148,7 +146,7 @@ async fn a_notice_hands_the_mysql_lock_table_over_without_waiting_for_a_poll() {
         permits: Some(3),
     };
     assert_notices_cut_the_hand_over("mysql", |notices| async move {
-        let lock = MySqlLock::new(common::mysql_pool().await, options);
+        let lock = MySqlLock::new(testkit::mysql_pool().await, options);
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     })
     .await;
@@ -162,7 +160,7 @@ async fn a_notice_hands_redlock_over_without_waiting_for_a_poll() {
         node_timeout: Duration::from_millis(50),
     };
     assert_notices_cut_the_hand_over("redlock", |notices| async move {
-        let lock = Redlock::connect(&common::redlock_urls(), options).await.unwrap();
+        let lock = Redlock::connect(&testkit::redlock_urls(), options).await.unwrap();
         Arc::new(lock.with_release_notices(notices)) as Arc<dyn DistributedLock>
     })
     .await;

@@ -4,20 +4,18 @@
 //! was lost; and stop trusting a session the server may have ended. Against the ZooKeeper
 //! that `make test` starts; a proxy in front of it loses or holds answers.
 
-use testkit as common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::nemesis::{Fault, Proxy};
 use seckill::lock::zookeeper::ZooKeeperLock;
 use seckill::lock::{DistributedLock, LockError};
+use testkit::nemesis::{Fault, Proxy};
 
 use super::queue::*;
 
 async fn zookeeper() -> Arc<ZooKeeperLock> {
     Arc::new(
-        ZooKeeperLock::connect(common::zookeeper_options(4000))
+        ZooKeeperLock::connect(testkit::zookeeper_options(4000))
             .await
             .expect("ZooKeeper runs (`make services`)"),
     )
@@ -38,7 +36,7 @@ async fn zookeeper_wakes_only_the_next_waiter_when_the_holder_releases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_waiter_whose_only_elder_is_the_holder_is_granted_by_the_release_event_alone() {
-    let key = common::unique_key("only-waiter");
+    let key = testkit::unique_key("only-waiter");
     let (holder, waiter) = (zookeeper().await, zookeeper().await);
     let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(10)).await;
     held.release().await.unwrap();
@@ -68,7 +66,7 @@ async fn a_zookeeper_waiter_giving_up_does_not_grant_the_one_behind_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believing_it_holds_its_dead_node() {
-    let key = common::unique_key("expired-waiter");
+    let key = testkit::unique_key("expired-waiter");
     let (holder, waiter) = (zookeeper().await, zookeeper().await);
     // Long enough to outlast the expiry below, which can take many tries.
     let (held, waiting) = queue_behind_a_holder(&*holder, &waiter, &key, Duration::from_secs(90)).await;
@@ -85,7 +83,7 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
         .expect("the waiter's node")
         .czxid;
     let expired = waiter.client().await.expect("the session is open");
-    common::expire_zookeeper_session(&expired).await;
+    testkit::expire_zookeeper_session(&expired).await;
     held.release().await.unwrap();
 
     let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
@@ -110,17 +108,17 @@ async fn a_zookeeper_waiter_whose_session_expires_queues_again_instead_of_believ
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder_sees_it_lost() {
-    let key = common::unique_key("expired");
+    let key = testkit::unique_key("expired");
     let (holder, next) = (zookeeper().await, zookeeper().await);
     let held = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
-    common::expire_zookeeper_session(&holder.client().await.expect("the session is open")).await;
+    testkit::expire_zookeeper_session(&holder.client().await.expect("the session is open")).await;
 
     let started = Instant::now();
     let granted = next
-        .acquire(&key, &common::owner(), Duration::from_secs(10))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(10))
         .await
         .expect("the node went");
     assert!(
@@ -136,7 +134,7 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
 
     // The next acquire of the expired handle starts a new session and works again.
     let again = holder
-        .acquire(&key, &common::owner(), Duration::from_secs(5))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(5))
         .await
         .expect("a new session");
     again.release().await.unwrap();
@@ -144,8 +142,8 @@ async fn a_zookeeper_session_expired_by_the_server_frees_the_lock_and_its_holder
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_node_whose_create_answer_was_lost_is_found_and_deleted_instead_of_blocking_the_queue() {
-    let proxy = Proxy::start(common::zookeeper_port()).await;
-    let unlucky = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+    let proxy = Proxy::start(testkit::zookeeper_port()).await;
+    let unlucky = ZooKeeperLock::connect(testkit::zookeeper_options_via(proxy.address(), 4000))
         .await
         .expect("ZooKeeper runs (`make services`)");
     // The answers stay away past the acquire's deadline and the client's connection
@@ -156,21 +154,21 @@ async fn a_zookeeper_node_whose_create_answer_was_lost_is_found_and_deleted_inst
         next_granted_within: Duration::from_secs(3),
     };
     let (holder, next) = (zookeeper().await, zookeeper().await);
-    let key = common::unique_key("lost-create");
+    let key = testkit::unique_key("lost-create");
     assert_a_place_whose_answer_was_lost_does_not_block_the_queue(&unlucky, &proxy, holder.as_ref(), next, &key, lost)
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zookeeper_holder_cut_off_stops_trusting_its_lock_within_a_session_timeout_of_the_last_answer() {
-    let key = common::unique_key("cut-off");
-    let proxy = Proxy::start(common::zookeeper_port()).await;
-    let lock = ZooKeeperLock::connect(common::zookeeper_options_via(proxy.address(), 4000))
+    let key = testkit::unique_key("cut-off");
+    let proxy = Proxy::start(testkit::zookeeper_port()).await;
+    let lock = ZooKeeperLock::connect(testkit::zookeeper_options_via(proxy.address(), 4000))
         .await
         .expect("ZooKeeper runs (`make services`)");
     let session_timeout = lock.client().await.expect("the session is open").session_timeout();
     let held = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(2))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(2))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;

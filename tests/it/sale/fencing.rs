@@ -3,8 +3,6 @@
 //! each sale comes to exactly what the fence must make of it (a table per interleaving).
 //! Without tokens (the baselines, `--fencing off`) the same interleavings do.
 
-use testkit as common;
-
 use seckill::lock::FencingToken;
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::{SaleName, SaleRecord, Seller, StockRead, StockStore, WriteOutcome};
@@ -33,8 +31,8 @@ fn interleavings() -> Vec<[Step; 4]> {
 
 /// The stock of a sale of the test's own.
 async fn store() -> StockStore {
-    let client = common::redis_client().await;
-    StockStore::new(common::master_connection(&client).await).with_keys(common::TestSale::new().keys().clone())
+    let client = testkit::redis_client().await;
+    StockStore::new(testkit::master_connection(&client).await).with_keys(testkit::TestSale::new().keys().clone())
 }
 
 /// What one holder's sale came to: refused at its read (the fence had seen a newer
@@ -287,20 +285,20 @@ async fn a_sale_written_before_it_is_settled_settles_as_sold() {
 #[tokio::test]
 async fn a_lock_redis_restarted_empty_costs_a_moment_not_the_sale() {
     const SOLD_BEFORE: usize = 20;
-    let lock_redis = common::PrivateRedis::start();
-    let instance = common::instance_with(Strategy::Redis, &common::TestSale::new(), |config| {
+    let lock_redis = testkit::PrivateRedis::start();
+    let instance = testkit::instance_with(Strategy::Redis, &testkit::TestSale::new(), |config| {
         config.redis.lock_redis_url = Some(lock_redis.url());
     })
     .await;
-    common::reset_stock(&instance.url, 100).await;
+    testkit::reset_stock(&instance.url, 100).await;
     let http = reqwest::Client::new();
-    let buy = || common::buy(&http, &instance.url);
+    let buy = || testkit::buy(&http, &instance.url);
     for _ in 0..SOLD_BEFORE {
         assert_eq!(buy().await, "sold", "the sales before the restart");
     }
 
     let (port, _old_data) = lock_redis.crash();
-    let _restarted = common::PrivateRedis::start_on(port);
+    let _restarted = testkit::PrivateRedis::start_on(port);
     let restarted_at = std::time::Instant::now();
     let mut answers = Vec::new();
     while answers.iter().filter(|answer| *answer == "sold").count() < 3 {
@@ -379,17 +377,17 @@ async fn a_write_that_committed_before_a_reset_never_settles_as_not_sold() {
 /// its write (`--chaos-pause-before-write-ms 300`), and a reset to 100 lands in the pause.
 #[tokio::test]
 async fn a_redlock_sale_paused_across_a_reset_sells_nothing_in_the_new_sale() {
-    let instance = common::instance_with(Strategy::Redlock, &common::TestSale::new(), |config| {
+    let instance = testkit::instance_with(Strategy::Redlock, &testkit::TestSale::new(), |config| {
         config.chaos_pause_before_write_ms = Some(300);
     })
     .await;
-    common::reset_stock(&instance.url, 5).await;
+    testkit::reset_stock(&instance.url, 5).await;
     let url = instance.url.clone();
-    let buyer = tokio::spawn(async move { common::buy(&reqwest::Client::new(), &url).await });
+    let buyer = tokio::spawn(async move { testkit::buy(&reqwest::Client::new(), &url).await });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    common::reset_stock(&instance.url, 100).await;
+    testkit::reset_stock(&instance.url, 100).await;
     assert_eq!(buyer.await.unwrap(), "503 sale_reset");
-    let stock = common::stock(&instance.url).await;
+    let stock = testkit::stock(&instance.url).await;
     assert_eq!(
         (stock.stock, stock.lucky, stock.sales),
         (100, 0, 0),

@@ -4,8 +4,6 @@
 //! at the script and through the service, where each of them hears `503 lock_lost`. And
 //! a grouped crowd sells exactly the stock, each unit once.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
 use seckill::lock::FencingToken;
@@ -40,10 +38,10 @@ fn records(group_id: &str, token: &FencingToken) -> Vec<SaleRecord> {
         .collect()
 }
 
-async fn store() -> (StockStore, common::TestSale) {
-    let client = common::redis_client().await;
-    let sale = common::TestSale::new();
-    let store = StockStore::new(common::master_connection(&client).await).with_keys(sale.keys().clone());
+async fn store() -> (StockStore, testkit::TestSale) {
+    let client = testkit::redis_client().await;
+    let sale = testkit::TestSale::new();
+    let store = StockStore::new(testkit::master_connection(&client).await).with_keys(sale.keys().clone());
     (store, sale)
 }
 
@@ -152,7 +150,7 @@ async fn a_group_larger_than_the_stock_sells_what_is_left_and_refuses_a_second_u
     );
     let snapshot = store.snapshot().await.unwrap();
     assert_eq!((snapshot.stock, snapshot.lucky, snapshot.sales), (0, 2, 2));
-    let sales = common::sale_records(&test_sale).await;
+    let sales = testkit::sale_records(&test_sale).await;
     let units: Vec<(i64, Option<&str>)> = sales.iter().map(|r| (r.stock_before, r.buyer.as_deref())).collect();
     assert_eq!(units, [(2, Some("alice")), (1, Some("bob"))]);
     assert!(sales.iter().all(|record| record.group.as_deref() == Some("g")));
@@ -164,15 +162,15 @@ async fn a_group_larger_than_the_stock_sells_what_is_left_and_refuses_a_second_u
 /// of the group hears `503 lock_lost`, and only the first buyer's unit is sold.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_service() {
-    let sale = common::TestSale::new();
-    let instance = common::instance_with(Strategy::Redis, &sale, |config| {
+    let sale = testkit::TestSale::new();
+    let instance = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.group_commit = true;
         config.chaos_pause_before_write_ms = Some(400);
     })
     .await;
-    common::reset_stock(&instance.url, 10).await;
-    let client = common::redis_client().await;
-    let mut redis = common::connection(&client).await;
+    testkit::reset_stock(&instance.url, 10).await;
+    let client = testkit::redis_client().await;
+    let mut redis = testkit::connection(&client).await;
     let fence = sale.keys().fence_of(Segment::WHOLE);
     // The sale id the fence's high-water mark names: the last group that read.
     let mark = || {
@@ -216,29 +214,29 @@ async fn a_refused_group_write_fails_every_buyer_of_the_group_through_the_servic
             "every buyer of the refused group"
         );
     }
-    let stock = common::stock(&instance.url).await;
+    let stock = testkit::stock(&instance.url).await;
     assert_eq!(
         (stock.stock, stock.lucky, stock.sales),
         (9, 1, 1),
         "only the first buyer's unit is sold"
     );
     assert_eq!(
-        common::metric(&instance.url, "seckill_group_size_count").await,
+        testkit::metric(&instance.url, "seckill_group_size_count").await,
         2.0,
         "two grants, two groups"
     );
     assert_eq!(
-        common::metric(&instance.url, "seckill_group_size_sum").await,
+        testkit::metric(&instance.url, "seckill_group_size_sum").await,
         6.0,
         "of one buyer, then five"
     );
     instance.stop().await.unwrap();
 }
 
-/// One buyer in a task of its own; its answer as [`common::buy`] tells it.
+/// One buyer in a task of its own; its answer as [`testkit::buy`] tells it.
 fn buyer(http: &reqwest::Client, url: &str) -> tokio::task::JoinHandle<String> {
     let (http, url) = (http.clone(), url.to_owned());
-    tokio::spawn(async move { common::buy(&http, &url).await })
+    tokio::spawn(async move { testkit::buy(&http, &url).await })
 }
 
 /// Polls `probe` every 5 ms until it gives something, for at most `within`.
@@ -256,15 +254,15 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(within: Duration, 
 /// A switch the strategy cannot use is refused at start, naming the fix.
 #[tokio::test]
 async fn group_commit_without_a_local_queue_is_refused_with_the_fix() {
-    let sale = common::TestSale::new();
-    let refused = common::start_refused(Strategy::Atomic, &sale, |config| config.group_commit = true).await;
+    let sale = testkit::TestSale::new();
+    let refused = testkit::start_refused(Strategy::Atomic, &sale, |config| config.group_commit = true).await;
     assert!(refused.contains("--lock atomic` takes no lock"), "{refused}");
-    let refused = common::start_refused(Strategy::None, &sale, |config| config.group_commit = true).await;
+    let refused = testkit::start_refused(Strategy::None, &sale, |config| config.group_commit = true).await;
     assert!(
         refused.contains("Leave --group-commit off with the baselines"),
         "{refused}"
     );
-    let refused = common::start_refused(Strategy::Redis, &sale, |config| {
+    let refused = testkit::start_refused(Strategy::Redis, &sale, |config| {
         config.group_commit = true;
         config.local_queue = false;
     })
@@ -282,18 +280,18 @@ async fn group_commit_without_a_local_queue_is_refused_with_the_fix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_buyer_waiting_for_the_lock_is_a_waiter_in_a_group_as_alone() {
     for group_commit in [true, false] {
-        let sale = common::TestSale::new();
-        let instance = common::instance_with(Strategy::Redis, &sale, |config| {
+        let sale = testkit::TestSale::new();
+        let instance = testkit::instance_with(Strategy::Redis, &sale, |config| {
             config.group_commit = group_commit;
             config.acquire_timeout_ms = 10_000;
         })
         .await;
-        common::reset_stock(&instance.url, 10).await;
+        testkit::reset_stock(&instance.url, 10).await;
         // Someone else holds the lock for a while.
         sale.hold_the_stock_lock(1500).await;
         let http = reqwest::Client::new();
         let buyers: Vec<_> = (0..5).map(|_| buyer(&http, &instance.url)).collect();
-        let waiters = || common::metric(&instance.url, "seckill_lock_waiters");
+        let waiters = || testkit::metric(&instance.url, "seckill_lock_waiters");
         let started = Instant::now();
         let mut most = waiters().await;
         while most < 5.0 && started.elapsed() < Duration::from_secs(1) {

@@ -5,9 +5,7 @@
 //! the lock to the next buyer in line, a bounded number of times in a row, without
 //! stranding a grant nobody came for.
 
-use testkit as common;
-
-use common::nemesis::Fault;
+use testkit::nemesis::Fault;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,29 +25,29 @@ const BUYERS: usize = 60;
 /// A line long enough to last several runs of hand-overs.
 const LONG_LINE: usize = 300;
 
-// Each test takes its turn (`common::take_turn`): they count the lock's requests, which
+// Each test takes its turn (`testkit::take_turn`): they count the lock's requests, which
 // a crowd on the other core would slow into timeouts.
 
 /// What the lock of one `mysql-version` instance counted (`lock_stats` in /healthz)
 /// while `BUYERS` bought from it at once, each a unit, with the settings `adjust` changes.
 async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Config)) -> seckill::lock::LockStats {
-    let instance = common::instance_with(Strategy::MysqlVersion, &common::TestSale::new(), |config| {
+    let instance = testkit::instance_with(Strategy::MysqlVersion, &testkit::TestSale::new(), |config| {
         config.acquire_timeout_ms = 30_000;
         adjust(config);
     })
     .await;
-    common::reset_stock(&instance.url, 1_000).await;
+    testkit::reset_stock(&instance.url, 1_000).await;
     let http = reqwest::Client::new();
     let buyers: Vec<_> = (0..BUYERS)
         .map(|_| {
             let (http, url) = (http.clone(), instance.url.clone());
-            tokio::spawn(async move { common::buy(&http, &url).await })
+            tokio::spawn(async move { testkit::buy(&http, &url).await })
         })
         .collect();
     for buyer in buyers {
         assert_eq!(buyer.await.unwrap(), "sold");
     }
-    let stats = common::healthz(&instance.url)
+    let stats = testkit::healthz(&instance.url)
         .await
         .lock_stats
         .expect("a MySQL lock counts its attempts");
@@ -71,7 +69,7 @@ async fn grants_and_attempts(hand_over: bool) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_head_of_an_instances_line_asks_the_lock() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     assert_eq!(
         peak_attempts_at_mysql(true).await,
         1,
@@ -90,7 +88,7 @@ async fn only_the_head_of_an_instances_line_asks_the_lock() {
 /// `--hand-over false` makes every grant an attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_times() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let (grants, attempts) = grants_and_attempts(true).await;
     assert_eq!(grants, BUYERS as u64);
     // One instance, one buyer at a time asking: every attempt is a grant, and every
@@ -115,21 +113,21 @@ async fn a_release_hands_the_lock_to_the_next_buyer_in_line_a_bounded_number_of_
 /// instance is served while this instance's line is still long, not after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long() {
-    let _turn = common::take_turn().await;
+    let _turn = testkit::take_turn().await;
     let adjust = |config: &mut seckill::config::Config| config.acquire_timeout_ms = 30_000;
-    let sale = common::TestSale::new();
-    let busy = common::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
-    let other = common::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
-    common::reset_stock(&busy.url, 1_000).await;
+    let sale = testkit::TestSale::new();
+    let busy = testkit::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
+    let other = testkit::instance_with(Strategy::MysqlVersion, &sale, adjust).await;
+    testkit::reset_stock(&busy.url, 1_000).await;
     let http = reqwest::Client::new();
     let line: Vec<_> = (0..LONG_LINE)
         .map(|_| {
             let (http, url) = (http.clone(), busy.url.clone());
-            tokio::spawn(async move { (common::buy(&http, &url).await, Instant::now()) })
+            tokio::spawn(async move { (testkit::buy(&http, &url).await, Instant::now()) })
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let answer = common::buy(&http, &other.url).await;
+    let answer = testkit::buy(&http, &other.url).await;
     let other_served = Instant::now();
     assert_eq!(answer, "sold");
     let mut served_later = 0;
@@ -152,8 +150,8 @@ async fn a_buyer_of_another_instance_is_served_while_this_instances_line_is_long
 /// leaving it to its lease while the other instances wait.
 #[tokio::test]
 async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
-    let direct: MySqlConnectOptions = common::mysql_url().parse().unwrap();
-    let proxy = common::nemesis::Proxy::start(direct.get_port()).await;
+    let direct: MySqlConnectOptions = testkit::mysql_url().parse().unwrap();
+    let proxy = testkit::nemesis::Proxy::start(direct.get_port()).await;
     let through_proxy = MySqlPoolOptions::new()
         .max_connections(2)
         .connect_with(direct.clone().port(proxy.port))
@@ -166,13 +164,13 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     };
     let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(through_proxy, options)));
     let queue = LocalQueue::new(true);
-    let key = common::unique_key("unclaimed");
+    let key = testkit::unique_key("unclaimed");
     let turn = queue
         .wait_for_turn(Instant::now() + Duration::from_secs(1))
         .await
         .unwrap();
     let guard = lock
-        .acquire(&key, &common::owner(), Duration::from_secs(1))
+        .acquire(&key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let version = guard.fencing_token().unwrap().counter;
@@ -181,7 +179,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
     // held until after that buyer gave up.
     let gives_up = queue.wait_for_turn(Instant::now() + Duration::from_millis(300));
     proxy.strike(Fault::HoldAnswers);
-    let hands_over = turn.release(&lock, guard, common::owner);
+    let hands_over = turn.release(&lock, guard, testkit::owner);
     let answers_later = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         proxy.strike(Fault::Healed);
@@ -192,7 +190,7 @@ async fn a_grant_handed_to_a_buyer_who_gave_up_goes_back_at_once() {
 
     let row: (u64, String) = sqlx::query_as("SELECT version, owner FROM seckill_version_locks WHERE name = ?")
         .bind(&key)
-        .fetch_one(&common::mysql_pool().await)
+        .fetch_one(&testkit::mysql_pool().await)
         .await
         .unwrap();
     assert_eq!(
@@ -213,12 +211,12 @@ async fn hand_over_to_a_second_buyer<'q>(
     let far = Instant::now() + Duration::from_secs(30);
     let turn = queue.wait_for_turn(far).await.unwrap();
     let guard = lock
-        .acquire(key, &common::owner(), Duration::from_secs(1))
+        .acquire(key, &testkit::owner(), Duration::from_secs(1))
         .await
         .unwrap();
     let mut next = Box::pin(queue.wait_for_turn(far));
     assert!(futures_util::poll!(&mut next).is_pending(), "the turn is taken");
-    turn.release(lock, guard, common::owner).await.unwrap();
+    turn.release(lock, guard, testkit::owner).await.unwrap();
     next
 }
 
@@ -227,7 +225,7 @@ async fn hand_over_to_a_second_buyer<'q>(
 /// shutdown gives it back before the lock's own shutdown.
 #[tokio::test]
 async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_at_shutdown() {
-    let pool = common::mysql_pool().await;
+    let pool = testkit::mysql_pool().await;
     let options = MySqlLockOptions {
         ttl: Duration::from_secs(30),
         renew: true,
@@ -235,7 +233,7 @@ async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_a
     };
     let lock = Reentrant::new(Arc::new(MySqlVersionLock::new(pool.clone(), options)));
     let queue = LocalQueue::new(true);
-    let key = common::unique_key("left-over");
+    let key = testkit::unique_key("left-over");
     let turned_away = hand_over_to_a_second_buyer(&queue, &lock, &key).await;
     // It is turned away before it ever runs again, as a stopping instance does.
     drop(turned_away);
@@ -260,23 +258,23 @@ async fn a_grant_left_by_a_buyer_turned_away_after_its_turn_came_is_given_back_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_passed_on_unused_gives_back_the_grant_handed_to_it() {
     const TTL_MS: u64 = 300;
-    let client = common::redis_client().await;
+    let client = testkit::redis_client().await;
     let connect = || async {
-        RedisLock::connect(&client, common::redis_options(TTL_MS, true))
+        RedisLock::connect(&client, testkit::redis_options(TTL_MS, true))
             .await
             .unwrap()
     };
     let lock = Reentrant::new(Arc::new(connect().await));
     let other_instance = connect().await;
     let queue = LocalQueue::new(true);
-    let key = common::unique_key("passed-on");
+    let key = testkit::unique_key("passed-on");
     let next = hand_over_to_a_second_buyer(&queue, &lock, &key).await;
     let unused = next.await.expect("the turn passed to the second buyer");
     // It leaves the turn unused, as a buyer already answered does.
     unused.pass_on().await;
 
     tokio::time::sleep(Duration::from_millis(3 * TTL_MS)).await;
-    let granted = other_instance.try_acquire(&key, &common::owner()).await;
+    let granted = other_instance.try_acquire(&key, &testkit::owner()).await;
     assert!(
         granted.is_ok(),
         "another instance still finds the key held three TTLs later: {granted:?}"

@@ -4,15 +4,13 @@
 //! stock otherwise is refused instead of selling from keys nobody else guards.
 //! The 500-buyer runs over segments are in loadtest/tests/it/run.rs.
 
-use testkit as common;
-
 use redis::AsyncCommands;
 use seckill::sale::segments::Segments;
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 
-async fn instance(strategy: Strategy, sale: &common::TestSale, segments: u32) -> Instance {
-    common::instance_with(strategy, sale, |config| config.stock_segments = segments).await
+async fn instance(strategy: Strategy, sale: &testkit::TestSale, segments: u32) -> Instance {
+    testkit::instance_with(strategy, sale, |config| config.stock_segments = segments).await
 }
 
 /// One buy at `base_url`, which must be refused with `503 segments_disagree`: its message.
@@ -25,8 +23,8 @@ async fn refused_as_segments_disagree(base_url: &str) -> String {
 }
 
 /// Each segment's units, `stock`, `lucky` and the count a reset wrote.
-async fn stored(sale: &common::TestSale, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
-    let (keys, mut redis) = (sale.keys(), common::connection(&common::redis_client().await).await);
+async fn stored(sale: &testkit::TestSale, segments: u32) -> (Vec<i64>, i64, i64, Option<u32>) {
+    let (keys, mut redis) = (sale.keys(), testkit::connection(&testkit::redis_client().await).await);
     let mut units = Vec::new();
     for segment in Segments::new(segments).unwrap().all() {
         units.push(
@@ -45,11 +43,11 @@ async fn stored(sale: &common::TestSale, segments: u32) -> (Vec<i64>, i64, i64, 
 
 #[tokio::test]
 async fn a_reset_shares_the_units_out_between_the_segments_and_stock_counts_them_all() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let app = instance(Strategy::Redis, &sale, 4).await;
-    common::reset_stock(&app.url, 7).await;
+    testkit::reset_stock(&app.url, 7).await;
     assert_eq!(stored(&sale, 4).await, (vec![2, 2, 2, 1], 7, 0, Some(4)));
-    assert_eq!(common::healthz(&app.url).await.stock_segments, 4);
+    assert_eq!(testkit::healthz(&app.url).await.stock_segments, 4);
     app.stop().await.unwrap();
 }
 
@@ -59,17 +57,17 @@ async fn a_reset_shares_the_units_out_between_the_segments_and_stock_counts_them
 /// pass all eight only once in 65,536 runs.
 #[tokio::test]
 async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let app = instance(Strategy::Redis, &sale, 4).await;
     let http = reqwest::Client::new();
     for run in 0..8 {
-        common::reset_stock(&app.url, 1).await;
+        testkit::reset_stock(&app.url, 1).await;
         assert_eq!(
-            common::buy(&http, &app.url).await,
+            testkit::buy(&http, &app.url).await,
             "sold",
             "run {run}: one unit was left, in one of four segments"
         );
-        assert_eq!(common::buy(&http, &app.url).await, "sold out", "run {run}");
+        assert_eq!(testkit::buy(&http, &app.url).await, "sold out", "run {run}");
         let (units, stock, lucky, _) = stored(&sale, 4).await;
         assert_eq!((units, stock, lucky), (vec![0, 0, 0, 0], 0, 1), "run {run}");
     }
@@ -78,9 +76,9 @@ async fn a_buyer_is_told_sold_out_only_after_every_segment_was_read_empty() {
 
 #[tokio::test]
 async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_with_the_fix() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let whole = instance(Strategy::Redis, &sale, 1).await;
-    common::reset_stock(&whole.url, 10).await;
+    testkit::reset_stock(&whole.url, 10).await;
     let split = instance(Strategy::Redis, &sale, 4).await;
     let message = refused_as_segments_disagree(&split.url).await;
     assert!(
@@ -97,9 +95,9 @@ async fn an_instance_that_splits_the_stock_otherwise_than_the_reset_is_refused_w
 /// segments' locks would sell the same units again.
 #[tokio::test]
 async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let split = instance(Strategy::Redis, &sale, 4).await;
-    common::reset_stock(&split.url, 8).await;
+    testkit::reset_stock(&split.url, 8).await;
     let atomic = instance(Strategy::Atomic, &sale, 1).await;
     refused_as_segments_disagree(&atomic.url).await;
     assert_eq!(
@@ -113,7 +111,7 @@ async fn the_atomic_script_refuses_a_sale_reset_into_segments() {
 
 #[tokio::test]
 async fn the_atomic_script_refuses_segments_at_start_and_says_why() {
-    let error = common::start_refused(Strategy::Atomic, &common::TestSale::new(), |config| {
+    let error = testkit::start_refused(Strategy::Atomic, &testkit::TestSale::new(), |config| {
         config.stock_segments = 2
     })
     .await;

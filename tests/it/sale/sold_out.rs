@@ -4,8 +4,6 @@
 //! `atomic` refuses it at start; on a Redis Cluster, a segment read before its reset
 //! teaches the flag nothing about the new sale.
 
-use testkit as common;
-
 use redis::AsyncCommands;
 use seckill::sale::segments::Segment;
 use seckill::server::Instance;
@@ -13,8 +11,8 @@ use seckill::strategy::Strategy;
 
 const SEGMENTS: u32 = 4;
 
-async fn instance(sale: &common::TestSale, sold_out_flag: bool) -> Instance {
-    common::instance_with(Strategy::Redis, sale, |config| {
+async fn instance(sale: &testkit::TestSale, sold_out_flag: bool) -> Instance {
+    testkit::instance_with(Strategy::Redis, sale, |config| {
         config.stock_segments = SEGMENTS;
         config.sold_out_flag = sold_out_flag;
     })
@@ -28,25 +26,25 @@ const FROM_MEMORY: &str = "seckill_sold_out_from_memory_total";
 /// the lock grants those twenty took, and how many the flag answered.
 async fn grants_after_the_sell_out(app: &Instance) -> (f64, f64) {
     let http = reqwest::Client::new();
-    common::reset_stock(&app.url, i64::from(SEGMENTS)).await;
+    testkit::reset_stock(&app.url, i64::from(SEGMENTS)).await;
     for _ in 0..SEGMENTS {
-        assert_eq!(common::buy(&http, &app.url).await, "sold");
+        assert_eq!(testkit::buy(&http, &app.url).await, "sold");
     }
-    let grants_before = common::metric(&app.url, LOCK_GRANTS).await;
+    let grants_before = testkit::metric(&app.url, LOCK_GRANTS).await;
     for _ in 0..20 {
-        assert_eq!(common::buy(&http, &app.url).await, "sold out");
+        assert_eq!(testkit::buy(&http, &app.url).await, "sold out");
     }
     (
-        common::metric(&app.url, LOCK_GRANTS).await - grants_before,
-        common::metric(&app.url, FROM_MEMORY).await,
+        testkit::metric(&app.url, LOCK_GRANTS).await - grants_before,
+        testkit::metric(&app.url, FROM_MEMORY).await,
     )
 }
 
 #[tokio::test]
 async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_walks_every_segment() {
     let (flagged, plain) = (
-        instance(&common::TestSale::new(), true).await,
-        instance(&common::TestSale::new(), false).await,
+        instance(&testkit::TestSale::new(), true).await,
+        instance(&testkit::TestSale::new(), false).await,
     );
     // Each sale that took a segment's last unit taught the flag that segment.
     assert_eq!(grants_after_the_sell_out(&flagged).await, (0.0, 20.0));
@@ -55,7 +53,7 @@ async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_wa
         (80.0, 0.0),
         "without the flag each of the 20 reads all four segments under their locks"
     );
-    assert!(common::healthz(&flagged.url).await.sold_out_flag);
+    assert!(testkit::healthz(&flagged.url).await.sold_out_flag);
     flagged.stop().await.unwrap();
     plain.stop().await.unwrap();
 }
@@ -64,25 +62,25 @@ async fn with_the_flag_a_buyer_after_the_sell_out_asks_no_lock_and_without_it_wa
 /// trusting its memory is what tells it.
 #[tokio::test]
 async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let (flagged, other) = (instance(&sale, true).await, instance(&sale, true).await);
     let http = reqwest::Client::new();
-    common::reset_stock(&flagged.url, 1).await;
-    assert_eq!(common::buy(&http, &flagged.url).await, "sold");
+    testkit::reset_stock(&flagged.url, 1).await;
+    assert_eq!(testkit::buy(&http, &flagged.url).await, "sold");
     // The first buyer after the sell-out reads the segments the flag does not know yet
     // (if the one who bought read them all on the way, the flag answers this one too).
-    assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
-    let answered_before = common::metric(&flagged.url, FROM_MEMORY).await;
-    assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
+    assert_eq!(testkit::buy(&http, &flagged.url).await, "sold out");
+    let answered_before = testkit::metric(&flagged.url, FROM_MEMORY).await;
+    assert_eq!(testkit::buy(&http, &flagged.url).await, "sold out");
     assert_eq!(
-        common::metric(&flagged.url, FROM_MEMORY).await,
+        testkit::metric(&flagged.url, FROM_MEMORY).await,
         answered_before + 1.0,
         "the flag answered the second"
     );
 
-    common::reset_stock(&other.url, 1).await;
+    testkit::reset_stock(&other.url, 1).await;
     assert_eq!(
-        common::buy(&http, &flagged.url).await,
+        testkit::buy(&http, &flagged.url).await,
         "sold",
         "the sale was reset with a unit: \"sold out\" would be a lie"
     );
@@ -95,21 +93,21 @@ async fn a_reset_through_another_instance_ends_the_flag_for_the_very_next_buyer(
 /// next generation 1 for it.
 #[tokio::test]
 async fn a_sale_reset_after_redis_lost_its_data_is_not_taken_for_the_old_one() {
-    let sale = common::TestSale::new();
+    let sale = testkit::TestSale::new();
     let flush = || sale.lose_every_key();
     let flagged = instance(&sale, true).await; // seeds the sale: generation 1
     let http = reqwest::Client::new();
-    common::reset_stock(&flagged.url, 1).await; // generation 2
-    common::buy(&http, &flagged.url).await;
+    testkit::reset_stock(&flagged.url, 1).await; // generation 2
+    testkit::buy(&http, &flagged.url).await;
     for _ in 0..2 {
-        assert_eq!(common::buy(&http, &flagged.url).await, "sold out");
+        assert_eq!(testkit::buy(&http, &flagged.url).await, "sold out");
     }
     flush().await;
     // Two resets: generation 1, then 2, the generation the sold-out sale had.
-    common::reset_stock(&flagged.url, 1).await;
-    common::reset_stock(&flagged.url, 1).await;
+    testkit::reset_stock(&flagged.url, 1).await;
+    testkit::reset_stock(&flagged.url, 1).await;
     assert_eq!(
-        common::buy(&http, &flagged.url).await,
+        testkit::buy(&http, &flagged.url).await,
         "sold",
         "a new sale with a unit, under a generation the old one had"
     );
@@ -118,7 +116,7 @@ async fn a_sale_reset_after_redis_lost_its_data_is_not_taken_for_the_old_one() {
 
 #[tokio::test]
 async fn the_flag_is_refused_where_a_late_write_could_put_a_unit_back() {
-    let error = common::start_refused(Strategy::None, &common::TestSale::new(), |config| {
+    let error = testkit::start_refused(Strategy::None, &testkit::TestSale::new(), |config| {
         config.sold_out_flag = true
     })
     .await;
@@ -127,7 +125,7 @@ async fn the_flag_is_refused_where_a_late_write_could_put_a_unit_back() {
 
 #[tokio::test]
 async fn the_atomic_script_refuses_the_flag_at_start_and_says_why() {
-    let error = common::start_refused(Strategy::Atomic, &common::TestSale::new(), |config| {
+    let error = testkit::start_refused(Strategy::Atomic, &testkit::TestSale::new(), |config| {
         config.sold_out_flag = true
     })
     .await;
@@ -145,19 +143,19 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
     const STOCK: i64 = 10;
     const ANSWERS_AFTER_THE_SELL_OUT: usize = 20_000;
     const BUYERS_AT_ONCE: usize = 32;
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Local, &sale, |_| {}).await;
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Local, &sale, |_| {}).await;
     let http = reqwest::Client::new();
-    common::reset_stock(&app.url, STOCK).await;
+    testkit::reset_stock(&app.url, STOCK).await;
     for _ in 0..STOCK {
-        assert_eq!(common::buy(&http, &app.url).await, "sold");
+        assert_eq!(testkit::buy(&http, &app.url).await, "sold");
     }
     let buyers: Vec<_> = (0..BUYERS_AT_ONCE)
         .map(|_| {
             let (http, url) = (http.clone(), app.url.clone());
             tokio::spawn(async move {
                 for _ in 0..ANSWERS_AFTER_THE_SELL_OUT / BUYERS_AT_ONCE {
-                    assert_eq!(common::buy(&http, &url).await, "sold out");
+                    assert_eq!(testkit::buy(&http, &url).await, "sold out");
                 }
             })
         })
@@ -165,7 +163,7 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
     for buyer in buyers {
         buyer.await.unwrap();
     }
-    let mut redis = common::redis_client()
+    let mut redis = testkit::redis_client()
         .await
         .get_multiplexed_async_connection()
         .await
@@ -186,18 +184,18 @@ async fn the_grant_log_keeps_no_grant_that_read_the_stock_empty() {
 /// One segment, so that memory would answer every buyer of the new sale. The reset is
 /// played by hand, one transaction at a time, to stop between the two.
 async fn a_segment_read_before_its_reset_teaches_the_new_sale_nothing(group_commit: bool) {
-    let _turn = common::take_turn().await;
-    let cluster = common::PrivateRedisCluster::start(3);
-    let sale = common::TestSale::new();
-    let app = common::instance_with(Strategy::Redis, &sale, |config| {
+    let _turn = testkit::take_turn().await;
+    let cluster = testkit::PrivateRedisCluster::start(3);
+    let sale = testkit::TestSale::new();
+    let app = testkit::instance_with(Strategy::Redis, &sale, |config| {
         cluster.holds_the_stock_of(config);
         config.sold_out_flag = true;
         config.group_commit = group_commit;
     })
     .await;
     let http = reqwest::Client::new();
-    common::reset_stock(&app.url, 1).await;
-    assert_eq!(common::buy(&http, &app.url).await, "sold");
+    testkit::reset_stock(&app.url, 1).await;
+    assert_eq!(testkit::buy(&http, &app.url).await, "sold");
 
     let keys = sale.keys().clone().on_cluster(true);
     let whole = Segment::WHOLE;
@@ -214,7 +212,7 @@ async fn a_segment_read_before_its_reset_teaches_the_new_sale_nothing(group_comm
     // The reset's first transaction: the sale has a new name, its segment not yet.
     let _: () = redis.set(keys.sale_name(), "the-new-sale").await.unwrap();
     assert_eq!(
-        common::buy(&http, &app.url).await,
+        testkit::buy(&http, &app.url).await,
         "sold out",
         "the segment is still the old sale's, empty"
     );
@@ -226,13 +224,13 @@ async fn a_segment_read_before_its_reset_teaches_the_new_sale_nothing(group_comm
         .query_async(&mut redis)
         .await
         .unwrap();
-    let from_memory = common::metric(&app.url, FROM_MEMORY).await;
+    let from_memory = testkit::metric(&app.url, FROM_MEMORY).await;
     assert_eq!(
-        common::buy(&http, &app.url).await,
+        testkit::buy(&http, &app.url).await,
         "sold",
         "the new sale's unit: \"sold out\" from memory would be a lie"
     );
-    assert_eq!(common::metric(&app.url, FROM_MEMORY).await, from_memory);
+    assert_eq!(testkit::metric(&app.url, FROM_MEMORY).await, from_memory);
     app.stop().await.unwrap();
 }
 

@@ -11,12 +11,10 @@
 //! turn. Two replicas, as a shop runs: the promoted one needs a replica of its own, or no
 //! sale after the failover could be acknowledged by one.
 
-use testkit as common;
-
 use std::time::{Duration, Instant};
 
-use common::TestSale;
 use seckill::strategy::Strategy;
+use testkit::TestSale;
 
 const STOCK: usize = 10;
 /// Sold while the replica hears everything, then while it hears nothing.
@@ -36,28 +34,28 @@ impl Told {
 /// `wait_replicas` replicas after every sale; the answers of every buyer through the
 /// failover, until the promoted master says "sold out".
 async fn sell_through_a_failover_of_the_stock(name: &str, wait_replicas: u32) -> Told {
-    let _turn = common::take_turn().await;
-    let (master, replicas, sentinel) = common::master_with_two_replicas(name);
+    let _turn = testkit::take_turn().await;
+    let (master, replicas, sentinel) = testkit::master_with_two_replicas(name);
     let sale = TestSale::new();
-    let instance = common::instance_with(Strategy::Redis, &sale, |config| {
+    let instance = testkit::instance_with(Strategy::Redis, &sale, |config| {
         config.redis_url = sentinel.url();
         config.stock_wait_replicas = wait_replicas;
         config.acquire_timeout_ms = 3_000;
     })
     .await;
-    common::reset_stock(&instance.url, STOCK as i64).await;
+    testkit::reset_stock(&instance.url, STOCK as i64).await;
     let http = reqwest::Client::new();
     let mut told = Vec::new();
     for _ in 0..REPLICATED {
-        told.push(common::buy(&http, &instance.url).await);
+        told.push(testkit::buy(&http, &instance.url).await);
     }
     for replica in &replicas {
         wait_until_the_replica_has(replica, &sale, REPLICATED).await;
     }
 
-    common::cut_replicas_off(&master, &[&replicas[0], &replicas[1]]);
+    testkit::cut_replicas_off(&master, &[&replicas[0], &replicas[1]]);
     for _ in 0..UNREPLICATED {
-        told.push(common::buy(&http, &instance.url).await);
+        told.push(testkit::buy(&http, &instance.url).await);
     }
     let killed = Instant::now();
     drop(master); // SIGKILL
@@ -75,7 +73,7 @@ async fn sell_through_a_failover_of_the_stock(name: &str, wait_replicas: u32) ->
     // Buyers keep coming; those during the move are told 503 and nothing is sold.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let answer = common::buy(&http, &instance.url).await;
+        let answer = testkit::buy(&http, &instance.url).await;
         if answer == "sold out" {
             break;
         }
@@ -95,8 +93,8 @@ async fn sell_through_a_failover_of_the_stock(name: &str, wait_replicas: u32) ->
 
 /// Waits until the replica counts `units` sold and holds no lock: what it would serve
 /// from if promoted now.
-async fn wait_until_the_replica_has(replica: &common::PrivateRedis, sale: &TestSale, units: usize) {
-    let mut connection = common::connection(&replica.client()).await;
+async fn wait_until_the_replica_has(replica: &testkit::PrivateRedis, sale: &TestSale, units: usize) {
+    let mut connection = testkit::connection(&replica.client()).await;
     let since = Instant::now();
     loop {
         let (lucky, lock): (Option<usize>, Option<String>) = redis::pipe()

@@ -7,9 +7,7 @@
 //! instead of going back to the pool. Against a MariaDB of the test's own, whose
 //! counters only this test moves (the last test: the shared one, through a proxy).
 
-use testkit as common;
-
-use common::nemesis::Fault;
+use testkit::nemesis::Fault;
 
 use std::time::{Duration, Instant};
 
@@ -30,7 +28,7 @@ async fn pings(pool: &MySqlPool) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_pool_sends_no_ping_before_each_statement() {
-    let mariadb = common::PrivateServer::mariadb();
+    let mariadb = testkit::PrivateServer::mariadb();
     let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 4)
         .await
         .unwrap();
@@ -56,7 +54,7 @@ async fn a_busy_pool_sends_no_ping_before_each_statement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_idle_past_the_window_is_pinged_and_replaced_after_a_restart() {
-    let mut mariadb = common::PrivateServer::mariadb();
+    let mut mariadb = testkit::PrivateServer::mariadb();
     let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 2)
         .await
         .unwrap();
@@ -96,7 +94,7 @@ async fn pings_per_grant(pool: &MySqlPool, lock: &dyn DistributedLock, key: &str
     const GRANTS: u64 = 100;
     let before = pings(pool).await;
     for _ in 0..GRANTS {
-        let guard = lock.try_acquire(key, &common::owner()).await.unwrap();
+        let guard = lock.try_acquire(key, &testkit::owner()).await.unwrap();
         guard.release().await.unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -106,7 +104,7 @@ async fn pings_per_grant(pool: &MySqlPool, lock: &dyn DistributedLock, key: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mysql_locks_send_no_ping_while_busy() {
-    let mariadb = common::PrivateServer::mariadb();
+    let mariadb = testkit::PrivateServer::mariadb();
     let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 8)
         .await
         .unwrap();
@@ -131,13 +129,13 @@ async fn the_mysql_locks_send_no_ping_while_busy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
-    let mariadb = common::PrivateServer::mariadb();
+    let mariadb = testkit::PrivateServer::mariadb();
     let pool = seckill::store::mysql::connect_checked(&mariadb.mysql_url(), 8)
         .await
         .unwrap();
     let lock = version_lock(&pool);
     let key = "killed-connection";
-    let guard = lock.try_acquire(key, &common::owner()).await.unwrap();
+    let guard = lock.try_acquire(key, &testkit::owner()).await.unwrap();
     guard.release().await.unwrap(); // its connection is kept now
 
     // Another session kills every connection of the lock's pool, the kept one among them.
@@ -165,7 +163,7 @@ async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
     // so an attempt succeeds before the failures outnumber the killed connections.
     let mut failed = 0;
     loop {
-        match lock.try_acquire(key, &common::owner()).await {
+        match lock.try_acquire(key, &testkit::owner()).await {
             Ok(guard) => {
                 guard.release().await.unwrap();
                 break;
@@ -188,8 +186,8 @@ async fn a_kept_connection_the_server_closed_fails_one_attempt_only() {
 /// silent server that ping waits as long as TCP does, holding a place in the pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_its_caller_stopped_waiting_for_closes_its_connection() {
-    let proxy = common::nemesis::Proxy::start(common::mysql_port()).await;
-    let pool = common::mysql_pool_through(proxy.port).await;
+    let proxy = testkit::nemesis::Proxy::start(testkit::mysql_port()).await;
+    let pool = testkit::mysql_pool_through(proxy.port).await;
     let options = MySqlLockOptions {
         ttl: Duration::from_secs(5),
         renew: false,
@@ -198,8 +196,8 @@ async fn a_statement_its_caller_stopped_waiting_for_closes_its_connection() {
     let lock = MySqlLock::new(pool.clone(), options);
     let held = lock
         .acquire(
-            &common::unique_key("abandoned"),
-            &common::owner(),
+            &testkit::unique_key("abandoned"),
+            &testkit::owner(),
             Duration::from_secs(1),
         )
         .await

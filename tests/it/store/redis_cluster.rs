@@ -4,8 +4,6 @@
 //! cluster promoted in its place, asked of the next node when the first named is the dead one;
 //! and the slot seckill computes for a key, beside the one a node names.
 
-use testkit as common;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -20,7 +18,7 @@ fn ports(masters: &[String]) -> BTreeSet<u16> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_masters_are_those_serving_slots_and_a_promoted_replica_takes_a_dead_ones_place() {
-    let mut cluster = common::PrivateRedisCluster::start(3);
+    let mut cluster = testkit::PrivateRedisCluster::start(3);
     let address = ClusterAddress::parse(&cluster.url()).unwrap().unwrap();
     let serving: BTreeSet<u16> = cluster.masters().iter().map(|node| node.port).collect();
     assert_eq!(serving.len(), 3);
@@ -54,7 +52,7 @@ async fn the_masters_are_those_serving_slots_and_a_promoted_replica_takes_a_dead
 /// keys without a tag alike.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_slot_seckill_computes_for_a_key_is_the_one_a_node_names() {
-    let cluster = common::PrivateRedisCluster::start(3);
+    let cluster = testkit::PrivateRedisCluster::start(3);
     let mut node = cluster.nodes[0].client().get_connection().unwrap();
     for key in [
         "foo",

@@ -2,8 +2,6 @@
 //! test's own: with `--stock-wait-replicas`, the stock's write is timed with the `WAIT` the
 //! sale sends beside it, so that the bounds of a run that waits include that wait.
 
-use testkit as common;
-
 use loadtest::bench::bound::{measure_round_trips, Access, Backend, RoundTrip};
 use seckill::config::Config;
 use seckill::strategy::Strategy;
@@ -19,7 +17,7 @@ fn stock_write_us(round_trips: &[RoundTrip]) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stock_that_waits_for_a_replica_has_its_write_timed_with_the_wait() {
     // No replica: every WAIT runs to its timeout, so a write timed with it takes that long.
-    let redis = common::PrivateRedis::start();
+    let redis = testkit::PrivateRedis::start();
     // A blocked client's timeout is checked when the server wakes, 10 times a second by
     // default: at 500 a second, 550 waits of 5 ms take about 3 s, not 55.
     let _: () = redis::cmd("CONFIG")

@@ -1,14 +1,12 @@
 //! `lockbench` as a reader runs it: a short run against real locks prints one row per
 //! strategy, contender count and key layout, with no errors.
 
-use testkit as common;
-
 use std::process::Command;
 
 #[tokio::test]
 async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
-    common::redis_client().await; // the project's test Redis, or a clear panic
-    let dir = common::temp_dir("lockbench");
+    testkit::redis_client().await; // the project's test Redis, or a clear panic
+    let dir = testkit::temp_dir("lockbench");
     let json = dir.path().join("lockbench.json");
     let output = Command::new(env!("CARGO_BIN_EXE_lockbench"))
         .args([
@@ -23,7 +21,7 @@ async fn a_short_lockbench_prints_a_row_per_run_and_writes_them_as_json() {
         ])
         .arg("--json")
         .arg(&json)
-        .env("SECKILL_REDIS_URL", common::redis_url())
+        .env("SECKILL_REDIS_URL", testkit::redis_url())
         .output()
         .expect("lockbench runs");
     let table = String::from_utf8_lossy(&output.stdout);

@@ -6,8 +6,6 @@
 //! (Curator and a JDK, Go and etcd's client from Debian; the Python packages into a venv)
 //! and builds it: a minute or two, once.
 
-use testkit as common;
-
 use std::process::{Command, Output};
 
 use loadtest::bench::lockbench::PEERS;
@@ -18,19 +16,19 @@ fn run_peer(name: &str, args: &[&str]) -> Output {
         .iter()
         .find(|peer| peer.name == name)
         .expect("a peer of lockbench");
-    let _turn = common::take_turn_blocking();
-    Command::new(common::project_root().join(peer.program))
+    let _turn = testkit::take_turn_blocking();
+    Command::new(testkit::project_root().join(peer.program))
         .args(peer.args)
         .args(args)
-        .env("SECKILL_LOCK_REDIS_URL", common::redis_url())
-        .env("SECKILL_REDLOCK_URLS", common::redlock_urls().join(","))
+        .env("SECKILL_LOCK_REDIS_URL", testkit::redis_url())
+        .env("SECKILL_REDLOCK_URLS", testkit::redlock_urls().join(","))
         .output()
         .expect("the peer's run script starts")
 }
 
 /// Runs `name` briefly with 1 and 4 contenders and checks each of its four lines.
 async fn keeps_the_contract(name: &str, strategy: &str) {
-    common::redis_client().await; // the project's test Redis, or a clear panic
+    testkit::redis_client().await; // the project's test Redis, or a clear panic
     let output = run_peer(name, &["--contenders", "1,4", "--seconds", "0.5"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -99,7 +97,7 @@ fn every_peer_refuses_bad_contenders_with_a_message_that_says_the_fix() {
 
 #[test]
 fn an_unknown_python_peer_is_refused_with_the_names_of_the_three() {
-    let output = Command::new(common::project_root().join("loadtest/peers/python/run"))
+    let output = Command::new(testkit::project_root().join("loadtest/peers/python/run"))
         .args(["nosuch", "--contenders", "1", "--seconds", "0.5"])
         .output()
         .unwrap();

@@ -1,8 +1,6 @@
 //! `bench` as `make bench` runs it, briefly: two instances of the Redis lock, one crowd
 //! run, a short serial and sustained load; then the report, on a sale of its own.
 
-use testkit as common;
-
 use std::process::Command;
 
 use seckill::server::Instance;
@@ -11,16 +9,16 @@ use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it() {
-    common::redis_client().await; // the project's test Redis, or a clear panic
-    let _turn = common::take_turn().await; // it times the servers: no other timed test beside it
-    let sale = common::TestSale::new();
+    testkit::redis_client().await; // the project's test Redis, or a clear panic
+    let _turn = testkit::take_turn().await; // it times the servers: no other timed test beside it
+    let sale = testkit::TestSale::new();
     let start = || async {
-        Instance::start(common::config(Strategy::Redis, &sale))
+        Instance::start(testkit::config(Strategy::Redis, &sale))
             .await
             .expect("an instance starts on the test Redis")
     };
     let (first, second) = (start().await, start().await);
-    let dir = common::temp_dir("bench");
+    let dir = testkit::temp_dir("bench");
     let json = dir.path().join("redis.json");
     let bench = env!("CARGO_BIN_EXE_bench");
 
@@ -43,7 +41,7 @@ async fn a_short_bench_measures_the_redis_lock_against_its_bound_and_reports_it(
                 .args(["--connections", "8", "--hosts", &hosts, "--out"])
                 .arg(&json)
                 .arg(format!("--watch=this-test={}", std::process::id()))
-                .env("SECKILL_REDIS_URL", common::redis_url())
+                .env("SECKILL_REDIS_URL", testkit::redis_url())
                 .env("SECKILL_KEY_PREFIX", prefix)
                 .output()
                 .expect("bench runs")
