@@ -143,8 +143,6 @@ ANSWER_DELAY="delay?ms=1200&jitter_ms=300&direction=to-client"
 FAULTS=/dev/null
 # connections-reset: this many resets, each healed 300 ms later.
 RESETS=5
-# A holder granted before a quorum was lost may still finish its sale; after this long, none may start.
-NO_QUORUM_GRACE_MS=1000
 # The failover faults: the lease, longer than a failover (2.5-3 s); how long after the cut
 # instance 1's lost grant comes; and how long instance 2 is given, once the replica is
 # promoted, to be granted the lock while instance 1 sleeps.
@@ -182,9 +180,8 @@ strategies_for() {
     stock-redis-killed) echo redis etcd ;;
     mysql-killed) echo mysql mysql-version ;;
     order-writer-killed | orders-mysql-killed) echo redis+orders ;;
-    redlock-clock-jump) echo redlock ;;
     redis-clock-jump | instance-clock-jump) echo redis ;;
-    *) die "unknown fault '$1'; the faults are: $(echo $ALL_FAULTS)" ;;
+    *) die "unknown fault '$1'; the faults are: $(xargs <<<"$ALL_FAULTS")" ;;
   esac
 }
 
@@ -204,9 +201,9 @@ stock_on_sentinels() {
   STOCK_ON_SENTINELS=
   is_stock_failover_fault "$1" || return 0
   STOCK_ON_SENTINELS=yes
-  local i flags="--redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --orders"
-  [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
-  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+  local i extra="--redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --orders"
+  [[ $1 == *-wait ]] && extra+=" --stock-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $extra"; done
 }
 stock_cli() {
   if [[ -n $STOCK_ON_CLUSTER ]]; then cluster_stock_cli "$@"
@@ -223,11 +220,11 @@ stock_on_cluster() {
   STOCK_ON_CLUSTER=yes
   # A run cut short (a move, a failover) may leave a slot half moved: start from a sound cluster.
   cluster heal-stock-cluster
-  local i flags="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS --orders"
+  local i extra="--redis-url $SECKILL_STOCK_CLUSTER_URL --lock-redis-url $LOCK_REDIS_URL --stock-segments $SHARD_SEGMENTS --orders"
   # Six segments sell at once: slower sales keep the sale going through the failover.
-  flags+=" --chaos-pause-before-write-ms $SHARD_PAUSE_BEFORE_WRITE_MS"
-  [[ $1 == *-wait ]] && flags+=" --stock-wait-replicas 1"
-  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+  extra+=" --chaos-pause-before-write-ms $SHARD_PAUSE_BEFORE_WRITE_MS"
+  [[ $1 == *-wait ]] && extra+=" --stock-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $extra"; done
 }
 
 # The two reads this script makes of the stock, on the cluster, where the sale's keys
@@ -249,9 +246,9 @@ cluster_stock_cli() {
 # through its Sentinels, with a lease that outlives the failover; -wait adds Redisson's WAIT.
 follow_sentinels() {
   is_failover_fault "$1" || return 0
-  local i flags="--lock-redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --lock-ttl-ms $FAILOVER_LOCK_TTL_MS"
-  [[ $1 == *-wait ]] && flags+=" --lock-redis-wait-replicas 1"
-  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $flags"; done
+  local i extra="--lock-redis-url $SECKILL_FAILOVER_LOCK_REDIS_URL --lock-ttl-ms $FAILOVER_LOCK_TTL_MS"
+  [[ $1 == *-wait ]] && extra+=" --lock-redis-wait-replicas 1"
+  for i in "${!PORTS[@]}"; do INSTANCE_FLAGS[i]+=" $extra"; done
 }
 
 # How long a holder is paused or cut off: longer than the strategy's lease. etcd grants

@@ -25,7 +25,7 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit
 source "$ROOT/scripts/lib/publish.sh" # replace_block, this_build
 
 say() { printf '[lessons] %s\n' "$*"; }
@@ -44,7 +44,7 @@ scripts_of() {
     [[ $lesson =~ ^[0-9]+$ ]] || die "\`$lesson\` is not a lesson number; try \`scripts/lessons.sh 1 3\`"
     local found
     found=$(ls scripts/lessons/"$(printf '%02d' "$((10#$lesson))")"-*.sh 2>/dev/null) ||
-      die "lesson $lesson has no script in scripts/lessons/ (the lessons with one: $(ls scripts/lessons | cut -c1-2 | sort -u | tr '\n' ' '))"
+      die "lesson $lesson has no script in scripts/lessons/ (the lessons with one: $(basename -a scripts/lessons/*.sh | cut -c1-2 | sort -u | tr '\n' ' '))"
     echo "$found"
   done
 }
@@ -135,6 +135,7 @@ for script in "${SCRIPTS[@]}"; do
     rm -f "$block"
   done
   say "$script: $took s, in $(pages_showing "$name" | tr '\n' ' ')"
+  # shellcheck disable=SC2016 # the backticks are Markdown's, printed as they are
   printf '| `%s` | %s | %s |\n' "$script" "$(sed -n 's/^# Needs: //p' "$script")" "$took" >>"$timings"
 done
 

@@ -46,9 +46,10 @@ MYSQL_PORT=3306
 # nftables for the cut of a replication link (scripts/lib/replication.sh), gdb to stop
 # one MariaDB thread mid-insert (tests/it/lock/mysql_token_order.rs), jq for lesson 8's grant log
 # (scripts/lessons/08-degrade.sh) and the JSON that chaos.sh, clock-jump.sh and
-# demo-degrade.sh read. redis-server also runs the Sentinels of scripts/cluster.sh (--sentinel).
+# demo-degrade.sh read, shellcheck for the test that lints every script
+# (tests/it/project/shell.rs). redis-server also runs the Sentinels of scripts/cluster.sh (--sentinel).
 PACKAGES=(curl redis-server redis-tools etcd-server zookeeper mariadb-server mariadb-client protobuf-compiler libprotobuf-dev
-          chromium faketime gcc nftables gdb jq)
+          chromium faketime gcc nftables gdb jq shellcheck)
 
 say() { printf '[services] %s\n' "$*"; }
 die() { printf '[services] error: %s\n' "$*" >&2; exit 1; }
@@ -176,6 +177,7 @@ start_mysql() {
   if [[ -n $mode && $mode != 0 ]]; then
     say "mariadb: restarting it with innodb_autoinc_lock_mode 0 (it ran with $mode)"
     mysqladmin --no-defaults --socket="$socket" -uroot shutdown
+    # shellcheck disable=SC2016 # eval expands it, at each try
     wait_for mariadb 60 eval '! listening $MYSQL_PORT'
   fi
   reusing mariadb "$MYSQL_PORT" && return

@@ -5,7 +5,7 @@
 seckill serve --port 8080 --lock redis --lock-ttl-ms 1000 --chaos-pause-before-write-ms 3000 &
 sleep 1   # until the instance listens
 curl -s -X POST -H 'content-type: application/json' -d '{"stock": 300}' localhost:8080/stock/reset; echo
-echo "$(curl -s localhost:8080/stock/reduce)" &   # the buyer; its answer lands among the lines below
+{ curl -s localhost:8080/stock/reduce; echo; } &   # the buyer; its answer lands among the lines below
 for i in $(seq 8); do
   sleep 0.5
   echo "t+$((i * 500))ms  pttl $(redis-cli pttl lock:stock)  holder $(redis-cli get lock:stock)"

@@ -4,9 +4,9 @@
 # of 100 units are sold and 8080 holds the lock, 8080 is stopped for 1.5 s.
 # Needs: redis
 for fencing in off on; do
-  flags="--lock redis --fencing $fencing --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000"
-  seckill serve --port 8080 $flags & holder=$!
-  seckill serve --port 8090 $flags 2>/dev/null & other=$!
+  flags=(--lock redis --fencing "$fencing" --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000)
+  seckill serve --port 8080 "${flags[@]}" & holder=$!
+  seckill serve --port 8090 "${flags[@]}" 2>/dev/null & other=$!
   sleep 1
   generation=$(redis-cli get stock:generation)
   loadtest --users 200 --stock 100 & crowd=$!

@@ -5,9 +5,9 @@
 # turned into "sold out", the answer a stale memory of the sale would give.
 # Needs: redis
 mkdir -p .run/lessons
-flags="--lock redis --fencing off --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000"
-seckill serve --port 8080 $flags >.run/lessons/15-8080.log 2>&1 & holder=$!
-seckill serve --port 8090 $flags >/dev/null 2>&1 & other=$!
+flags=(--lock redis --fencing off --lock-ttl-ms 500 --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000)
+seckill serve --port 8080 "${flags[@]}" >.run/lessons/15-8080.log 2>&1 & holder=$!
+seckill serve --port 8090 "${flags[@]}" >/dev/null 2>&1 & other=$!
 sleep 1
 run=.run/lessons/15-paused; faults=$run.faults.jsonl; rm -f $faults
 generation=$(redis-cli get stock:generation)

@@ -14,6 +14,7 @@ LOCK_REDIS_URL=redis://127.0.0.1:6380
 # The stock cluster of `make cluster` (scripts/cluster.sh: three masters, a replica each),
 # for `+stock-cluster`; `scripts/cluster.sh env` prints the same URL.
 STOCK_CLUSTER_URL=redis-cluster://127.0.0.1:7001,127.0.0.1:7002
+# shellcheck disable=SC2034 # read by bench.sh, which sources this file
 STOCK_CLUSTER_NODES=(stock-cluster-1 stock-cluster-2 stock-cluster-3 stock-cluster-4 stock-cluster-5 stock-cluster-6)
 
 # A run is a strategy (`redis`), or a strategy and a variant after a `+`:
@@ -199,7 +200,7 @@ until_sold() {
 # refuse busy ports; start the servers; build in release mode.
 begin_run() {
   mkdir -p "$LOGS" "$RUN/pids"
-  cd "$ROOT"
+  cd "$ROOT" || exit
   remember_running_servers
   trap end_run EXIT
   refuse_busy_ports

@@ -57,6 +57,7 @@ stop_nemeses() {
   for pid in "${NEMESIS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${NEMESIS_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   NEMESIS_PIDS=()
+  # shellcheck disable=SC2034 # chaos.sh, which sources this file, reads it
   INSTANCE_FLAGS=()
 }
 

@@ -21,6 +21,7 @@ install_packages() {
   local policy=/usr/sbin/policy-rc.d ours=0
   if [[ ! -e $policy ]]; then
     printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && ours=1
+    # shellcheck disable=SC2064 # the path is fixed now, on purpose
     trap "rm -f '$policy'" EXIT
   fi
   export DEBIAN_FRONTEND=noninteractive

@@ -62,4 +62,5 @@ mod project {
     mod layout;
     mod own_servers;
     mod compose;
+    mod shell;
 }
