@@ -128,58 +128,25 @@ pub const CRITICAL_PATH: &[Step] = &[
     step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
 ];
 
-/// Set the key only if absent, with a TTL; on success hand out the next fencing token,
-/// `{epoch, counter}`. `{-1, 0}`: the counter has no epoch yet (step 1), nothing granted.
-/// KEYS[1] = lock key, KEYS[2] = fencing counter, KEYS[3] = its epoch; ARGV[1] = token, ARGV[2] = ttl in ms.
-const ACQUIRE_SCRIPT: &str = r#"
-local epoch = redis.call('GET', KEYS[3])
-if not epoch then
-  return {-1, 0}
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {tonumber(epoch), redis.call('INCR', KEYS[2])}
-end
-return {tonumber(epoch), 0}
-"#;
+/// Set the lock key only if absent, with a TTL, and hand out the next fencing token.
+/// Its keys and arguments head the script: `src/lock/redis/acquire.lua`.
+const ACQUIRE_SCRIPT: &str = include_str!("redis/acquire.lua");
 
-/// Extend the lease only if it is still ours. KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = ttl in ms.
-const RENEW_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2]) -- break-it: renewal
-return 1
-"#;
+/// Extend the lease only if the key still holds our token.
+/// Its keys and arguments head the script: `src/lock/redis/renew.lua`.
+const RENEW_SCRIPT: &str = include_str!("redis/renew.lua");
 
-/// Delete the key only if it is still ours, then tell the waiters.
-/// KEYS[1] = lock key; ARGV[1] = token, ARGV[2] = release channel.
-const RELEASE_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end -- break-it: owner-check
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], KEYS[1])
-return 1
-"#;
+/// Delete the key only if it still holds our token, then tell the waiters.
+/// Its keys and arguments head the script: `src/lock/redis/release.lua`.
+const RELEASE_SCRIPT: &str = include_str!("redis/release.lua");
 
-/// Step 8: give the key to the next token if it still holds ours, and hand out that
-/// grant's fencing token. `{-2, 0}`: not ours any more; `{-1, 0}`: no epoch, nothing
-/// changed. KEYS as the acquire's; ARGV[1] = our token, ARGV[2] = the next one, ARGV[3] = ttl in ms.
-const HAND_OVER_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-2, 0} end -- break-it: hand-over-check
-local epoch = redis.call('GET', KEYS[3])
-if not epoch then
-  return {-1, 0}
-end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return {tonumber(epoch), redis.call('INCR', KEYS[2])}
-"#;
+/// Step 8: give the key to the next token if it still holds ours, with that grant's token.
+/// Its keys and arguments head the script: `src/lock/redis/hand_over.lua`.
+const HAND_OVER_SCRIPT: &str = include_str!("redis/hand_over.lua");
 
-/// Store the epoch in ARGV[1] unless the one in KEYS[1] is as new: epochs only grow.
-const STORE_EPOCH_SCRIPT: &str = r#"
-local current = tonumber(redis.call('GET', KEYS[1]))
-if current == nil or current < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return 1
-end
-return 0
-"#;
+/// Store a new epoch unless the one stored is as new: epochs only grow.
+/// Its keys and arguments head the script: `src/lock/redis/store_epoch.lua`.
+const STORE_EPOCH_SCRIPT: &str = include_str!("redis/store_epoch.lua");
 
 /// Between two tries of a failed acquire's clean-up.
 const CLEANUP_RETRY: Duration = Duration::from_millis(100);

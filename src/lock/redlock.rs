@@ -114,31 +114,17 @@ pub const CRITICAL_PATH: &[Step] = &[
     step("acquire (SET NX PX on every master)", RedlockMasters, Write, 1.0),
 ];
 
-/// Extend the key only if it still holds our value. KEYS[1] = key; ARGV[1] = value, ARGV[2] = ttl in ms.
-const EXTEND_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-"#;
+/// Extend the key only if it still holds our value.
+/// Its keys and arguments head the script: `src/lock/redlock/extend.lua`.
+const EXTEND_SCRIPT: &str = include_str!("redlock/extend.lua");
 
-/// Delete the key only if it still holds our value. KEYS[1] = key; ARGV[1] = value.
-const DELETE_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"#;
+/// Delete the key only if it still holds our value.
+/// Its keys and arguments head the script: `src/lock/redlock/delete.lua`.
+const DELETE_SCRIPT: &str = include_str!("redlock/delete.lua");
 
-/// Step 6: give the key to the next owner only if it still holds our value, with a
-/// full lease. KEYS[1] = key; ARGV[1] = our value, ARGV[2] = the next value, ARGV[3] = ttl in ms.
-const HAND_OVER_SCRIPT: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return 0
-"#;
+/// Step 6: give the key to the next value if it still holds ours.
+/// Its keys and arguments head the script: `src/lock/redlock/hand_over.lua`.
+const HAND_OVER_SCRIPT: &str = include_str!("redlock/hand_over.lua");
 
 /// How many acquire attempts in a row may hear from too few masters before the buyer
 /// is told (see [`Redlock`]'s `acquire`).

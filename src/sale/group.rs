@@ -58,77 +58,13 @@ use crate::sale::segments::{Segment, Segments};
 use crate::sale::stock::{SaleName, SaleRecord, SellingCall, StockError, StockStore};
 use crate::sale::SaleOutcome;
 
-/// The fenced write of a group. KEYS as the fenced write of one sale
-/// ([`crate::sale::stock::WRITE_SCRIPT`]): the segment's stock, lucky, sales, outcomes,
-/// high-water mark, refusals, `stock` (every segment's units), the buyers, the orders
-/// stream and the sale's name. `ARGV[1]` = the group's sale id (its read's), `ARGV[2]` =
-/// the stock the read saw, `ARGV[3]` = `1` to append orders (empty: no orders), `ARGV[4]` =
-/// the sale's name the read saw, `ARGV[5]`, `ARGV[6]` = the holder's token (both empty
-/// when unfenced), then three per buyer, oldest first: the buyer's sale id, the buyer to
-/// hold to one unit (empty: no check), and the buyer's sale record as JSON without
-/// `stock_before`, which the script puts first. The checks are the one-sale write's:
-/// the sale's name, an id settled as aborted, the mark. Then each buyer in turn gets a
-/// unit while any is left (`sold:<stock after>`), or `repeat` (a unit of this sale
-/// already), or `out`. Returns `{'written', outcome...}`, or `{'reset'}`, `{'aborted'}`,
-/// `{'fenced'}` with nothing written.
-pub const GROUP_WRITE_SCRIPT: &str = r#"
-if (redis.call('GET', KEYS[10]) or '') ~= ARGV[4] then return {'reset'} end
-if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return {'aborted'} end
-if ARGV[5] ~= '' then
-  local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  if seen[1] ~= ARGV[5] or seen[2] ~= ARGV[6] or seen[3] ~= ARGV[1] then
-    redis.call('HINCRBY', KEYS[6], 'write', 1)
-    return {'fenced'}
-  end
-end
-local name = redis.call('GET', KEYS[10]) or ''
-local stock = tonumber(ARGV[2])
-local sold = 0
-local answers = {'written'}
-for i = 7, #ARGV, 3 do
-  local id, buyer = ARGV[i], ARGV[i + 1]
-  local outcome
-  if stock <= 0 then
-    if buyer ~= '' and redis.call('SISMEMBER', KEYS[8], buyer) == 1 then outcome = 'repeat' else outcome = 'out' end
-  elseif buyer ~= '' and redis.call('SADD', KEYS[8], buyer) == 0 then
-    outcome = 'repeat'
-  else
-    local record = '{"stock_before":' .. stock .. ',' .. string.sub(ARGV[i + 2], 2)
-    redis.call('RPUSH', KEYS[3], record)
-    if ARGV[3] ~= '' then redis.call('XADD', KEYS[9], '*', 'sale', name, 'record', record) end
-    stock = stock - 1
-    sold = sold + 1
-    outcome = 'sold:' .. stock
-  end
-  redis.call('HSET', KEYS[4], id, outcome)
-  answers[#answers + 1] = outcome
-end
-if sold > 0 then
-  redis.call('SET', KEYS[1], stock)
-  if KEYS[7] ~= KEYS[1] then redis.call('DECRBY', KEYS[7], sold) end
-  redis.call('INCRBY', KEYS[2], sold)
-end
-redis.call('HSET', KEYS[4], ARGV[1], 'written')
-return answers
-"#;
+/// The fenced write of a group: `min(buyers, stock)` units, one record each.
+/// Its keys and arguments head the script: `src/sale/group/write.lua`.
+pub const GROUP_WRITE_SCRIPT: &str = include_str!("group/write.lua");
 
-/// Settles a group whose write went unanswered. `KEYS[1]` = outcomes, `KEYS[2]` = the
-/// sale's name; `ARGV[1]` = the group's id, `ARGV[2]` = the name its read saw, then each
-/// buyer's sale id. Returns `{'written', outcome...}` when the write ran, `{'aborted'}`
-/// after recording it so when it did not (a late write is then refused), or `{'reset'}`,
-/// recording nothing, when a reset renamed the sale since and took the outcomes with it.
-pub const GROUP_SETTLE_SCRIPT: &str = r#"
-local outcome = redis.call('HGET', KEYS[1], ARGV[1])
-if outcome == 'written' then
-  local answers = {'written'}
-  for i = 3, #ARGV do answers[#answers + 1] = redis.call('HGET', KEYS[1], ARGV[i]) or 'out' end
-  return answers
-end
-if outcome then return {outcome} end
-if (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return {'reset'} end
-redis.call('HSET', KEYS[1], ARGV[1], 'aborted')
-return {'aborted'}
-"#;
+/// Settle a group whose write went unanswered.
+/// Its keys and arguments head the script: `src/sale/group/settle.lua`.
+pub const GROUP_SETTLE_SCRIPT: &str = include_str!("group/settle.lua");
 
 /// What one buyer is told: its own outcome in the group's sale.
 pub type MemberOutcome = Result<SaleOutcome, AppError>;

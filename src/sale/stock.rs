@@ -61,116 +61,21 @@ use crate::sale::keys::Keys;
 use crate::sale::segments::{Segment, Segments};
 use crate::store::redis_master::{MasterConnection, ReplicaWait};
 
-/// Fenced read. `KEYS[1]` = the segment's stock, `KEYS[2]` = its high-water mark,
-/// `KEYS[3]` = refusals, `KEYS[4]` = the segment count of the last reset, `KEYS[5]` =
-/// the sale's name, `KEYS[6]` = the segment's buyers.
-/// `ARGV[1]` = the segment count the seller sells from; `ARGV[2]` = a buyer to refuse if
-/// they got a unit of this segment already (empty: no such check; on a cluster, see
-/// [`crate::sale::buyers`]); `ARGV[3]`, `ARGV[4]` = the holder's token (epoch,
-/// counter), `ARGV[5]` = the sale id; no more ARGV for an unfenced read. The mark remembers the newest token and the one sale
-/// that read with it: a second sale with the same token is refused, because two grants
-/// that carry one token (a counter that started over, a failover) cannot both be the
-/// newest holder. Returns `{'ok', stock, the sale's name}`, `{'fenced', newest token seen}`,
-/// `{'segments', the count of the last reset}` when the seller splits the stock otherwise,
-/// or `{'repeat'}` when the buyer got a unit here already.
-pub const READ_SCRIPT: &str = r#"
-local segments = redis.call('GET', KEYS[4]) or '1'
-if segments ~= ARGV[1] then return {'segments', segments} end
-if ARGV[3] then
-  local seen = redis.call('HMGET', KEYS[2], 'epoch', 'counter', 'sale')
-  local epoch, counter = tonumber(ARGV[3]), tonumber(ARGV[4])
-  local seen_epoch, seen_counter = tonumber(seen[1]) or -1, tonumber(seen[2]) or -1
-  local older = epoch < seen_epoch or (epoch == seen_epoch and counter < seen_counter)
-  local tie = epoch == seen_epoch and counter == seen_counter and seen[3] and seen[3] ~= ARGV[5]
-  if older or tie then
-    redis.call('HINCRBY', KEYS[3], 'read', 1)
-    return {'fenced', seen[1] .. '.' .. seen[2]}
-  end
-  redis.call('HSET', KEYS[2], 'epoch', ARGV[3], 'counter', ARGV[4], 'sale', ARGV[5])
-end
-if ARGV[2] ~= '' and redis.call('SISMEMBER', KEYS[6], ARGV[2]) == 1 then return {'repeat'} end
-return {'ok', redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[5]) or ''}
-"#;
+/// Fenced read: raise the segment's high-water mark to the holder's token, or refuse.
+/// Its keys and arguments head the script: `src/sale/stock/read.lua`.
+pub const READ_SCRIPT: &str = include_str!("stock/read.lua");
 
-/// Fenced write. KEYS = the segment's stock, lucky, sales, outcomes, the segment's
-/// high-water mark, refusals, `stock` (the units left in every segment), the buyers
-/// who got a unit ([`Keys::buyers`]), the orders stream ([`Keys::orders`]) and the sale's
-/// name. `ARGV[1]` = sale id, `ARGV[2]` = the segment's new stock, `ARGV[3]` = the sale
-/// record as JSON, `ARGV[4]` = the buyer to hold to one unit (empty: no such check),
-/// `ARGV[5]` = `1` to append the sale to the orders stream (empty: no orders), `ARGV[6]` =
-/// the name of the sale the read saw, `ARGV[7]`, `ARGV[8]` = the holder's token (absent
-/// when unfenced). The sale must still have that name, and the mark must still
-/// be this token and this sale's read. A segment of a split stock takes its unit from
-/// `stock` too, in the same script, so `stock + lucky` stays the initial stock.
-/// Returns `sold`, `reset` (a reset began a new sale since the read), `fenced` (another
-/// holder read since), `aborted` (the seller gave up on this id) or `repeat` (the buyer
-/// already got a unit of this sale).
-pub const WRITE_SCRIPT: &str = r#"
-if (redis.call('GET', KEYS[10]) or '') ~= ARGV[6] then return 'reset' end
-if redis.call('HEXISTS', KEYS[4], ARGV[1]) == 1 then return 'aborted' end
-if ARGV[7] then
-  local seen = redis.call('HMGET', KEYS[5], 'epoch', 'counter', 'sale')
-  local still_this_reads_mark = seen[1] == ARGV[7] and seen[2] == ARGV[8] and seen[3] == ARGV[1]
-  if not still_this_reads_mark then redis.call('HINCRBY', KEYS[6], 'write', 1) return 'fenced' end -- break-it: fence
-end
-if ARGV[4] ~= '' and redis.call('SADD', KEYS[8], ARGV[4]) == 0 then return 'repeat' end
-redis.call('HSET', KEYS[4], ARGV[1], 'sold:' .. ARGV[2])
-redis.call('SET', KEYS[1], ARGV[2])
-if KEYS[7] ~= KEYS[1] then redis.call('DECR', KEYS[7]) end
-redis.call('INCR', KEYS[2])
-redis.call('RPUSH', KEYS[3], ARGV[3])
-if ARGV[5] ~= '' then
-  redis.call('XADD', KEYS[9], '*', 'sale', redis.call('GET', KEYS[10]) or '', 'record', ARGV[3])
-end
-return 'sold'
-"#;
+/// Fenced write: commit the sale only while the mark is still this read's.
+/// Its keys and arguments head the script: `src/sale/stock/write.lua`.
+pub const WRITE_SCRIPT: &str = include_str!("stock/write.lua");
 
-/// Settle a sale whose write went unanswered. `KEYS[1]` = outcomes, `KEYS[2]` = the
-/// sale's name; `ARGV[1]` = sale id, `ARGV[2]` = the name of the sale its read saw.
-/// Returns the outcome that stands (`sold:<stock after>` or `aborted`), and records
-/// `aborted` if there is none yet. Returns `reset`, and records nothing, when no outcome
-/// is there and a reset renamed the sale since: the outcomes are gone, and the write may
-/// have run before it.
-pub const SETTLE_SCRIPT: &str = r#"
-local outcome = redis.call('HGET', KEYS[1], ARGV[1])
-if outcome then return outcome end
-if (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 'reset' end
-redis.call('HSET', KEYS[1], ARGV[1], 'aborted')
-return 'aborted'
-"#;
+/// Settle a sale whose write went unanswered.
+/// Its keys and arguments head the script: `src/sale/stock/settle.lua`.
+pub const SETTLE_SCRIPT: &str = include_str!("stock/settle.lua");
 
-/// The whole sale in one script. KEYS = stock, lucky, sales, outcomes, the segment count
-/// of the last reset, the buyers who got a unit, the orders stream and the sale's name;
-/// `ARGV[1]` = the sale record as JSON, which the script completes with `stock_before`;
-/// `ARGV[2]` = sale id; `ARGV[3]` = the buyer to hold to one unit (empty: no such
-/// check); `ARGV[4]` = `1` to append the sale to the orders stream (empty: no orders).
-/// Returns `{code, the sale's name}`: the code is the stock it found, -1 when sold out,
-/// -2 when the id was settled as aborted, -3 when the buyer already got a unit. The name
-/// is what a later sale carries to its settle. A `NOTANUMBER` error when the stock is not a
-/// number, a `SEGMENTS` error when the sale was split into segments (whose units `stock`
-/// only counts: the locks that guard them would sell them again).
-pub const ATOMIC_SALE_SCRIPT: &str = r#"
-local segments = redis.call('GET', KEYS[5]) or '1'
-if segments ~= '1' then return redis.error_reply('SEGMENTS ' .. segments) end
-local name = redis.call('GET', KEYS[8]) or ''
-if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then return {-2, name} end
-local raw = redis.call('GET', KEYS[1]) or '0'
-local stock = tonumber(raw)
-if not stock then return redis.error_reply('NOTANUMBER ' .. raw) end
-if stock <= 0 then return {-1, name} end
-if ARGV[3] ~= '' and redis.call('SADD', KEYS[6], ARGV[3]) == 0 then return {-3, name} end
-redis.call('HSET', KEYS[4], ARGV[2], 'sold:' .. (stock - 1))
-redis.call('SET', KEYS[1], stock - 1)
-redis.call('INCR', KEYS[2])
-local record = cjson.decode(ARGV[1])
-record['stock_before'] = stock
-local json = cjson.encode(record)
-redis.call('RPUSH', KEYS[3], json)
-if ARGV[4] ~= '' then
-  redis.call('XADD', KEYS[7], '*', 'sale', name, 'record', json)
-end
-return {stock, name}
-"#;
+/// The whole sale in one script, with no lock.
+/// Its keys and arguments head the script: `src/sale/stock/atomic_sale.lua`.
+pub const ATOMIC_SALE_SCRIPT: &str = include_str!("stock/atomic_sale.lua");
 
 /// Who sold a unit, when, and under which lock grant.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -30,25 +30,25 @@ pub struct Row {
 pub const EXERCISES: &[Exercise] = &[
     Exercise {
         name: "owner-check",
-        file: "src/lock/redis.rs",
+        file: "src/lock/redis/release.lua",
         what_it_does: "a release deletes the lock key only while it still holds our token",
         breaks: &["stale release", "release by a stranger", "expiry without renewal"],
     },
     Exercise {
         name: "renewal",
-        file: "src/lock/redis.rs",
+        file: "src/lock/redis/renew.lua",
         what_it_does: "a renewal pushes the key's expiry on",
         breaks: &["renewal"],
     },
     Exercise {
         name: "hand-over-check",
-        file: "src/lock/redis.rs",
+        file: "src/lock/redis/hand_over.lua",
         what_it_does: "a hand-over gives the key to the waiter only while it still holds our token",
         breaks: &["hand-over after a takeover"],
     },
     Exercise {
         name: "fence",
-        file: "src/sale/stock.rs",
+        file: "src/sale/stock/write.lua",
         what_it_does: "the stock refuses a write whose token is no longer the newest read",
         breaks: &["two fenced holders", "paused holder, fenced"],
     },
