@@ -30,12 +30,13 @@
 //!    [`sale::sold_out`] (the flag that answers "sold out" without a lock),
 //!    [`sale::grant_log`] (each grant from grant to release, to count overlaps),
 //!    [`sale::local_queue`] (the buyers of one instance in line for a lock),
-//!    [`sale::error`] (every way a request fails, and the one HTTP answer each becomes)
+//!    [`sale::error`] (every way a request fails, and the code a buyer reads)
 //!    and [`sale::group`] (group commit: one grant sells to every buyer in line).
 //! 7. [`orders`]: each unit sold becomes an order, written from the stock's Redis
 //!    Stream into MySQL by a consumer group.
 //! 8. [`wiring`]: from the config to the lock: it picks the strategy, which builds itself.
-//! 9. [`http`]: routes, limits and handlers, with [`http::admin`] (who may reset the
+//! 9. [`http`]: routes, limits and handlers, with [`http::errors`] (each failure's status
+//!    and the one JSON shape of an error), [`http::admin`] (who may reset the
 //!    sale) and [`http::dashboard`] (the live page at `GET /` and its event stream).
 //! 10. [`server`]: start-up and graceful shutdown; [`telemetry`]: logs.
 //!

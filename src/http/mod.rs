@@ -24,6 +24,7 @@
 //! ([`crate::http::admin`]). `/stock/reduce` stays open to a plain `GET` and to any `Host`:
 //! it is the public route, which the demo's `curl` and the load test fire from anywhere.
 
+pub mod errors;
 pub mod admin;
 pub mod dashboard;
 
@@ -46,9 +47,10 @@ use crate::api::{Health, Ready, ReduceAnswer, StockSnapshot};
 use crate::config::MAX_STOCK;
 use crate::http::admin::{Denied, ResetAccess};
 use crate::http::dashboard::{Banner, EventStreams};
+use crate::http::errors::{errors_as_json, json_error};
 use crate::orders::RunningWriter;
 use crate::sale::buyers::BuyerId;
-use crate::sale::error::{errors_as_json, json_error, AppError};
+use crate::sale::error::AppError;
 use crate::sale::{Sale, SaleOutcome};
 
 /// The largest body `POST /stock/reset` reads; `{"stock": 1000000000}` needs 22 bytes.
