@@ -4,12 +4,12 @@
 //! | --- | --- |
 //! | [`test_redis`] | the project's test Redis, and a sale of a test's own in it |
 //! | [`instances`] | instances of the service on free ports, in process or as `seckill serve` processes, and one buy |
+//! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
 //! | [`locks`] | lock options, owners, and the race a lock must close |
 //! | [`backends`] | the shared etcd, ZooKeeper, MariaDB and Redlock masters `make services` starts |
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
 //! | [`private_cluster`] | a Redis Cluster of a test's own, masters with a replica each |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
-//! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
 //! | [`browser`] | a script of `tests/browser/` in headless chromium, and what it saw |
 //! | [`pages`] | the project's Markdown pages, for the tests that read the docs |
 //! | [`wall_clock`] | a wall clock that jumps, for a redis-server or a `seckill serve` process |
@@ -20,6 +20,7 @@
 
 pub mod test_redis;
 pub mod instances;
+pub mod nemesis;
 pub mod locks;
 pub mod backends;
 pub mod private_redis;
@@ -29,7 +30,6 @@ pub mod wall_clock;
 pub mod pages;
 pub mod browser;
 pub mod turns;
-pub mod nemesis;
 pub mod break_it;
 
 pub use backends::*;

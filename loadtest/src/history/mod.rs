@@ -27,9 +27,9 @@
 //! refusal's status and code), or `info` (the outcome is unknown: a 504, a timeout, a
 //! lost connection).
 
-pub mod checks;
-pub mod linearizable;
 pub mod operations;
+pub mod linearizable;
+pub mod checks;
 
 use std::io::Write;
 use std::path::Path;

@@ -2,11 +2,12 @@
 //! instances; then a verdict read straight from Redis.
 //!
 //! 1. [`crowd`]: resets the sale and fires the goose users; tallies what each buyer was told.
-//! 2. [`checker`]: the test oracle. Reads the sale back from Redis (not from the
-//!    service, which could be wrong) and decides: held, oversold, or lost.
-//! 3. [`database`]: for the MySQL strategies, what each sale cost the database
+//! 2. [`orders`]: with `--orders`, once the stream drained, one order in MySQL per unit sold.
+//! 3. [`checker`]: the test oracle. Reads the sale back from Redis (not from the
+//!    service, which could be wrong) and decides: held, oversold, or lost; the orders
+//!    judged beside the sale.
+//! 4. [`database`]: for the MySQL strategies, what each sale cost the database
 //!    (statements, attempts, version conflicts), read before and after the attack.
-//! 4. [`orders`]: with `--orders`, once the stream drained, one order in MySQL per unit sold.
 //! 5. [`report`]: everything one run measured, and whether the strategy kept its promise.
 //!
 //! [`run`] puts them together, and judges the run's history besides the counts
@@ -14,11 +15,11 @@
 
 pub mod crowd;
 
+pub mod orders;
+
 pub mod checker;
 
 pub mod database;
-
-pub mod orders;
 
 pub mod report;
 

@@ -19,6 +19,7 @@ use seckill::orders::ORDERS_GROUP;
 use seckill::sale::keys::Keys;
 use seckill::sale::segments::Segments;
 use seckill::sale::stock::SaleRecord;
+use seckill::store::redis_master::connect_checked;
 use seckill::store::redis_master::MasterConnection;
 
 use super::crowd::Target;
@@ -59,7 +60,12 @@ pub async fn read_if_on(
 
 /// Waits until the orders stream in `redis_url` drained, then reads this sale's orders from MySQL.
 async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::Result<OrdersState> {
-    let mut redis = super::checker::connect(redis_url).await?;
+    let (_, mut redis) = connect_checked(
+        redis_url,
+        "stock Redis to read the orders stream",
+        "--redis-url / SECKILL_REDIS_URL",
+    )
+    .await?;
     let started = Instant::now();
     let (mut unread, mut pending) = backlog(&mut redis, keys).await?;
     while unread + pending > 0 && started.elapsed() < DRAIN_TIMEOUT {

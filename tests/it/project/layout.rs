@@ -1,6 +1,7 @@
-//! The tree reads in the order `src/lib.rs` tells it: a module uses only modules that
-//! the tour introduces before it, and inside a folder a file uses only the files its
-//! `mod.rs` declares before it, so there is no import circle. No server needed.
+//! Each crate's tree reads in the order its `lib.rs` tells it (the service's src/, and
+//! loadtest/src/ and testkit/src/ as well): a module uses only modules that the tour
+//! introduces before it, and inside a folder a file uses only the files its `mod.rs`
+//! declares before it, so there is no import circle. No server needed.
 //!
 //! It reads the sources as text: every `crate::<module>` outside a comment counts as a
 //! use of that module, as do `use crate::{...}` lists and, inside a folder,
@@ -8,26 +9,34 @@
 
 use std::path::{Path, PathBuf};
 
-/// The top-level modules, in the order `src/lib.rs` declares them.
-fn tour() -> Vec<String> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
+/// The crates whose trees a reader opens: each one's `src/`, from the project's root.
+const CRATES: [&str; 3] = ["src", "loadtest/src", "testkit/src"];
+
+/// The top-level modules of the crate at `src`, in the order its `lib.rs` declares them.
+fn tour_of(src: &Path) -> Vec<String> {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     lib.lines()
         .filter_map(|line| line.strip_prefix("pub mod "))
         .map(|name| name.trim_end_matches(';').to_owned())
         .collect()
 }
 
+/// The service's modules, in its tour's order.
+fn tour() -> Vec<String> {
+    tour_of(&src())
+}
+
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// Every `.rs` file of a top-level module: `src/<name>.rs` or the folder `src/<name>/`.
-fn files_of(module: &str) -> Vec<PathBuf> {
-    let file = src().join(format!("{module}.rs"));
+/// Every `.rs` file of a top-level module: `<src>/<name>.rs` or the folder `<src>/<name>/`.
+fn files_of(src: &Path, module: &str) -> Vec<PathBuf> {
+    let file = src.join(format!("{module}.rs"));
     if file.exists() {
         return vec![file];
     }
-    files_in(&src().join(module))
+    files_in(&src.join(module))
 }
 
 /// Every `.rs` file under `folder`.
@@ -118,14 +127,29 @@ fn later_uses_inside(folder: &Path, path: &str) -> Vec<String> {
 
 #[test]
 fn every_module_uses_only_modules_the_tour_introduced_before_it() {
-    let tour = tour();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut later_uses = Vec::new();
+    for crate_src in CRATES.map(|crate_src| root.join(crate_src)) {
+        later_uses.extend(later_uses_in_tour(&crate_src));
+    }
     assert!(
-        tour.len() >= 10,
-        "src/lib.rs should declare the modules in reading order: {tour:?}"
+        later_uses.is_empty(),
+        "reorder the crate's lib.rs or move the code:\n{}",
+        later_uses.join("\n")
+    );
+}
+
+/// Every use, in the crate at `src`, of a module its tour introduces later than the user.
+fn later_uses_in_tour(src: &Path) -> Vec<String> {
+    let tour = tour_of(src);
+    assert!(
+        tour.len() >= 5,
+        "{}/lib.rs should declare the modules in reading order: {tour:?}",
+        src.display()
     );
     let mut later_uses = Vec::new();
     for (position, module) in tour.iter().enumerate() {
-        for file in files_of(module) {
+        for file in files_of(src, module) {
             for used in modules_used_by(&file, &tour) {
                 let used_at = tour.iter().position(|m| *m == used).unwrap();
                 if used_at > position {
@@ -137,11 +161,7 @@ fn every_module_uses_only_modules_the_tour_introduced_before_it() {
             }
         }
     }
-    assert!(
-        later_uses.is_empty(),
-        "reorder src/lib.rs or move the code:\n{}",
-        later_uses.join("\n")
-    );
+    later_uses
 }
 
 #[test]
@@ -154,10 +174,16 @@ fn inside_every_folder_a_file_uses_only_the_files_its_mod_rs_declares_before_it(
         folders.len() >= 4,
         "src/ should group its modules in folders (store, lock, sale, http): {folders:?}"
     );
-    let later_uses: Vec<String> = folders
-        .iter()
-        .flat_map(|folder| later_uses_inside(&src().join(folder), folder))
-        .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut later_uses: Vec<String> = Vec::new();
+    for crate_src in CRATES.map(|crate_src| root.join(crate_src)) {
+        for folder in tour_of(&crate_src)
+            .into_iter()
+            .filter(|module| crate_src.join(module).is_dir())
+        {
+            later_uses.extend(later_uses_inside(&crate_src.join(&folder), &folder));
+        }
+    }
     assert!(
         later_uses.is_empty(),
         "reorder the folder's mod.rs or move the code:\n{}",

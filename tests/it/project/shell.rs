@@ -19,7 +19,8 @@ fn shell_scripts(root: &Path) -> Vec<PathBuf> {
             .ok()
             .and_then(|text| text.lines().next().map(str::to_owned))
             .unwrap_or_default();
-        let runs_a_shell = first_line.starts_with("#!") && ["bash", "/sh"].iter().any(|shell| first_line.ends_with(shell));
+        let runs_a_shell =
+            first_line.starts_with("#!") && ["bash", "/sh"].iter().any(|shell| first_line.ends_with(shell));
         if path.extension().is_some_and(|ext| ext == "sh") || runs_a_shell {
             scripts.push(path);
         }
