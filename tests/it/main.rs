@@ -63,4 +63,5 @@ mod project {
     mod own_servers;
     mod compose;
     mod shell;
+    mod sizes;
 }
