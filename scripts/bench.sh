@@ -13,7 +13,7 @@
 # and atomic and redis with every unit sold written as an order through a Redis Stream into
 # MySQL (`+orders`, src/orders/mod.rs), beside the same strategies without; redis, etcd,
 # zookeeper and mysql with `+group-commit` (one grant sells to every buyer waiting in the
-# instance's queue, src/sale/group.rs), for the table "Past one sale per grant"; and, last, the
+# instance's queue, src/sale/group/mod.rs), for the table "Past one sale per grant"; and, last, the
 # stock on the Redis Cluster of `make cluster` (`+stock-cluster`: its six nodes are started
 # for the run, and stopped after if they were not running) beside the same run on one Redis,
 # for the table "Past one machine".

@@ -10,7 +10,7 @@
 #                                   then let go; fencing on and off. For ZooKeeper it is a session expiry.
 #   holder-killed                   an instance holding the lock is killed (SIGKILL)
 #   holder-paused-grouped           holder-paused with `--group-commit --group-max 8`: the holder
-#                                   sells to a group of buyers under one grant (src/sale/group.rs),
+#                                   sells to a group of buyers under one grant (src/sale/group/mod.rs),
 #                                   so a late write is a whole group's; fencing on and off
 #   holder-killed-grouped           holder-killed with `--group-commit`: a group dies with its holder
 #   etcd-leader-killed              the etcd leader of three is killed; restarted 3 s later

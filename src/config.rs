@@ -23,7 +23,7 @@ use crate::strategy::{Fencing, Strategy};
 pub const MAX_STOCK: i64 = 1_000_000_000;
 /// The most segments a stock may be split into (`--stock-segments`).
 pub const MAX_SEGMENTS: u32 = 64;
-/// `--group-max` when not given: the most buyers one grant sells to (`src/sale/group.rs`).
+/// `--group-max` when not given: the most buyers one grant sells to (`src/sale/group/mod.rs`).
 pub const DEFAULT_GROUP_MAX: u32 = 64;
 /// The largest `--group-max` taken: a group's write carries three arguments per buyer.
 pub const MOST_IN_A_GROUP: u32 = 1024;
@@ -183,7 +183,7 @@ pub struct Config {
     pub hand_over: bool,
     /// Whether a grant sells to every buyer then waiting in this instance's local queue
     /// for the same lock, up to --group-max: one fenced read, one fenced write of all
-    /// their units, one release (`src/sale/group.rs`). Off, every grant sells one unit.
+    /// their units, one release (`src/sale/group/mod.rs`). Off, every grant sells one unit.
     #[arg(long, env = "SECKILL_GROUP_COMMIT", default_value_t = false, action = clap::ArgAction::Set,
           num_args = 0..=1, default_missing_value = "true")]
     pub group_commit: bool,

@@ -35,7 +35,7 @@ STOCK_CLUSTER_NODES=(stock-cluster-1 stock-cluster-2 stock-cluster-3 stock-clust
 #   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
 #                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
 #   +group-commit    `--group-commit true`: one grant sells to every buyer then waiting in the
-#                    instance's local queue (src/sale/group.rs)
+#                    instance's local queue (src/sale/group/mod.rs)
 #   +lock-redis      `--lock-redis-url`: the lock in a Redis of its own (LOCK_REDIS_URL), apart
 #                    from the stock; `redis-degrade` always keeps it there
 #   +stock-cluster   `--redis-url` of the stock cluster (STOCK_CLUSTER_URL): the sale's keys

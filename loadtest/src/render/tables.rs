@@ -174,7 +174,7 @@ fn past_one_lock(benches: &[StrategyBench]) -> Vec<Block> {
     if benches.iter().any(|bench| bench.sustained_groups.is_some()) {
         blocks.push(Block::Text(
             "Past one sale per grant: with `+group-commit` a grant sells to every buyer then waiting in its \
-             instance's local queue for the same lock (`src/sale/group.rs`): one read, one write of all their \
+             instance's local queue for the same lock (`src/sale/group/mod.rs`): one read, one write of all their \
              units, one release. Units per grant are the buyers per grant in `seckill_group_size` over the \
              sustained windows: the mean, and the histogram's bucket that holds the median and the 99th \
              percentile (at most that many). The one-unit bound is the backend bound above, one unit per \

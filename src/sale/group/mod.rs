@@ -58,13 +58,15 @@ use crate::sale::segments::{Segment, Segments};
 use crate::sale::stock::{SaleName, SaleRecord, SellingCall, StockError, StockStore};
 use crate::sale::SaleOutcome;
 
+mod flow;
+
 /// The fenced write of a group: `min(buyers, stock)` units, one record each.
 /// Its keys and arguments head the script: `src/sale/group/write.lua`.
-pub const GROUP_WRITE_SCRIPT: &str = include_str!("group/write.lua");
+pub const GROUP_WRITE_SCRIPT: &str = include_str!("write.lua");
 
 /// Settle a group whose write went unanswered.
 /// Its keys and arguments head the script: `src/sale/group/settle.lua`.
-pub const GROUP_SETTLE_SCRIPT: &str = include_str!("group/settle.lua");
+pub const GROUP_SETTLE_SCRIPT: &str = include_str!("settle.lua");
 
 /// What one buyer is told: its own outcome in the group's sale.
 pub type MemberOutcome = Result<SaleOutcome, AppError>;
