@@ -49,6 +49,17 @@ pub enum Command {
     Serve(Config),
     /// Compare the orders in MySQL with the stock in Redis (after a failover of the stock).
     Reconcile(ReconcileArgs),
+    /// List every strategy `--lock` takes, as its own file describes it: one place the
+    /// scripts and the docs can ask instead of typing the list again.
+    Strategies(StrategiesArgs),
+}
+
+/// `seckill strategies`'s options.
+#[derive(Clone, Debug, Args)]
+pub struct StrategiesArgs {
+    /// One JSON object a strategy, in an array, for scripts (`jq -r '.[].name'`).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `seckill reconcile`'s options: where the sale is, in Redis and in MySQL.

@@ -1,5 +1,6 @@
 //! `seckill serve`: config -> telemetry -> connect -> serve. `seckill reconcile`: the
-//! orders against the stock; exit code 3 when they disagree.
+//! orders against the stock; exit code 3 when they disagree. `seckill strategies`: every
+//! strategy `--lock` takes, as its file describes it (`--json` for scripts).
 
 use std::process::ExitCode;
 
@@ -12,6 +13,10 @@ async fn main() -> ExitCode {
     seckill::telemetry::init();
     let result = match cli.command {
         Command::Serve(config) => seckill::server::serve(config).await,
+        Command::Strategies(args) => {
+            print!("{}", seckill::strategy::render_listed(args.json));
+            return ExitCode::SUCCESS;
+        }
         Command::Reconcile(args) => match seckill::orders::reconcile::reconcile(&args).await {
             Ok(found) => {
                 println!("{}", found.render());

@@ -153,6 +153,57 @@ impl FencingStatus {
     }
 }
 
+/// One strategy as `seckill strategies` lists it.
+#[derive(Debug, serde::Serialize)]
+pub struct Listed {
+    pub name: &'static str,
+    /// The server its lock lives on (`none` for the baselines and `atomic`).
+    pub backend: &'static str,
+    /// Whether its grants carry fencing tokens the stock checks.
+    pub tokens: bool,
+    /// Whether two instances running it are expected to oversell (the baselines).
+    pub oversells: bool,
+}
+
+/// Every strategy, in `--lock`'s order, as its own file describes it.
+pub fn listed() -> Vec<Listed> {
+    use clap::ValueEnum;
+    Strategy::value_variants()
+        .iter()
+        .map(|strategy| {
+            let description = strategy.description();
+            Listed {
+                name: description.name,
+                backend: description.backend.map_or("none", Backend::name),
+                tokens: description.tokens,
+                oversells: description.oversells,
+            }
+        })
+        .collect()
+}
+
+/// `seckill strategies`: a table for a reader, or JSON for a script.
+pub fn render_listed(json: bool) -> String {
+    let listed = listed();
+    if json {
+        return serde_json::to_string_pretty(&listed).expect("plain fields");
+    }
+    let mut text = format!(
+        "{:<15} {:<16} {:<15} {}\n",
+        "strategy", "backend", "fencing tokens", "two instances"
+    );
+    for each in &listed {
+        let tokens = if each.tokens { "yes" } else { "no" };
+        let verdict = if each.oversells {
+            "oversell (a baseline)"
+        } else {
+            "hold"
+        };
+        text += &format!("{:<15} {:<18} {:<15} {verdict}\n", each.name, each.backend, tokens);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use clap::ValueEnum;

@@ -531,3 +531,51 @@ fn on_a_redis_cluster_the_redis_lock_and_a_prefix_with_braces_are_refused_with_t
         "{braces}"
     );
 }
+
+/// `seckill strategies --json`, parsed: every strategy as its file describes it.
+fn strategies_the_binary_lists() -> Vec<serde_json::Value> {
+    let output = Command::new(env!("CARGO_BIN_EXE_seckill"))
+        .args(["strategies", "--json"])
+        .output()
+        .expect("the seckill binary runs");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).expect("seckill strategies --json prints JSON")
+}
+
+#[test]
+fn seckill_strategies_lists_every_strategy_and_each_has_its_row_and_its_section() {
+    use clap::ValueEnum;
+    let listed = strategies_the_binary_lists();
+    let names: Vec<&str> = listed.iter().filter_map(|each| each["name"].as_str()).collect();
+    let variants: Vec<&str> = seckill::strategy::Strategy::value_variants()
+        .iter()
+        .map(|strategy| strategy.name())
+        .collect();
+    assert_eq!(
+        names, variants,
+        "seckill strategies must list what --lock takes, in its order"
+    );
+    let root = testkit::project_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let reference = std::fs::read_to_string(root.join("docs/reference/strategies.md")).unwrap();
+    for name in names {
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "README.md's table of strategies has no row for `{name}`"
+        );
+        assert!(
+            reference.contains(&format!("## `{name}` —")),
+            "docs/reference/strategies.md has no section `## `{name}` — ...`"
+        );
+    }
+    let baselines: Vec<&str> = listed
+        .iter()
+        .filter(|each| each["oversells"] == true)
+        .filter_map(|each| each["name"].as_str())
+        .collect();
+    assert_eq!(
+        baselines,
+        ["none", "local"],
+        "the baselines are the strategies expected to oversell"
+    );
+}
