@@ -29,24 +29,34 @@ struct Shape {
     numbers: BTreeSet<String>,
 }
 
-/// The page without its generated blocks (a lesson's `output`, a page's `latest`): only
-/// what a person wrote.
-fn written_part(text: &str) -> String {
-    let mut text = text.to_owned();
+/// The page split in two: what a person wrote, and what its generated blocks (a lesson's
+/// `output`, a page's `latest`) say between their markers.
+fn written_and_generated(text: &str) -> (String, String) {
+    let (mut written, mut generated) = (text.to_owned(), String::new());
     for kind in ["output", "latest"] {
-        let (mut kept, mut rest) = (String::new(), text.as_str());
+        let (mut kept, mut rest) = (String::new(), written.as_str());
         let opening = format!("<!-- {kind} ");
         while let Some(at) = rest.find(&opening) {
             kept.push_str(&rest[..at]);
             let after = &rest[at..];
             let name = after[opening.len()..].split(':').next().unwrap_or_default();
             let end = format!("<!-- {kind} {name}: end -->");
-            rest = after.find(&end).map_or("", |length| &after[length + end.len()..]);
+            let Some(length) = after.find(&end) else {
+                rest = "";
+                break;
+            };
+            generated.push_str(&after[..length]);
+            rest = &after[length + end.len()..];
         }
         kept.push_str(rest);
-        text = kept;
+        written = kept;
     }
-    text
+    (written, generated)
+}
+
+/// The page without its generated blocks: only what a person wrote.
+fn written_part(text: &str) -> String {
+    written_and_generated(text).0
 }
 
 fn shape_of(page: &str, exercises_heading: &str) -> Shape {
@@ -270,24 +280,6 @@ fn the_english_prose_types_no_figure_of_a_run() {
     );
 }
 
-/// What the page's generated blocks say: the text between their markers.
-fn generated_part(text: &str) -> String {
-    let mut generated = String::new();
-    for kind in ["output", "latest"] {
-        let opening = format!("<!-- {kind} ");
-        let mut rest = text;
-        while let Some(at) = rest.find(&opening) {
-            let after = &rest[at..];
-            let name = after[opening.len()..].split(':').next().unwrap_or_default();
-            let end = format!("<!-- {kind} {name}: end -->");
-            let Some(length) = after.find(&end) else { break };
-            generated.push_str(&after[..length]);
-            rest = &after[length + end.len()..];
-        }
-    }
-    generated
-}
-
 /// Whether `word` stands alone in `text`: in capitals (a report's `verdict:` line), or in
 /// small letters on a table's line (a chaos table's verdicts column). Elsewhere small
 /// letters are plain English ("nothing lost"), not a verdict.
@@ -309,7 +301,7 @@ fn a_verdict_word_the_prose_names_is_one_a_block_of_its_page_shows() {
     for (english, chinese) in twins() {
         for page in [english, chinese] {
             let text = std::fs::read_to_string(testkit::project_root().join(&page)).unwrap();
-            let blocks = generated_part(&text);
+            let blocks = written_and_generated(&text).1;
             if blocks.is_empty() {
                 continue; // a page without blocks (the answers, the course's index) names verdicts of other pages
             }

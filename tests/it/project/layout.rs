@@ -40,7 +40,7 @@ fn files_of(src: &Path, module: &str) -> Vec<PathBuf> {
 }
 
 /// Every `.rs` file under `folder`.
-fn files_in(folder: &Path) -> Vec<PathBuf> {
+pub(super) fn files_in(folder: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut folders = vec![folder.to_path_buf()];
     while let Some(folder) = folders.pop() {

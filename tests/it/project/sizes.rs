@@ -57,19 +57,11 @@ fn root() -> &'static Path {
 
 /// Every `.rs` file under the trees, from the project's root.
 fn rust_files() -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut folders: Vec<PathBuf> = TREES.iter().map(|tree| root().join(tree)).collect();
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                folders.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                found.push(path.strip_prefix(root()).unwrap().to_path_buf());
-            }
-        }
-    }
-    found
+    TREES
+        .iter()
+        .flat_map(|tree| super::layout::files_in(&root().join(tree)))
+        .map(|path| path.strip_prefix(root()).unwrap().to_path_buf())
+        .collect()
 }
 
 /// The functions of `source` with a body, and their lengths in lines: from the `fn`
