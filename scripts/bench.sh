@@ -4,7 +4,8 @@
 # one serial client, a sustained keep-alive load, the bound of the lock's critical
 # path and who used the CPU); then the tables, the ordering found, and an HTML report.
 #
-#   scripts/bench.sh [RUN...]          default: every strategy
+#   scripts/bench.sh [RUN...]          default: every strategy, then VARIANTS below
+#   DRY_RUN=1 scripts/bench.sh         prints the runs, one a line, and does nothing else
 #   BENCH_RUNS=5 BENCH_SECONDS=2 BENCH_CONNECTIONS=64 scripts/bench.sh redis etcd
 #
 # By default the last runs split the stock into 2, 4, 8 and 16 segments (`+segments-N`) for
@@ -37,16 +38,15 @@ RUN="$ROOT/.run"
 LOGS="$RUN/logs"
 RESULTS="$RUN/results/bench"
 PORTS=(8080 8090)
-STRATEGIES=("$@")
-((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local atomic redis redis+no-local-queue redis+no-hand-over redis-degrade redlock redlock+no-local-queue redlock+no-hand-over etcd zookeeper
-              mysql mysql+no-hand-over mysql-version python-peer atomic+orders redis+orders redis+stock-wait
-              redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
-              etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
-              mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
-              redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag
-              redis+group-commit etcd+group-commit zookeeper+group-commit mysql+group-commit
-              atomic+stock-cluster redis+segments-6+lock-redis redis+segments-6+lock-redis+stock-cluster)
+# The runs past the plain strategies (which the binary lists, scripts/lib/strategies.sh).
+VARIANTS=(redis+no-local-queue redis+no-hand-over redlock+no-local-queue redlock+no-hand-over
+          mysql+no-hand-over python-peer atomic+orders redis+orders redis+stock-wait
+          redis+segments-2 redis+segments-4 redis+segments-8 redis+segments-16
+          etcd+segments-2 etcd+segments-4 etcd+segments-8 etcd+segments-16
+          mysql+segments-2 mysql+segments-4 mysql+segments-8 mysql+segments-16
+          redis+segments-16+sold-out-flag etcd+segments-16+sold-out-flag mysql+segments-16+sold-out-flag
+          redis+group-commit etcd+group-commit zookeeper+group-commit mysql+group-commit
+          atomic+stock-cluster redis+segments-6+lock-redis redis+segments-6+lock-redis+stock-cluster)
 
 # The pages of docs/results/ that show the tables, and the sentence that opens the paragraph
 # above each table in tables.md (`tables::bench` in loadtest/src/render/tables.rs).
@@ -117,7 +117,11 @@ die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening
 source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
 source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+source "$ROOT/scripts/lib/strategies.sh" # load_strategies, strategies
 COMMAND=$(command_line BENCH_RUNS BENCH_SECONDS BENCH_CONNECTIONS -- scripts/bench.sh "$@")
+load_strategies
+STRATEGIES=("$@")
+if ((${#STRATEGIES[@]} == 0)); then mapfile -t STRATEGIES < <(strategies true); STRATEGIES+=("${VARIANTS[@]}"); fi
 
 # python-peer[+poll-Nms] -> the poll interval in seconds, or nothing for another run.
 peer_poll_seconds() {
@@ -133,6 +137,7 @@ is_peer() { [[ $1 == python-peer || $1 == python-peer+* ]]; }
 for run in "${STRATEGIES[@]}"; do
   if is_peer "$run"; then peer_poll_seconds "$run" >/dev/null; else variant_flags "$run" >/dev/null; fi
 done # refuse a bad variant before any work
+if [[ ${DRY_RUN:-0} == 1 ]]; then printf '%s\n' "${STRATEGIES[@]}"; exit 0; fi
 
 # The Python peer: two uvicorn instances of loadtest/peer/app.py on PORTS, polling the
 # lock every $1 seconds.

@@ -4,6 +4,7 @@
 #
 #   scripts/chaos.sh [RUNS] [STRATEGY...]        default: 3 runs of every fault, on every strategy it applies to
 #   CHAOS_FAULTS="etcd-leader-killed mysql-killed" scripts/chaos.sh 1     only those faults
+#   DRY_RUN=1 scripts/chaos.sh                  prints the rows (FAULT STRATEGY FENCING), and does nothing else
 #
 # The faults (each row of the table; docs/results/chaos.md explains what each one shows):
 #   holder-paused                   an instance holding the lock is stopped (SIGSTOP) past its lease,
@@ -162,14 +163,17 @@ source "$ROOT/scripts/lib/servers.sh"   # listening, poll
 source "$ROOT/scripts/lib/instances.sh" # start_instances, stop_instances, until_sold, ...
 source "$ROOT/scripts/lib/nemesis.sh"   # start_nemeses, stop_nemeses, nemesis
 source "$ROOT/scripts/lib/replication.sh" # cut_replication, heal_replication
+source "$ROOT/scripts/lib/strategies.sh" # load_strategies, strategies, strategy_field
+load_strategies
 cluster() { "$ROOT/scripts/cluster.sh" "$@" >>"$LOGS/chaos-cluster.log" 2>&1; }
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a whole number of runs, got '$RUNS'"
 
-# The strategies each fault applies to.
+# The strategies each fault applies to. The faults of any lock strike every strategy whose
+# lock lives on a server (the binary says which: scripts/lib/strategies.sh).
 strategies_for() {
   case $1 in
     holder-paused | holder-killed | holder-partitioned | waiters-partitioned | answers-delayed | connections-reset)
-      echo redis redis-degrade redlock etcd zookeeper mysql mysql-version ;;
+      strategies '.lock_flag != null' | xargs ;;
     *-grouped) echo redis etcd zookeeper mysql ;;
     etcd-*) echo etcd ;;
     zookeeper-*) echo zookeeper ;;
@@ -183,6 +187,27 @@ strategies_for() {
     redis-clock-jump | instance-clock-jump) echo redis ;;
     *) die "unknown fault '$1'; the faults are: $(xargs <<<"$ALL_FAULTS")" ;;
   esac
+}
+
+# has_tokens STRATEGY: whether its grants carry fencing tokens (Redlock's do not).
+has_tokens() { [[ $(strategy_field "$1" tokens) == true ]]; }
+
+# rows: the rows this run plays, one a line: FAULT STRATEGY FENCING, or FAULT STRATEGY clock
+# for the clock faults, which scripts/clock-jump.sh plays. A paused holder can write late,
+# and a cut-off one must not; both run with fencing on and off. Every other fault runs with
+# fencing on. Without tokens (Redlock), once is enough.
+rows() {
+  local fault strategy fencing fencings
+  for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
+    for strategy in $(strategies_for "$fault"); do
+      if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
+      if is_clock_fault "$fault"; then echo "$fault $strategy clock"; continue; fi
+      fencings=(on)
+      if [[ $fault == holder-paused* ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
+      has_tokens "$strategy" || fencings=(on)
+      for fencing in "${fencings[@]}"; do echo "$fault $strategy $fencing"; done
+    done
+  done
 }
 
 is_grouped_fault() { [[ " $GROUPED_FAULTS " == *" $1 "* ]]; }
@@ -294,6 +319,8 @@ impatient_first() {
   return 0
 }
 
+mapfile -t ROWS < <(rows)
+if [[ ${DRY_RUN:-0} == 1 ]]; then printf '%s\n' "${ROWS[@]}"; exit 0; fi
 cd "$ROOT"
 refuse_busy_ports
 # The cluster's servers, started when they are not running: a line each, into the log.
@@ -508,7 +535,7 @@ holds_now() { holds_for "$1" "$(redis-cli -p "$(failover_master_port)" get lock:
 # check and its write. Redlock has no tokens, so it runs unfenced whatever --fencing says.
 expectation() {
   local fault=$1 strategy=$2 fencing=$3
-  [[ $strategy == redlock ]] && fencing=no_tokens
+  has_tokens "$strategy" || fencing=no_tokens
   case $fault in
     # A holder cut off past its lease must stop by itself; a grant counts only once the
     # replica has it: fenced or not.
@@ -537,57 +564,48 @@ record_run() {
 RUNS_FILE="$RESULTS/runs.jsonl"
 : >"$RUNS_FILE"
 clock_rows=()
-for fault in ${CHAOS_FAULTS:-$ALL_FAULTS}; do
-  for strategy in $(strategies_for "$fault"); do
-    if ((${#ONLY[@]} > 0)) && [[ " ${ONLY[*]} " != *" $strategy "* ]]; then continue; fi
-    if is_clock_fault "$fault"; then clock_rows+=("$fault"); continue; fi
-    # A paused holder can write late, and a cut-off one must not; both run with fencing on
-    # and off. Every other fault runs with fencing on. Redlock has no tokens: once is enough.
-    fencings=(on)
-    if [[ $fault == holder-paused* ]] || is_network_fault "$fault" || is_failover_fault "$fault"; then fencings=(on off); fi
-    [[ $strategy == redlock ]] && fencings=(on)
-    for fencing in "${fencings[@]}"; do
-      for run in $(seq 1 "$RUNS"); do
-        name="$fault-$strategy-fencing-$fencing-$run"
-        say "$name"
-        is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
-        impatient_first "$fault"
-        follow_sentinels "$fault"
-        stock_on_sentinels "$fault"
-        stock_on_cluster "$fault"
-        quick_takeover "$fault"
-        in_groups "$fault"
-        # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
-        start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
-          --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
-        report="$RESULTS/$name.json"
-        FAULTS="$RESULTS/$name.faults.jsonl"
-        rm -f "$FAULTS" "$report"
-        generation=$(stock_cli get stock:generation)
-        (
-          until_sold 10 "$generation" stock_cli
-          strike "$fault" "$strategy" "${INSTANCE_PIDS[0]}"
-        ) &
-        striker=$!
-        users=200 stock_url=$SECKILL_REDIS_URL
-        if is_stock_failover_fault "$fault"; then users=400 stock_url=$SECKILL_FAILOVER_LOCK_REDIS_URL; fi
-        if is_shard_fault "$fault"; then users=400 stock_url=$SECKILL_STOCK_CLUSTER_URL; fi
-        target/release/loadtest --users "$users" --stock 100 --redis-url "$stock_url" --report-file "$report" \
-          --faults-file "$FAULTS" \
-          >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
-        wait "$striker" || true
-        stop_instances
-        stop_nemeses
-        [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
-        doubled=
-        if is_stock_failover_fault "$fault" || is_shard_fault "$fault"; then
-          target/release/seckill reconcile --redis-url "$stock_url" --wait-ms 10000 >"$LOGS/chaos-$name-reconcile.log" 2>&1 || true
-          doubled=$(sed -n 's/^  units with two orders *\([0-9]*\).*/\1/p' "$LOGS/chaos-$name-reconcile.log")
-          [[ -n $doubled ]] || die "seckill reconcile gave no answer for $name; see $LOGS/chaos-$name-reconcile.log"
-        fi
-        record_run "$name" "$fault" "$strategy" "$fencing" "$run" "$doubled"
-      done
-    done
+for row in "${ROWS[@]}"; do
+  read -r fault strategy fencing <<<"$row"
+  if [[ $fencing == clock ]]; then clock_rows+=("$fault"); continue; fi
+  for run in $(seq 1 "$RUNS"); do
+    name="$fault-$strategy-fencing-$fencing-$run"
+    say "$name"
+    is_network_fault "$fault" && start_nemeses "$strategy" "chaos-$name"
+    impatient_first "$fault"
+    follow_sentinels "$fault"
+    stock_on_sentinels "$fault"
+    stock_on_cluster "$fault"
+    quick_takeover "$fault"
+    in_groups "$fault"
+    # redis-degrade keeps its lock in its own Redis (LOCK_REDIS_URL), the one that lock-redis-* faults hit.
+    start_instances --label "chaos-$name" "$strategy" --fencing "$fencing" --lock-ttl-ms 500 \
+      --chaos-pause-before-write-ms 50 --acquire-timeout-ms 30000
+    report="$RESULTS/$name.json"
+    FAULTS="$RESULTS/$name.faults.jsonl"
+    rm -f "$FAULTS" "$report"
+    generation=$(stock_cli get stock:generation)
+    (
+      until_sold 10 "$generation" stock_cli
+      strike "$fault" "$strategy" "${INSTANCE_PIDS[0]}"
+    ) &
+    striker=$!
+    users=200 stock_url=$SECKILL_REDIS_URL
+    if is_stock_failover_fault "$fault"; then users=400 stock_url=$SECKILL_FAILOVER_LOCK_REDIS_URL; fi
+    if is_shard_fault "$fault"; then users=400 stock_url=$SECKILL_STOCK_CLUSTER_URL; fi
+    target/release/loadtest --users "$users" --stock 100 --redis-url "$stock_url" --report-file "$report" \
+      --faults-file "$FAULTS" \
+      >"$LOGS/chaos-$name-loadtest.log" 2>&1 || true
+    wait "$striker" || true
+    stop_instances
+    stop_nemeses
+    [[ -s $report ]] || die "the load test wrote no report for $name; see $LOGS/chaos-$name-loadtest.log"
+    doubled=
+    if is_stock_failover_fault "$fault" || is_shard_fault "$fault"; then
+      target/release/seckill reconcile --redis-url "$stock_url" --wait-ms 10000 >"$LOGS/chaos-$name-reconcile.log" 2>&1 || true
+      doubled=$(sed -n 's/^  units with two orders *\([0-9]*\).*/\1/p' "$LOGS/chaos-$name-reconcile.log")
+      [[ -n $doubled ]] || die "seckill reconcile gave no answer for $name; see $LOGS/chaos-$name-reconcile.log"
+    fi
+    record_run "$name" "$fault" "$strategy" "$fencing" "$run" "$doubled"
   done
 done
 

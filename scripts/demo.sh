@@ -2,7 +2,8 @@
 # The whole lesson in one command: for every strategy, two instances of the service on
 # ports 8080 and 8090, 500 buyers against 300 units, a verdict; then one comparison table.
 #
-#   scripts/demo.sh [RUN...]     default: every strategy
+#   scripts/demo.sh [RUN...]     default: every strategy, each followed by its VARIANTS below
+#   DRY_RUN=1 scripts/demo.sh    prints the runs, one a line, and does nothing else
 #
 # A RUN is a strategy (`redis`), or a strategy and a variant (`mysql+no-semaphore`; see
 # scripts/lib/instances.sh).
@@ -18,19 +19,22 @@ RUN="$ROOT/.run"
 RESULTS="$RUN/results"
 LOGS="$RUN/logs"
 PORTS=(8080 8090)
-STRATEGIES=("$@")
-((${#STRATEGIES[@]} > 0)) ||
-  STRATEGIES=(none local redis redis-degrade redlock etcd zookeeper mysql mysql+no-local-queue mysql+no-semaphore
-              mysql-version mysql-version+no-local-queue mysql-version+no-semaphore atomic)
+# Shown after their strategy: what MySQL's locks owe to the local queue and the semaphore.
+VARIANTS=(mysql+no-local-queue mysql+no-semaphore mysql-version+no-local-queue mysql-version+no-semaphore)
 
 say() { printf '[demo] %s\n' "$*"; }
 die() { printf '[demo] error: %s\n' "$*" >&2; exit 1; }
 source "$ROOT/scripts/lib/servers.sh"   # listening
 source "$ROOT/scripts/lib/instances.sh" # variant_flags, start_instances, stop_instances, ...
 source "$ROOT/scripts/lib/publish.sh"   # publish_results, command_line
+source "$ROOT/scripts/lib/strategies.sh" # load_strategies, with_variants
 COMMAND=$(command_line -- scripts/demo.sh "$@")
+load_strategies
+STRATEGIES=("$@")
+((${#STRATEGIES[@]} > 0)) || mapfile -t STRATEGIES < <(with_variants "${VARIANTS[@]}")
 
 for run in "${STRATEGIES[@]}"; do variant_flags "$run" >/dev/null; done # refuse a bad variant before any work
+if [[ ${DRY_RUN:-0} == 1 ]]; then printf '%s\n' "${STRATEGIES[@]}"; exit 0; fi
 
 mkdir -p "$RESULTS"
 begin_run

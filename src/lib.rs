@@ -13,11 +13,10 @@
 //! 1. [`store`]: the connections to Redis and MySQL, which fail with an error naming
 //!    the fix, and the MySQL migrations.
 //! 2. [`lock`]: the one trait and its guard (the contract a backend meets), then one
-//!    file per strategy, named as `--lock` names it: [`lock::none`], [`lock::local`],
-//!    [`lock::redis`], [`lock::redlock`], [`lock::etcd`], [`lock::zookeeper`],
-//!    [`lock::mysql`], [`lock::mysql_version`] and [`lock::redis_degrade`], which
-//!    composes two of them. The building blocks they share (lease renewal,
-//!    reentrancy, the semaphore in front of MySQL) stand apart in [`lock::parts`].
+//!    file (or folder) per strategy, named as `--lock` names it (the table in [`lock`]
+//!    lists them; [`lock::redis_degrade`] composes two of them). The building blocks
+//!    they share (lease renewal, reentrancy, the semaphore in front of MySQL) stand
+//!    apart in [`lock::parts`].
 //! 3. [`strategy`]: the closed list of strategies and what each one promises.
 //! 4. [`config`]: flags and `SECKILL_*` variables; a strategy's own flags are declared
 //!    beside its lock and flattened in.

@@ -76,6 +76,11 @@ impl Strategy {
         !self.expected_to_oversell()
     }
 
+    /// Whether it is a lock around the read-check-write: every strategy but `atomic`.
+    pub fn takes_a_lock(self) -> bool {
+        self != Strategy::Atomic
+    }
+
     /// Whether two instances running this strategy are expected to oversell.
     pub fn expected_to_oversell(self) -> bool {
         self.description().oversells
@@ -159,6 +164,8 @@ pub struct Listed {
     pub name: &'static str,
     /// The server its lock lives on (`none` for the baselines and `atomic`).
     pub backend: &'static str,
+    /// The flag that says where that server is (`null` where there is none).
+    pub lock_flag: Option<&'static str>,
     /// Whether its grants carry fencing tokens the stock checks.
     pub tokens: bool,
     /// Whether two instances running it are expected to oversell (the baselines).
@@ -175,6 +182,7 @@ pub fn listed() -> Vec<Listed> {
             Listed {
                 name: description.name,
                 backend: description.backend.map_or("none", Backend::name),
+                lock_flag: description.backend.map(Backend::address_flag),
                 tokens: description.tokens,
                 oversells: description.oversells,
             }

@@ -5,8 +5,8 @@
 # nemesis; only instance 1's is ever struck.
 #
 # The caller sets ROOT, LOGS and PORTS, defines die, sources servers.sh (for `wait_for`
-# and `listening`) and instances.sh (for INSTANCE_FLAGS), and exports the cluster's
-# SECKILL_* settings.
+# and `listening`), instances.sh (for INSTANCE_FLAGS) and strategies.sh (loaded), and
+# exports the cluster's SECKILL_* settings.
 
 # The control port of each instance's nemesis, and where its links begin: instance i's
 # link to the k-th member of the lock backend listens on NEMESIS_LINK_PORTS[i] + k. All
@@ -15,16 +15,19 @@ NEMESIS_CONTROL_PORTS=(7401 7402)
 NEMESIS_LINK_PORTS=(16500 16600)
 NEMESIS_PIDS=()
 
-# lock_address STRATEGY: the flag that says where STRATEGY keeps its lock, and its value
-# in the cluster. For `redis` that is the lock Redis, so a fault cuts off the lock, not the stock.
+# lock_address STRATEGY: the flag that says where STRATEGY keeps its lock (the binary
+# says which: scripts/lib/strategies.sh), and its value in the cluster. For `redis` that is
+# the lock Redis, so a fault cuts off the lock, not the stock.
 lock_address() {
-  case $1 in
-    redis | redis-degrade) echo --lock-redis-url "$LOCK_REDIS_URL" ;;
-    redlock) echo --redlock-urls "$SECKILL_REDLOCK_URLS" ;;
-    etcd) echo --etcd-endpoints "$SECKILL_ETCD_ENDPOINTS" ;;
-    zookeeper) echo --zk-connect "$SECKILL_ZK_CONNECT" ;;
-    mysql | mysql-version) echo --mysql-url "$SECKILL_MYSQL_URL" ;;
-    *) die "no lock backend to put a nemesis in front of for '$1'" ;;
+  local flag
+  flag=$(strategy_field "$1" lock_flag)
+  case $flag in
+    --lock-redis-url) echo "$flag $LOCK_REDIS_URL" ;;
+    --redlock-urls) echo "$flag $SECKILL_REDLOCK_URLS" ;;
+    --etcd-endpoints) echo "$flag $SECKILL_ETCD_ENDPOINTS" ;;
+    --zk-connect) echo "$flag $SECKILL_ZK_CONNECT" ;;
+    --mysql-url) echo "$flag $SECKILL_MYSQL_URL" ;;
+    *) die "no lock server to put a nemesis in front of for '$1' (its lock_flag: $flag)" ;;
   esac
 }
 

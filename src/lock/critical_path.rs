@@ -65,6 +65,19 @@ impl Backend {
             Backend::Mysql => "MySQL",
         }
     }
+
+    /// The flag of `seckill serve` that says where this server is. The scripts read it from
+    /// `seckill strategies --json`, to put a nemesis in front of a strategy's lock.
+    pub fn address_flag(self) -> &'static str {
+        match self {
+            Backend::StockRedis => "--redis-url",
+            Backend::LockRedis => "--lock-redis-url",
+            Backend::RedlockMasters => "--redlock-urls",
+            Backend::Etcd => "--etcd-endpoints",
+            Backend::Zookeeper => "--zk-connect",
+            Backend::Mysql => "--mysql-url",
+        }
+    }
 }
 
 /// What a step asks of its backend. A write that a server must make durable first

@@ -34,9 +34,27 @@
 //!    [`etcd`], [`zookeeper`], [`mysql`], [`mysql_version`], [`redis_degrade`].
 //!
 //! Each strategy file holds all that is its own: the lock, its `DESCRIPTION`, its flags
-//! (a clap `Args` struct the config flattens in) and its `build`, which reads them. A new
-//! strategy adds its file, a variant in [`crate::strategy`]'s list, and an arm in
-//! [`crate::wiring::build`] (plus a flattened field in the config if it has flags).
+//! (a clap `Args` struct the config flattens in) and its `build`, which reads them.
+//!
+//! ## A new strategy, step by step
+//! On a server the project already runs, a strategy touches these places, and
+//! `tests/it/project/strategies.rs` fails, naming the place, until each is done:
+//! 1. its file (or folder) here: the lock, `DESCRIPTION`, and `build` (plus its `Args`);
+//! 2. `pub mod` and a row of the table above, in this file;
+//! 3. a variant of [`crate::strategy::Strategy`] and its arm in `description`;
+//! 4. an arm in [`crate::wiring::build`] (and a flattened field in [`crate::config`] if it has flags);
+//! 5. a `conformance_suite!` block in `tests/it/lock/conformance.rs`;
+//! 6. a row in the README's table (and the Chinese README's) and a section in
+//!    `docs/reference/strategies.md` (and `docs/zh-CN/from-java.md`).
+//!
+//! Nothing else: the demo, the bench and the chaos suite ask the binary for the list
+//! (`seckill strategies --json`), lockbench builds it from [`crate::strategy::Strategy`],
+//! and the faults of any lock strike every strategy whose `DESCRIPTION` names a server.
+//!
+//! A new *server* adds a [`Backend`] (its name, its flag, its round trips), a way to start
+//! it (`scripts/services.sh`, `scripts/cluster.sh`, testkit's servers, docker-compose.yml),
+//! its place in front of a nemesis (`scripts/lib/nemesis.sh`'s `lock_address`), and its
+//! bound (`loadtest/src/bench/bound.rs`).
 //!
 //! The contract names no strategy. What one strategy counts of its own comes through
 //! [`DistributedLock::own_stats`]; [`LockStats`], beside [`redis_degrade`], is how the
@@ -76,7 +94,8 @@
 //!
 //! ## The conformance suite
 //! `tests/it/lock/conformance.rs` runs the same tests against every strategy; a new
-//! backend joins by adding one line there. It checks: concurrent read-modify-writes
+//! strategy joins with one `conformance_suite!` block there (its traits and how to make
+//! its contenders). It checks: concurrent read-modify-writes
 //! lose no update; `try_acquire` fails fast on a held key; `acquire` times out;
 //! a waiter gets a released key quickly; a hand-over gives the key to the next owner
 //! with a newer token, or frees it; different keys do not block each other;

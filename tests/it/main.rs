@@ -64,4 +64,5 @@ mod project {
     mod compose;
     mod shell;
     mod sizes;
+    mod strategies;
 }

@@ -35,12 +35,9 @@ use seckill::strategy::Strategy;
     about = "Acquire+release pairs per second for each lock strategy"
 )]
 struct Cli {
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "local,redis,redis-degrade,redlock,etcd,zookeeper,mysql,mysql-version"
-    )]
-    strategies: Vec<Strategy>,
+    /// The strategies to measure; by default every one with a lock, but `none`.
+    #[arg(long, value_delimiter = ',')]
+    strategies: Option<Vec<Strategy>>,
     /// The canonical recipes to measure beside ours (`none` for none).
     #[arg(
         long,
@@ -59,6 +56,17 @@ struct Cli {
     json: Option<std::path::PathBuf>,
 }
 
+/// Every strategy with a lock worth timing, in `--lock`'s order: all but `atomic`, which
+/// takes no lock, and `none`, whose lock grants everyone at once and so times nothing.
+fn every_lock() -> Vec<Strategy> {
+    use clap::ValueEnum;
+    Strategy::value_variants()
+        .iter()
+        .copied()
+        .filter(|&strategy| strategy.takes_a_lock() && strategy != Strategy::None)
+        .collect()
+}
+
 /// The strategy's lock, as `seckill serve` builds it (defaults and `SECKILL_*` settings).
 async fn lock_of(strategy: Strategy) -> anyhow::Result<Arc<dyn DistributedLock>> {
     let mut config = seckill::config::Config::defaults();
@@ -75,7 +83,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut runs = Vec::new();
     print!("{}", lockbench_table().markdown_head());
-    for &strategy in &cli.strategies {
+    for strategy in cli.strategies.clone().unwrap_or_else(every_lock) {
         let lock = match lock_of(strategy).await {
             Ok(lock) => lock,
             Err(error) => {

@@ -821,7 +821,7 @@ async fn degrading_contenders(client: ::redis::Client, n: usize, mode: &str) -> 
 }
 
 conformance_suite!(
-    degrade_in_redis_mode,
+    redis_degrade_in_redis_mode,
     Traits {
         separate_clients: true,
         hand_over: HandOverKind::Grants,
@@ -833,7 +833,7 @@ conformance_suite!(
 );
 
 conformance_suite!(
-    degrade_in_mysql_mode,
+    redis_degrade_in_mysql_mode,
     Traits {
         separate_clients: true,
         hand_over: HandOverKind::Grants,
