@@ -1,86 +1,34 @@
 //! A lock in a database table: a row per held lock, made unique by its primary key.
 //!
-//! The lock the original articles build on MySQL (the Chinese SpringBoot posts this
-//! project grew from), improved step by step as they do. The table is
-//! created by `migrations/0001_lock_table.sql` (and `0004_numbered_grants.sql`); every
-//! time is the database server's clock (`NOW(3)`), so instances with different clocks
-//! agree on expiry.
+//! The lock the original articles build on MySQL (the Chinese SpringBoot posts this project grew from),
+//! improved step by step as they do. The table is created by `migrations/0001_lock_table.sql` (and
+//! `0004_numbered_grants.sql`); every time is the database server's clock (`NOW(3)`), so instances with
+//! different clocks agree on expiry.
 //!
 //! ## How it works
-//! 1. **Acquire inserts a row** `(name, owner, hold_count = 1, expires_at)`. The primary
-//!    key on `name` does the locking: a second insert for a held name fails with a
-//!    duplicate-key error, which means "held". The same insert numbers the grant: the
-//!    row's `grant_id` is AUTO_INCREMENT, and that id is the fencing token (step 5).
-//! 2. **Reentrant.** On a duplicate key, one read says who holds the row; the same owner
-//!    raises its hold count (`UPDATE ... WHERE name = ? AND owner = ?`). Release lowers
-//!    it, and deletes the row with the last hold, only for its own owner and token.
-//! 3. **Expiry.** A holder that vanished does not block forever: a row past `expires_at`
-//!    is deleted by one conditional `DELETE ... WHERE name = ? AND expires_at <= NOW(3)`,
-//!    and the taker inserts its own row (step 1) for a new id. InnoDB locks the row and
-//!    re-checks the condition, and the primary key admits one insert, so two takers can
-//!    never both win. A live holder renews its row every `ttl / 3` ([`crate::lock::parts::keepalive`]), and a
-//!    background sweeper deletes rows that expired long ago, as the articles' scheduled
-//!    task does.
-//! 4. **Blocking** is the trait's bounded loop with a jittered backoff until the acquire
-//!    timeout, cut short by a release notice: MySQL cannot wake a waiter, so the wiring
-//!    announces each release on the stock Redis ([`crate::lock::parts::release_notices`]);
-//!    a hint, the row still decides. `try_acquire` is one attempt. At most `--mysql-permits` attempts of one
-//!    instance talk to MySQL at once (a semaphore, as the articles put in front of MySQL,
-//!    see [`crate::lock::parts::permits`]), so a crowd of waiters cannot take every pooled
-//!    connection from the holder's renewal and release. `--mysql-permits 0` takes the
-//!    bound away, to measure what it saves. Every attempt ends by the acquire's
-//!    deadline, however long the TTL: its wait for a permit, and its wait for MySQL's
-//!    answer. The statements go on in a task of their own ([`crate::lock::polling::answer_by`]),
-//!    and a grant answered after the deadline is given back at once (the new row deleted,
-//!    the extra hold taken off), never handed to a buyer who has given up.
-//! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. InnoDB's
-//!    AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a
-//!    name's next row is inserted only after its last one is gone. So a later grant has
-//!    a larger id, on one condition: the server hands the ids out in the order the
-//!    inserts finish, which is `innodb_autoinc_lock_mode = 0`. The default (1 on MariaDB,
-//!    2 on MySQL 8) hands an id out when an insert starts, under a short mutex. An insert
-//!    that stalls just after (its thread descheduled) can then commit after a later
-//!    insert of the same name has been granted, has sold and has released: its grant
-//!    carries the smaller token, and the stock refuses its buyer (CI met this once, on
-//!    2026-11-26: token 855 read after 858). With mode 0 the insert keeps the table's
-//!    AUTO-INC lock to the end of its statement, so the next insert takes its id after
-//!    this one has found the name free or held. The wiring refuses a server with another
-//!    mode ([`autoinc_lock_mode`]); `tests/it/lock/mysql_token_order.rs` pauses a MariaDB thread
-//!    in that gap, under each mode. An earlier version raised a counter in
-//!    `seckill_lock_fences` and stamped it on the row: three statements per grant, and
-//!    a half-made row to clean up when the second or third failed. Those tokens were
-//!    epoch 0, and `grant_id` alone was epoch 1; the tokens of step 6 are epoch 2, so
-//!    they outrank every older one at the stock's fence.
-//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::sale::local_queue`]) gives the row to that buyer in one statement:
-//!    `UPDATE ... SET owner = ?, hand_overs = hand_overs + 1 WHERE name = ? AND owner = ?
-//!    AND grant_id = ? AND hold_count = 1`. One durable write where a delete and the next
-//!    insert take two. An UPDATE takes no new AUTO_INCREMENT id, so the row counts its
-//!    hand-overs, and the token is `grant_id * 1000 + hand_overs`: a hand-over outranks
-//!    the grant it came from, and a new row outranks every hand-over of the last. A row
-//!    handed over 999 times is released instead, so the count never reaches the id's
-//!    digits. A holder whose row was taken over changes nothing, and learns it was lost.
+//! 1. **Acquire inserts a row** `(name, owner, hold_count = 1, expires_at)`. The primary key on `name` does
+//!    the locking, and the row's AUTO_INCREMENT `grant_id` numbers the grant (`Grants::insert_row`).
+//! 2. **Reentrant.** On a duplicate key, one read says who holds the row; the same owner raises its hold
+//!    count. Release lowers it, and deletes the row with the last hold (`MySqlGrant::give_back`).
+//! 3. **Expiry.** A row past `expires_at` is deleted by one conditional `DELETE` (`DELETE_EXPIRED`), and the
+//!    taker inserts its own. A live holder renews every `ttl / 3`; a sweeper clears old rows (`sweep_expired_rows`).
+//! 4. **Blocking** polls with a jittered backoff, cut short by a release notice, behind a semaphore; every
+//!    attempt ends by the acquire's deadline ([`MySqlLock::acquire`]).
+//! 5. **Fencing token.** The row's `grant_id`, taken by the insert itself. A later grant has a larger id
+//!    only under `innodb_autoinc_lock_mode = 0` ([`NEEDED_AUTOINC_LOCK_MODE`]).
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting gives the row to that buyer in
+//!    one statement ([`MySqlLock::hands_over`]).
 //!
 //! ## Limitations
-//! - **One database.** The lock is as available as the database; a failover that loses
-//!   the last commits can lose a grant, and then two holders exist (the fencing token
-//!   still orders them).
-//! - **Cost.** A grant is two statements (the insert, and the release's delete), or one
-//!   when it was handed over (step 6); a refused attempt two (the insert, and a read of
-//!   who holds the row and until when); only a re-entry or a take-over writes again. Every waiter polls, woken early by a
-//!   release notice. Each statement commits on its own,
-//!   so a waiter never holds the holder's row locked across statements (under InnoDB's
-//!   default isolation an `UPDATE` keeps the rows it scanned locked until its
-//!   transaction ends, and a crowd of waiters in open transactions stalls the holder).
-//! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock then
-//!   refuses its older token.
-//! - **A silent server.** A statement waits at most one TTL for its answer
-//!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
-//!   The buyer waits only until its acquire's deadline (step 4).
-//! - **A server setting.** The tokens need `innodb_autoinc_lock_mode = 0` (step 5),
-//!   which a server takes only at start (`--innodb-autoinc-lock-mode=0`). In that mode
-//!   every insert into the table waits for the one before it to finish its statement,
-//!   other names' inserts too.
+//! - **One database.** The lock is as available as the database; a failover that loses the last commits
+//!   can lose a grant, and then two holders exist (the fencing token still orders them).
+//! - **Cost.** A grant is two statements (the insert, and the release's delete), or one when it was handed
+//!   over (step 6); a refused attempt two. Every waiter polls, woken early by a release notice.
+//! - **Pauses.** A holder paused past its expiry loses its row to a taker; the stock refuses its older token.
+//! - **A silent server.** A statement waits at most one TTL for its answer (`Grants::connections`). The
+//!   buyer waits only until its acquire's deadline (step 4).
+//! - **A server setting.** The tokens need `innodb_autoinc_lock_mode = 0` (step 5), which a server takes
+//!   only at start (`--innodb-autoinc-lock-mode=0`); see [`NEEDED_AUTOINC_LOCK_MODE`].
 //!
 //! ## References
 //! - MySQL, "Locking Reads" and InnoDB row locks: <https://dev.mysql.com/doc/refman/8.0/en/innodb-locking-reads.html>
@@ -139,9 +87,12 @@ const REENTER: &str = "UPDATE seckill_locks SET hold_count = hold_count + 1 \
 /// After a refused insert: who holds the row, whether it expired, its grant. Binds: name.
 const READ_HOLDER: &str = "SELECT owner, CAST(expires_at <= NOW(3) AS SIGNED), grant_id, hand_overs \
      FROM seckill_locks WHERE name = ?";
-/// Step 3: clear an expired row, so that the taker can insert its own. Binds: name.
+/// Step 3: clear an expired row, so that the taker can insert its own (step 1) for a new id: a holder that
+/// vanished does not block forever. InnoDB locks the row and re-checks the condition, and the primary key
+/// admits one insert, so two takers can never both win. Binds: name.
 const DELETE_EXPIRED: &str = "DELETE FROM seckill_locks WHERE name = ? AND expires_at <= NOW(3)";
-/// Renewal: only our own grant, only while it has not expired. Binds: ttl in µs, name, owner, token.
+/// Step 3's renewal, every `ttl / 3` ([`crate::lock::parts::keepalive`]): only our own grant, only while it
+/// has not expired. Binds: ttl in µs, name, owner, token.
 const RENEW: &str = "UPDATE seckill_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND owner = ? AND grant_id = ? AND expires_at > NOW(3)";
 /// Release of a hold that is not the last. Binds: name, owner, token.
@@ -159,8 +110,10 @@ const HAND_OVER: &str = "UPDATE seckill_locks \
      WHERE name = ? AND owner = ? AND grant_id = ? AND hold_count = 1";
 /// The sweeper: rows expired for a whole TTL already. Binds: ttl in microseconds.
 const SWEEP_EXPIRED: &str = "DELETE FROM seckill_locks WHERE expires_at < NOW(3) - INTERVAL ? MICROSECOND";
-/// The epoch of the tokens taken from `grant_id` and `hand_overs` (steps 5 and 6). The
-/// counters' tokens were epoch 0, and `grant_id` alone was epoch 1.
+/// The epoch of the tokens taken from `grant_id` and `hand_overs` (steps 5 and 6), so they outrank every
+/// older one at the stock's fence. An earlier version raised a counter in `seckill_lock_fences` and stamped
+/// it on the row: three statements per grant, and a half-made row to clean up when the second or third
+/// failed. Those tokens were epoch 0, and `grant_id` alone was epoch 1.
 const TOKEN_EPOCH: u64 = 2;
 /// A token is `grant_id * HAND_OVERS_PER_ROW + hand_overs` (step 6), so a row is handed
 /// over fewer times than this; then it is released, and the next grant is a new row.
@@ -170,6 +123,19 @@ const HAND_OVERS_PER_ROW: u64 = 1000;
 const READ_AUTOINC_LOCK_MODE: &str = "SELECT CAST(@@innodb_autoinc_lock_mode AS SIGNED)";
 /// The `innodb_autoinc_lock_mode` under which a later grant has a larger id (step 5):
 /// "traditional", an insert's id taken and used within one lock on the table.
+///
+/// InnoDB's AUTO_INCREMENT counter only grows (across deleted rows and server restarts), and a name's next
+/// row is inserted only after its last one is gone. So a later grant has a larger id, on one condition: the
+/// server hands the ids out in the order the inserts finish, which is this mode. The default (1 on MariaDB,
+/// 2 on MySQL 8) hands an id out when an insert starts, under a short mutex. An insert that stalls just
+/// after (its thread descheduled) can then commit after a later insert of the same name has been granted,
+/// has sold and has released. Its grant carries the smaller token, and the stock refuses its buyer (CI met
+/// this once, on 2026-11-26: token 855 read after 858). With mode 0 the insert keeps the table's AUTO-INC
+/// lock to the end of its statement, so the next insert takes its id after this one has found the name free
+/// or held. The wiring refuses a server with another mode ([`autoinc_lock_mode`]);
+/// `tests/it/lock/mysql_token_order.rs` pauses a MariaDB thread in that gap, under each mode. A server
+/// takes the mode only at start. In it, every insert into the table waits for the one before it to finish
+/// its statement, other names' inserts too.
 pub const NEEDED_AUTOINC_LOCK_MODE: i64 = 0;
 
 /// The server's `innodb_autoinc_lock_mode`: the lock's tokens keep the grants' order
@@ -287,7 +253,8 @@ pub struct MySqlLock {
 /// hand-over (step 6) makes the next grant from the guard of the last.
 #[derive(Clone)]
 struct Grants {
-    /// Every statement of the lock goes through its kept connections; the sweeper uses the pool.
+    /// Every statement of the lock goes through its kept connections; the sweeper uses the pool. There a
+    /// statement waits at most one TTL for its answer: a row it wrote later has expired by then.
     connections: KeptConnections,
     options: MySqlLockOptions,
     counters: Arc<AttemptCounters>,
@@ -408,7 +375,8 @@ fn is_deadlock(error: &sqlx::Error) -> bool {
     error_number(error) == Some(ER_LOCK_DEADLOCK)
 }
 
-/// Deletes rows that expired a whole TTL ago, every TTL, for the life of the lock.
+/// Step 3's sweeper: deletes rows that expired a whole TTL ago, every TTL, for the life of the lock, as the
+/// articles' scheduled task does.
 async fn sweep_expired_rows(pool: MySqlPool, ttl: Duration) {
     loop {
         tokio::time::sleep(ttl).await;
@@ -442,6 +410,10 @@ impl Grants {
         }
     }
 
+    /// A refused attempt costs two statements (the insert, and a read of who holds the row and until when);
+    /// only a re-entry or a take-over writes again. Each statement commits on its own: under InnoDB's
+    /// default isolation an `UPDATE` keeps the rows it scanned locked until its transaction ends, and a
+    /// crowd of waiters in open transactions would stall the holder.
     async fn try_grant_row(&self, name: &str, owner: &Owner) -> Result<Option<(Granted, RowGrant)>, sqlx::Error> {
         // Each statement runs on its own (autocommit), so a waiter's attempt holds row
         // locks only for one statement, never across the next: waiters cannot queue up
@@ -475,7 +447,9 @@ impl Grants {
         }
     }
 
-    /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key.
+    /// Step 1: the row's id if the insert made it ours, `None` on a duplicate key. The primary key on
+    /// `name` does the locking: a second insert for a held name fails with a duplicate-key error, which
+    /// means "held". The row's `grant_id` is AUTO_INCREMENT, and that id is the fencing token (step 5).
     async fn insert_row(&self, name: &str, owner: &Owner) -> Result<Option<u64>, sqlx::Error> {
         let inserted = self
             .connections
@@ -584,9 +558,9 @@ struct MySqlGrant {
 }
 
 impl MySqlGrant {
-    /// Step 2's release: one hold less, and the row gone with the last. `true` if it was ours.
-    /// A fresh grant is nearly always the last hold, a re-entered one nearly never: each
-    /// first tries the statement that usually ends it, so a release is one round trip.
+    /// Step 2's release: one hold less, and the row gone with the last, only for our own owner and token.
+    /// `true` if it was ours. A fresh grant is nearly always the last hold, a re-entered one nearly never:
+    /// each first tries the statement that usually ends it, so a release is one round trip.
     async fn give_back(&self) -> Result<bool, sqlx::Error> {
         let order = if self.reentered {
             [RELEASE_ONE_HOLD, DELETE_LAST_HOLD]
@@ -696,12 +670,19 @@ impl Release for MySqlGrant {
 
 #[async_trait]
 impl DistributedLock for MySqlLock {
+    /// One attempt.
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.attempt(key, owner, None).await
     }
 
-    /// Polls (step 4); with release notices, each pause ends when a release of `key` is
-    /// announced. Every attempt ends by the deadline.
+    /// Step 4: the trait's bounded loop, with a jittered backoff until the timeout. With release notices,
+    /// each pause ends when a release of `key` is announced: MySQL cannot wake a waiter, so the wiring
+    /// announces each release on the stock Redis ([`crate::lock::parts::release_notices`]); a hint, the row
+    /// still decides. At most `--mysql-permits` attempts of one instance talk to MySQL at once (a
+    /// semaphore, as the articles put in front of MySQL, [`MySqlLockOptions::permits`]), so a crowd of
+    /// waiters cannot take every pooled connection from the holder's renewal and release. Every attempt
+    /// ends by the deadline, however long the TTL (see `attempt`): a grant answered later is given back at
+    /// once (the new row deleted, the extra hold taken off), never handed to a buyer who has given up.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let deadline = Instant::now() + timeout;
         poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, || {
@@ -715,6 +696,13 @@ impl DistributedLock for MySqlLock {
         true
     }
 
+    /// Step 6: a release whose local queue has a buyer waiting ([`crate::sale::local_queue`]) gives the row
+    /// to that buyer in one statement (`HAND_OVER`): one durable write where a delete and the next insert
+    /// take two. An UPDATE takes no new AUTO_INCREMENT id, so the row counts its hand-overs, and the token
+    /// is `grant_id * 1000 + hand_overs`. A hand-over outranks the grant it came from, and a new row
+    /// outranks every hand-over of the last. A row handed over 999 times is released instead, so the count
+    /// never reaches the id's digits. A holder whose row was taken over changes nothing, and learns it was
+    /// lost.
     fn hands_over(&self) -> bool {
         true
     }

@@ -1,67 +1,35 @@
 //! Optimistic locking: a compare-and-set on a version column.
 //!
-//! The original articles' other MySQL lock. Nobody holds a database lock while it waits, and no row
-//! is ever inserted or deleted per grant: one row per lock name, created once by
-//! `migrations/0002_version_lock.sql`'s table, whose `version` goes up by one at every
-//! grant. Every time is the database server's clock (`NOW(3)`).
+//! The original articles' other MySQL lock. Nobody holds a database lock while it waits, and no row is ever
+//! inserted or deleted per grant: one row per lock name, created once by `migrations/0002_version_lock.sql`'s
+//! table, whose `version` goes up by one at every grant. Every time is the database server's clock (`NOW(3)`).
 //!
 //! ## How it works
-//! 1. **One row per lock name** `(name, version, owner, expires_at)`; `owner` is empty
-//!    while nobody holds it. The first taker of a new name inserts it (`INSERT IGNORE`,
-//!    version 0, free).
-//! 2. **Acquire reads the row, then compares and sets:**
-//!    `UPDATE ... SET version = version + 1, owner = ?, expires_at = NOW(3) + ttl
-//!     WHERE name = ? AND version = ? AND (owner = '' OR expires_at <= NOW(3))`.
-//!    One affected row is a grant, and the new version is its fencing token. Zero
-//!    affected rows is a **conflict**: someone else changed the row between our read
-//!    and our write; we count it, back off and read again, until the acquire timeout.
-//!    A row that the read already shows held is not tried at all: that is "busy".
-//!    A waiter that saw the row held at version `v` and then hears a release announced
-//!    compares and sets at `v` straight away, without reading first: a release leaves
-//!    the row free at the version it was held at. So does the next acquire of the
-//!    instance that gave the row back at `v`. If the row moved on (another instance
-//!    came first), the write changes nothing and the read follows, as above.
-//! 3. **Release is another compare-and-set**, on the version and the owner:
-//!    `UPDATE ... SET owner = '' WHERE name = ? AND version = ? AND owner = ?`. A holder
-//!    whose row was taken over (it expired) changes nothing, and learns it was lost.
-//! 4. **Expiry and renewal** as the other leases: a live holder renews every `ttl / 3`
-//!    with a compare-and-set on its version ([`crate::lock::parts::keepalive`]), and a row past
-//!    `expires_at` is free for the next compare-and-set (step 2), so a vanished holder
-//!    blocks the key for at most one TTL. Nothing needs sweeping: the row stays.
-//! 5. **The semaphore, and the deadline.** At most `--mysql-permits` attempts of one
-//!    instance talk to MySQL at once ([`crate::lock::parts::permits`]); `--mysql-permits 0`
-//!    takes the bound away, to measure what it saves. Every attempt of an acquire ends
-//!    by its deadline, however long the TTL: its wait for a permit, and its wait for
-//!    MySQL's answer. The statements go on in a task of their own
-//!    ([`crate::lock::polling::answer_by`]), and a grant answered after the
-//!    deadline is given back at once, never handed to a buyer who has given up.
-//!
-//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::sale::local_queue`]) gives the row to that buyer in one compare-and-set, on
-//!    the holder's version and owner: `UPDATE ... SET version = version + 1, owner = ?`.
-//!    The new version is the new grant's token. One durable write where a release and
-//!    the next compare-and-set take two, and no release notice: the row never came free.
+//! 1. **One row per lock name** `(name, version, owner, expires_at)`; `owner` is empty while nobody holds
+//!    it. The first taker of a new name inserts it (`INSERT IGNORE`, version 0, free).
+//! 2. **Acquire reads the row, then compares and sets** ([`TAKE_IF_UNCHANGED`]): a grant, whose token is the
+//!    new version, or a conflict. After a release it may compare and set without reading first (`Seen`).
+//! 3. **Release is another compare-and-set**, on the version and the owner (`GIVE_BACK`).
+//! 4. **Expiry and renewal** as the other leases: a live holder renews every `ttl / 3`, and a row past
+//!    `expires_at` is free for the next compare-and-set (`Grants::renew_with`).
+//! 5. **The semaphore, and the deadline.** At most `--mysql-permits` attempts of one instance talk to MySQL
+//!    at once, and every attempt ends by the acquire's deadline ([`MySqlVersionLock::acquire`]).
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting gives the row to that buyer in
+//!    one compare-and-set ([`MySqlVersionLock::hands_over`]).
 //!
 //! Reentrancy is not in the row: [`crate::lock::parts::reentrant`] keeps the hold count in process.
 //!
 //! ## Limitations
-//! - **Conflicts are work thrown away.** Every waiter reads, and every waiter that saw
-//!   the row free races the others with a write; all but one lose. Under a crowd the
-//!   statements per sale grow with the number of waiters, which is the articles' "MySQL
-//!   cannot hold under high concurrency". The load test measures it (statements and
-//!   conflicts per sale, with and without the semaphore).
-//! - **No queue, no wake-up.** Waiters poll; MySQL cannot tell them of a release. The
-//!   wiring announces each release on the stock Redis instead
-//!   ([`crate::lock::parts::release_notices`]): a hint that wakes one waiter per instance
-//!   at once; the compare-and-set still decides.
-//! - **One database**, as for [`super::mysql`]: a failover that loses the last commit
-//!   can lose a grant; the version still orders the holders, and the stock refuses the
-//!   older one.
-//! - **Pauses.** A holder paused past its expiry loses the row to a taker; its release
-//!   then changes nothing, and the stock refuses its older token.
-//! - **A silent server.** A statement waits at most one TTL for its answer
-//!   ([`crate::lock::parts::kept_connections`]): a row it wrote later has expired by then.
-//!   The buyer waits only until its acquire's deadline (step 5).
+//! - **Conflicts are work thrown away.** Every waiter reads, and every waiter that saw the row free races
+//!   the others with a write; all but one lose ([`MySqlVersionLock::stats`]).
+//! - **No queue, no wake-up.** Waiters poll; MySQL cannot tell them of a release. A notice on the stock Redis
+//!   wakes them instead ([`MySqlVersionLock::with_release_notices`]).
+//! - **One database**, as for [`super::mysql`]: a failover that loses the last commit can lose a grant; the
+//!   version still orders the holders, and the stock refuses the older one.
+//! - **Pauses.** A holder paused past its expiry loses the row to a taker; its release then changes nothing,
+//!   and the stock refuses its older token.
+//! - **A silent server.** A statement waits at most one TTL for its answer (`Grants::connections`). The
+//!   buyer waits only until its acquire's deadline (step 5).
 //!
 //! ## References
 //! - Martin Fowler, "Optimistic Offline Lock": <https://martinfowler.com/eaaCatalog/optimisticOfflineLock.html>
@@ -120,11 +88,15 @@ pub const READ_ROW: &str = "SELECT version, owner, CAST(expires_at <= NOW(3) AS 
 /// Step 1: the row of a name used for the first time. Binds: name.
 const CREATE_ROW: &str = "INSERT IGNORE INTO seckill_version_locks (name, version, owner, expires_at) \
      VALUES (?, 0, '', NOW(3))";
-/// Step 2's compare-and-set. Binds: owner, ttl in microseconds, name, the version read.
+/// Step 2's compare-and-set. One affected row is a grant, and the new version is its fencing token. Zero
+/// affected rows is a **conflict**: someone else changed the row between our read and our write; we count
+/// it, back off and read again, until the acquire timeout. A row that the read already shows held is not
+/// tried at all: that is "busy". Binds: owner, ttl in microseconds, name, the version read.
 pub const TAKE_IF_UNCHANGED: &str = "UPDATE seckill_version_locks \
      SET version = version + 1, owner = ?, expires_at = NOW(3) + INTERVAL ? MICROSECOND \
      WHERE name = ? AND version = ? AND (owner = '' OR expires_at <= NOW(3))";
-/// Step 3. Binds: name, version, owner.
+/// Step 3: the release, a compare-and-set on the version and the owner. A holder whose row was taken over
+/// (it expired) changes nothing, and learns it was lost. Binds: name, version, owner.
 const GIVE_BACK: &str = "UPDATE seckill_version_locks SET owner = '' WHERE name = ? AND version = ? AND owner = ?";
 /// Step 4: only our own grant, only while it has not expired. Binds: ttl in µs, name, version, owner.
 const RENEW: &str = "UPDATE seckill_version_locks SET expires_at = NOW(3) + INTERVAL ? MICROSECOND \
@@ -157,7 +129,9 @@ pub struct MySqlVersionLock {
 /// hand-over (step 6) makes the next grant from the guard of the last.
 #[derive(Clone)]
 struct Grants {
-    /// Every statement of the lock goes through its kept connections.
+    /// Every statement of the lock goes through its kept connections
+    /// ([`crate::lock::parts::kept_connections`]). There a statement waits at most one TTL for its answer:
+    /// a row it wrote later has expired by then.
     connections: KeptConnections,
     options: MySqlLockOptions,
     counters: Arc<AttemptCounters>,
@@ -356,7 +330,10 @@ impl Grants {
         }
     }
 
-    /// Step 4: a lease renewed every `ttl / 3`, or a fixed one.
+    /// Step 4: a lease renewed every `ttl / 3` with a compare-and-set on its version
+    /// ([`crate::lock::parts::keepalive`]), or a fixed one. A row past `expires_at` is free for the next
+    /// compare-and-set (step 2), so a vanished holder blocks the key for at most one TTL. Nothing needs
+    /// sweeping: the row stays.
     fn renew_with(&self, name: &str, owner: &Owner, version: u64, sent: Instant) -> (LeaseKeeper, Lease) {
         let (connections, ttl) = (self.connections.clone(), self.options.ttl);
         let (name_owned, owner) = (name.to_owned(), owner.as_str().to_owned());
@@ -461,7 +438,11 @@ impl Release for VersionGrant {
     }
 }
 
-/// What a waiter saw between its tries (step 2).
+/// What a waiter saw between its tries (step 2). A waiter that saw the row held at version `v` and then
+/// hears a release announced compares and sets at `v` straight away, without reading first: a release
+/// leaves the row free at the version it was held at. So does the next acquire of the instance that gave
+/// the row back at `v` (`Grants::given_back`). If the row moved on (another instance came first), the write
+/// changes nothing and the read follows.
 #[derive(Default)]
 struct Seen {
     /// The version its last read saw the row held at.
@@ -530,9 +511,16 @@ impl DistributedLock for MySqlVersionLock {
         self.try_once(key, owner, &Seen::default(), None).await
     }
 
-    /// Polls; with release notices, each pause ends when a release of `key` is announced,
-    /// and the try after it compares and sets at the version last seen held (step 2).
-    /// Every try ends by the deadline (step 5).
+    /// Polls; with release notices, each pause ends when a release of `key` is announced, and the try after
+    /// it compares and sets at the version last seen held (step 2). A notice is a hint that wakes one
+    /// waiter per instance at once; the compare-and-set still decides.
+    ///
+    /// Step 5: at most `--mysql-permits` attempts of one instance talk to MySQL at once
+    /// ([`crate::lock::parts::permits`]); `--mysql-permits 0` takes the bound away, to measure what it
+    /// saves. Every try ends by the deadline, however long the TTL: its wait for a permit, and its wait for
+    /// MySQL's answer. The statements go on in a task of their own ([`crate::lock::polling::answer_by`]),
+    /// and a grant answered after the deadline is given back at once, never handed to a buyer who has given
+    /// up.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let deadline = Instant::now() + timeout;
         let seen = &Seen::default();
@@ -548,6 +536,10 @@ impl DistributedLock for MySqlVersionLock {
         poll_until_granted(key, timeout, || self.try_once(key, owner, seen, Some(deadline)), wait).await
     }
 
+    /// Step 6: a release whose local queue has a buyer waiting ([`crate::sale::local_queue`]) gives the row
+    /// to that buyer in one compare-and-set on the holder's version and owner (`HAND_OVER`). The new
+    /// version is the new grant's token. One durable write where a release and the next compare-and-set
+    /// take two, and no release notice: the row never came free.
     fn hands_over(&self) -> bool {
         true
     }
@@ -567,6 +559,9 @@ impl DistributedLock for MySqlVersionLock {
         Ok(())
     }
 
+    /// Conflicts are work thrown away: under a crowd the statements per sale grow with the number of
+    /// waiters, which is the articles' "MySQL cannot hold under high concurrency". The load test measures
+    /// it (statements and conflicts per sale, with and without the semaphore).
     fn stats(&self) -> Option<LockCounters> {
         Some(self.grants.counters.stats(&self.permits))
     }

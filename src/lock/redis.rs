@@ -1,85 +1,33 @@
 //! A lock on one Redis server: `SET key token NX PX ttl`.
 //!
 //! ## How it works
-//! 1. **Acquire.** `SET lock:stock <token> NX PX <ttl>` creates the key only if it is
-//!    absent (`NX`) and lets it expire after `ttl` milliseconds (`PX`). The token is the
-//!    owner (its instance's name first) and a random value unique to this acquisition:
-//!    it says *who* holds the lock, to the release script and to a reader of Redis. In the same
-//!    script, `INCR lock:stock:fence` hands out a fencing token that grows with every grant.
-//!    The token is `(epoch, counter)`, and the epoch is the life of that counter: a lock
-//!    Redis that restarts empty counts from 1 again while the stock still remembers
-//!    token N, and would refuse every holder until the counter passed N. So the counter
-//!    lives beside its epoch (`lock:stock:fence:epoch`), and the script grants nothing
-//!    while the epoch is missing. The lock then takes the next epoch from where the
-//!    stock's fence lives (`INCR lock:stock:fence:epochs` on the stock Redis, which
-//!    forgets that count only together with the fence's marks), stores it with `SET NX`
-//!    (the first instance to do so wins), and tries again. Every token of the new server
-//!    outranks every token of the old one. Behind Sentinels (step 7), a handle also
-//!    begins a new epoch on the first master it grants on, and again after every move:
-//!    that master may be a promoted replica whose counter lags the old master's, and a
-//!    handle that started after the failover cannot tell. That costs two round trips
-//!    per key and master, not per grant (an epoch only ever grows: the script stores
-//!    it only over a smaller one).
-//! 2. **Renew.** While the lock is held, a background task runs every `ttl / 3`:
-//!    "if the key still holds my token, `PEXPIRE` it". A slow critical section keeps
-//!    its lock; a crashed holder stops renewing and the key expires.
-//! 3. **Release.** "If the key still holds my token, `DEL` it" — as one Lua script,
-//!    because a separate `GET` then `DEL` could delete a lock that expired in between
-//!    and was granted to somebody else. The script then `PUBLISH`es on a channel.
-//! 4. **Wait.** A waiter sleeps a short jittered backoff, woken early by that
-//!    publication. Each instance subscribes once and wakes one local waiter per
-//!    release, so a release does not start a stampede of retries. Every attempt ends
-//!    by the acquire's deadline, however slowly Redis answers: its requests go on in a
-//!    task of their own ([`crate::lock::polling::answer_by`]), and the waiter gets a
-//!    timeout, as for a held key.
-//! 5. **Clean up a failed acquire.** When the acquire call times out or its connection
-//!    breaks, Redis may still run the `SET NX` later (after a freeze, say), leaving a key
-//!    nobody will release until its lease ends. A grant answered after its acquire's
-//!    deadline (step 4) is such a key too: its buyer has given up. So the lock keeps
-//!    sending the owner-checked release with the same token until Redis answers again,
-//!    as the Redlock spec asks for every node that may have granted.
-//! 6. **Shut down.** `shutdown` releases every key this handle still holds and stops
-//!    the listener, so a stopping instance frees the stock at once instead of after a TTL.
-//! 7. **Wait for replicas (optional).** A lock Redis with a replica and Sentinels
-//!    (`--lock-redis-url redis-sentinel://...#name`) survives its master's death, but
-//!    replication is asynchronous: the master answers the grant before its replica has
-//!    it, and a replica promoted in between grants the lock again. With
-//!    `--lock-redis-wait-replicas N`, every grant and renewal is followed by
-//!    `WAIT N timeout`, and counts only when N replicas acknowledged it; otherwise the
-//!    grant is taken back (step 5) and the buyer told. A `WAIT` sent after the
-//!    connection followed the Sentinels elsewhere would count another server's replicas,
-//!    so it then counts as none ([`ReplicaWait::acknowledged_since`]). Redisson waits too, after every
-//!    acquire, renewal and unlock script (`checkLockSyncedSlaves`, on by default,
-//!    `slavesSyncTimeout` 1 s), and refuses only when *none* of the connected replicas
-//!    acknowledged.
-//! 8. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::sale::local_queue`]) runs one script instead: if the key still holds our
-//!    token, it takes the next buyer's, with a full lease, and `INCR` hands out that
-//!    grant's fencing token in the same epoch. No `PUBLISH`: the key never came free.
-//!    On a lock Redis followed through Sentinels, or with `--lock-redis-wait-replicas`,
-//!    it releases instead: a grant there needs the replica wait and the new master's
-//!    epoch (steps 1 and 7), which only an acquire does.
+//! 1. **Acquire.** `SET lock:stock <token> NX PX <ttl>` creates the key only if absent, with a lease; the
+//!    token says who holds it (`new_token`). The same script's `INCR lock:stock:fence` hands out a fencing
+//!    token `(epoch, counter)`, in a new epoch after a restart or a failover (`Grants::begin_epoch`).
+//! 2. **Renew.** Every `ttl / 3` while held: "if the key still holds my token, `PEXPIRE` it" (`keep_alive`).
+//! 3. **Release.** "If the key still holds my token, `DEL` it", one Lua script, then `PUBLISH` (`RELEASE_SCRIPT`).
+//! 4. **Wait.** A jittered backoff, woken early by that publication; every attempt ends by the acquire's
+//!    deadline ([`RedisLock::acquire`], [`crate::lock::polling::answer_by`]).
+//! 5. **Clean up a failed acquire.** A grant that may have happened unanswered, or answered too late, is
+//!    released with the same token until Redis answers (`Grants::clean_up_failed_acquire`).
+//! 6. **Shut down.** [`RedisLock::shutdown`] releases every key this handle still holds and stops the
+//!    listener, so a stopping instance frees the stock at once instead of after a TTL.
+//! 7. **Wait for replicas (optional).** With `--lock-redis-wait-replicas N`, a grant or renewal counts only
+//!    once N replicas acknowledged it (`WAIT`, [`RedisLockOptions::wait_for_replicas`]).
+//! 8. **Direct hand-over.** A release whose local queue has a buyer waiting gives the key to that buyer in
+//!    one script ([`RedisLock::hands_over`]).
 //!
 //! ## Limitations
-//! - **One master.** If the Redis master fails over before its replica got the key,
-//!   two clients can hold the lock (`make chaos`, row `lock-redis-failover`). Redlock
-//!   answers that with several masters; `WAIT` (step 7) narrows it: a replica that
-//!   acknowledged has the key, but Redis does not promise that the Sentinels promote
-//!   that replica, nor that it kept the key through a restart of its own.
-//! - **Expiry vs pauses.** A holder paused longer than the TTL (GC, swap, a stalled
-//!   VM) loses the lock without knowing and may still write. Renewal narrows the
-//!   window; the guard's `is_held()` narrows it more; the fencing token closes it,
-//!   because the stock Redis refuses a read or write with an older token
-//!   (see [`crate::sale::stock`]).
-//! - **A silent server.** A request waits up to the Redis client's response timeout
-//!   (2 s) for its answer. The buyer waits only until its acquire's deadline (step 4);
-//!   `try_acquire` has no deadline, and waits the whole response timeout.
-//! - **A failed acquire's clean-up** is sent once Redis answers again; an acquire still
-//!   stuck on a broken connection that Redis reads even later expires with its TTL.
-//! - **Clocks.** Expiry is measured by the Redis server's clock; a jump in that clock
-//!   can end a lease early and let a second holder in. The fencing token still refuses
-//!   the first holder's late write (`tests/it/chaos/clock_jumps.rs`). The holder's own view of
-//!   its lease runs on the monotonic clock, which a jump of its wall clock does not move.
+//! - **One master.** If the master fails over before its replica got the key, two clients can hold the
+//!   lock; `WAIT` (step 7) narrows it ([`RedisLockOptions::wait_for_replicas`]).
+//! - **Expiry vs pauses.** A holder paused longer than the TTL loses the lock without knowing and may still
+//!   write; the fencing token closes that window (`keep_alive`).
+//! - **A silent server.** A request waits up to the Redis client's response timeout (2 s) for its answer.
+//!   The buyer waits only until its acquire's deadline (step 4); [`RedisLock::try_acquire`] has none.
+//! - **A failed acquire's clean-up** is sent once Redis answers again; an acquire still stuck on a broken
+//!   connection that Redis reads even later expires with its TTL.
+//! - **Clocks.** Expiry is measured by the Redis server's clock, and a jump in it can end a lease early; the
+//!   fencing token still refuses the first holder's late write (`keep_alive`).
 //!
 //! ## References
 //! - Redis docs, "Distributed Locks with Redis": <https://redis.io/docs/latest/develop/use/patterns/distributed-locks/>
@@ -128,16 +76,17 @@ pub const CRITICAL_PATH: &[Step] = &[
     step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
 ];
 
-/// Set the lock key only if absent, with a TTL, and hand out the next fencing token.
-/// Its keys and arguments head the script: `src/lock/redis/acquire.lua`.
+/// Step 1: set the lock key only if absent, with a TTL, and hand out the next fencing token, which grows
+/// with every grant. Its keys and arguments head the script: `src/lock/redis/acquire.lua`.
 const ACQUIRE_SCRIPT: &str = include_str!("redis/acquire.lua");
 
 /// Extend the lease only if the key still holds our token.
 /// Its keys and arguments head the script: `src/lock/redis/renew.lua`.
 const RENEW_SCRIPT: &str = include_str!("redis/renew.lua");
 
-/// Delete the key only if it still holds our token, then tell the waiters.
-/// Its keys and arguments head the script: `src/lock/redis/release.lua`.
+/// Step 3: delete the key only if it still holds our token, then tell the waiters (`PUBLISH` on a channel).
+/// One script, because a separate `GET` then `DEL` could delete a lock that expired in between and was
+/// granted to somebody else. Its keys and arguments head the script: `src/lock/redis/release.lua`.
 const RELEASE_SCRIPT: &str = include_str!("redis/release.lua");
 
 /// Step 8: give the key to the next token if it still holds ours, with that grant's token.
@@ -160,7 +109,17 @@ pub struct RedisLockOptions {
     pub ttl: Duration,
     /// Renew the lease every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
-    /// Step 7: a grant or a renewal counts only once this many replicas have it.
+    /// Step 7: a grant or a renewal counts only once this many replicas have it. A lock Redis with a
+    /// replica and Sentinels (`--lock-redis-url redis-sentinel://...#name`) survives its master's death.
+    /// But replication is asynchronous: the master answers the grant before its replica has it, and a
+    /// replica promoted in between grants the lock again (`make chaos`, row `lock-redis-failover`). Redlock
+    /// answers that with several masters. With `--lock-redis-wait-replicas N`, every grant and renewal is
+    /// followed by `WAIT N timeout`, and counts only when N replicas acknowledged it. Otherwise the grant
+    /// is taken back (step 5) and the buyer told. A replica that acknowledged has the key, but Redis does
+    /// not promise that the Sentinels promote that replica, nor that it kept the key through a restart of
+    /// its own. Redisson waits too, after every acquire, renewal and unlock script
+    /// (`checkLockSyncedSlaves`, on by default, `slavesSyncTimeout` 1 s), and refuses only when *none* of
+    /// the connected replicas acknowledged.
     pub wait_for_replicas: Option<ReplicaWait>,
 }
 
@@ -528,10 +487,15 @@ impl Grants {
             .await
     }
 
-    /// Step 1: the lock Redis has no epoch for `key`'s counter (it is new, or it
-    /// restarted empty), or it is a promoted replica whose counter may lag. Take the
-    /// next epoch from the stock's Redis and store it, unless another instance stored a
-    /// newer one first.
+    /// Step 1: the lock Redis has no epoch for `key`'s counter (it is new, or it restarted empty), or it is
+    /// a promoted replica whose counter may lag. The token is `(epoch, counter)`, and the epoch is the life
+    /// of that counter. A lock Redis that restarts empty counts from 1 again while the stock still
+    /// remembers token N, and would refuse every holder until the counter passed N. So the counter lives
+    /// beside its epoch (`lock:stock:fence:epoch`), and the acquire script grants nothing while the epoch
+    /// is missing. The lock then takes the next epoch from where the stock's fence lives:
+    /// `INCR lock:stock:fence:epochs` on the stock Redis, which forgets that count only together with the
+    /// fence's marks. It stores it (the first instance to do so wins, as the stored epoch only grows) and
+    /// tries again. Every token of the new server outranks every token of the old one.
     ///
     /// `seen` is how many epochs this handle had begun when the caller found the epoch
     /// missing: if another waiter began one since, the caller uses that one.
@@ -594,16 +558,20 @@ impl Grants {
         LockError::backend(BACKEND, error)
     }
 
-    /// Whether, behind Sentinels, this handle has not yet begun `key`'s epoch on the
-    /// master of the moment (step 1). Its first master counts too: a handle that starts
-    /// after a failover cannot tell whether that master is a promoted replica whose
-    /// counter lags the old master's.
+    /// Whether, behind Sentinels, this handle has not yet begun `key`'s epoch on the master of the moment
+    /// (step 1). Its first master counts too: a handle that starts after a failover cannot tell whether
+    /// that master is a promoted replica whose counter lags the old master's. That costs two round trips
+    /// per key and master, not per grant.
     fn on_a_new_master(&self, begun: &EpochsBegun) -> bool {
         self.granting.follows_sentinels() && *unpoisoned(&begun.on_master) != Some(self.granting.moves())
     }
 
-    /// Step 5: the acquire call failed on our side, but Redis may still have granted
-    /// (or may still grant) it. Send the owner-checked release until Redis answers.
+    /// Step 5: the acquire call failed on our side, but Redis may still have granted (or may still grant)
+    /// it. When the call times out or its connection breaks, Redis may still run the `SET NX` later (after
+    /// a freeze, say), leaving a key nobody will release until its lease ends. A grant answered after its
+    /// acquire's deadline (step 4) is such a key too: its buyer has given up. So the lock keeps sending the
+    /// owner-checked release with the same token until Redis answers again, as the Redlock spec asks for
+    /// every node that may have granted.
     fn clean_up_failed_acquire(&self, key: &str, token: String) {
         clean_up(
             &self.connection,
@@ -625,8 +593,17 @@ impl Grants {
     }
 }
 
-/// The lease of `token`'s grant of `key`, made by a request sent at `sent`: renewed on
-/// `connection`, or fixed.
+/// Step 2: the lease of `token`'s grant of `key`, made by a request sent at `sent`: renewed on `connection`
+/// every `ttl / 3` by a background task, or fixed. A slow critical section keeps its lock; a crashed holder
+/// stops renewing and the key expires.
+///
+/// A holder paused longer than the TTL (GC, swap, a stalled VM) loses the lock without knowing and may
+/// still write. Renewal narrows the window; the guard's `is_held()` narrows it more; the fencing token
+/// closes it, because the stock Redis refuses a read or write with an older token ([`crate::sale::stock`]).
+/// Expiry is measured by the Redis server's clock: a jump in it can end a lease early and let a second
+/// holder in, and the token still refuses the first holder's late write (`tests/it/chaos/clock_jumps.rs`).
+/// The holder's own view of its lease runs on the monotonic clock, which a jump of its wall clock does not
+/// move.
 fn keep_alive(
     connection: &MasterConnection,
     scripts: &Arc<Scripts>,
@@ -689,9 +666,10 @@ impl Drop for RedisLock {
     }
 }
 
-/// Step 7: `WAIT` until `wait.replicas` replicas have every write sent so far on
-/// `connection`, the grant or renewal among them; an error when fewer did in time, or
-/// when the connection moved to another master since the write (`moves_before`).
+/// Step 7: `WAIT` until `wait.replicas` replicas have every write sent so far on `connection`, the grant or
+/// renewal among them; an error when fewer did in time, or when the connection moved to another master
+/// since the write (`moves_before`). A `WAIT` sent after the connection followed the Sentinels elsewhere
+/// would count another server's replicas, so it then counts as none ([`ReplicaWait::acknowledged_since`]).
 async fn wait_for_replicas(
     connection: &mut MasterConnection,
     wait: Option<ReplicaWait>,
@@ -834,12 +812,15 @@ impl Drop for RedisGrant {
 
 #[async_trait]
 impl DistributedLock for RedisLock {
+    /// One attempt, with no deadline: it waits for Redis's answer up to the whole response timeout (2 s).
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.attempt(key, owner, None).await
     }
 
-    /// Polls, each pause cut short by the release script's announcement (step 4).
-    /// Every attempt ends by the deadline.
+    /// Step 4: polls, each short jittered pause cut short by the release script's announcement. Each
+    /// instance subscribes once and wakes one local waiter per release, so a release does not start a
+    /// stampede of retries. Every attempt ends by the deadline, however slowly Redis answers: its requests
+    /// go on in a task of their own ([`answer_by`]), and the waiter gets a timeout, as for a held key.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let deadline = Instant::now() + timeout;
         poll_until_granted_or_noticed(Some(&self.notices), key, timeout, || {
@@ -848,8 +829,12 @@ impl DistributedLock for RedisLock {
         .await
     }
 
-    /// Step 8: a release may grant the next buyer itself, but not when a grant needs
-    /// the replica wait or a new master's epoch.
+    /// Step 8: a release whose local queue has a buyer waiting ([`crate::sale::local_queue`]) runs one
+    /// script instead: if the key still holds our token, it takes the next buyer's, with a full lease, and
+    /// `INCR` hands out that grant's fencing token in the same epoch. No `PUBLISH`: the key never came
+    /// free. On a lock Redis followed through Sentinels, or with `--lock-redis-wait-replicas`, it releases
+    /// instead: a grant there needs the replica wait and the new master's epoch (steps 1 and 7), which only
+    /// an acquire does.
     fn hands_over(&self) -> bool {
         self.grants.options.wait_for_replicas.is_none() && !self.grants.granting.follows_sentinels()
     }
@@ -882,8 +867,9 @@ fn same_database(one: &redis::Client, other: &redis::Client) -> bool {
     one.addr() == other.addr() && one.redis_settings().db() == other.redis_settings().db()
 }
 
-/// The owner (its instance's name first, so `redis-cli get lock:stock` shows who holds
-/// the lock) and 128 random bits: no two acquisitions, in any instance, share a token.
+/// Step 1's token: the owner (its instance's name first, so `redis-cli get lock:stock` shows who holds the
+/// lock) and 128 random bits: no two acquisitions, in any instance, share a token. It says *who* holds the
+/// lock, to the release script and to a reader of Redis.
 fn new_token(owner: &Owner) -> String {
     format!("{}:{:032x}", owner.as_str(), rand::random::<u128>())
 }

@@ -1,64 +1,31 @@
 //! Redlock: one lock over N independent Redis masters, granted by a majority.
 //!
-//! A lock on one Redis ([`super::redis`]) is lost when that Redis fails over before its
-//! replica got the key. Redlock, as the Redis docs specify it, asks N masters that know
-//! nothing of each other (no replication between them) and believes a majority.
+//! A lock on one Redis ([`super::redis`]) is lost when that Redis fails over before its replica got the
+//! key. Redlock, as the Redis docs specify it, asks N masters that know nothing of each other (no
+//! replication between them) and believes a majority.
 //!
 //! ## How it works
-//! 1. **N masters** (default 5, `--redlock-urls`). Each is asked with a small timeout of
-//!    its own, far below the TTL, so a dead master costs one short timeout, not the wait.
-//!    A command past its timeout is counted silent but still runs: each master has one
-//!    connection, replaced only when it fails, so its commands run in the order sent.
-//! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all
-//!    N at once, and notes when it started.
-//! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left. The other
-//!    masters' answers are not waited for; their sets go on, and the release sends each
-//!    master its delete after that master's set. Time is left when
-//!    `validity = ttl - elapsed - drift`, with `drift = ttl x 0.01 + 2 ms`, is above
-//!    zero. The guard's lease ends at that deadline; the holder must not write after it
-//!    (the sale checks [`LockGuard::is_held`] before its write).
-//! 4. **On failure** it deletes its value on *every* master at once (also those that
-//!    did not answer yes: a yes may have been lost on the way back), each after that
-//!    master's set has answered or timed out. It goes on the set's connection, so even
-//!    a set still unread there (the master was paused) runs first. Then the waiter
-//!    retries after a random delay (the trait's jittered backoff).
-//! 5. **Renewal** every `ttl / 3` extends the key on every master with an owner-checked
-//!    script, and counts: a majority extended moves the validity on (`ttl - elapsed -
-//!    drift`, counted from that renewal's start), a majority that no longer holds our
-//!    value ends it. **Release** runs the owner-checked delete everywhere, and is done
-//!    when a majority has answered (the slower masters finish in the background).
-//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting
-//!    ([`crate::sale::local_queue`]) runs an owner-checked script everywhere instead, which
-//!    replaces our value with the next buyer's, with a full lease. On no master is the
-//!    key free in between, so the next buyer is granted as an acquire would be: when a
-//!    majority has answered yes, with its validity counted from the hand-over's start.
-//!    One round trip to the masters where a release and the next acquire take two.
+//! 1. **N masters** (default 5, `--redlock-urls`), each asked with a small timeout of its own, far below
+//!    the TTL ([`RedlockOptions::node_timeout`]). A late command still runs, in order (`Master::ask`).
+//! 2. **Acquire** sends `SET key <random value> NX PX ttl`, with the same value, to all N at once, and
+//!    notes when it started (`Masters::set_everywhere`).
+//! 3. **Granted** as soon as a majority (N/2 + 1) said yes, if time is left: a validity above zero
+//!    ([`Redlock::try_acquire`]).
+//! 4. **On failure** it deletes its value on *every* master at once (`Masters::delete_everywhere`), and
+//!    the waiter retries after a random delay ([`Redlock::acquire`]).
+//! 5. **Renewal** every `ttl / 3` extends the key on every master (`Grants::lease_for`). **Release** runs
+//!    the owner-checked delete everywhere, done when a majority answered (`Masters::release_everywhere`).
+//! 6. **Direct hand-over.** A release whose local queue has a buyer waiting gives the key to that buyer on
+//!    every master, in one round trip ([`Redlock::hands_over`]).
 //!
 //! ## Limitations
-//! - **No fencing token.** A majority of independent counters is not a counter: two
-//!   grants can read different maxima on different masters, so any number made from
-//!   them can go backwards, and one master's `INCR` fails with that master. This is
-//!   Kleppmann's main objection, and this lock does not invent a token: `--lock
-//!   redlock` runs the sale unfenced (`/healthz` says `no_tokens`), and a holder that
-//!   pauses past its validity can still write once. The guard's validity check
-//!   narrows that window; it cannot close it.
-//! - **Timing assumptions.** Safety rests on bounded clock drift, pauses and network
-//!   delays, shorter than the TTL. A master whose clock jumps ahead expires keys early:
-//!   if it was one of a bare majority, a second client gets a majority too, and with no
-//!   token the first holder's late write goes through (`tests/it/chaos/clock_jumps.rs`, `make
-//!   clock-jump`).
-//! - **A master that restarts empty** (no persistence) forgets the keys it granted. If
-//!   the holder had exactly a majority, that master and the ones that were down can
-//!   form a new majority for somebody else. The spec's cure is a *delayed restart*: a
-//!   restarted master stays out for at least one TTL, or persistence with `fsync` on
-//!   every write. `make services` runs the masters with `appendonly yes` and
-//!   `appendfsync always`, so a restart keeps its keys (and their expiry, which Redis
-//!   stores as an absolute time). A master wiped by hand is not covered.
-//! - **Cost.** Every grant, renewal and release is N round trips (sent in parallel), and
-//!   waiters poll: no one of N independent masters can announce a release for the lock.
-//!   The service's wiring adds a notice on the stock Redis after each release
-//!   ([`crate::lock::parts::release_notices`]): a hint that wakes a waiter at once; the
-//!   masters still decide.
+//! - **No fencing token.** A majority of independent counters is not a counter: `--lock redlock` runs the
+//!   sale unfenced ([`DESCRIPTION`]).
+//! - **Timing assumptions.** Safety rests on bounded clock drift, pauses and network delays, shorter than
+//!   the TTL ([`Redlock::try_acquire`]).
+//! - **A master that restarts empty** (no persistence) forgets the keys it granted (`Masters`).
+//! - **Cost.** Every grant, renewal and release is N round trips (sent in parallel), and waiters poll, woken
+//!   early by a notice on the stock Redis ([`Redlock::with_release_notices`]).
 //!
 //! ## References
 //! - Redis docs, "Distributed Locks with Redis" (the Redlock algorithm):
@@ -89,8 +56,12 @@ use crate::lock::{DistributedLock, HandOver, Lease, LockError, LockGuard, Owner,
 
 const BACKEND: &str = "redlock";
 
-/// What this strategy is (see [`crate::lock::description`]).
-/// On the Redlock masters; its grants carry no token.
+/// What this strategy is (see [`crate::lock::description`]). On the Redlock masters; its grants carry no
+/// token. A majority of independent counters is not a counter: two grants can read different maxima on
+/// different masters, so any number made from them can go backwards, and one master's `INCR` fails with
+/// that master. This is Kleppmann's main objection, and this lock does not invent a token: `--lock redlock`
+/// runs the sale unfenced (`/healthz` says `no_tokens`), and a holder that pauses past its validity can
+/// still write once. The guard's validity check narrows that window; it cannot close it.
 pub const DESCRIPTION: Description = Description {
     name: BACKEND,
     backend: Some(RedlockMasters),
@@ -137,7 +108,8 @@ pub struct RedlockOptions {
     pub ttl: Duration,
     /// Renew every `ttl / 3` while held. Off only to demonstrate expiry.
     pub renew: bool,
-    /// How long one master may take to answer one command (or to connect).
+    /// How long one master may take to answer one command (or to connect). Far below the TTL, so a dead
+    /// master costs one short timeout, not the wait. A command past it is counted silent but still runs.
     pub node_timeout: Duration,
 }
 
@@ -297,6 +269,13 @@ impl Tally {
 }
 
 /// The N masters, and the commands sent to all of them at once.
+///
+/// A master that restarts empty (no persistence) forgets the keys it granted. If the holder had exactly a
+/// majority, that master and the ones that were down can form a new majority for somebody else. The spec's
+/// cure is a *delayed restart*: a restarted master stays out for at least one TTL, or persistence with
+/// `fsync` on every write. `make services` runs the masters with `appendonly yes` and `appendfsync always`,
+/// so a restart keeps its keys (and their expiry, which Redis stores as an absolute time). A master wiped
+/// by hand is not covered.
 struct Masters {
     masters: Vec<Master>,
     node_timeout: Duration,
@@ -372,9 +351,12 @@ impl Masters {
         self.ask_all(&extend, self.nothing_on_its_way()).await
     }
 
-    /// Step 4, and the shutdown: the owner-checked delete, on every master, each after
-    /// that master's command in `after`, waiting for every answer. The deletes are sent
-    /// from tasks of their own: a caller that gives up meanwhile leaves no value behind.
+    /// Step 4, and the shutdown: the owner-checked delete, on every master, each after that master's
+    /// command in `after`, waiting for every answer. The deletes are sent from tasks of their own: a caller
+    /// that gives up meanwhile leaves no value behind. After a failed acquire, masters that did not answer
+    /// yes get one too: a yes may have been lost on the way back. Each goes on the set's connection once
+    /// the set has answered or timed out, so even a set still unread there (the master was paused) runs
+    /// first.
     async fn delete_everywhere(self: &Arc<Self>, key: &str, value: &str, after: Unanswered) -> Tally {
         self.ask_all(&delete_if_ours(key, value), after).await
     }
@@ -623,7 +605,10 @@ impl Grants {
         LockGuard::new(key, grant).with_lease(lease)
     }
 
-    /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one.
+    /// Step 5: a lease renewed on every master every `ttl / 3`, or a fixed one. Each renewal extends the
+    /// key with an owner-checked script, and counts: a majority extended moves the validity on
+    /// (`ttl - elapsed - drift`, counted from that renewal's start), a majority that no longer holds our
+    /// value ends it.
     fn lease_for(&self, key: &str, value: &str, sent: Instant) -> (LeaseKeeper, Lease) {
         let ttl = self.options.ttl;
         let (masters, key_owned, value) = (self.masters.clone(), key.to_owned(), value.to_owned());
@@ -728,6 +713,14 @@ impl Release for RedlockGrant {
 
 #[async_trait]
 impl DistributedLock for Redlock {
+    /// Steps 2 to 4. Granted when a majority said yes and time is left: `validity = ttl - elapsed - drift`,
+    /// with `drift = ttl x 0.01 + 2 ms`, is above zero. The guard's lease ends at that deadline; the holder
+    /// must not write after it (the sale checks [`LockGuard::is_held`] before its write).
+    ///
+    /// Safety rests on bounded clock drift, pauses and network delays, shorter than the TTL. A master whose
+    /// clock jumps ahead expires keys early: if it was one of a bare majority, a second client gets a
+    /// majority too, and with no token the first holder's late write goes through
+    /// (`tests/it/chaos/clock_jumps.rs`, `make clock-jump`).
     async fn try_acquire(&self, key: &str, owner: &Owner) -> Result<LockGuard, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let ttl = self.grants.options.ttl;
@@ -759,12 +752,12 @@ impl DistributedLock for Redlock {
         Err(LockError::Busy { key: key.to_owned() })
     }
 
-    /// The trait's polling loop, with one difference: an attempt that heard from too few
-    /// masters is retried like a refused one, [`NO_MAJORITY_ATTEMPTS`] times in a row,
-    /// before the buyer gets the error. Under load a master's answer can miss the short
-    /// node timeout (the connection's reader task did not run in time); that is a slow
-    /// master, not a dead one. Masters that are really down fail every attempt at
-    /// once, so the buyer still hears so within a few backoff pauses.
+    /// The trait's polling loop: after a failed attempt (step 4), a random delay, its jittered backoff. One
+    /// difference: an attempt that heard from too few masters is retried like a refused one,
+    /// [`NO_MAJORITY_ATTEMPTS`] times in a row, before the buyer gets the error. Under load a master's
+    /// answer can miss the short node timeout (the connection's reader task did not run in time); that is a
+    /// slow master, not a dead one. Masters that are really down fail every attempt at once, so the buyer
+    /// still hears so within a few backoff pauses.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let unheard_in_a_row = AtomicU32::new(0);
         let attempt = || async {
@@ -785,6 +778,11 @@ impl DistributedLock for Redlock {
         poll_until_granted_or_noticed(self.grants.notices.as_deref(), key, timeout, attempt).await
     }
 
+    /// Step 6: a release whose local queue has a buyer waiting ([`crate::sale::local_queue`]) runs an
+    /// owner-checked script everywhere instead, which replaces our value with the next buyer's, with a full
+    /// lease. On no master is the key free in between, so the next buyer is granted as an acquire would be:
+    /// when a majority has answered yes, with its validity counted from the hand-over's start. One round
+    /// trip to the masters where a release and the next acquire take two.
     fn hands_over(&self) -> bool {
         true
     }

@@ -1,59 +1,34 @@
 //! A lock on ZooKeeper: ephemeral sequential nodes, each waiter watching the one before it.
 //!
-//! ZooKeeper keeps a tree of small nodes, replicated by a majority (ZAB). A client holds
-//! a *session*, kept alive by heartbeats; an *ephemeral* node lives only as long as the
-//! session that created it, and a *sequential* node gets a number that grows under its
-//! parent. This is the recipe from ZooKeeper's own docs, as Curator's `InterProcessMutex`
-//! builds it; it is written out here because it is the lesson.
+//! ZooKeeper keeps a tree of small nodes, replicated by a majority (ZAB). A client holds a *session*, kept
+//! alive by heartbeats; an *ephemeral* node lives only as long as the session that created it, and a
+//! *sequential* node gets a number that grows under its parent. This is the recipe from ZooKeeper's own
+//! docs, as Curator's `InterProcessMutex` builds it; it is written out here because it is the lesson.
 //!
 //! ## How it works
-//! 1. **Queue up.** Create an ephemeral sequential node
-//!    `/seckill/locks/<key>/_c_<uuid>-lock-<sequence>`, with a new `<uuid>` for each
-//!    acquire. If the create's answer is lost (the connection dropped), the node may
-//!    exist anyway; the unique `_c_<uuid>` part lets us find it among the children
-//!    instead of queueing twice (Curator's *protected mode*). We create again only once
-//!    a listing has answered that it is not there.
-//! 2. **The lowest sequence holds the lock.** List the children and sort them by sequence:
-//!    first come, first served.
-//! 3. **Watch only the one before you.** Otherwise set a watch on the immediate
-//!    predecessor (no thundering herd: one release wakes one waiter), and look again
-//!    when it goes. Unless it was the *only* node before ours: sequence numbers only
-//!    grow, so no older node can appear later, and its deletion alone means we are
-//!    first. With one waiter per instance (the local queue) and two instances, that
-//!    is every hand-over: the event is the grant, with no listing after it.
-//! 4. **Release** deletes the own node; so does an acquire that failed at any step
-//!    after sending its create (a timeout, an error, a lost answer: then the node is
-//!    found by its protected name first), or whose caller dropped it while it waited.
-//!    The delete is *guaranteed*, as Curator's
-//!    `guaranteed()`: sent again, in the background, until it is done or the session
-//!    ended. A node left behind would move up the queue and block every instance for as
-//!    long as our session lives.
-//! 5. **Session loss is lock loss.** If the session expires (the server stopped hearing
-//!    from this client for a whole session timeout), every ephemeral node of it is gone.
-//!    So the guard's lease is counted from the last time the server heard from us: a
-//!    small read every third of the timeout, and each answer means the server heard us
-//!    after the read was sent. The lease ends a session timeout after the last read that
-//!    was answered, even while the client still believes it is connected, and at once
-//!    when the session expires. A new session is started at the next acquire. A *waiter*
-//!    whose session ends never held the lock: it queues again on a new session, at the
-//!    back, until its deadline.
-//! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It
-//!    grows with every write to the ensemble, so with every grant.
-//! 7. **Shutdown closes the session**, after the waiters still queued gave up. The
-//!    server then deletes every node of the session at once, held or queued. A process
-//!    that exits without closing leaves its session to expire, a whole session timeout
-//!    later, and every instance waits behind its nodes until then.
+//! 1. **Queue up.** Create an ephemeral sequential node `/seckill/locks/<key>/_c_<uuid>-lock-<sequence>`,
+//!    found by its `<uuid>` if the create's answer is lost (`ZooKeeperLock::enqueue`).
+//! 2. **The lowest sequence holds the lock.** List the children and sort them by sequence: first come,
+//!    first served.
+//! 3. **Watch only the one before you**, and look again when it goes; if it was the only one before ours,
+//!    its deletion is the grant (`ZooKeeperLock::wait_for_turn`).
+//! 4. **Release** deletes the own node; so does an acquire that ended without a grant (`Queued`). The
+//!    delete is *guaranteed*, as Curator's `guaranteed()` (`delete_own_node`).
+//! 5. **Session loss is lock loss.** The guard's lease ends once the server may have expired the session
+//!    (`Session::start`); a waiter whose session ends queues again on a new one ([`ZooKeeperLock::acquire`]).
+//! 6. **Fencing token**: the own node's `czxid`, the transaction id that created it. It grows with every
+//!    write to the ensemble, so with every grant.
+//! 7. **Shutdown closes the session**, after the waiters still queued gave up ([`ZooKeeperLock::shutdown`]).
 //!
 //! ## Limitations
-//! - **Session timeout.** The server bounds it between 2 and 20 ticks (with the 2 s tick
-//!   of `make services`, 4 s to 40 s), so `--lock-ttl-ms` is only a request; the lease
-//!   uses the timeout the server granted.
-//! - **Pauses.** A holder paused past its session timeout loses its node without
-//!   knowing; the stock then refuses its older token.
-//! - **Dropped guards.** A guard dropped without release deletes its node in the
-//!   background (guaranteed, as in step 4): the session outlives the grant.
-//! - **Trust costs a read.** Step 5 sends one small read every third of the session
-//!   timeout, besides the client's own pings, whose answers the client does not show.
+//! - **Session timeout.** The server bounds it, so `--lock-ttl-ms` is only a request; the lease uses the
+//!   timeout the server granted ([`ZooKeeperLockOptions::session_timeout`]).
+//! - **Pauses.** A holder paused past its session timeout loses its node without knowing; the stock then
+//!   refuses its older token.
+//! - **Dropped guards.** A guard dropped without release deletes its node in the background (guaranteed, as
+//!   in step 4): the session outlives the grant.
+//! - **Trust costs a read.** Step 5 sends one small read every third of the session timeout, besides the
+//!   client's own pings, whose answers the client does not show.
 //!
 //! ## References
 //! - ZooKeeper recipes, "Locks": <https://zookeeper.apache.org/doc/current/recipes.html#sc_recipes_Locks>
@@ -122,7 +97,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct ZooKeeperLockOptions {
     /// `host:port,host:port`.
     pub connect: String,
-    /// The session timeout asked for; the server may grant another.
+    /// The session timeout asked for; the server may grant another. It bounds it between 2 and 20 ticks
+    /// (with the 2 s tick of `make services`, 4 s to 40 s), and the lease uses the timeout it granted.
     pub session_timeout: Duration,
 }
 
@@ -272,6 +248,11 @@ impl ZooKeeperLock {
     }
 
     /// Step 1: creates our node, protected against a lost answer. Returns its name and czxid.
+    ///
+    /// The node is `/seckill/locks/<key>/_c_<uuid>-lock-<sequence>`, with a new `<uuid>` for each acquire.
+    /// If the create's answer is lost (the connection dropped), the node may exist anyway. The unique
+    /// `_c_<uuid>` part lets us find it among the children instead of queueing twice (Curator's *protected
+    /// mode*). We create again only once a listing has answered that it is not there.
     async fn enqueue(
         &self,
         client: &Client,
@@ -301,8 +282,12 @@ impl ZooKeeperLock {
         }
     }
 
-    /// Steps 2 and 3, until we hold the lock: look, and if a node is before ours, wait
-    /// for it to go.
+    /// Steps 2 and 3, until we hold the lock: look, and if a node is before ours, wait for it to go. We
+    /// watch only the immediate predecessor (no thundering herd: one release wakes one waiter), and look
+    /// again when it goes. Unless it was the *only* node before ours: sequence numbers only grow, so no
+    /// older node can appear later, and its deletion alone means we are first. With one waiter per instance
+    /// (the local queue) and two instances, that is every hand-over: the event is the grant, with no
+    /// listing after it.
     async fn wait_for_turn(&self, session: &Session, key: &str, parent: &str, own: &str) -> Result<(), LockError> {
         let client = &session.client;
         loop {
@@ -359,7 +344,12 @@ impl ZooKeeperLock {
 }
 
 impl Session {
-    /// Connects, and starts the lease the holder trusts (step 5).
+    /// Connects, and starts the lease the holder trusts (step 5). If the session expires (the server
+    /// stopped hearing from this client for a whole session timeout), every ephemeral node of it is gone.
+    /// So the guard's lease is counted from the last time the server heard from us: a small read every
+    /// third of the timeout, and each answer means the server heard us after the read was sent. The lease
+    /// ends a session timeout after the last read that was answered, even while the client still believes
+    /// it is connected, and at once when the session expires. A new session is started at the next acquire.
     async fn start(options: &ZooKeeperLockOptions) -> Result<Session, LockError> {
         let connecting = Instant::now();
         let client = Client::connector()
@@ -529,10 +519,10 @@ impl Release for ZooKeeperGrant {
     }
 }
 
-/// Step 4, guaranteed (as Curator's `guaranteed()` delete): while our node exists the
-/// whole queue behind it waits, and a delete whose connection broke (the server we
-/// talked to died) may not have happened. So send it again until it is done, the node
-/// is gone, or the session ended (its nodes go with it).
+/// Step 4, guaranteed (as Curator's `guaranteed()` delete): while our node exists the whole queue behind it
+/// waits. A node left behind would move up the queue and block every instance for as long as our session
+/// lives. And a delete whose connection broke (the server we talked to died) may not have happened. So send
+/// it again until it is done, the node is gone, or the session ended (its nodes go with it).
 async fn delete_own_node(client: &Client, path: &str) -> Result<(), zookeeper_client::Error> {
     loop {
         match client.delete(path, None).await {
@@ -576,8 +566,9 @@ impl DistributedLock for ZooKeeperLock {
         }
     }
 
-    /// Queues, then waits for the predecessor's deletion (step 3) instead of polling.
-    /// Every way out but a grant deletes our node (step 4), even this future's drop.
+    /// Queues, then waits for the predecessor's deletion (step 3) instead of polling. Every way out but a
+    /// grant deletes our node (step 4), even this future's drop. A waiter whose session ends never held the
+    /// lock (step 5): it queues again on a new session, at the back, until its deadline.
     async fn acquire(&self, key: &str, owner: &Owner, timeout: Duration) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = started + timeout;
@@ -624,8 +615,10 @@ impl DistributedLock for ZooKeeperLock {
         }
     }
 
-    /// Step 7: closes the session, which deletes every node of it at once, held or
-    /// queued, and refuses later acquires.
+    /// Step 7: closes the session, after the waiters still queued gave up. The server then deletes every
+    /// node of it at once, held or queued; later acquires are refused. A process that exits without closing
+    /// leaves its session to expire, a whole session timeout later, and every instance waits behind its
+    /// nodes until then.
     async fn shutdown(&self) -> Result<(), LockError> {
         self.shut_down.turn();
         self.closing.cancel();

@@ -1,93 +1,36 @@
 //! A lock on etcd: keys under a lease, granted in revision order.
 //!
-//! etcd is a replicated key-value store (Raft). Every write gets a cluster-wide
-//! *revision*, a number that only grows. Steps 1 to 3, 5 and 6 are the recipe of etcd's
-//! own Go `concurrency.Mutex`; step 4 waits without its read after every event.
-//!
-//! The steps are told here. Two have files of their own: step 4's kept watch
+//! etcd is a replicated key-value store (Raft). Every write gets a cluster-wide *revision*, a number that
+//! only grows. Steps 1 to 3, 5 and 6 are the recipe of etcd's own Go `concurrency.Mutex`; step 4 waits
+//! without its read after every event. Two steps have files of their own: step 4's kept watch
 //! (`kept_watch.rs`) and step 7, the release that queues the next buyer (`hand_over.rs`).
 //!
 //! ## How it works
-//! 1. **A session per instance.** At start the lock grants one lease and keeps it alive
-//!    ([`crate::lock::parts::keepalive`], every `ttl / 3`). Every key this instance creates is
-//!    attached to it, so if the instance dies, the lease runs out and all its keys
-//!    vanish together. etcd counts lease TTLs in whole seconds (and grants at least
-//!    its minimum, about 2 s by default), so `--lock-ttl-ms` is rounded up to seconds.
-//!    A session whose lease was lost is replaced by a new one at the next acquire,
-//!    and its lease is revoked: the server may still keep it (a new leader extends
-//!    every lease), and its keys would block the queue until it ran out.
-//!    Each renewal takes the keep-alive stream out of its slot and puts it back only
-//!    with its answer: a renewal that timed out drops its stream, so its late answer
-//!    can never be read as the answer to a later renewal.
-//! 2. **Queue up.** An acquire puts `seckill/locks/<key>/<lease>` under the lease (the
-//!    lease in hex, as etcd's Go client names it), in a transaction that creates it only
-//!    if it is absent, and lists the names in the queue with their create revisions in the
-//!    same answer. If the key is there already, it is ours: a try whose answer was lost
-//!    created it, and we take it up instead of queueing twice. A session has one key per
-//!    lock, so the acquires of one instance take turns for it (a local mutex per lock),
-//!    and etcd's history holds one key per instance, not one dead key per grant.
-//! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision
-//!    under the prefix holds the lock: first come, first served.
-//! 4. **Wait until no key is older than yours.** The keys ahead of ours are those the
-//!    transaction listed with an older create revision. Each instance keeps one watch
-//!    open per lock (the [`KeptWatch`]), on the queue's deletes only, opened at the
-//!    lock's first `acquire` and kept for the instance's life. A waiter listens to it
-//!    from before its transaction, so every delete after the transaction's revision
-//!    reaches it, and crosses those keys off as they are deleted, in revision order.
-//!    The event that crosses off the last one is the grant, with no read after it: no key can join
-//!    ahead of ours, as revisions only grow. A waiter sends etcd nothing while it waits.
-//!    If its own key is deleted on the watch, it never held the lock, and it queues
-//!    again. That is the check etcd added after Jepsen found that a waiter could believe
-//!    it held a lock its expired session had lost. It queues on the same session unless
-//!    its lease is lost: someone else may have deleted the key, and the lease carries
-//!    this instance's other grants. If etcd ended the lease, the enqueue says so. (etcd's Go
-//!    client opens a watch per wait, reads after every event to find the next key to
-//!    watch, and once more at the end for this check.) When the kept watch breaks (its
-//!    member died, or has had no leader for three election timeouts: etcd then ends a
-//!    watch that sent its `hasleader` flag, as this one does), its waiter looks at the
-//!    queue, opens a watch of its own and looks again, while the kept watch is opened
-//!    again for the next waits. Every watch starts at the current revision: a watch
-//!    from a past revision is caught up by a loop that etcd runs every 100 ms, which
-//!    would stall a hand-over that races the watch. Every waiter hears every delete
-//!    under the prefix; etcd pushes them. Only the one whose list empties acts: a
-//!    release costs one request, the holder's delete.
-//! 5. **Release** deletes the own key; so does an acquire that failed at any step after
-//!    sending its key (a timeout, an error, a lost answer). The delete is *guaranteed*,
-//!    as Curator's: sent again after every failure, in the background, until it is done
-//!    or the session's lease is lost. A key left behind would move up the queue and block
-//!    every instance for as long as our session lives. The instance's turn is held
-//!    until the delete is done, so its next acquire cannot reuse a key about to go.
-//!    Every delete is a transaction that compares the key's create revision with the one
-//!    our put created. The session reuses its keys' names, and a delete that timed out
-//!    may still land after the next acquire put the name anew: it must not delete that key.
-//! 6. **Fencing token**: the own key's create revision. It grows with every grant,
-//!    across every key and instance, because etcd's revision does.
-//! 7. **Release and queue again, in one write.** When a buyer of this instance waits
-//!    for the lock (the local queue asks, [`crate::sale::local_queue`]), the release is one
-//!    transaction: if our key is still ours, delete it and put the session's other
-//!    key (`<lease>.1`, or back to `<lease>`: a transaction may write a key once) for
-//!    the next buyer, and list the queue. The delete grants the oldest waiter, as a
-//!    release does; the new key is the newest, so it waits behind every entry already
-//!    there, on the kept watch, as an acquire's key does ([`crate::lock::HandOver::Queued`]).
-//!    Under load nearly every release has a local buyer behind it, so etcd commits one
-//!    write per grant instead of two (the delete, and the next acquire's put). The
-//!    instance's turn passes to the new key, and a place nobody claims is deleted.
+//! 1. **A session per instance.** One lease, kept alive every `ttl / 3`, holds every key this instance
+//!    creates (`Session`). A lost one is replaced at the next acquire (`EtcdLock::current_session`).
+//! 2. **Queue up.** An acquire puts `seckill/locks/<key>/<lease>` under the lease if it is absent, and lists
+//!    the queue in the same transaction (`EtcdLock::enqueue`). The instance's acquires take turns for it.
+//! 3. **The holder is the oldest key.** Whoever's key has the lowest create revision under the prefix holds
+//!    the lock: first come, first served.
+//! 4. **Wait until no key is older than yours.** A watch of the queue's deletes, kept open per lock, crosses
+//!    off the keys ahead of ours; the last one's delete is the grant (`Connection::wait_until_first`). A
+//!    waiter whose own key is deleted never held the lock, and queues again (`EtcdLock::queue_and_wait`).
+//! 5. **Release** deletes the own key; so does an acquire that failed at any step after sending its key
+//!    (a timeout, an error, a lost answer). The delete is *guaranteed*, as Curator's (`delete_in_background`).
+//! 6. **Fencing token**: the own key's create revision. It grows with every grant, across every key and
+//!    instance, because etcd's revision does.
+//! 7. **Release and queue again, in one write.** When a buyer of this instance waits, the release deletes
+//!    our key and queues the session's other key for that buyer ([`EtcdLock::hands_over`]).
 //!
 //! ## Limitations
-//! - **Pauses.** A holder paused longer than the lease loses its keys without knowing;
-//!   the guard's lease turns lost when renewals stop succeeding, and the stock refuses
-//!   its older fencing token.
-//! - **Availability.** etcd needs a majority of its members; without one, acquires
-//!   fail (503), they never grant. When the member this client talks to dies, or an
-//!   election is on, a request fails with a transport error: every step is tried again
-//!   (`retry_transient`) until the acquire's deadline, and the keep-alive stream is
-//!   opened again, on whichever member answers. Every step may be repeated safely: the
-//!   queue key is created only if absent, and reads and watches change nothing.
-//! - **Dropped guards.** A guard dropped without release deletes its key in the
-//!   background (guaranteed, as in step 5): the session outlives the grant, so waiting
-//!   for a lease would be forever.
-//! - **One acquire per instance at a time.** Concurrent acquires of one lock on one
-//!   instance wait in the process for their turn; etcd sees one key per instance.
+//! - **Pauses.** A holder paused longer than the lease loses its keys without knowing; the guard's lease
+//!   turns lost when renewals stop succeeding, and the stock refuses its older fencing token.
+//! - **Availability.** etcd needs a majority of its members; without one, acquires fail (503), they never
+//!   grant. A step that failed on the way is tried again on a member that answers (`retry_transient`).
+//! - **Dropped guards.** A guard dropped without release deletes its key in the background (guaranteed, as
+//!   in step 5): the session outlives the grant, so waiting for a lease would be forever.
+//! - **One acquire per instance at a time.** Concurrent acquires of one lock on one instance wait in the
+//!   process for their turn; etcd sees one key per instance.
 //!
 //! ## References
 //! - etcd `client/v3/concurrency/mutex.go`: <https://github.com/etcd-io/etcd/blob/main/client/v3/concurrency/mutex.go>
@@ -255,7 +198,9 @@ type Turn = tokio::sync::OwnedMutexGuard<()>;
 /// A keep-alive stream: where renewals are sent, and where their answers come back.
 type KeepAliveStream = (LeaseKeeper, LeaseKeepAliveStream);
 
-/// One lease, kept alive for as long as this value lives.
+/// One lease, kept alive for as long as this value lives (step 1). At start the lock grants one and keeps
+/// it alive ([`crate::lock::parts::keepalive`], every `ttl / 3`). Every key this instance creates is
+/// attached to it, so if the instance dies, the lease runs out and all its keys vanish together.
 struct Session {
     lease_id: i64,
     lease: Lease,
@@ -394,7 +339,14 @@ impl DistributedLock for EtcdLock {
         answer
     }
 
-    /// Step 7: a release queues the next local buyer.
+    /// Step 7: a release queues the next local buyer. When a buyer of this instance waits for the lock (the
+    /// local queue asks, [`crate::sale::local_queue`]), the release is one transaction: if our key is still
+    /// ours, delete it and put the session's other key (`<lease>.1`, or back to `<lease>`: a transaction
+    /// may write a key once) for the next buyer, and list the queue. The delete grants the oldest waiter,
+    /// as a release does. The new key is the newest, so it waits behind every entry already there, on the
+    /// kept watch, as an acquire's key does ([`HandOver::Queued`]). Under load nearly every release has a
+    /// local buyer behind it, so etcd commits one write per grant instead of two (the delete, and the next
+    /// acquire's put). The instance's turn passes to the new key, and a place nobody claims is deleted.
     fn hands_over(&self) -> bool {
         true
     }
@@ -488,8 +440,8 @@ async fn renew(
 }
 
 impl EtcdLock {
-    /// The current session, or a new one if the last lease was lost, or if it is
-    /// `dead`: a session whose lease the server no longer has.
+    /// The current session, or a new one if the last lease was lost, or if it is `dead`: a session whose
+    /// lease the server no longer has. The lost lease is revoked ([`revoke_in_background`]).
     async fn current_session(&self, dead: Option<&Arc<Session>>, deadline: Instant) -> Result<Arc<Session>, LockError> {
         self.shut_down.refuse_if_shut_down()?;
         let mut session = self.session.lock().await;
@@ -509,15 +461,17 @@ impl EtcdLock {
         Ok(session.clone())
     }
 
-    /// Step 2's turn: this instance's acquires of `key` share one queue key, so they take
-    /// turns for it.
+    /// Step 2's turn: this instance's acquires of `key` share one queue key, so they take turns for it. A
+    /// session has one key per lock, so etcd's history holds one key per instance, not one dead key per
+    /// grant.
     fn turns_of(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         unpoisoned(&self.turns).entry(key.to_owned()).or_default().clone()
     }
 
-    /// Steps 2 and 3: queues the session's key under `key`'s prefix, and lists the queue
-    /// in the same transaction. Sent again after a transient failure: a key that the lost
-    /// attempt did create is found, not duplicated.
+    /// Steps 2 and 3: queues the session's key under `key`'s prefix, in a transaction that creates it only
+    /// if it is absent, and lists the names in the queue with their create revisions in the same answer.
+    /// Sent again after a transient failure. If the key is there already, it is ours: a try whose answer
+    /// was lost created it, and we take it up instead of queueing twice.
     async fn enqueue(
         &self,
         session: &Arc<Session>,
@@ -562,12 +516,13 @@ impl EtcdLock {
         }))
     }
 
-    /// Steps 2 to 4 of an acquire. The caller cuts them off at `deadline`, wherever they
-    /// are. `sent` names the key they may have put, for the caller's clean-up. (A session
-    /// start cut off leaves a lease nobody renews: it runs out, with no key on it.)
-    /// A waiter whose key went while it waited never held the lock, and queues again at
-    /// the back. It takes a new session only if its lease is lost: someone else may have
-    /// deleted the key, and the lease holds this instance's other grants too.
+    /// Steps 2 to 4 of an acquire. The caller cuts them off at `deadline`, wherever they are. `sent` names
+    /// the key they may have put, for the caller's clean-up. (A session start cut off leaves a lease nobody
+    /// renews: it runs out, with no key on it.) A waiter whose key went while it waited never held the
+    /// lock, and queues again at the back. That is the check etcd added after Jepsen found that a waiter
+    /// could believe it held a lock its expired session had lost. It takes a new session only if its lease
+    /// is lost: someone else may have deleted the key, and the lease holds this instance's other grants
+    /// too. If etcd ended the lease, the enqueue says so.
     async fn queue_and_wait(
         &self,
         key: &str,
@@ -679,6 +634,22 @@ impl Connection {
     /// is lost: on the kept watch (`news`) while it lasts, then on looks and a watch of
     /// our own. A watch that breaks (its member died) is opened again, so the caller
     /// bounds this wait.
+    ///
+    /// The kept watch ([`KeptWatch`]) is one per lock, on the queue's deletes only, opened at the lock's
+    /// first `acquire` and kept for the instance's life. A waiter listens to it from before its enqueue, so
+    /// every delete after the enqueue's revision reaches it, and crosses those keys off as they are
+    /// deleted, in revision order ([`cross_off`]). The event that crosses off the last one is the grant,
+    /// with no read after it: no key can join ahead of ours, as revisions only grow. A waiter sends etcd
+    /// nothing while it waits. Every waiter hears every delete under the prefix; etcd pushes them. Only the
+    /// one whose list empties acts: a release costs one request, the holder's delete. (etcd's Go client
+    /// opens a watch per wait, reads after every event to find the next key to watch, and once more at the
+    /// end for the check on its own key.)
+    ///
+    /// The kept watch breaks when its member died, or has had no leader for three election timeouts: etcd
+    /// then ends a watch that sent its `hasleader` flag, as this one does. Its waiter then looks at the
+    /// queue, opens a watch of its own and looks again, while the kept watch is opened again for the next
+    /// waits. Every watch starts at the current revision: a watch from a past revision is caught up by a
+    /// loop that etcd runs every 100 ms, which would stall a hand-over that races the watch.
     async fn wait_until_first(
         &self,
         queued: &Queued,
@@ -825,7 +796,8 @@ fn prefix_of(key: &str) -> String {
     format!("{KEY_PREFIX}{key}/")
 }
 
-/// The session's own key in the queue of lock `key`: named after its lease (step 2).
+/// The session's own key in the queue of lock `key`: named after its lease, in hex, as etcd's Go client
+/// names it (step 2).
 fn own_key_of(key: &str, session: &Session) -> String {
     format!("{}{:x}", prefix_of(key), session.lease_id)
 }
@@ -1113,7 +1085,11 @@ fn is_transient(error: &etcd_client::Error) -> bool {
     }
 }
 
-/// Sends a request, and again after each transient failure, until `deadline`.
+/// Sends a request, and again after each transient failure, until `deadline`. When the member this client
+/// talks to dies, or an election is on, a request fails with a transport error: every step is tried again
+/// until the acquire's deadline, and the keep-alive stream is opened again ([`renew`]), on whichever member
+/// answers. Every step may be repeated safely: the queue key is created only if absent, and reads and
+/// watches change nothing.
 async fn retry_transient<T, F, Fut>(deadline: Instant, request: F) -> Result<T, etcd_client::Error>
 where
     F: FnMut() -> Fut,
@@ -1153,7 +1129,8 @@ fn is_lease_gone(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::NotFound)
 }
 
-/// Whole seconds, rounded up, at least 1.
+/// Whole seconds, rounded up, at least 1: etcd counts lease TTLs in whole seconds (and grants at least its
+/// minimum, about 2 s by default), so `--lock-ttl-ms` is rounded up to seconds.
 fn lease_seconds(ttl: Duration) -> i64 {
     (ttl.as_millis().div_ceil(1000) as i64).max(1)
 }
