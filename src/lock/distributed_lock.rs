@@ -1,14 +1,15 @@
 //! The trait every strategy implements.
 //!
 //! It names no strategy: what one strategy counts of its own (`redis-degrade`'s mode)
-//! comes through [`DistributedLock::own_stats`], whose default has nothing.
+//! comes through [`DistributedLock::own_stats`], whose default has nothing. What the
+//! counts are is [`crate::lock::stats`].
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 
 use crate::lock::polling::poll_until_granted;
+use crate::lock::stats::{LockCounters, OwnStats};
 use crate::lock::{LockError, LockGuard, Owner};
 
 /// A mutual-exclusion lock on a string key, shared by every instance of the service.
@@ -66,48 +67,4 @@ pub trait DistributedLock: Send + Sync {
     fn own_stats(&self) -> Option<OwnStats> {
         None
     }
-}
-
-/// What a database lock counted since it started, as `/healthz` shows it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct LockCounters {
-    /// Acquire attempts that reached the backend.
-    pub attempts: u64,
-    /// Grants, reentries not included.
-    pub grants: u64,
-    /// Optimistic locks: compare-and-sets that lost to another writer. 0 for the others.
-    pub conflicts: u64,
-    /// The semaphore in front of the backend.
-    pub permits: PermitStats,
-}
-
-impl LockCounters {
-    /// As `/healthz` shows them under `lock_stats`: the counters, and beside them, under
-    /// its key, what the strategy counts of its own.
-    pub fn with_own(self, own: Option<OwnStats>) -> serde_json::Value {
-        let mut stats = serde_json::to_value(self).expect("plain numbers");
-        if let Some(own) = own {
-            stats[own.key] = own.healthz;
-        }
-        stats
-    }
-}
-
-/// What the semaphore in front of a backend saw ([`crate::lock::parts::permits`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PermitStats {
-    /// The bound; `None` when there is no semaphore.
-    pub permits: Option<usize>,
-    /// The most attempts that were talking to the database at the same time.
-    pub peak_in_flight: usize,
-}
-
-/// What one strategy counts of its own: a part of `/healthz`'s `lock_stats`, and metrics.
-pub struct OwnStats {
-    /// Its key in `lock_stats`.
-    pub key: &'static str,
-    /// What `/healthz` shows under that key.
-    pub healthz: serde_json::Value,
-    /// Its metrics for `GET /metrics`, as of now.
-    pub metrics: Vec<prometheus::proto::MetricFamily>,
 }

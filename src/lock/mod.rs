@@ -57,7 +57,7 @@
 //! bound (`loadtest/src/bench/bound.rs`).
 //!
 //! The contract names no strategy. What one strategy counts of its own comes through
-//! [`DistributedLock::own_stats`]; [`LockStats`], beside [`redis_degrade`], is how the
+//! [`DistributedLock::own_stats`]; [`LockStats`], in [`stats`], is how the
 //! load test reads `/healthz`'s counters back.
 //!
 //! ## The contract a backend must meet
@@ -107,6 +107,7 @@
 //! (one release wakes one waiter, grants in request order).
 
 pub mod critical_path;
+pub mod stats;
 pub mod description;
 pub mod polling;
 pub mod distributed_lock;
@@ -130,11 +131,11 @@ pub mod redis_degrade;
 
 pub use critical_path::{Access, Backend, Step};
 pub use description::Description;
-pub use distributed_lock::{DistributedLock, LockCounters, OwnStats, PermitStats};
+pub use distributed_lock::DistributedLock;
 pub use error::LockError;
 pub(crate) use guard::GuardInfo;
 pub use guard::{AwaitGrant, HandOver, LockGuard, NothingToRelease, QueuedPlace, Release};
 pub use lease::{Lease, LeaseState};
 pub use owner::Owner;
-pub use redis_degrade::LockStats;
+pub use stats::{LockCounters, LockStats, OwnStats, PermitStats};
 pub use token::FencingToken;

@@ -288,14 +288,7 @@ impl Sale {
     /// strategy counts of its own beside it.
     pub fn lock_stats(&self) -> Option<LockStats> {
         let lock = self.lock()?;
-        let shown = lock.stats()?.with_own(lock.own_stats());
-        match serde_json::from_value(shown) {
-            Ok(stats) => Some(stats),
-            Err(error) => {
-                tracing::error!(%error, "a lock's counters do not read back as /healthz's lock_stats");
-                None
-            }
-        }
+        Some(LockStats::new(lock.stats()?, lock.own_stats()))
     }
 
     /// The metrics the lock's strategy keeps of its own (none for most).

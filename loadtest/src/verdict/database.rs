@@ -16,7 +16,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sqlx::Connection;
 
-use seckill::lock::redis_degrade::DegradeStats;
+use seckill::lock::redis_degrade::{self, DegradeStats};
 use seckill::lock::LockStats;
 
 /// The statements the server counts, by command.
@@ -131,12 +131,14 @@ impl DatabaseCost {
             ..DatabaseCost::default()
         };
         for (before, after) in before.iter().zip(after) {
-            cost.attempts += after.attempts.saturating_sub(before.attempts);
-            cost.grants += after.grants.saturating_sub(before.grants);
-            cost.conflicts += after.conflicts.saturating_sub(before.conflicts);
-            cost.permits = after.permits.permits;
-            cost.peak_in_flight = cost.peak_in_flight.max(after.permits.peak_in_flight);
-            cost.degrade.extend(after.degrade);
+            let (then, now) = (&before.counters, &after.counters);
+            cost.attempts += now.attempts.saturating_sub(then.attempts);
+            cost.grants += now.grants.saturating_sub(then.grants);
+            cost.conflicts += now.conflicts.saturating_sub(then.conflicts);
+            cost.permits = now.permits.permits;
+            cost.peak_in_flight = cost.peak_in_flight.max(now.permits.peak_in_flight);
+            cost.degrade
+                .extend(after.own_part::<DegradeStats>(redis_degrade::STATS_KEY));
         }
         cost
     }
@@ -169,19 +171,20 @@ impl DatabaseCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use seckill::lock::parts::permits::PermitStats;
+    use seckill::lock::{LockCounters, PermitStats};
 
     fn stats(attempts: u64, grants: u64, conflicts: u64, peak: usize) -> LockStats {
-        LockStats {
+        let permits = PermitStats {
+            permits: Some(10),
+            peak_in_flight: peak,
+        };
+        let counters = LockCounters {
             attempts,
             grants,
             conflicts,
-            permits: PermitStats {
-                permits: Some(10),
-                peak_in_flight: peak,
-            },
-            degrade: None,
-        }
+            permits,
+        };
+        LockStats::new(counters, None)
     }
 
     #[test]

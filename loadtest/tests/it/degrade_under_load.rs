@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use seckill::lock::redis_degrade::{self, DegradeStats};
 use seckill::server::Instance;
 use seckill::strategy::Strategy;
 use testkit::PrivateRedis;
@@ -144,7 +145,7 @@ async fn outages(fault: Fault) {
     let health = testkit::healthz(&first.url).await;
     let degrade = health
         .lock_stats
-        .and_then(|stats| stats.degrade)
+        .and_then(|stats| stats.own_part::<DegradeStats>(redis_degrade::STATS_KEY))
         .expect("redis-degrade shows its modes in /healthz");
     first.stop().await.unwrap();
     second.stop().await.unwrap();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What [`Permits`] saw, for `/healthz` and the load test report (part of the contract).
-pub use crate::lock::distributed_lock::PermitStats;
+pub use crate::lock::stats::PermitStats;
 
 /// At most `limit` acquire attempts of one instance talk to the database at once.
 pub struct Permits {

@@ -117,7 +117,7 @@ use crate::lock::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::redis::{RedisArgs, RedisLock};
 use crate::lock::{
     DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockCounters, LockError, LockGuard, OwnStats, Owner,
-    PermitStats, Release,
+    Release,
 };
 use crate::store::redis_master::MasterAddress;
 
@@ -204,21 +204,10 @@ impl DegradeStats {
     }
 }
 
-/// A lock's counters as `/healthz` shows them under `lock_stats`, and as the load test
-/// reads them back: the common [`LockCounters`], and `redis-degrade`'s own beside them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct LockStats {
-    pub attempts: u64,
-    pub grants: u64,
-    pub conflicts: u64,
-    pub permits: PermitStats,
-    /// `redis-degrade` only: the mode, the switches, the time in each mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub degrade: Option<DegradeStats>,
-}
-
-/// The key of [`DegradeStats`] in `/healthz`'s `lock_stats`.
-const STATS_KEY: &str = "degrade";
+/// The key of [`DegradeStats`] in `/healthz`'s `lock_stats` (`scripts/demo-degrade.sh`
+/// reads `lock_stats.degrade.mode`; the load test reads it back with
+/// [`LockStats::own_part`](crate::lock::LockStats::own_part)).
+pub const STATS_KEY: &str = "degrade";
 
 /// The flags of `--lock redis-degrade` (flattened into the config); it reads the `redis`
 /// lock's and the MySQL locks' flags too.
@@ -400,19 +389,8 @@ impl ModeClock {
 }
 
 impl DegradingLock {
-    /// The MySQL lock's counters and the mode, as `/healthz` shows them.
-    pub fn stats(&self) -> Option<LockStats> {
-        let counters = DistributedLock::stats(self).unwrap_or_default();
-        Some(LockStats {
-            attempts: counters.attempts,
-            grants: counters.grants,
-            conflicts: counters.conflicts,
-            permits: counters.permits,
-            degrade: Some(self.mode_stats()),
-        })
-    }
-
-    fn mode_stats(&self) -> DegradeStats {
+    /// The mode, the switches and the time in each mode, as of now.
+    pub fn mode_stats(&self) -> DegradeStats {
         unpoisoned(&self.stats).stats()
     }
 
@@ -863,6 +841,7 @@ impl Release for EpochGrant {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::LockStats;
 
     const DEGRADED: DegradeStats = DegradeStats {
         mode: Some(Mode::Mysql),
@@ -874,12 +853,15 @@ mod tests {
 
     #[test]
     fn healthz_shows_the_mode_beside_the_counters_and_the_load_test_reads_it_back() {
-        let healthz = LockCounters::default().with_own(Some(DEGRADED.own_stats()));
+        let stats = LockStats::new(LockCounters::default(), Some(DEGRADED.own_stats()));
+        let healthz = serde_json::to_value(&stats).unwrap();
         // scripts/demo-degrade.sh greps these two.
         assert_eq!(healthz["degrade"]["mode"], "mysql", "{healthz}");
         assert_eq!(healthz["degrade"]["epoch"], 3, "{healthz}");
+        assert_eq!(healthz["attempts"], 0, "the counters sit beside it: {healthz}");
         let read_back: LockStats = serde_json::from_value(healthz).unwrap();
-        assert_eq!(read_back.degrade, Some(DEGRADED));
+        assert_eq!(read_back.own_part::<DegradeStats>(STATS_KEY), Some(DEGRADED));
+        assert_eq!(read_back, stats);
     }
 
     #[test]

@@ -56,9 +56,7 @@ fn epoch_of(guard: &LockGuard) -> u64 {
 }
 
 fn mode_of(lock: &DegradingLock) -> Option<Mode> {
-    lock.stats()
-        .and_then(|stats| stats.degrade)
-        .and_then(|degrade| degrade.mode)
+    lock.mode_stats().mode
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,7 +104,7 @@ async fn it_switches_to_mysql_when_its_redis_dies_and_back_when_redis_heals() {
     }
     println!("lock Redis back: first grant from Redis after {:?}", healed.elapsed());
     assert_eq!(mode_of(&lock), Some(Mode::Redis));
-    let stats = lock.stats().unwrap().degrade.unwrap();
+    let stats = lock.mode_stats();
     assert_eq!(stats.switches, 2);
     assert!(
         stats.seconds_in_mysql > 0.0 && stats.seconds_in_redis > 0.0,

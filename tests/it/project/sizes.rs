@@ -21,9 +21,9 @@ const TABLES: [&str; 2] = [
 /// What was longer than the bounds when this test came (issue 53), at that size.
 const DEBT: [(&str, usize); 29] = [
     ("src/lock/etcd/mod.rs", 1210),
-    ("src/sale/mod.rs", 867),
+    ("src/sale/mod.rs", 860),
     ("loadtest/src/render/tables.rs", 928),
-    ("src/lock/redis_degrade/mod.rs", 898),
+    ("src/lock/redis_degrade/mod.rs", 880),
     ("src/lock/redis.rs", 875),
     ("src/sale/stock.rs", 825),
     ("src/lock/redlock.rs", 806),

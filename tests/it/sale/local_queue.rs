@@ -58,13 +58,13 @@ async fn lock_stats_after_a_crowd(adjust: impl FnOnce(&mut seckill::config::Conf
 /// The most acquire attempts one instance had at MySQL at once while `BUYERS` bought.
 async fn peak_attempts_at_mysql(local_queue: bool) -> u64 {
     let stats = lock_stats_after_a_crowd(|config| config.local_queue = local_queue).await;
-    stats.permits.peak_in_flight as u64
+    stats.counters.permits.peak_in_flight as u64
 }
 
 /// Grants and acquire attempts of one instance while `BUYERS` bought.
 async fn grants_and_attempts(hand_over: bool) -> (u64, u64) {
     let stats = lock_stats_after_a_crowd(|config| config.hand_over = hand_over).await;
-    (stats.grants, stats.attempts)
+    (stats.counters.grants, stats.counters.attempts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
