@@ -94,8 +94,9 @@
 
 pub mod mode;
 pub mod outage;
+pub mod stats;
+mod epoch_grant;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
@@ -104,8 +105,11 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use self::epoch_grant::{bound_by_epoch, epoch_allows_grants, went_back, NewestRedisTokens};
 use self::mode::{Mode, ModeLease, SharedMode};
 use self::outage::{OutageJudge, OutageRule};
+use self::stats::ModeClock;
+pub use self::stats::{DegradeStats, STATS_KEY};
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::mysql::MySqlArgs;
@@ -115,10 +119,7 @@ use crate::lock::parts::shutdown::ShutDownSwitch;
 use crate::lock::parts::unpoisoned;
 use crate::lock::polling::{poll_until_granted, BACKOFF_MAX};
 use crate::lock::redis::{RedisArgs, RedisLock};
-use crate::lock::{
-    DistributedLock, FencingToken, HandOver, Lease, LeaseState, LockCounters, LockError, LockGuard, OwnStats, Owner,
-    Release,
-};
+use crate::lock::{DistributedLock, LockCounters, LockError, LockGuard, OwnStats, Owner};
 use crate::store::redis_master::MasterAddress;
 
 const BACKEND: &str = "redis-degrade";
@@ -156,58 +157,6 @@ pub struct DegradeOptions {
     /// How long the lock Redis must answer every probe before switching back.
     pub recover_after: Duration,
 }
-
-/// Mode, switches and time in each mode, as `/healthz` and the load test show them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct DegradeStats {
-    pub mode: Option<Mode>,
-    pub epoch: u64,
-    /// Switches this instance has seen (made by it or by another instance).
-    pub switches: u64,
-    pub seconds_in_redis: f64,
-    pub seconds_in_mysql: f64,
-}
-
-impl DegradeStats {
-    /// What the trait's [`own_stats`](DistributedLock::own_stats) hands out: these
-    /// numbers for `/healthz`, and the metrics made of them.
-    fn own_stats(self) -> OwnStats {
-        OwnStats {
-            key: STATS_KEY,
-            healthz: serde_json::to_value(self).expect("plain numbers and names"),
-            metrics: self.metrics(),
-        }
-    }
-
-    /// The metrics of `GET /metrics` that only this strategy has: the mode in use, and
-    /// the switches this instance has seen.
-    fn metrics(&self) -> Vec<prometheus::proto::MetricFamily> {
-        use prometheus::core::Collector;
-        let mode = prometheus::IntGaugeVec::new(
-            prometheus::Opts::new(
-                "seckill_lock_mode",
-                "redis-degrade: 1 for the lock mode in use, 0 for the other.",
-            ),
-            &["mode"],
-        )
-        .expect("a valid metric");
-        for (each, name) in [(Mode::Redis, "redis"), (Mode::Mysql, "mysql")] {
-            mode.with_label_values(&[name]).set(i64::from(self.mode == Some(each)));
-        }
-        let switches = prometheus::IntCounter::new(
-            "seckill_lock_mode_switches_total",
-            "redis-degrade: lock mode switches this instance has seen.",
-        )
-        .expect("a valid metric name");
-        switches.inc_by(self.switches);
-        [mode.collect(), switches.collect()].concat()
-    }
-}
-
-/// The key of [`DegradeStats`] in `/healthz`'s `lock_stats` (`scripts/demo-degrade.sh`
-/// reads `lock_stats.degrade.mode`; the load test reads it back with
-/// [`LockStats::own_part`](crate::lock::LockStats::own_part)).
-pub const STATS_KEY: &str = "degrade";
 
 /// The flags of `--lock redis-degrade` (flattened into the config); it reads the `redis`
 /// lock's and the MySQL locks' flags too.
@@ -331,61 +280,12 @@ pub struct DegradingLock {
     view: watch::Receiver<Option<ModeLease>>,
     renew_now: Arc<tokio::sync::Notify>,
     outage: OutageJudge,
-    /// Noted at every Redis grant and hand-over, to see the counter go back ([`went_back`]).
+    /// Noted at every Redis grant and hand-over, to see the counter go back (`epoch_grant::went_back`).
     newest_redis_token: NewestRedisTokens,
     options: DegradeOptions,
     stats: Arc<StdMutex<ModeClock>>,
     shut_down: ShutDownSwitch,
     tasks: Vec<JoinHandle<()>>,
-}
-
-/// Time spent in each mode, as this instance saw it.
-#[derive(Default)]
-struct ModeClock {
-    current: Option<(Mode, u64, Instant)>,
-    switches: u64,
-    in_redis: Duration,
-    in_mysql: Duration,
-}
-
-impl ModeClock {
-    fn observe(&mut self, mode: Mode, epoch: u64) {
-        let now = Instant::now();
-        match self.current {
-            Some((_, seen, _)) if seen == epoch => return,
-            Some((previous, _, since)) => {
-                *self.time_in(previous) += now - since;
-                self.switches += 1;
-                tracing::warn!(?mode, epoch, "the lock switched mode");
-            }
-            None => {}
-        }
-        self.current = Some((mode, epoch, now));
-    }
-
-    fn time_in(&mut self, mode: Mode) -> &mut Duration {
-        match mode {
-            Mode::Redis => &mut self.in_redis,
-            Mode::Mysql => &mut self.in_mysql,
-        }
-    }
-
-    fn stats(&self) -> DegradeStats {
-        let (mut in_redis, mut in_mysql) = (self.in_redis, self.in_mysql);
-        if let Some((mode, _, since)) = self.current {
-            match mode {
-                Mode::Redis => in_redis += since.elapsed(),
-                Mode::Mysql => in_mysql += since.elapsed(),
-            }
-        }
-        DegradeStats {
-            mode: self.current.map(|(mode, _, _)| mode),
-            epoch: self.current.map_or(0, |(_, epoch, _)| epoch),
-            switches: self.switches,
-            seconds_in_redis: in_redis.as_secs_f64(),
-            seconds_in_mysql: in_mysql.as_secs_f64(),
-        }
-    }
 }
 
 impl DegradingLock {
@@ -543,34 +443,6 @@ impl DegradingLock {
         }
         self.renew_now.notify_one();
     }
-}
-
-/// A lease that holds while `view` shows `epoch` with a trusted mode lease, and is lost
-/// as soon as this instance sees another epoch.
-fn epoch_lease(mut view: watch::Receiver<Option<ModeLease>>, epoch: u64) -> Lease {
-    let until = move |lease: Option<ModeLease>| match lease {
-        Some(lease) if lease.epoch == epoch => LeaseState::HeldUntil(lease.trusted_until),
-        _ => LeaseState::Lost,
-    };
-    let initial = until(*view.borrow_and_update());
-    let (sender, lease) = Lease::watched(initial);
-    if initial != LeaseState::Lost {
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    changed = view.changed() => if changed.is_err() { break },
-                    () = sender.closed() => return,
-                }
-                let state = until(*view.borrow_and_update());
-                sender.send_replace(state);
-                if state == LeaseState::Lost {
-                    return;
-                }
-            }
-            sender.send_replace(LeaseState::Lost);
-        });
-    }
-    lease
 }
 
 /// Step 1: renews this instance's mode lease every `ttl / 3`, or at once when asked.
@@ -748,133 +620,6 @@ impl Drop for DegradingLock {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
-        }
-    }
-}
-
-/// The newest Redis token this instance was granted, per key: `(epoch, counter)`.
-type NewestRedisTokens = Arc<StdMutex<HashMap<String, (u64, u64)>>>;
-
-/// Notes `counter`, granted by the lock Redis for `key` in `epoch`: whether it went
-/// back from the newest one noted in that epoch (the lock Redis forgot its counter).
-/// The newest stays noted, so every later token of the epoch is held against it.
-fn went_back(newest: &NewestRedisTokens, key: &str, epoch: u64, counter: u64) -> bool {
-    let mut newest = unpoisoned(newest);
-    let seen = newest.get(key).copied();
-    let back = matches!(seen, Some((seen_epoch, before)) if seen_epoch == epoch && counter <= before);
-    if !back {
-        newest.insert(key.to_owned(), (epoch, counter));
-    }
-    back
-}
-
-/// Steps 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
-fn bound_by_epoch(
-    inner: LockGuard,
-    epoch: u64,
-    view: &watch::Receiver<Option<ModeLease>>,
-    newest: &NewestRedisTokens,
-) -> LockGuard {
-    let (mut info, releaser) = inner.into_parts();
-    info.lease = Lease::both(info.lease, epoch_lease(view.clone(), epoch));
-    info.fencing_token = info
-        .fencing_token
-        .map(|token| FencingToken::new(BACKEND, epoch, token.counter));
-    info.into_guard(EpochGrant {
-        inner: releaser,
-        epoch,
-        view: view.clone(),
-        newest: newest.clone(),
-    })
-}
-
-/// Whether `epoch` allows grants now, as the last mode lease says (step 1).
-fn epoch_allows_grants(view: &watch::Receiver<Option<ModeLease>>, epoch: u64) -> bool {
-    let current = *view.borrow();
-    current.is_some_and(|lease| lease.epoch == epoch && lease.allows_grants_at(Instant::now()))
-}
-
-/// An inner grant of one epoch: what its release and its hand-over (step 5) need.
-struct EpochGrant {
-    inner: Box<dyn Release>,
-    epoch: u64,
-    view: watch::Receiver<Option<ModeLease>>,
-    /// Shared with the lock: a handed Redis token is noted as an acquired one is.
-    newest: NewestRedisTokens,
-}
-
-#[async_trait]
-impl Release for EpochGrant {
-    async fn release(self: Box<Self>) -> Result<(), LockError> {
-        self.inner.release().await
-    }
-
-    /// Step 5: the inner lock's hand-over, only while the epoch allows grants.
-    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
-        let EpochGrant {
-            inner,
-            epoch,
-            view,
-            newest,
-        } = *self;
-        if !epoch_allows_grants(&view, epoch) {
-            return inner.release().await.map(|()| HandOver::Released);
-        }
-        let handed = match inner.hand_over(next).await? {
-            HandOver::Granted(handed) => handed,
-            // Neither inner lock queues; a place would leave the queue as it is dropped.
-            HandOver::Queued(_) | HandOver::Released => return Ok(HandOver::Released),
-        };
-        // The hand-over took time: its grant counts only if the epoch still allows it.
-        // And a Redis counter that went back would be refused by the stock: release, and
-        // the next acquire, which checks the same, switches to MySQL.
-        let redis_mode = view.borrow().is_some_and(|lease| lease.mode == Mode::Redis);
-        let counter = handed.fencing_token().map(|token| token.counter);
-        let forgot = redis_mode && counter.is_some_and(|counter| went_back(&newest, handed.key(), epoch, counter));
-        if forgot || !epoch_allows_grants(&view, epoch) {
-            return handed.release().await.map(|()| HandOver::Released);
-        }
-        Ok(HandOver::Granted(bound_by_epoch(handed, epoch, &view, &newest)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::lock::LockStats;
-
-    const DEGRADED: DegradeStats = DegradeStats {
-        mode: Some(Mode::Mysql),
-        epoch: 3,
-        switches: 2,
-        seconds_in_redis: 1.5,
-        seconds_in_mysql: 0.5,
-    };
-
-    #[test]
-    fn healthz_shows_the_mode_beside_the_counters_and_the_load_test_reads_it_back() {
-        let stats = LockStats::new(LockCounters::default(), Some(DEGRADED.own_stats()));
-        let healthz = serde_json::to_value(&stats).unwrap();
-        // scripts/demo-degrade.sh greps these two.
-        assert_eq!(healthz["degrade"]["mode"], "mysql", "{healthz}");
-        assert_eq!(healthz["degrade"]["epoch"], 3, "{healthz}");
-        assert_eq!(healthz["attempts"], 0, "the counters sit beside it: {healthz}");
-        let read_back: LockStats = serde_json::from_value(healthz).unwrap();
-        assert_eq!(read_back.own_part::<DegradeStats>(STATS_KEY), Some(DEGRADED));
-        assert_eq!(read_back, stats);
-    }
-
-    #[test]
-    fn metrics_show_the_mode_in_use_and_the_switches() {
-        let mut text = Vec::new();
-        prometheus::Encoder::encode(&prometheus::TextEncoder::new(), &DEGRADED.metrics(), &mut text).unwrap();
-        let text = String::from_utf8(text).unwrap();
-        for line in [
-            "seckill_lock_mode{mode=\"mysql\"} 1",
-            "seckill_lock_mode{mode=\"redis\"} 0",
-            "seckill_lock_mode_switches_total 2",
-        ] {
-            assert!(text.contains(line), "{line} missing from:\n{text}");
         }
     }
 }
