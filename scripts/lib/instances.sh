@@ -33,7 +33,7 @@ STOCK_CLUSTER_NODES=(stock-cluster-1 stock-cluster-2 stock-cluster-3 stock-clust
 #   +orders          `--orders true`: each unit sold becomes an order row in MySQL, through
 #                    the Redis Stream stock:orders and the instances' consumer group (src/orders/mod.rs)
 #   +stock-wait      `--stock-wait-replicas 1`: each sale waits for a replica (`WAIT`) before
-#                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock.rs)
+#                    its buyer is told; the stock's Redis gets a replica for the run (src/sale/stock/mod.rs)
 #   +group-commit    `--group-commit true`: one grant sells to every buyer then waiting in the
 #                    instance's local queue (src/sale/group/mod.rs)
 #   +lock-redis      `--lock-redis-url`: the lock in a Redis of its own (LOCK_REDIS_URL), apart

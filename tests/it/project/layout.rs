@@ -196,7 +196,7 @@ fn every_strategy_is_one_file_or_folder_in_src_lock_named_as_the_flag_names_it()
     use clap::ValueEnum;
     for strategy in seckill::strategy::Strategy::value_variants() {
         if *strategy == seckill::strategy::Strategy::Atomic {
-            continue; // no lock: one Redis script in src/sale/stock.rs
+            continue; // no lock: one Redis script in src/sale/stock/mod.rs
         }
         let name = strategy.name().replace('-', "_");
         let lock = src().join("lock");

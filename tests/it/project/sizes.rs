@@ -24,7 +24,6 @@ const DEBT: &[(&str, usize)] = &[
     ("src/sale/mod.rs", 860),
     ("loadtest/src/render/tables.rs", 928),
     ("src/lock/redis.rs", 875),
-    ("src/sale/stock.rs", 825),
     ("src/lock/redlock.rs", 806),
     ("src/lock/mysql.rs", 730),
     ("loadtest/src/verdict/checker.rs", 725),

@@ -48,13 +48,18 @@
 //! ([`ATOMIC_SALE_SCRIPT`]) inside Redis, which executes scripts one at a time. No lock,
 //! one round trip: the speed ceiling.
 
+mod answers;
+mod record;
+mod reset;
+
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Script;
-use serde::{Deserialize, Serialize};
 
-use crate::api::StockSnapshot;
+pub use self::answers::{AtomicOutcome, SaleName, Settled, StockError, StockRead, WriteOutcome};
+pub use self::record::{SaleRecord, Seller};
+pub use self::reset::RawSnapshot;
 use crate::lock::FencingToken;
 use crate::sale::buyers::BuyerId;
 use crate::sale::keys::Keys;
@@ -63,207 +68,19 @@ use crate::store::redis_master::{MasterConnection, ReplicaWait};
 
 /// Fenced read: raise the segment's high-water mark to the holder's token, or refuse.
 /// Its keys and arguments head the script: `src/sale/stock/read.lua`.
-pub const READ_SCRIPT: &str = include_str!("stock/read.lua");
+pub const READ_SCRIPT: &str = include_str!("read.lua");
 
 /// Fenced write: commit the sale only while the mark is still this read's.
 /// Its keys and arguments head the script: `src/sale/stock/write.lua`.
-pub const WRITE_SCRIPT: &str = include_str!("stock/write.lua");
+pub const WRITE_SCRIPT: &str = include_str!("write.lua");
 
 /// Settle a sale whose write went unanswered.
 /// Its keys and arguments head the script: `src/sale/stock/settle.lua`.
-pub const SETTLE_SCRIPT: &str = include_str!("stock/settle.lua");
+pub const SETTLE_SCRIPT: &str = include_str!("settle.lua");
 
 /// The whole sale in one script, with no lock.
 /// Its keys and arguments head the script: `src/sale/stock/atomic_sale.lua`.
-pub const ATOMIC_SALE_SCRIPT: &str = include_str!("stock/atomic_sale.lua");
-
-/// Who sold a unit, when, and under which lock grant.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SaleRecord {
-    /// Unique per sale attempt; the key of its outcome in `stock:outcomes`.
-    #[serde(default)]
-    pub sale_id: String,
-    /// The instance that sold it (`--instance`, by default `seckill-<port>`).
-    pub instance: String,
-    pub port: u16,
-    pub strategy: String,
-    /// The stock this sale read. Two records with the same value (and segment) sold
-    /// the same unit.
-    #[serde(default)]
-    pub stock_before: i64,
-    /// The segment it was sold from, when the stock is split ([`crate::sale::segments`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub segment: Option<u32>,
-    /// The buyer, when the request named one (`?buyer=`, [`crate::sale::buyers`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub buyer: Option<String>,
-    /// The lock grant's fencing token, when the strategy gives one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<FencingToken>,
-    /// The group sold under one grant, by the group's sale id, with `--group-commit`
-    /// ([`crate::sale::group`]): its records share one fencing token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    /// Milliseconds the buyer waited for the lock.
-    pub lock_wait_ms: f64,
-    /// Unix time, in milliseconds, when the lock was granted and when the sale was written.
-    pub locked_at_ms: u64,
-    pub sold_at_ms: u64,
-}
-
-/// Who is selling: stamped on every sale record.
-#[derive(Clone, Debug)]
-pub struct Seller {
-    pub instance: String,
-    pub port: u16,
-    pub strategy: &'static str,
-}
-
-impl SaleRecord {
-    /// A record of a sale by `seller` of the unit it read as `stock_before` in `segment`.
-    pub fn new(
-        seller: &Seller,
-        sale_id: &str,
-        segment: Segment,
-        stock_before: i64,
-        fencing_token: Option<FencingToken>,
-        lock_wait_ms: f64,
-        locked_at_ms: u64,
-    ) -> Self {
-        SaleRecord {
-            sale_id: sale_id.to_owned(),
-            instance: seller.instance.clone(),
-            port: seller.port,
-            strategy: seller.strategy.to_owned(),
-            stock_before,
-            segment: segment.label(),
-            buyer: None,
-            fencing_token,
-            group: None,
-            lock_wait_ms,
-            locked_at_ms,
-            sold_at_ms: unix_ms(),
-        }
-    }
-
-    /// The same record, naming the buyer the request named.
-    pub fn with_buyer(mut self, buyer: Option<&BuyerId>) -> Self {
-        self.buyer = buyer.map(|buyer| buyer.as_str().to_owned());
-        self
-    }
-
-    /// The same record, sold in the group of this sale id ([`crate::sale::group`]).
-    pub fn in_group(mut self, group_id: &str) -> Self {
-        self.group = Some(group_id.to_owned());
-        self
-    }
-}
-
-/// What [`queue_snapshot_reads`] reads: stock, lucky, sales, initial.
-pub type RawSnapshot = (Option<String>, Option<String>, i64, Option<String>);
-
-/// Adds the reads of a [`StockSnapshot`] to `pipe`; [`snapshot_from`] reads their answers.
-fn queue_snapshot_reads(pipe: &mut redis::Pipeline, keys: &Keys) {
-    pipe.get(keys.stock())
-        .get(keys.lucky())
-        .llen(keys.sales())
-        .get(keys.initial_stock());
-}
-
-/// The snapshot in the answers to [`queue_snapshot_reads`].
-fn snapshot_from((stock, lucky, sales, initial): RawSnapshot, keys: &Keys) -> Result<StockSnapshot, StockError> {
-    Ok(StockSnapshot {
-        stock: number(&keys.stock(), stock.as_deref())?.unwrap_or(0),
-        lucky: number(&keys.lucky(), lucky.as_deref())?.unwrap_or(0),
-        sales,
-        initial: number(&keys.initial_stock(), initial.as_deref())?,
-    })
-}
-
-/// What a fenced read found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum StockRead {
-    /// The stock, read under the holder's token (or unfenced), in the sale named `sale`.
-    Stock { units: i64, sale: SaleName },
-    /// A newer token was seen already: this holder's lock is gone. Holds the newest seen.
-    Fenced { newest: String },
-    /// The sale was last reset into another number of segments than this seller's.
-    OtherSegments { reset_with: String },
-    /// The buyer got a unit of this segment already (checked on a cluster only).
-    AlreadyBought,
-}
-
-/// The name a reset gave the sale ([`Keys::sale_name`]); empty for a sale no reset named.
-/// A write carries the name its read saw, so it commits only in that sale.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SaleName(pub String);
-
-/// What a fenced write did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteOutcome {
-    Sold,
-    /// A reset began a new sale since the read: nothing was written.
-    SaleReset,
-    /// A newer holder read since this holder's read: nothing was written.
-    Fenced,
-    /// The seller had already settled this sale id as aborted: nothing was written.
-    Aborted,
-    /// The buyer already got a unit of this sale (`--one-per-buyer`): nothing was written.
-    AlreadyBought,
-}
-
-/// How a sale whose answer was lost ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Settled {
-    Sold {
-        stock_after: i64,
-    },
-    NotSold,
-    /// A reset began a new sale and deleted the outcomes before the settle: whether the
-    /// write ran before the reset is unknown.
-    Unknown,
-}
-
-/// What the atomic script did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum AtomicOutcome {
-    /// Sold the unit `stock_before`, in the sale named `sale`.
-    Sold {
-        stock_before: i64,
-        sale: SaleName,
-    },
-    SoldOut,
-    /// The seller had already settled this sale id as aborted: nothing was written.
-    Aborted,
-    /// The buyer already got a unit of this sale (`--one-per-buyer`): nothing was written.
-    AlreadyBought,
-    /// The sale was last reset into segments, which the script does not sell from.
-    OtherSegments {
-        reset_with: String,
-    },
-}
-
-/// Why a stock operation failed.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum StockError {
-    /// Redis did not answer, or answered an error.
-    #[error("redis (stock) failed: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// A key holds something that is not a number.
-    #[error("the stored `{key}` is not a number: {value:?}")]
-    NotANumber { key: String, value: String },
-    /// The sale was written on the master, but fewer replicas than `--stock-wait-replicas`
-    /// acknowledged it in time: a failover now would lose it, so it is not yet sold.
-    #[error(
-        "{acknowledged} of the {wanted} replica(s) the stock waits for (--stock-wait-replicas) acknowledged the \
-         sale within {timeout:?}; is the replica up and in sync (INFO replication)?"
-    )]
-    NotReplicated {
-        acknowledged: u32,
-        wanted: u32,
-        timeout: Duration,
-    },
-}
+pub const ATOMIC_SALE_SCRIPT: &str = include_str!("atomic_sale.lua");
 
 /// The stock keys in Redis and the operations on them.
 #[derive(Clone)]
@@ -484,118 +301,6 @@ impl StockStore {
 
     pub fn keys(&self) -> &Keys {
         &self.keys
-    }
-
-    /// Puts `stock` units on sale, split into this store's segments, and forgets every
-    /// earlier sale, its outcomes and the fencing high-water marks: a new sale begins.
-    pub async fn reset(&self, stock: i64) -> Result<(), StockError> {
-        let name = format!("{:032x}", rand::random::<u128>());
-        if self.keys.is_on_cluster() {
-            return self.reset_on_cluster(stock, &name).await;
-        }
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .del(self.keys.every_possible_segment_key())
-            .set(self.keys.stock(), stock)
-            .set(self.keys.lucky(), 0)
-            .set(self.keys.initial_stock(), stock)
-            .set(self.keys.segment_count(), self.segments.count())
-            .del(self.keys.sales())
-            .del(self.keys.outcomes())
-            .del(self.keys.fence_of(Segment::WHOLE))
-            .del(self.keys.fence_refusals())
-            .del(self.keys.buyers())
-            .del(self.keys.grants())
-            .del(self.keys.refusals())
-            .incr(self.keys.generation(), 1)
-            .set(self.keys.sale_name(), name);
-        if self.segments != Segments::ONE {
-            for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
-                pipe.set(self.keys.stock_of(segment), units);
-            }
-        }
-        pipe.query_async::<()>(&mut self.connection.clone()).await?;
-        Ok(())
-    }
-
-    /// [`StockStore::reset`] on a Redis Cluster, where a transaction stays in one slot:
-    /// one for the sale as a whole, which names the new sale, then one per segment,
-    /// which puts its units on sale under a copy of that name. A seller that reads a
-    /// segment not yet reset still sells in the old sale, which that segment's reset
-    /// then forgets, as a reset forgets every sale before it. The orders stream stays,
-    /// as it does on one Redis: its entries are orders of buyers told `sold`.
-    async fn reset_on_cluster(&self, stock: i64, name: &str) -> Result<(), StockError> {
-        let mut connection = self.connection.clone();
-        let count = self.segments.count();
-        redis::pipe()
-            .atomic()
-            .set(self.keys.initial_stock(), stock)
-            .set(self.keys.segment_count(), count)
-            .del(self.keys.grants())
-            .del(self.keys.refusals())
-            .incr(self.keys.generation(), 1)
-            .set(self.keys.sale_name(), name)
-            .query_async::<()>(&mut connection)
-            .await?;
-        for (segment, units) in self.segments.all().zip(self.segments.split(stock)) {
-            redis::pipe()
-                .atomic()
-                .del(self.keys.every_key_a_reset_deletes(segment))
-                .set(self.keys.stock_of(segment), units)
-                .set(self.keys.lucky_of(segment), 0)
-                .set(self.keys.sale_name_of(segment), name)
-                .set(self.keys.segment_count_of(segment), count)
-                .query_async::<()>(&mut connection)
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Seeds `stock` units unless a sale already exists, so a fresh server starts ready.
-    pub async fn seed_if_missing(&self, stock: i64) -> Result<(), StockError> {
-        let created: bool = redis::cmd("SET")
-            .arg(self.keys.stock())
-            .arg(stock)
-            .arg("NX")
-            .query_async::<Option<String>>(&mut self.connection.clone())
-            .await?
-            .is_some();
-        if created {
-            self.reset(stock).await?;
-        }
-        Ok(())
-    }
-
-    pub async fn snapshot(&self) -> Result<StockSnapshot, StockError> {
-        if !self.keys.is_on_cluster() {
-            let mut pipe = redis::pipe();
-            queue_snapshot_reads(&mut pipe, &self.keys);
-            return snapshot_from(pipe.query_async(&mut self.connection.clone()).await?, &self.keys);
-        }
-        // One round trip per slot: the segments' counts, added up.
-        let mut connection = self.connection.clone();
-        let initial: Option<String> = redis::cmd("GET")
-            .arg(self.keys.initial_stock())
-            .query_async(&mut connection)
-            .await?;
-        let mut total = StockSnapshot {
-            stock: 0,
-            lucky: 0,
-            sales: 0,
-            initial: number(&self.keys.initial_stock(), initial.as_deref())?,
-        };
-        for segment in self.keys.groups(self.segments) {
-            let (stock, lucky, sales): (Option<String>, Option<String>, i64) = redis::pipe()
-                .get(self.keys.stock_of(segment))
-                .get(self.keys.lucky_of(segment))
-                .llen(self.keys.sales_of(segment))
-                .query_async(&mut connection)
-                .await?;
-            total.stock += number(&self.keys.stock_of(segment), stock.as_deref())?.unwrap_or(0);
-            total.lucky += number(&self.keys.lucky_of(segment), lucky.as_deref())?.unwrap_or(0);
-            total.sales += sales;
-        }
-        Ok(total)
     }
 
     /// The connection, for a reader that adds keys of its own (the dashboard).
