@@ -30,7 +30,8 @@
 //! waiting in the segment's local queue: one grant, one fenced read, one fenced write of
 //! all their units, each buyer told its own outcome, one release.
 //!
-//! Steps 2 and 3 are separate round trips on purpose: between them another buyer can
+//! Steps 2 and 3 live in `critical_section.rs`; this file keeps the steps around them.
+//! They are separate round trips on purpose: between them another buyer can
 //! read the same `stock`. That gap is the race the lock must close, and the `none`
 //! strategy shows what happens when nothing does. Step 3 is one script only so that a
 //! crash cannot leave half a sale behind; it does not close the gap by itself.
@@ -62,11 +63,11 @@ pub mod grant_log;
 pub mod local_queue;
 pub mod error;
 pub mod group;
+mod critical_section;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backon::{ConstantBuilder, Retryable};
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -76,7 +77,7 @@ use crate::api::{Health, SoldUnit};
 use crate::lock::critical_path::{step, Access::Write, Backend::StockRedis, Step};
 use crate::lock::parts::reentrant::Reentrant;
 use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, LockStats, Owner};
-use crate::metrics::{FencedStep, Metrics, SaleStep};
+use crate::metrics::{Metrics, SaleStep};
 use crate::sale::buyers::BuyerId;
 use crate::sale::error::AppError;
 use crate::sale::grant_log::{unix_us, GrantRecord};
@@ -84,17 +85,13 @@ use crate::sale::group::GroupCommit;
 use crate::sale::local_queue::LocalQueue;
 use crate::sale::segments::Segment;
 use crate::sale::sold_out::{KnownEmpty, SoldOutMemory};
-use crate::sale::stock::{
-    unix_ms, AtomicOutcome, SaleName, SaleRecord, Seller, Settled, StockError, StockRead, StockStore, WriteOutcome,
-};
+use crate::sale::stock::{SaleName, Seller, StockStore};
 use crate::strategy::FencingStatus;
 
 /// How long a sale keeps asking Redis how an unanswered write ended.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(10);
 /// Pause between two such questions.
 const SETTLE_RETRY: Duration = Duration::from_millis(200);
-/// Between two tries of a fenced read whose Redis master was away (see [`Sale::decrement`]).
-const READ_RETRY: Duration = Duration::from_millis(100);
 /// Upper bound on everything after the lock is granted: a read and a write (each
 /// bounded by the Redis response timeout), settling, release, and slack. The HTTP
 /// request timeout is the acquire timeout plus this for each stock segment a buyer may
@@ -611,195 +608,6 @@ impl Sale {
         }
         .into()
     }
-
-    /// Steps 2 and 3 under `guard`. The read waits out a failover of the stock's master
-    /// until `deadline`, the buyer's ([`Sale::fenced_read`]): so a failover holds the
-    /// buyers who hold a lock until there is a master again, instead of failing them.
-    async fn decrement(
-        &self,
-        guard: &LockGuard,
-        segment: Segment,
-        lock_wait_ms: f64,
-        buyer: Option<&BuyerId>,
-        deadline: Instant,
-    ) -> Result<SaleOutcome, AppError> {
-        let locked_at_ms = unix_ms(); // the lock was granted just before this call
-        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
-        // The fence remembers which sale read with a token, so this sale's write must
-        // carry the id its read carried.
-        let sale_id = new_sale_id();
-
-        // 2. Read and check.
-        let (stock, sale) = self
-            .fenced_read(guard, segment, token, &sale_id, buyer, deadline)
-            .await?;
-        let under_this_grant = |outcome: SaleOutcome| outcome.under(lock_wait_ms, guard.fencing_token().cloned());
-        let sold = |stock_after| under_this_grant(SaleOutcome::sold(stock_after, &sale, segment, &sale_id));
-        if stock <= 0 {
-            // Read empty: the flag learns it (see `crate::sale::sold_out`).
-            self.learn_empty(&sale, segment);
-            return Ok(under_this_grant(SaleOutcome::sold_out(0.0, None)));
-        }
-        if self.widen_race {
-            // Baselines only: give the other buyers a turn here, so the race the lock
-            // should close is hit in every run of the lesson, not just most.
-            tokio::task::yield_now().await;
-        }
-        // A lease that ran out while we read means someone else may be selling now.
-        if !guard.is_held() {
-            return Err(AppError::LockLost);
-        }
-        if let Some(pause) = self.chaos_pause_before_write {
-            // Checked a moment ago, written a moment later: a process stopped right here
-            // (a GC pause, SIGSTOP) wakes up and writes with a lease that is long gone.
-            // Only the fencing token can refuse that write. `make chaos` shows it.
-            tokio::time::sleep(pause).await;
-        }
-
-        // 3. Write: the new stock, one more lucky buyer, and the record of it.
-        let record = SaleRecord::new(
-            &self.seller,
-            &sale_id,
-            segment,
-            stock,
-            guard.fencing_token().cloned(),
-            lock_wait_ms,
-            locked_at_ms,
-        )
-        .with_buyer(buyer);
-        let writing = Instant::now();
-        let written = self.store.write(segment, &record, stock - 1, &sale, token).await;
-        self.metrics.record_step(SaleStep::Write, writing.elapsed());
-        let outcome = match written {
-            Ok(WriteOutcome::Sold) => Ok(sold(stock - 1)),
-            Ok(WriteOutcome::Fenced) => {
-                tracing::warn!(token = ?token, "the stock refused a write: another holder read in between");
-                self.metrics.record_fencing_refusal(FencedStep::Write);
-                Err(AppError::LockLost)
-            }
-            Ok(WriteOutcome::SaleReset) => {
-                tracing::info!(
-                    sale_id,
-                    "a reset began a new sale between the read and the write; nothing was written"
-                );
-                Err(AppError::SaleReset)
-            }
-            Ok(WriteOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
-            Ok(WriteOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
-            Err(error) => self
-                .settle(segment, &record.sale_id, &sale, error)
-                .await
-                .map(|settled| match settled {
-                    Settled::Sold { stock_after } => Ok(sold(stock_after)),
-                    Settled::NotSold => Err(AppError::SaleNotWritten),
-                    Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
-                        sale_id: record.sale_id.clone(),
-                    }),
-                })?,
-        };
-        if let Ok(SaleOutcome { stock_after: 0, .. }) = &outcome {
-            // Emptied by this sale, in the sale its read saw: the flag learns it.
-            self.learn_empty(&sale, segment);
-        }
-        outcome
-    }
-
-    /// Step 2's read under `guard`, for one sale or a group's: the units in `segment` and
-    /// the sale they belong to, or why this sale stops here. A read that fails because
-    /// the stock's master is away (dead, or failing over: a Sentinel's or a cluster's)
-    /// is tried again until `deadline`. Nothing was written yet, and a read with the same
-    /// token and sale id is the same read to the fence.
-    async fn fenced_read(
-        &self,
-        guard: &LockGuard,
-        segment: Segment,
-        token: Option<&FencingToken>,
-        sale_id: &str,
-        buyer: Option<&BuyerId>,
-        deadline: Instant,
-    ) -> Result<(i64, SaleName), AppError> {
-        let reading = Instant::now();
-        let every_pause = ConstantBuilder::new().with_delay(READ_RETRY).without_max_times();
-        let read = (|| self.store.read_for(segment, token, sale_id, buyer))
-            .retry(every_pause)
-            .when(|error| master_away(error) && guard.is_held() && Instant::now() < deadline)
-            .notify(|error, _| tracing::debug!(%error, "the stock's master is away; reading again"))
-            .await;
-        self.metrics.record_step(SaleStep::Read, reading.elapsed());
-        match read? {
-            StockRead::Stock { units, sale } => Ok((units, sale)),
-            StockRead::Fenced { newest } => {
-                tracing::warn!(token = ?token, newest, "the stock refused a read: a newer holder, or another with this token, has been here");
-                self.metrics.record_fencing_refusal(FencedStep::Read);
-                Err(AppError::LockLost)
-            }
-            StockRead::OtherSegments { reset_with } => Err(AppError::SegmentsDisagree {
-                this_instance: segment.of,
-                reset_with,
-            }),
-            StockRead::AlreadyBought => Err(AppError::AlreadyBought),
-        }
-    }
-
-    /// The write's answer was lost: ask Redis which outcome stands until it answers.
-    /// `read_from` is the sale the read saw, or the one the atomic script was sent to.
-    async fn settle(
-        &self,
-        segment: Segment,
-        sale_id: &str,
-        read_from: &SaleName,
-        error: StockError,
-    ) -> Result<Settled, AppError> {
-        if self.store.waits_for_replicas() {
-            // The master may have the sale and its replicas not yet: whatever the master
-            // says now, a failover may undo. The buyer is told the truth, that nobody knows.
-            tracing::warn!(sale_id, %error, "the sale is not known to be replicated; its outcome is unknown");
-            return Err(AppError::SaleOutcomeUnknown {
-                sale_id: sale_id.to_owned(),
-            });
-        }
-        tracing::warn!(sale_id, %error, "the write's answer was lost; settling the sale");
-        let deadline = Instant::now() + SETTLE_DEADLINE;
-        let every_pause = ConstantBuilder::new().with_delay(SETTLE_RETRY).without_max_times();
-        (|| self.store.settle(segment, sale_id, read_from))
-            .retry(every_pause)
-            .when(|_| Instant::now() < deadline)
-            .await
-            .map_err(|error| {
-                tracing::error!(sale_id, %error, "redis did not answer; the sale's outcome is unknown");
-                AppError::SaleOutcomeUnknown {
-                    sale_id: sale_id.to_owned(),
-                }
-            })
-    }
-
-    async fn sell_atomically(&self, buyer: Option<&BuyerId>) -> Result<SaleOutcome, AppError> {
-        let record =
-            SaleRecord::new(&self.seller, &new_sale_id(), Segment::WHOLE, 0, None, 0.0, unix_ms()).with_buyer(buyer);
-        let whole = Segment::WHOLE;
-        // Taken before the script goes: the settle of a lost answer needs it (see `crate::sale::stock`).
-        let sent_to = self.store.sale_seen_by_atomic();
-        match self.store.sell_atomically(&record).await {
-            Ok(AtomicOutcome::Sold { stock_before, sale }) => {
-                Ok(SaleOutcome::sold(stock_before - 1, &sale, whole, &record.sale_id))
-            }
-            Ok(AtomicOutcome::SoldOut) => Ok(SaleOutcome::sold_out(0.0, None)),
-            Ok(AtomicOutcome::Aborted) => Err(AppError::internal("a sale id was reused")),
-            Ok(AtomicOutcome::AlreadyBought) => Err(AppError::AlreadyBought),
-            Ok(AtomicOutcome::OtherSegments { reset_with }) => Err(AppError::SegmentsDisagree {
-                this_instance: 1,
-                reset_with,
-            }),
-            Err(error @ StockError::NotANumber { .. }) => Err(error.into()),
-            Err(error) => match self.settle(whole, &record.sale_id, &sent_to, error).await? {
-                Settled::Sold { stock_after } => Ok(SaleOutcome::sold(stock_after, &sent_to, whole, &record.sale_id)),
-                Settled::NotSold => Err(AppError::SaleNotWritten),
-                Settled::Unknown => Err(AppError::SaleOutcomeLostInReset {
-                    sale_id: record.sale_id.clone(),
-                }),
-            },
-        }
-    }
 }
 
 /// One buyer's request, as it walks the segments.
@@ -844,17 +652,4 @@ struct Released {
 /// 96 random bits: no two sale attempts share an id.
 fn new_sale_id() -> String {
     format!("{:024x}", rand::random::<u128>() >> 32)
-}
-
-/// Whether a stock operation failed because no master serves its key now: the server is
-/// gone or silent, a replica, or a cluster whose slot has no master yet.
-fn master_away(error: &StockError) -> bool {
-    let StockError::Redis(error) = error else {
-        return false;
-    };
-    crate::store::redis_master::may_mean_the_master_moved(error)
-        || matches!(
-            error.kind(),
-            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown | redis::ServerErrorKind::TryAgain)
-        )
 }
