@@ -164,55 +164,22 @@ impl Sale {
         group: &[Member],
         deadline: Instant,
     ) -> Vec<Result<SaleOutcome, AppError>> {
-        let everyone = |error: AppError| every_buyer_hears(error, group.len());
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
         let token = guard.fencing_token().filter(|_| self.fencing.is_on());
         // The group's read and write carry one id, as one sale's do: the fence's.
         let group_id = new_sale_id();
-        let lock_wait_ms = |member: &Member| member.waiting_since.elapsed().as_secs_f64() * 1000.0;
-        let answer =
-            |member: &Member, outcome: SaleOutcome| outcome.under(lock_wait_ms(member), guard.fencing_token().cloned());
+        let answer = |member: &Member, outcome: SaleOutcome| {
+            outcome.under(member.lock_wait_ms(), guard.fencing_token().cloned())
+        };
 
         // 2. Read and check, as one sale does; a group's read checks no buyer.
-        let (stock, sale) = match self.fenced_read(guard, segment, token, &group_id, None, deadline).await {
+        let (stock, sale) = match self.read_for_group(guard, segment, group, &group_id, deadline).await {
             Ok(read) => read,
-            Err(error) => return everyone(error),
+            Err(every_outcome) => return every_outcome,
         };
-        if stock <= 0 {
-            // Read empty: the flag learns it, under the name the segment showed.
-            self.learn_empty(&sale, segment);
-            return self
-                .sold_out_here(segment, group, &|member| {
-                    answer(member, SaleOutcome::sold_out(0.0, None))
-                })
-                .await;
-        }
-        // A lease that ran out while we read means someone else may be selling now.
-        if !guard.is_held() {
-            return everyone(AppError::LockLost);
-        }
-        if let Some(pause) = self.chaos_pause_before_write {
-            // As for one sale (see `decrement`): the window a paused holder writes in.
-            tokio::time::sleep(pause).await;
-        }
 
         // 3. Write every unit of the group, each buyer's record under its own sale id.
-        let records: Vec<SaleRecord> = group
-            .iter()
-            .map(|member| {
-                SaleRecord::new(
-                    &self.seller,
-                    &new_sale_id(),
-                    segment,
-                    0, // the script knows which unit each buyer gets
-                    guard.fencing_token().cloned(),
-                    lock_wait_ms(member),
-                    locked_at_ms,
-                )
-                .with_buyer(member.buyer.as_ref())
-                .in_group(&group_id)
-            })
-            .collect();
+        let records = self.records_of(group, segment, guard, &group_id, locked_at_ms);
         let write = GroupWrite {
             segment,
             group_id: &group_id,
@@ -246,6 +213,70 @@ impl Sale {
             self.learn_empty(&sale, segment);
         }
         outcomes
+    }
+
+    /// Step 2 for a group under `guard`: the units in `segment` and the sale they belong
+    /// to, or every buyer's outcome when the group stops here (a refused read, a segment
+    /// read empty, a lease gone before the write).
+    async fn read_for_group(
+        &self,
+        guard: &LockGuard,
+        segment: Segment,
+        group: &[Member],
+        group_id: &str,
+        deadline: Instant,
+    ) -> Result<(i64, SaleName), Vec<Result<SaleOutcome, AppError>>> {
+        let everyone = |error: AppError| every_buyer_hears(error, group.len());
+        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
+        let (stock, sale) = self
+            .fenced_read(guard, segment, token, group_id, None, deadline)
+            .await
+            .map_err(everyone)?;
+        if stock <= 0 {
+            // Read empty: the flag learns it, under the name the segment showed.
+            self.learn_empty(&sale, segment);
+            let sold_out = |member: &Member| {
+                SaleOutcome::sold_out(0.0, None).under(member.lock_wait_ms(), guard.fencing_token().cloned())
+            };
+            return Err(self.sold_out_here(segment, group, &sold_out).await);
+        }
+        // A lease that ran out while we read means someone else may be selling now.
+        if !guard.is_held() {
+            return Err(everyone(AppError::LockLost));
+        }
+        if let Some(pause) = self.chaos_pause_before_write {
+            // As for one sale (see `decrement`): the window a paused holder writes in.
+            tokio::time::sleep(pause).await;
+        }
+        Ok((stock, sale))
+    }
+
+    /// Each buyer's sale record for the group's write, under its own sale id and the
+    /// group's. The script knows which unit each buyer gets, so none says `stock_before`.
+    fn records_of(
+        &self,
+        group: &[Member],
+        segment: Segment,
+        guard: &LockGuard,
+        group_id: &str,
+        locked_at_ms: u64,
+    ) -> Vec<SaleRecord> {
+        group
+            .iter()
+            .map(|member| {
+                SaleRecord::new(
+                    &self.seller,
+                    &new_sale_id(),
+                    segment,
+                    0,
+                    guard.fencing_token().cloned(),
+                    member.lock_wait_ms(),
+                    locked_at_ms,
+                )
+                .with_buyer(member.buyer.as_ref())
+                .in_group(group_id)
+            })
+            .collect()
     }
 
     /// Step 3's write for a group: each buyer's part of it, or, when nothing of it was

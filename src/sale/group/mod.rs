@@ -86,6 +86,13 @@ pub struct Member {
 }
 
 impl Member {
+    /// How long the buyer has waited, in milliseconds: its sale record's `lock_wait_ms`.
+    pub fn lock_wait_ms(&self) -> f64 {
+        self.waiting_since.elapsed().as_secs_f64() * 1000.0
+    }
+}
+
+impl Member {
     /// The group's grant came, or will not come: this buyer no longer waits for the lock.
     pub fn done_waiting(&mut self) {
         self.waiting = None;
