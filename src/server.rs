@@ -13,6 +13,7 @@ use crate::http::{app, AppState, Limits};
 use crate::metrics::Metrics;
 use crate::orders::RunningWriter;
 use crate::sale::local_queue::LocalQueue;
+use crate::sale::segments::Segments;
 use crate::sale::stock::{Seller, StockStore};
 use crate::sale::{Sale, SaleSetup, STEPS_AFTER_ACQUIRE_BUDGET};
 use crate::store;
@@ -29,25 +30,8 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
     let segments = wiring::segments(config)?;
     let sold_out = wiring::sold_out_memory(config, segments)?;
     let group_max = wiring::group_max(config)?;
-    let keys = wiring::stock_keys(config, &stock_redis)?;
-    let store = StockStore::new(connection)
-        .with_segments(segments)
-        .with_one_per_buyer(config.one_per_buyer)
-        .with_orders(config.orders)
-        .with_keys(keys.clone());
-    let store = match wiring::stock_replica_wait(config) {
-        None => store,
-        Some(wait) => {
-            let writes = MasterConnection::connect(&stock_redis)
-                .await
-                .context("connecting the stock's writes, which wait for replicas (--stock-wait-replicas)")?;
-            store.with_replica_wait(writes, wait)
-        }
-    };
-    store
-        .seed_if_missing(config.initial_stock)
-        .await
-        .context("seeding the stock in Redis")?;
+    let store = stock_store(config, &stock_redis, connection, segments).await?;
+    let keys = store.keys().clone();
     let event_streams = event_streams(config, &stock_redis, &store).await?;
     let guarding = wiring::build(config, &stock_redis)
         .await
@@ -92,6 +76,34 @@ pub async fn build_state(config: &Config) -> anyhow::Result<AppState> {
         event_streams,
         order_writer,
     ))
+}
+
+/// The stock, as `config` splits and sells it, seeded if the Redis has no sale yet.
+async fn stock_store(
+    config: &Config,
+    stock_redis: &MasterAddress,
+    connection: MasterConnection,
+    segments: Segments,
+) -> anyhow::Result<StockStore> {
+    let store = StockStore::new(connection)
+        .with_segments(segments)
+        .with_one_per_buyer(config.one_per_buyer)
+        .with_orders(config.orders)
+        .with_keys(wiring::stock_keys(config, stock_redis)?);
+    let store = match wiring::stock_replica_wait(config) {
+        None => store,
+        Some(wait) => {
+            let writes = MasterConnection::connect(stock_redis)
+                .await
+                .context("connecting the stock's writes, which wait for replicas (--stock-wait-replicas)")?;
+            store.with_replica_wait(writes, wait)
+        }
+    };
+    store
+        .seed_if_missing(config.initial_stock)
+        .await
+        .context("seeding the stock in Redis")?;
+    Ok(store)
 }
 
 /// The dashboard's event streams, bounded by `--max-event-streams`, reading the sale on

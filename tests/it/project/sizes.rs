@@ -36,7 +36,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/render/chart.rs::comparison_svg", 75),
     ("loadtest/src/bin/lockbench.rs::main", 75),
     ("loadtest/src/render/chart.rs::lock_wait_curves", 74),
-    ("src/server.rs::build_state", 72),
     ("src/lock/redlock.rs::connect", 64),
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
     ("loadtest/src/render/chart.rs::bars", 63),
