@@ -31,6 +31,8 @@ pub(super) fn went_back(newest: &NewestRedisTokens, key: &str, epoch: u64, count
 }
 
 /// Steps 1 and 4: the grant's lease ends with the epoch's, and its token carries the epoch.
+/// A holder stops trusting its grant when its instance's mode lease for that epoch ends,
+/// or at once when the instance sees the epoch change.
 pub(super) fn bound_by_epoch(
     inner: LockGuard,
     epoch: u64,
@@ -71,7 +73,11 @@ impl Release for EpochGrant {
         self.inner.release().await
     }
 
-    /// Step 5: the inner lock's hand-over, only while the epoch allows grants.
+    /// Step 5: a release that hands the key to the next buyer of the local queue
+    /// ([`crate::sale::local_queue`]) goes through the inner lock's hand-over only while
+    /// the epoch allows grants, before and after it. The handed grant is bound by the epoch
+    /// as in steps 1 and 4. A Redis token that went back (a lock Redis that lost its last
+    /// writes) is released instead, and the next acquire, which sees the same, switches to MySQL.
     async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
         let EpochGrant {
             inner,

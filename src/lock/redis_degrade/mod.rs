@@ -1,44 +1,32 @@
 //! Redis that degrades to the MySQL version lock when it fails, and comes back.
 //!
-//! The original articles: "if Redis dies, MySQL takes over; so that MySQL does not die too, a
-//! semaphore of 10 permits in front of the MySQL optimistic lock; when Redis recovers,
-//! go back to Redis." Built here as a wrapper around two locks, not a branch inside
-//! either: [`crate::lock::redis::RedisLock`] on the *lock* Redis, and
-//! [`crate::lock::mysql_version::MySqlVersionLock`] behind its semaphore ([`crate::lock::parts::permits`]).
+//! The original articles: "if Redis dies, MySQL takes over; so that MySQL does not die too, a semaphore of 10
+//! permits in front of the MySQL optimistic lock; when Redis recovers, go back to Redis." Built here as a wrapper
+//! around two locks, not a branch inside either ([`DegradingLock`]).
 //!
 //! ## The danger
-//! Switching is easy; switching without two holders is not. A Redis holder granted just
-//! before Redis died may still be in its critical section when the first MySQL grant
-//! is made. Two instances notice a failure at different moments: one grants from MySQL
-//! while the other still grants from Redis. On the way back, one instance takes the
-//! Redis lock while the other still grants the MySQL one.
+//! Switching is easy; switching without two holders is not. A Redis holder granted just before Redis died may
+//! still be in its critical section when the first MySQL grant is made. Two instances notice a failure at
+//! different moments: one grants from MySQL while the other still grants from Redis. On the way back, one
+//! instance takes the Redis lock while the other still grants the MySQL one.
 //!
-//! ## The protocol
-//! Every instance that uses the same lock Redis shares one **mode** in MySQL
-//! ([`mode`]): `redis` or `mysql`, with an **epoch** that grows at every switch.
-//! 1. **Grant only under a mode lease.** Each instance renews a lease on the current
-//!    epoch every `ttl / 3` (one small transaction, not one per sale). It grants in the
-//!    epoch's mode only while that lease is trusted, and every grant's own lease is
-//!    bounded by it: a holder stops trusting its grant when its instance's mode lease
-//!    for that epoch ends, or at once when the instance sees the epoch change.
-//! 2. **Switch by moving the epoch.** When its acquire attempts find Redis down
-//!    ([`outage`]: `--degrade-after-failures` failures in a row, or every attempt
-//!    failing for `--degrade-after-ms`), an instance switches the mode to `mysql`;
-//!    after the lock Redis has answered every probe for `--degrade-recover-ms`, an
-//!    instance switches it back to `redis`. A switch locks the mode row, so it waits
-//!    for renewals in flight, and writes `grants_from`: the moment the last lease on the
-//!    old epoch ends.
-//! 3. **Wait out the old epoch.** No instance grants in the new epoch before
-//!    `grants_from`. Buyers wait (within their acquire timeout) for about one TTL.
-//! 4. **Fence with the epoch.** A grant's fencing token is `(epoch, the inner lock's
-//!    token)`, so the stock refuses any holder of an older epoch once a newer one has
-//!    read: the safety net, should the timing assumptions below ever fail.
-//! 5. **A hand-over is a grant too.** A release that hands the key to the next buyer of
-//!    the local queue ([`crate::sale::local_queue`]) goes through the inner lock's hand-over
-//!    only while the grant's epoch allows grants, before and after it, and the handed
-//!    grant is bound by the epoch as in steps 1 and 4. A Redis token that went back (a
-//!    lock Redis that lost its last writes) is released instead, and the next acquire,
-//!    which sees the same, switches to MySQL.
+//! ## How it works
+//! ### The protocol
+//! Every instance that uses the same lock Redis shares one **mode** in MySQL ([`mode`]): `redis` or `mysql`,
+//! with an **epoch** that grows at every switch.
+//! 1. **Grant only under a mode lease.** Each instance renews a lease on the current epoch every `ttl / 3`
+//!    (`renew_mode_lease`). It grants in the epoch's mode only while that lease is trusted, and every grant's
+//!    own lease is bounded by it (`bound_by_epoch`).
+//! 2. **Switch by moving the epoch.** An instance whose attempts find Redis down switches the mode to `mysql`
+//!    (`redis_failed`); one whose probes find it back switches it to `redis` (`probe_while_degraded`). A switch
+//!    writes `grants_from`: the moment the last lease on the old epoch ends ([`mode::SharedMode::switch`]).
+//! 3. **Wait out the old epoch.** No instance grants in the new epoch before `grants_from`. Buyers wait (within
+//!    their acquire timeout) for about one TTL (the `wait` in [`DegradingLock::acquire`]).
+//! 4. **Fence with the epoch.** A grant's fencing token is `(epoch, the inner lock's token)`, so the stock refuses
+//!    any holder of an older epoch once a newer one has read: the safety net, should the timing assumptions
+//!    below ever fail.
+//! 5. **A hand-over is a grant too.** A release that hands the key to the next buyer of the local queue does so
+//!    only while the grant's epoch allows grants, and binds the handed grant as in steps 1 and 4 (`EpochGrant`).
 //!
 //! ```text
 //!  Redis dies        A switches (epoch 1 -> 2)          grants_from
@@ -51,40 +39,27 @@
 //!                        |<--- at most one TTL ------------>|
 //! ```
 //!
-//! ## Why no two holders overlap
+//! ### Why no two holders overlap
 //! Let a switch from epoch `e` commit at time `s` (all times on the database's clock).
-//! - A lease on epoch `e` is only renewed by a transaction that read epoch `e` with a
-//!   shared lock on the mode row; the switch holds an exclusive lock on it, so every
-//!   such renewal committed before `s` and none after. Each set `expires_at = its own
-//!   time + ttl`, and the switch read the largest of them: `grants_from >= every
-//!   expires_at of epoch e` (and of earlier epochs, and the previous `grants_from`).
-//! - An instance trusts its epoch-`e` lease until `sent + ttl - drift`, where `sent`
-//!   precedes the renewal's server time; with clocks that drift less than `drift`
-//!   (1% of the TTL plus 2 ms) over one TTL, it stops trusting it before `expires_at`.
-//!   Every epoch-`e` grant is bounded by that lease, so every epoch-`e` holder has
-//!   stopped by `grants_from`.
-//! - Every grant of epoch `e + 1` starts after `grants_from` (plus the drift margin).
-//!   Within one epoch only one lock grants (Redis, or MySQL), and it excludes itself.
-//!   So no two holders overlap, across instances and in both directions, as long as
-//!   pauses are shorter than the drift margin lets through, which is the same
-//!   assumption every lease-based lock makes. Where it fails, the epoch fences.
+//! - Every renewal of epoch `e` read the mode row with a shared lock, and the switch holds an exclusive one: all
+//!   committed before `s`, so `grants_from >= every expires_at of epoch e` ([`mode::SharedMode::switch`]).
+//! - An instance stops trusting its epoch-`e` lease a drift margin before `expires_at` ([`mode::SharedMode::renew`]).
+//!   Every epoch-`e` grant is bounded by that lease, so every epoch-`e` holder has stopped by `grants_from`.
+//! - Every grant of epoch `e + 1` starts after `grants_from` (plus the drift margin), and within one epoch only
+//!   one lock grants. So no two holders overlap while pauses stay within the drift margin
+//!   ([`mode::ModeLease::allows_grants_at`]). Where that fails, the epoch fences.
 //!
 //! ## Limitations
-//! - **MySQL is always needed** for the mode lease, also while Redis is healthy: an
-//!   instance that cannot renew its lease stops granting (a buyer gets
-//!   `503 lock_backend_unavailable`) rather than risk a holder in another mode.
+//! - **MySQL is always needed** for the mode lease, also while Redis is healthy (`no_mode_lease`).
 //! - **A switch costs about one TTL** without grants, in each direction.
-//! - **Redis failures are judged per instance**, from its own attempts: a Redis that
-//!   is slow for one instance only can switch everybody to MySQL.
-//! - **One timeout is an outage** with the defaults: `--degrade-after-ms` (1 s) is
-//!   shorter than the Redis client's response timeout (2 s). A Redis that does not
-//!   answer one attempt in 2 s costs a switch: about one TTL without grants, and
-//!   `--degrade-recover-ms` before the way back.
-//! - **A Redis that reloads its data** answers `LOADING`, which the Redis lock treats as
-//!   "busy, try again": it counts as an answer, and never as an outage.
-//! - **A lock Redis that restarts empty** starts its token counter again at 1, which
-//!   the stock would refuse for the rest of the epoch. An instance that sees the
-//!   counter go back switches to MySQL at once, so Redis returns under a newer epoch.
+//! - **Redis failures are judged per instance**, from its own attempts: a Redis that is slow for one instance
+//!   only can switch everybody to MySQL ([`outage`]).
+//! - **One timeout is an outage** with the defaults: `--degrade-after-ms` (1 s) is shorter than the Redis client's
+//!   response timeout (2 s) ([`outage::OutageRule`]).
+//! - **A Redis that reloads its data** answers `LOADING`, which the Redis lock treats as "busy, try again": an
+//!   answer, never an outage (`attempt`).
+//! - **A lock Redis that restarts empty** starts its token counter again at 1; an instance that sees the counter
+//!   go back switches to MySQL at once (`redis_forgot_its_counter`).
 //!
 //! ## References
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens, epochs):
@@ -271,7 +246,9 @@ fn non_empty_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Redis, or the MySQL version lock while Redis is down.
+/// Redis, or the MySQL version lock while Redis is down. A wrapper around two locks, not a branch inside
+/// either: [`RedisLock`] on the *lock* Redis, and [`MySqlVersionLock`] behind its semaphore
+/// ([`crate::lock::parts::permits`]).
 pub struct DegradingLock {
     redis: RedisLock,
     mysql: MySqlVersionLock,
@@ -372,6 +349,8 @@ impl DegradingLock {
                     return Err(LockError::Backend { backend, source });
                 }
                 granted_or_busy => {
+                    // A Redis that reloads its data answers `LOADING`, which the Redis lock treats as
+                    // "busy, try again": it counts as an answer, and never as an outage.
                     if matches!(granted_or_busy, Ok(_) | Err(LockError::Busy { .. })) {
                         self.outage.answered(Instant::now());
                     }
@@ -425,7 +404,8 @@ impl DegradingLock {
     }
 
     /// Step 2, downwards: an attempt sent at `sent` failed; once the failures make an
-    /// outage, switch this epoch to MySQL.
+    /// outage, switch this epoch to MySQL. An outage ([`outage`]) is `--degrade-after-failures`
+    /// failures in a row, or every attempt failing for `--degrade-after-ms`.
     async fn redis_failed(&self, lease: ModeLease, sent: Instant, error: &(dyn std::error::Error + Send + Sync)) {
         tracing::debug!(%error, "the lock Redis failed");
         let Some(outage) = self.outage.failed(sent, Instant::now()) else {
@@ -445,7 +425,8 @@ impl DegradingLock {
     }
 }
 
-/// Step 1: renews this instance's mode lease every `ttl / 3`, or at once when asked.
+/// Step 1: renews this instance's mode lease every `ttl / 3`, or at once when asked. Each
+/// renewal is one small transaction, not one per sale.
 async fn renew_mode_lease(
     shared: Arc<SharedMode>,
     publish: watch::Sender<Option<ModeLease>>,
@@ -472,7 +453,7 @@ async fn renew_mode_lease(
 }
 
 /// Step 2, upwards: while degraded, ping the lock Redis; once it has answered every
-/// probe for `recover_after`, switch back. Long enough that a Redis that flaps does not
+/// probe for `recover_after` (`--degrade-recover-ms`), switch back. Long enough that a Redis that flaps does not
 /// drag every instance through a switch (one TTL without grants) each time.
 async fn probe_while_degraded(
     lock_redis: redis::Client,
@@ -606,6 +587,9 @@ impl DistributedLock for DegradingLock {
     }
 }
 
+/// MySQL is always needed for the mode lease, also while Redis is healthy. An instance that
+/// cannot renew its lease stops granting (a buyer gets `503 lock_backend_unavailable`) rather
+/// than risk a holder in another mode.
 fn no_mode_lease() -> LockError {
     LockError::backend(
         BACKEND,

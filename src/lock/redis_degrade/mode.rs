@@ -63,6 +63,12 @@ pub struct ModeLease {
 
 impl ModeLease {
     /// Whether this instance may hold a grant of this epoch at `now`.
+    ///
+    /// Every grant of a new epoch starts after its `grants_from` (plus the drift margin). Within
+    /// one epoch only one lock grants (Redis, or MySQL), and it excludes itself. So no two holders
+    /// overlap, across instances and in both directions, as long as pauses are shorter than the
+    /// drift margin lets through. That is the same assumption every lease-based lock makes; where
+    /// it fails, the epoch fences (step 4 of [`super`]).
     pub fn allows_grants_at(&self, now: Instant) -> bool {
         self.grants_from <= now && now < self.trusted_until
     }
@@ -120,6 +126,11 @@ impl SharedMode {
     }
 
     /// Step 2: renews this instance's lease on the current epoch and says what it may do.
+    ///
+    /// The second link of "Why no two holders overlap" in [`super`]: an instance trusts its lease
+    /// until `sent + ttl - drift`, where `sent` precedes the renewal's server time. With clocks that
+    /// drift less than `drift` (1% of the TTL plus 2 ms) over one TTL, it stops trusting the lease
+    /// before `expires_at`.
     pub async fn renew(&self) -> Result<ModeLease, sqlx::Error> {
         let sent = Instant::now();
         let mut transaction = self.pool.begin().await?;
@@ -151,6 +162,15 @@ impl SharedMode {
     }
 
     /// Step 3: switches from `from_epoch` to `to`. `false` if someone else switched first.
+    /// A switch locks the mode row, so it waits for renewals in flight, and writes
+    /// `grants_from`: the moment the last lease on the old epoch ends.
+    ///
+    /// The first link of "Why no two holders overlap" in [`super`]: a lease on epoch `e` is only
+    /// renewed by a transaction that read epoch `e` with a shared lock on the mode row. The switch
+    /// holds an exclusive lock on it, so every such renewal committed before the switch and none
+    /// after. Each set `expires_at = its own time + ttl`, and the switch read the largest of them.
+    /// So `grants_from >= every expires_at of epoch e`, and of earlier epochs, and the previous
+    /// `grants_from`.
     pub async fn switch(&self, from_epoch: u64, to: Mode) -> Result<bool, sqlx::Error> {
         let mut transaction = self.pool.begin().await?;
         let (_, epoch): (String, u64) = sqlx::query_as(READ_MODE_FOR_SWITCH)

@@ -22,7 +22,10 @@ use crate::lock::parts::unpoisoned;
 pub struct OutageRule {
     /// `--degrade-after-failures`: failed attempts in a row.
     pub after_failures: u32,
-    /// `--degrade-after-ms`: how long every attempt has failed.
+    /// `--degrade-after-ms`: how long every attempt has failed. Its default (1 s) is shorter than
+    /// the Redis client's response timeout (2 s), so one timeout is an outage: a Redis that does not
+    /// answer one attempt in 2 s costs a switch. That is about one TTL without grants, and
+    /// `--degrade-recover-ms` before the way back.
     pub after: Duration,
 }
 

@@ -19,7 +19,7 @@ pub struct DegradeStats {
 }
 
 impl DegradeStats {
-    /// What the trait's [`own_stats`](DistributedLock::own_stats) hands out: these
+    /// What the trait's [`own_stats`](crate::lock::DistributedLock::own_stats) hands out: these
     /// numbers for `/healthz`, and the metrics made of them.
     pub(super) fn own_stats(self) -> OwnStats {
         OwnStats {
