@@ -81,14 +81,50 @@ async fn lock_of(strategy: Strategy) -> anyhow::Result<Arc<dyn DistributedLock>>
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut runs = Vec::new();
     print!("{}", lockbench_table().markdown_head());
+    let mut runs = match time_our_locks(&cli).await {
+        Ok(runs) => runs,
+        Err(exit) => return exit,
+    };
+    let peers_failed = match time_the_peers(&cli, &mut runs).await {
+        Ok(failed) => failed,
+        Err(exit) => return exit,
+    };
+    if runs.iter().any(|run| run.recipe_of.is_some()) {
+        println!();
+        print!("{}", markdown(&[Block::Table(against_recipes(&runs))]));
+    }
+    if let Some(path) = &cli.json {
+        let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty());
+        let written = folder
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(path, serde_json::to_string_pretty(&runs).expect("plain data")));
+        if let Err(error) = written {
+            eprintln!("lockbench: could not write {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    // A recipe's errors are part of what it is measured for (pottery's Redlock times out at
+    // 64 contenders): they show in its rows. Only our locks' errors, or a peer that could
+    // not run at all, fail the run.
+    if runs.iter().any(|run| run.errors > 0 && run.recipe_of.is_none()) || !peers_failed.is_empty() {
+        if !peers_failed.is_empty() {
+            eprintln!("lockbench: peers that could not run: {}", peers_failed.join(", "));
+        }
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Every run of our locks, each row printed as it ends; exit 2 if a lock cannot start.
+async fn time_our_locks(cli: &Cli) -> Result<Vec<lockbench::Run>, ExitCode> {
+    let mut runs = Vec::new();
     for strategy in cli.strategies.clone().unwrap_or_else(every_lock) {
         let lock = match lock_of(strategy).await {
             Ok(lock) => lock,
             Err(error) => {
                 eprintln!("lockbench: `{strategy}` could not start: {error:#} (are the servers up? `make services`)");
-                return ExitCode::from(2);
+                return Err(ExitCode::from(2));
             }
         };
         for &contenders in &cli.contenders {
@@ -106,6 +142,12 @@ async fn main() -> ExitCode {
         }
         let _ = lock.shutdown().await;
     }
+    Ok(runs)
+}
+
+/// The peers' runs, added to `runs` with their rows printed; the peers that could not
+/// run. Exit 2 for a peer nobody knows.
+async fn time_the_peers(cli: &Cli, runs: &mut Vec<lockbench::Run>) -> Result<Vec<&'static str>, ExitCode> {
     let mut peers_failed = Vec::new();
     for name in cli.peers.iter().filter(|name| name.as_str() != "none") {
         let Some(peer) = lockbench::PEERS.iter().find(|peer| peer.name == name) else {
@@ -114,7 +156,7 @@ async fn main() -> ExitCode {
                 "lockbench: no peer `{name}`; the peers are {} (or none)",
                 known.join(", ")
             );
-            return ExitCode::from(2);
+            return Err(ExitCode::from(2));
         };
         match lockbench::run_peer(peer, &cli.contenders, cli.seconds).await {
             Ok(peer_runs) => {
@@ -129,28 +171,5 @@ async fn main() -> ExitCode {
             }
         }
     }
-    if runs.iter().any(|run| run.recipe_of.is_some()) {
-        println!();
-        print!("{}", markdown(&[Block::Table(against_recipes(&runs))]));
-    }
-    if let Some(path) = cli.json {
-        let folder = path.parent().filter(|folder| !folder.as_os_str().is_empty());
-        let written = folder
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&path, serde_json::to_string_pretty(&runs).expect("plain data")));
-        if let Err(error) = written {
-            eprintln!("lockbench: could not write {}: {error}", path.display());
-            return ExitCode::from(2);
-        }
-    }
-    // A recipe's errors are part of what it is measured for (pottery's Redlock times out at
-    // 64 contenders): they show in its rows. Only our locks' errors, or a peer that could
-    // not run at all, fail the run.
-    if runs.iter().any(|run| run.errors > 0 && run.recipe_of.is_none()) || !peers_failed.is_empty() {
-        if !peers_failed.is_empty() {
-            eprintln!("lockbench: peers that could not run: {}", peers_failed.join(", "));
-        }
-        return ExitCode::from(1);
-    }
-    ExitCode::SUCCESS
+    Ok(peers_failed)
 }

@@ -34,7 +34,6 @@ const DEBT: &[(&str, usize)] = &[
     ("src/lock/etcd/mod.rs::queue_and_wait", 80),
     ("loadtest/src/main.rs::main", 79),
     ("loadtest/src/render/chart.rs::comparison_svg", 75),
-    ("loadtest/src/bin/lockbench.rs::main", 75),
     ("loadtest/src/render/chart.rs::lock_wait_curves", 74),
     ("src/lock/redlock.rs::connect", 64),
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
