@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use loadtest::{run, Options};
+use loadtest::{run, Options, Report};
 
 #[derive(Parser)]
 #[command(
@@ -140,31 +140,8 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match &cli.command {
-        Some(Command::RecordFault {
-            to,
-            fault,
-            target,
-            detail,
-        }) => {
-            return match loadtest::history::append_fault(to, *fault, target, detail.as_deref()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(error) => {
-                    eprintln!("loadtest error: {error:#}");
-                    ExitCode::from(2)
-                }
-            };
-        }
-        Some(Command::ChaosTable { runs, layout, markdown }) => return chaos_table(runs, *layout, markdown.as_deref()),
-        Some(Command::SafetyMatrix { chaos_page }) => return safety_matrix(chaos_page),
-        Some(Command::Check {
-            history,
-            stock,
-            segments,
-            one_per_buyer,
-            timeline,
-        }) => return check(history, *stock, *segments, *one_per_buyer, timeline.as_deref()),
-        None => {}
+    if let Some(command) = &cli.command {
+        return subcommand(command);
     }
     if !cli.compare.is_empty() {
         return compare(&cli.compare, cli.chart.as_deref());
@@ -176,41 +153,13 @@ async fn main() -> ExitCode {
         initial_stock: cli.stock,
         redis_url: cli.redis_url.clone(),
         keys: seckill::sale::keys::Keys::for_stock_at(&cli.key_prefix, &cli.redis_url),
-        mysql_url: cli.mysql_url,
-        admin_token: cli.admin_token,
+        mysql_url: cli.mysql_url.clone(),
+        admin_token: cli.admin_token.clone(),
         goose_metrics: cli.goose_metrics,
         live_history: cli.live_history.clone(),
     };
     match run(&options).await {
-        Ok(report) => {
-            let json = serde_json::to_string(&report).unwrap_or_default();
-            if cli.json {
-                println!("{json}");
-            } else {
-                print!("{}", report.render());
-            }
-            if let Some(path) = &cli.report_file {
-                if let Err(error) = std::fs::write(path, &json) {
-                    eprintln!("loadtest error: cannot write the report to {}: {error}", path.display());
-                    return ExitCode::from(2);
-                }
-            }
-            let history_file = cli.history_file.clone().or_else(|| {
-                let report = cli.report_file.as_deref()?;
-                Some(loadtest::history::beside_report(report, "history.jsonl"))
-            });
-            if let Some(path) = history_file {
-                if let Err(error) = write_history(&path, &report, cli.faults_file.as_deref()) {
-                    eprintln!("loadtest error: {error:#}");
-                    return ExitCode::from(2);
-                }
-            }
-            if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
+        Ok(report) => show_and_keep(&cli, &report),
         Err(error) => {
             eprintln!("loadtest error: {error:#}");
             ExitCode::from(2)
@@ -218,13 +167,68 @@ async fn main() -> ExitCode {
     }
 }
 
+/// The commands that read what runs left behind, and start no run.
+fn subcommand(command: &Command) -> ExitCode {
+    match command {
+        Command::RecordFault {
+            to,
+            fault,
+            target,
+            detail,
+        } => match loadtest::history::append_fault(to, *fault, target, detail.as_deref()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("loadtest error: {error:#}");
+                ExitCode::from(2)
+            }
+        },
+        Command::ChaosTable { runs, layout, markdown } => chaos_table(runs, *layout, markdown.as_deref()),
+        Command::SafetyMatrix { chaos_page } => safety_matrix(chaos_page),
+        Command::Check {
+            history,
+            stock,
+            segments,
+            one_per_buyer,
+            timeline,
+        } => check(history, *stock, *segments, *one_per_buyer, timeline.as_deref()),
+    }
+}
+
+/// Prints the run's report (or its JSON), writes the report and the history where
+/// `cli` says; exit 1 when the report failed, 2 when a file could not be written.
+fn show_and_keep(cli: &Cli, report: &Report) -> ExitCode {
+    let json = serde_json::to_string(report).unwrap_or_default();
+    if cli.json {
+        println!("{json}");
+    } else {
+        print!("{}", report.render());
+    }
+    if let Some(path) = &cli.report_file {
+        if let Err(error) = std::fs::write(path, &json) {
+            eprintln!("loadtest error: cannot write the report to {}: {error}", path.display());
+            return ExitCode::from(2);
+        }
+    }
+    let history_file = cli.history_file.clone().or_else(|| {
+        let report = cli.report_file.as_deref()?;
+        Some(loadtest::history::beside_report(report, "history.jsonl"))
+    });
+    if let Some(path) = history_file {
+        if let Err(error) = write_history(&path, report, cli.faults_file.as_deref()) {
+            eprintln!("loadtest error: {error:#}");
+            return ExitCode::from(2);
+        }
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 /// The run's history at `path`, with the faults of `faults` if another program wrote
 /// some, and its timeline beside it (`.jsonl` becomes `.html`).
-fn write_history(
-    path: &std::path::Path,
-    report: &loadtest::Report,
-    faults: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
+fn write_history(path: &std::path::Path, report: &Report, faults: Option<&std::path::Path>) -> anyhow::Result<()> {
     let mut history = report.history.clone();
     if let Some(faults) = faults {
         loadtest::history::merge_faults(&mut history, faults)?;

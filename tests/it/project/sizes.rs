@@ -32,7 +32,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/bin/bench.rs::main", 82),
     ("src/sale/group/flow.rs::sell_from_in_a_group", 81),
     ("src/lock/etcd/mod.rs::queue_and_wait", 80),
-    ("loadtest/src/main.rs::main", 79),
     ("loadtest/src/render/chart.rs::comparison_svg", 75),
     ("loadtest/src/render/chart.rs::lock_wait_curves", 74),
     ("src/lock/redlock.rs::connect", 64),
