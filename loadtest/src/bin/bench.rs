@@ -150,33 +150,7 @@ async fn main() -> ExitCode {
                 serial_seconds,
                 watched,
             };
-            match bench::measure(&options).await {
-                Ok(result) => {
-                    if let Err(error) = write(&out, &serde_json::to_string(&result).expect("plain data")) {
-                        eprintln!("bench: {error}");
-                        return ExitCode::from(2);
-                    }
-                    if let Err(error) = write_histories(&out, &result) {
-                        eprintln!("bench: {error:#}");
-                        return ExitCode::from(2);
-                    }
-                    print!("{}", document::markdown(&tables::bench(std::slice::from_ref(&result))));
-                    if result.kept_its_promise() {
-                        ExitCode::SUCCESS
-                    } else {
-                        eprintln!(
-                            "bench: `{}` did not keep its promise; see {}",
-                            result.label,
-                            out.display()
-                        );
-                        ExitCode::from(1)
-                    }
-                }
-                Err(error) => {
-                    eprintln!("bench error: {error:#}");
-                    ExitCode::from(2)
-                }
-            }
+            measure(&options, &out).await
         }
         Command::Report {
             results,
@@ -193,6 +167,37 @@ async fn main() -> ExitCode {
             chaos.as_deref(),
             lockbench.as_deref(),
         ),
+    }
+}
+
+/// Measures one run, writes its result and histories beside `out` and prints its
+/// tables; exit 1 if the run did not keep its promise, 2 if it could not be measured.
+async fn measure(options: &BenchOptions, out: &Path) -> ExitCode {
+    let result = match bench::measure(options).await {
+        Ok(result) => result,
+        Err(error) => {
+            eprintln!("bench error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(error) = write(out, &serde_json::to_string(&result).expect("plain data")) {
+        eprintln!("bench: {error}");
+        return ExitCode::from(2);
+    }
+    if let Err(error) = write_histories(out, &result) {
+        eprintln!("bench: {error:#}");
+        return ExitCode::from(2);
+    }
+    print!("{}", document::markdown(&tables::bench(std::slice::from_ref(&result))));
+    if result.kept_its_promise() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "bench: `{}` did not keep its promise; see {}",
+            result.label,
+            out.display()
+        );
+        ExitCode::from(1)
     }
 }
 

@@ -29,7 +29,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/history/checks.rs", 703),
     ("loadtest/src/bench/mod.rs::measure", 90),
     ("loadtest/src/history/linearizable.rs::search", 86),
-    ("loadtest/src/bin/bench.rs::main", 82),
     ("src/sale/group/flow.rs::sell_from_in_a_group", 81),
     ("src/lock/etcd/mod.rs::queue_and_wait", 80),
     ("loadtest/src/render/chart.rs::comparison_svg", 75),
