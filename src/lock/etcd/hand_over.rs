@@ -10,10 +10,11 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::sync::broadcast;
 
 use super::kept_watch::Deletes;
-use super::{
-    backend_error, delete_in_background, delete_once, keys_ahead, list_the_queue, other_key_of, prefix_of,
-    send_until_done, Connection, EtcdGrant, Queued, Session, Turn, Wait, BACKEND,
-};
+use super::queue::{keys_ahead, list_the_queue, other_key_of, prefix_of, Queued, Turn, Wait};
+use super::release::{delete_in_background, delete_once, send_until_done, EtcdGrant};
+use super::retry::backend_error;
+use super::session::Session;
+use super::{Connection, BACKEND};
 use crate::lock::{AwaitGrant, HandOver, LockError, LockGuard, Owner, QueuedPlace, Release};
 
 /// How long a release that queues the next owner waits for its answer before it

@@ -8,7 +8,9 @@ use etcd_client::{Client, WatchFilterType, WatchOptions, WatchStream};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use super::{cross_off, watch_canceled, watch_ended, Queued, RetryPauses, Session, Wait, WatchFailure};
+use super::queue::{cross_off, Queued, Wait};
+use super::retry::{watch_canceled, watch_ended, RetryPauses, WatchFailure};
+use super::session::Session;
 use crate::lock::parts::unpoisoned;
 
 /// How many watch messages a kept watch holds for a waiter that has not read them yet.
