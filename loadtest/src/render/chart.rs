@@ -157,10 +157,12 @@ fn legend(svg: &mut String, series: &[&str], left_edge: f64) {
     }
 }
 
+/// The height of one bar of a bar chart, its gap included.
+const BAR_ROW: f64 = 18.0;
+
 /// Horizontal grouped bars: one group per row, one bar per series, values written at the end.
 pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Scale, line_at: Option<f64>) -> String {
     const FONT: f64 = 11.0;
-    const ROW: f64 = 18.0;
     const PLOT: f64 = 500.0;
     let axis = Axis::of(rows, scale, PLOT);
     let label_width = label_column(rows, FONT);
@@ -174,7 +176,7 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
         .fold(PLOT, f64::max);
     let legend_edge = legend_width(series, FONT) + if scale == Scale::Log { 80.0 } else { 0.0 };
     let width = label_width + right_edge.max(legend_edge) + 8.0;
-    let group = ROW * series.len() as f64 + 8.0;
+    let group = BAR_ROW * series.len() as f64 + 8.0;
     let height = 30.0 + group * rows.len() as f64;
 
     let mut svg = svg_open(width, height, FONT as u32);
@@ -186,28 +188,14 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
             width - 8.0
         );
     }
+    let layout = BarLayout {
+        label_width,
+        group,
+        axis: &axis,
+        unit,
+    };
     for (row, (label, values)) in rows.iter().enumerate() {
-        let top = 24.0 + row as f64 * group;
-        let _ = writeln!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-            label_width - 6.0,
-            top + group / 2.0,
-            escape(label)
-        );
-        for (i, value) in values.iter().enumerate() {
-            let y = top + i as f64 * ROW;
-            let bar = axis.x(*value);
-            let _ = writeln!(
-                svg,
-                "<rect x=\"{label_width:.1}\" y=\"{y}\" width=\"{bar:.1}\" height=\"{}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{}\">{}</text>",
-                ROW - 4.0,
-                COLORS[i % COLORS.len()],
-                label_width + bar + 4.0,
-                y + ROW - 7.0,
-                escape(&bar_value(*value, unit))
-            );
-        }
+        layout.draw_row(&mut svg, 24.0 + row as f64 * group, label, values);
     }
     if let Some(at) = line_at {
         let left = label_width + axis.x(at);
@@ -220,6 +208,41 @@ pub fn bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str, scale: Sca
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// Where a bar chart's rows go: the labels' column, each row's height, the value axis.
+struct BarLayout<'a> {
+    label_width: f64,
+    group: f64,
+    axis: &'a Axis,
+    unit: &'a str,
+}
+
+impl BarLayout<'_> {
+    /// One row at `top`: its label, then a bar and its value per series.
+    fn draw_row(&self, svg: &mut String, top: f64, label: &str, values: &[f64]) {
+        let label_width = self.label_width;
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+            label_width - 6.0,
+            top + self.group / 2.0,
+            escape(label)
+        );
+        for (i, value) in values.iter().enumerate() {
+            let y = top + i as f64 * BAR_ROW;
+            let bar = self.axis.x(*value);
+            let _ = writeln!(
+                svg,
+                "<rect x=\"{label_width:.1}\" y=\"{y}\" width=\"{bar:.1}\" height=\"{}\" fill=\"{}\"/><text x=\"{:.1}\" y=\"{}\">{}</text>",
+                BAR_ROW - 4.0,
+                COLORS[i % COLORS.len()],
+                label_width + bar + 4.0,
+                y + BAR_ROW - 7.0,
+                escape(&bar_value(*value, self.unit))
+            );
+        }
+    }
 }
 
 /// A bar chart's value axis: where a value ends, from 0 to `length`.

@@ -33,7 +33,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/render/chart.rs::lock_wait_curves", 74),
     ("src/lock/redlock.rs::connect", 64),
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
-    ("loadtest/src/render/chart.rs::bars", 63),
     ("loadtest/src/history/operations.rs::patch", 63),
     ("loadtest/src/verdict/mod.rs::run", 62),
     ("loadtest/src/render/tables.rs::one_lock", 62),
