@@ -126,7 +126,7 @@ start_lock_redis() {
 }
 
 # A Redlock master forgets the keys it granted if it restarts empty, and then two
-# clients can hold the lock (see src/lock/redlock.rs). So each one writes every
+# clients can hold the lock (see src/lock/redlock/masters.rs). So each one writes every
 # command to its append-only file and fsyncs it before it answers.
 start_redlock_masters() {
   local port

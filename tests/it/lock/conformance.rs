@@ -722,7 +722,7 @@ conformance_suite!(
     Traits {
         separate_clients: true,
         hand_over: HandOverKind::Grants,
-        // Redlock has no fencing token (see src/lock/redlock.rs): the lost-lease test
+        // Redlock has no fencing token (see src/lock/redlock/mod.rs): the lost-lease test
         // checks that the holder sees the loss, not that the stock refuses its write.
         fencing_tokens: false,
         lease: true,

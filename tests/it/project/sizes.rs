@@ -22,7 +22,6 @@ const TABLES: [&str; 2] = [
 const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/render/tables.rs", 928),
     ("src/lock/redis.rs", 875),
-    ("src/lock/redlock.rs", 806),
     ("src/lock/mysql.rs", 730),
     ("loadtest/src/verdict/checker.rs", 725),
     ("loadtest/src/history/checks.rs", 703),
@@ -31,7 +30,6 @@ const DEBT: &[(&str, usize)] = &[
     ("src/sale/group/flow.rs::sell_from_in_a_group", 81),
     ("loadtest/src/render/chart.rs::comparison_svg", 75),
     ("loadtest/src/render/chart.rs::lock_wait_curves", 74),
-    ("src/lock/redlock.rs::connect", 64),
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
     ("loadtest/src/history/operations.rs::patch", 63),
     ("loadtest/src/verdict/mod.rs::run", 62),
