@@ -170,7 +170,7 @@ start_zookeeper() {
 start_mysql() {
   local socket="$RUN/mysql/mysqld.sock" mode
   # Ours (it answers on our socket), started by an older checkout in another mode: the
-  # mysql lock needs innodb_autoinc_lock_mode 0 (src/lock/mysql.rs, step 5). It holds
+  # mysql lock needs innodb_autoinc_lock_mode 0 (src/lock/mysql/mod.rs, step 5). It holds
   # only lock rows, which a restart may drop. Someone else's server is reused as it is,
   # and `--lock mysql` says what to change if it has to.
   mode=$(mysql --no-defaults --socket="$socket" -uroot -N -e 'SELECT @@innodb_autoinc_lock_mode' 2>/dev/null) || mode=""

@@ -41,7 +41,7 @@
 #       shown on stderr if it fails), then exec mariadbd on 127.0.0.1:PORT, socket
 #       DIR/mysqld.sock, temporary files in DIR/tmp, no binary log, 400 connections at most,
 #       and innodb_autoinc_lock_mode 0, which the `mysql` lock's fencing tokens need
-#       (src/lock/mysql.rs, step 5). MARIADBD_OPTIONs go last and so win: a test gives
+#       (src/lock/mysql/mod.rs, step 5). MARIADBD_OPTIONs go last and so win: a test gives
 #       --innodb-autoinc-lock-mode=1, MariaDB's default, to show what 0 prevents.
 #
 #   exec-server.sh mariadb-account DIR

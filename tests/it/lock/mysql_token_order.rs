@@ -1,6 +1,6 @@
 //! The `mysql` lock's fencing token is the row's AUTO_INCREMENT id, and a later grant
 //! has a larger id only when MariaDB hands the ids out in the order the inserts finish:
-//! `innodb_autoinc_lock_mode = 0` (src/lock/mysql.rs, step 5).
+//! `innodb_autoinc_lock_mode = 0` (src/lock/mysql/mod.rs, step 5).
 //!
 //! The race behind that rule needs a thread that stops just after its insert took an id,
 //! as one does when the machine takes its core away. Here gdb stops it on purpose: it

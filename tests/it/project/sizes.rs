@@ -22,7 +22,6 @@ const TABLES: [&str; 2] = [
 const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/render/tables.rs", 928),
     ("src/lock/redis.rs", 875),
-    ("src/lock/mysql.rs", 730),
     ("loadtest/src/verdict/checker.rs", 725),
     ("loadtest/src/history/checks.rs", 703),
     ("loadtest/src/bench/mod.rs::measure", 90),
