@@ -49,7 +49,7 @@ VARIANTS=(redis+no-local-queue redis+no-hand-over redlock+no-local-queue redlock
           atomic+stock-cluster redis+segments-6+lock-redis redis+segments-6+lock-redis+stock-cluster)
 
 # The pages of docs/results/ that show the tables, and the sentence that opens the paragraph
-# above each table in tables.md (`tables::bench` in loadtest/src/render/tables.rs).
+# above each table in tables.md (`tables::bench` in loadtest/src/render/tables/mod.rs).
 # A paragraph and its table go to the page of its opening, in the order of tables.md.
 PAGE_PARTS=(
   "bench|The crowd: "
