@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use loadtest::history::{Process, Recorder, What};
-use loadtest::verdict::{self, checker, crowd as lessons_crowd, Options, Verdict};
+use loadtest::verdict::{self, crowd as lessons_crowd, sale_state, Options, Verdict};
 use seckill::sale::keys::Keys;
 use tokio::sync::watch;
 
@@ -72,7 +72,7 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
         next += 1;
     }
     while buyers.join_next().await.is_some() {} // each ends within ANSWER_WITHIN
-    let sale = checker::read_sale(&load.redis_url, &keys).await?;
+    let sale = sale_state::read_sale(&load.redis_url, &keys).await?;
     let mut events = recorder.events();
     loadtest::history::merge_faults(&mut events, &load.faults)?;
     let checks = verdict::check_history(&events, &sale, STOCK, target.one_per_buyer);

@@ -4,8 +4,8 @@
 //! 1. [`latency`]: the one percentile. Every latency is recorded in an HdrHistogram.
 //! 2. [`history`]: what every buyer asked and heard, and every fault, on one clock; and
 //!    the checks that judge it (`unique`, `sold-out`, `linearizable`, ...).
-//! 3. [`verdict`]: the lesson. The crowd of 500 buyers, the checker that reads the sale
-//!    back from Redis, what it cost the database, and the report of one run.
+//! 3. [`verdict`]: the lesson. The crowd of 500 buyers, the sale read back from Redis
+//!    and the checker that judges it, what it cost the database, and the report of one run.
 //! 4. [`bench`]: `make bench`. Each strategy measured the same way: the crowd N times,
 //!    one serial client and a sustained keep-alive load, against the bound of its
 //!    critical path, with the CPU each process used; and `lockbench`, the locks alone.

@@ -28,6 +28,7 @@ use super::breakdown::HandOver;
 use crate::latency::Latencies;
 use crate::verdict::checker::{self, Verdict};
 use crate::verdict::crowd::{self, answer_of, Answer, Tally};
+use crate::verdict::sale_state;
 use crate::verdict::Options;
 
 /// Enough units that no window sells out: 64 connections at 100k sales/s for 10 s.
@@ -111,7 +112,7 @@ async fn measure_from(initial_stock: i64, options: &Options, load: &Load) -> any
     }
     let tally = std::mem::take(&mut *tally.lock().await);
     let window = std::mem::take(&mut *window.lock().await);
-    let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
+    let sale = sale_state::read_sale(&options.redis_url, &options.keys).await?;
     // With --orders, the verdict waits for the orders to drain, and judges them too.
     let orders =
         crate::verdict::orders::read_if_on(&target, &options.redis_url, &options.keys, &options.mysql_url).await?;

@@ -3,12 +3,13 @@
 //!
 //! 1. [`crowd`]: resets the sale and fires the goose users; tallies what each buyer was told.
 //! 2. [`orders`]: with `--orders`, once the stream drained, one order in MySQL per unit sold.
-//! 3. [`checker`]: the test oracle. Reads the sale back from Redis (not from the
-//!    service, which could be wrong) and decides: held, oversold, or lost; the orders
-//!    judged beside the sale.
-//! 4. [`database`]: for the MySQL strategies, what each sale cost the database
+//! 3. [`sale_state`]: the sale read back from Redis (not from the service, which could
+//!    be wrong), asked again while Redis fails over.
+//! 4. [`checker`]: the test oracle. Compares that sale with what the buyers were told
+//!    and decides: held, oversold, or lost; the orders judged beside the sale.
+//! 5. [`database`]: for the MySQL strategies, what each sale cost the database
 //!    (statements, attempts, version conflicts), read before and after the attack.
-//! 5. [`report`]: everything one run measured, and whether the strategy kept its promise.
+//! 6. [`report`]: everything one run measured, and whether the strategy kept its promise.
 //!
 //! [`run`] puts them together, and judges the run's history besides the counts
 //! ([`crate::history`]): a check that fails turns a held run into an oversold or a lost one.
@@ -16,6 +17,8 @@
 pub mod crowd;
 
 pub mod orders;
+
+pub mod sale_state;
 
 pub mod checker;
 
@@ -80,7 +83,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         );
     }
     let target = crowd::prepare(options).await?;
-    let generation = checker::generation(&options.redis_url, &options.keys).await?;
+    let generation = sale_state::generation(&options.redis_url, &options.keys).await?;
     let counting_cost = database::is_database_lock(&target.strategy);
     let cost_before = match counting_cost {
         true => Some(database::snapshot(&options.hosts, &options.mysql_url).await?),
@@ -91,7 +94,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
         None => Recorder::default(),
     };
     let tally = crowd::attack(options, &history).await?;
-    let sale = checker::read_sale(&options.redis_url, &options.keys).await?;
+    let sale = sale_state::read_sale(&options.redis_url, &options.keys).await?;
     // An instance that died during the attack (the chaos runs kill one) cannot be asked
     // for its counters: the verdict still stands, only the cost is not measured.
     let mut unmeasured = None;
@@ -131,7 +134,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
 /// The history's checks, on its operations patched with the sale records.
 pub fn check_history(
     events: &[Event],
-    sale: &checker::SaleState,
+    sale: &sale_state::SaleState,
     initial_stock: i64,
     one_per_buyer: bool,
 ) -> Vec<Check> {

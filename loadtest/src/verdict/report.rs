@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use seckill::strategy::{FencingStatus, Strategy};
 
-use super::checker::{FenceRefusals, Judgement, SaleState, Verdict};
+use super::checker::{Judgement, Verdict};
 use super::crowd::{Buyers, Tally, Target};
 use super::database::DatabaseCost;
 use super::orders::OrdersState;
+use super::sale_state::{FenceRefusals, SaleState};
 use super::Options;
 use crate::history::checks::Check;
 use crate::history::Event;

@@ -151,7 +151,7 @@ async fn outages(fault: Fault) {
     second.stop().await.unwrap();
 
     // The verdict, from Redis.
-    let sale = loadtest::verdict::checker::read_sale(&testkit::redis_url(), sale.keys())
+    let sale = loadtest::verdict::sale_state::read_sale(&testkit::redis_url(), sale.keys())
         .await
         .unwrap();
     let answers = answers.lock().unwrap();

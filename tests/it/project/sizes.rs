@@ -21,7 +21,6 @@ const TABLES: [&str; 2] = [
 /// What was longer than the bounds when this test came (issue 53), at that size.
 const DEBT: &[(&str, usize)] = &[
     ("src/lock/redis.rs", 875),
-    ("loadtest/src/verdict/checker.rs", 725),
     ("loadtest/src/history/checks.rs", 703),
     ("loadtest/src/bench/mod.rs::measure", 90),
     ("loadtest/src/history/linearizable.rs::search", 86),
@@ -31,7 +30,6 @@ const DEBT: &[(&str, usize)] = &[
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
     ("loadtest/src/history/operations.rs::patch", 63),
     ("loadtest/src/verdict/mod.rs::run", 62),
-    ("loadtest/src/verdict/checker.rs::read_sale_once", 61),
 ];
 
 fn root() -> &'static Path {
