@@ -12,17 +12,34 @@
 //! | `one-per-buyer` | with `--one-per-buyer`, a buyer got two units |
 //! | `fence-order` | fencing tokens went backwards along the order the sales were written (equal only within one group) |
 //! | `linearizable` | no order of the requests explains every answer ([`super::linearizable`]) |
+//!
+//! Two files hold the checks, split by what they read beside the operations:
+//! 1. [`answers`]: the answers alone, and the model of the stock (`unique`, `sold-out`,
+//!    `real-time`, `one-per-buyer`, `linearizable`); a history checked alone runs them.
+//! 2. [`records`]: the answers against the sale records Redis persisted (`lost`,
+//!    `phantom`, `fence-order`); skipped when only the history was given.
+//!
+//! This module runs them all, and keeps how a check answers and how a finding names
+//! the requests it found.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod answers;
+mod records;
+
+pub use records::fence_regressions;
+
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use seckill::sale::stock::SaleRecord;
 
-use super::linearizable::{self, Linearizability, StockModel};
+use super::linearizable::StockModel;
 use super::operations::{self, Operation, Operations, Outcome};
-use super::{Event, What, SOLD_UNNAMED};
+use super::{Event, What};
+
+use answers::{linearizable, one_per_buyer, real_time, sold_out, unique};
+use records::{lost, phantom, with_culprits};
 
 /// How long the linearizability search of one segment may take before it says `unknown`.
 pub const SEARCH_LIMIT: Duration = Duration::from_secs(10);
@@ -172,25 +189,6 @@ pub fn run_on_history_alone(events: &[Event], stock: &[i64], one_per_buyer: bool
     })
 }
 
-/// Findings about sale records, each with the requests told "sold" under the sale ids
-/// it names: the timeline draws those in red.
-fn with_culprits(texts: Vec<(String, [String; 2])>, operations: &[Operation]) -> Vec<Finding> {
-    let by_sale: HashMap<&str, &Operation> = operations
-        .iter()
-        .filter_map(|operation| operation.sold_unit().map(|unit| (unit.sale_id.as_str(), operation)))
-        .collect();
-    texts
-        .into_iter()
-        .map(|(text, sale_ids)| {
-            let culprits: Vec<&Operation> = sale_ids
-                .iter()
-                .filter_map(|id| by_sale.get(id.as_str()).copied())
-                .collect();
-            Finding::new(text, &culprits)
-        })
-        .collect()
-}
-
 /// The names of `operations`, the first [`SHOWN`] of them, joined with "and".
 fn named(operations: &[&Operation]) -> String {
     let mut names: Vec<String> = operations
@@ -202,99 +200,6 @@ fn named(operations: &[&Operation]) -> String {
         names.push(format!("{} others", operations.len() - SHOWN));
     }
     names.join(" and ")
-}
-
-/// `unique`: no unit of a sale and segment sold to two buyers.
-fn unique(operations: &[Operation]) -> Vec<Finding> {
-    let mut buyers_of: BTreeMap<(&str, u32, i64), Vec<&Operation>> = BTreeMap::new();
-    for operation in operations {
-        if let Some(unit) = operation.sold_unit() {
-            buyers_of
-                .entry((&unit.sale, unit.segment, unit.unit))
-                .or_default()
-                .push(operation);
-        }
-    }
-    buyers_of
-        .iter()
-        .filter(|(_, buyers)| buyers.len() > 1)
-        .map(|((_, segment, unit), buyers)| {
-            let text = format!("unit {unit} of segment {segment} was sold to {}", named(buyers));
-            Finding::new(text, buyers)
-        })
-        .collect()
-}
-
-/// `lost`: every buyer told "sold" has its sale record, and the record took the unit
-/// the answer named.
-fn lost(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
-    let recorded: HashMap<&str, &SaleRecord> = records.iter().map(|record| (record.sale_id.as_str(), record)).collect();
-    let mut findings = Vec::new();
-    for operation in operations {
-        let text = match (&operation.outcome, operation.sold_unit()) {
-            (_, Some(unit)) => match recorded.get(unit.sale_id.as_str()) {
-                None => format!(
-                    "{} was told it bought unit {} (sale {}), which no sale record holds",
-                    operation.name(),
-                    unit.unit,
-                    unit.sale_id
-                ),
-                Some(record) if (record.segment.unwrap_or(0), record.stock_before) != (unit.segment, unit.unit) => {
-                    format!(
-                    "{} was told it bought unit {} of segment {}, but its record (sale {}) took unit {} of segment {}",
-                    operation.name(),
-                    unit.unit,
-                    unit.segment,
-                    unit.sale_id,
-                    record.stock_before,
-                    record.segment.unwrap_or(0)
-                )
-                }
-                Some(_) => continue,
-            },
-            (Outcome::Unknown(answer), None) if answer == SOLD_UNNAMED => {
-                format!(
-                    "{} was told \"sold\" without a unit, and no sale record holds its sale",
-                    operation.name()
-                )
-            }
-            _ => continue,
-        };
-        findings.push(Finding::new(text, &[operation]));
-    }
-    findings
-}
-
-/// `phantom`: every sale record belongs to a buyer told "sold", or settled from an
-/// unknown answer by the patch.
-fn phantom(operations: &[Operation], records: &[SaleRecord]) -> Vec<Finding> {
-    let claimed: HashSet<&str> = operations
-        .iter()
-        .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
-        .collect();
-    // Per buyer, a request of it that was not told "sold": the one a phantom belongs to.
-    let mut told: HashMap<&str, &Operation> = HashMap::new();
-    for operation in operations.iter().filter(|operation| operation.sold_unit().is_none()) {
-        if let Some(buyer) = operation.buyer.as_deref() {
-            told.entry(buyer).or_insert(operation);
-        }
-    }
-    records
-        .iter()
-        .filter(|record| !claimed.contains(record.sale_id.as_str()))
-        .map(|record| {
-            let buyer = record.buyer.as_deref().and_then(|buyer| told.get(buyer).copied());
-            let heard = match buyer {
-                Some(operation) => format!(", and {} heard {}", operation.name(), answer_of(operation)),
-                None => ": no request claims it".to_owned(),
-            };
-            let text = format!(
-                "sale {} of unit {} is in Redis{heard}",
-                record.sale_id, record.stock_before
-            );
-            Finding::new(text, &buyer.into_iter().collect::<Vec<_>>())
-        })
-        .collect()
 }
 
 fn answer_of(operation: &Operation) -> String {
@@ -315,164 +220,10 @@ fn at(operations: &[Operation], us: u64) -> String {
     format!("{:.1} ms", us.saturating_sub(first) as f64 / 1000.0)
 }
 
-/// `sold-out`: "sold out" is legal only if every unit of every segment was taken by a
-/// request sent before the answer came (sales, and requests whose outcome is unknown).
-fn sold_out(operations: &[Operation], model: &StockModel) -> Vec<Finding> {
-    let mut findings = Vec::new();
-    for operation in operations
-        .iter()
-        .filter(|operation| operation.outcome == Outcome::SoldOut)
-    {
-        let Some(answered) = operation.answered_us else {
-            continue;
-        };
-        // Sent at the instant of the answer counts as sent before it: the two overlap.
-        let sent_before: Vec<&Operation> = operations.iter().filter(|other| other.invoked_us <= answered).collect();
-        let unknown = sent_before
-            .iter()
-            .filter(|other| matches!(other.outcome, Outcome::Unknown(_)))
-            .count() as i64;
-        let mut left = 0;
-        for (segment, &units) in (0u32..).zip(&model.units_per_segment) {
-            let taken: HashSet<i64> = sent_before
-                .iter()
-                .filter_map(|other| other.sold_unit())
-                .filter(|unit| unit.sale == model.sale && unit.segment == segment)
-                .map(|unit| unit.unit)
-                .collect();
-            left += (units - taken.len() as i64).max(0);
-        }
-        if left > unknown {
-            let text = format!(
-                "{} heard \"sold out\" at {}, but {left} unit(s) were never taken by a request sent before that",
-                operation.name(),
-                at(operations, answered)
-            );
-            findings.push(Finding::new(text, &[operation]));
-        }
-    }
-    findings
-}
-
-/// `real-time`: no request sent after a "sold out" was answered comes back "sold".
-fn real_time(operations: &[Operation]) -> Vec<Finding> {
-    let first_sold_out = operations
-        .iter()
-        .filter(|operation| operation.outcome == Outcome::SoldOut)
-        .filter_map(|operation| operation.answered_us.map(|answered| (answered, operation)))
-        .min_by_key(|(answered, _)| *answered);
-    let Some((answered, sold_out)) = first_sold_out else {
-        return Vec::new();
-    };
-    operations
-        .iter()
-        .filter(|operation| operation.invoked_us > answered)
-        .filter_map(|operation| operation.sold_unit().map(|unit| (operation, unit)))
-        .map(|(operation, unit)| {
-            let text = format!(
-                "{} was sent at {}, after {} heard \"sold out\" at {}, and bought unit {}",
-                operation.name(),
-                at(operations, operation.invoked_us),
-                sold_out.name(),
-                at(operations, answered),
-                unit.unit
-            );
-            Finding::new(text, &[sold_out, operation])
-        })
-        .collect()
-}
-
-/// `one-per-buyer`: no buyer got two units.
-fn one_per_buyer(operations: &[Operation]) -> Vec<Finding> {
-    let mut sales_of: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
-    for operation in operations.iter().filter(|operation| operation.sold_unit().is_some()) {
-        if let Some(buyer) = &operation.buyer {
-            sales_of.entry(buyer).or_default().push(operation);
-        }
-    }
-    sales_of
-        .iter()
-        .filter(|(_, sales)| sales.len() > 1)
-        .map(|(buyer, sales)| {
-            let units: Vec<i64> = sales
-                .iter()
-                .filter_map(|sale| sale.sold_unit())
-                .map(|unit| unit.unit)
-                .collect();
-            Finding::new(format!("{buyer} got units {units:?}"), sales)
-        })
-        .collect()
-}
-
-/// `fence-order`: along the order the records were written, each lock's tokens (a lock
-/// is a token source and a segment) must grow; two records share a token only when they
-/// name the same group. Each finding comes with the sale ids of its two records.
-/// `None` when no record carries a token.
-pub fn fence_regressions(records: &[SaleRecord]) -> Option<Vec<(String, [String; 2])>> {
-    let mut last_of: BTreeMap<(&str, Option<u32>), &SaleRecord> = BTreeMap::new();
-    let mut findings = Vec::new();
-    for record in records {
-        let Some(token) = &record.fencing_token else {
-            continue;
-        };
-        let lock = (token.source.as_ref(), record.segment);
-        if let Some(before) = last_of.insert(lock, record) {
-            let earlier = before.fencing_token.as_ref().map(|token| token.order());
-            let same_group = record.group.is_some() && record.group == before.group;
-            let regressed = match earlier {
-                Some(earlier) => token.order() < earlier || (token.order() == earlier && !same_group),
-                None => false,
-            };
-            if regressed {
-                let text = format!(
-                    "sale {} (unit {}, token {token}) was written after sale {} (unit {}, token {})",
-                    record.sale_id,
-                    record.stock_before,
-                    before.sale_id,
-                    before.stock_before,
-                    before
-                        .fencing_token
-                        .as_ref()
-                        .map(ToString::to_string)
-                        .unwrap_or_default()
-                );
-                findings.push((text, [record.sale_id.clone(), before.sale_id.clone()]));
-            }
-        }
-    }
-    (!last_of.is_empty()).then_some(findings)
-}
-
-fn linearizable(operations: &[Operation], model: &StockModel) -> Check {
-    let name = "linearizable";
-    match linearizable::check(operations, model, SEARCH_LIMIT) {
-        Linearizability::Linearizable => Check::of(name, Vec::new()),
-        Linearizability::Not {
-            segment,
-            stuck,
-            linearized,
-            units,
-        } => {
-            let operation = &operations[stuck];
-            let text = format!(
-                "in segment {segment}, after {linearized} request(s) in the longest order found, {} ({}) fits nowhere: \
-                 the segment then held {units} unit(s)",
-                operation.name(),
-                answer_of(operation)
-            );
-            Check::of(name, vec![Finding::new(text, &[operation])])
-        }
-        Linearizability::Unknown { segment, after } => Check {
-            name: name.to_owned(),
-            status: Status::Unknown,
-            findings: vec![format!("the search of segment {segment} gave up after {after:?}")],
-            culprits: Vec::new(),
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::history::operations::{pair, patch, tests::*};
     use crate::history::{Event, What};
