@@ -58,16 +58,7 @@ pub fn comparison_svg(reports: &[Report]) -> String {
     let title = format!("{users} buyers, {initial} units, {hosts} instances: units sold per lock strategy");
 
     let names: Vec<String> = reports.iter().map(Report::label).collect();
-    let figures: Vec<String> = reports
-        .iter()
-        .map(|report| {
-            let verdict = super::tables::verdict_word(report.verdict);
-            format!(
-                "{} sold · {verdict} · {} sold twice · {:.0} req/s · p99 {:.0} ms",
-                report.lucky, report.units_sold_twice, report.requests_per_second, report.p99_ms
-            )
-        })
-        .collect();
+    let figures: Vec<String> = reports.iter().map(figures_of).collect();
     let label_width = names
         .iter()
         .map(|name| 16.0 + text_width(name, FONT) + 16.0)
@@ -106,18 +97,30 @@ pub fn comparison_svg(reports: &[Report]) -> String {
             figures = escape(&figures[row]),
         );
     }
-    let stock_x = label_width + initial * scale;
-    let bottom = TOP + ROW_HEIGHT * reports.len() as f64;
+    let (stock_x, bottom) = (label_width + initial * scale, TOP + ROW_HEIGHT * reports.len() as f64);
+    stock_line(&mut svg, stock_x, TOP - 6.0, bottom, initial);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// What a row of the comparison says beside its bar.
+fn figures_of(report: &Report) -> String {
+    let verdict = super::tables::verdict_word(report.verdict);
+    format!(
+        "{} sold · {verdict} · {} sold twice · {:.0} req/s · p99 {:.0} ms",
+        report.lucky, report.units_sold_twice, report.requests_per_second, report.p99_ms
+    )
+}
+
+/// The dashed line at the stock, from `top` to `bottom`, labelled under it.
+fn stock_line(svg: &mut String, stock_x: f64, top: f64, bottom: f64, initial: f64) {
     let _ = write!(
         svg,
         r##"<line x1="{stock_x:.1}" y1="{top:.1}" x2="{stock_x:.1}" y2="{bottom:.1}" stroke="#222" stroke-dasharray="5,4"/>
 <text x="{stock_x:.1}" y="{label_y:.1}" text-anchor="middle" fill="#222">stock: {initial}</text>
-</svg>
 "##,
-        top = TOP - 6.0,
         label_y = bottom + 18.0,
     );
-    svg
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -339,7 +342,6 @@ pub fn stacked_bars(rows: &[(String, Vec<f64>)], series: &[&str], unit: &str) ->
 /// longest wait) for the fraction y of answers.
 pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {
     const FONT: f64 = 11.0;
-    let (left, top, plot_width, plot_height) = (60.0, 10.0, 530.0, 260.0);
     let with_waits: Vec<&StrategyBench> = benches
         .iter()
         .filter(|b| !b.lock_waits_ms.is_empty() && b.critical_path.is_some())
@@ -348,57 +350,30 @@ pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {
         .iter()
         .filter_map(|b| b.lock_waits_ms.last().copied())
         .fold(1.0, f64::max);
-    let (low, high) = (-2.0, longest.log10().ceil());
-    let x = |ms: f64| left + ((ms.max(0.01).log10() - low) / (high - low)).clamp(0.0, 1.0) * plot_width;
-    let y = |fraction: f64| top + (1.0 - fraction) * plot_height;
-    let legend_x = left + plot_width + 12.0;
+    let plot = WaitPlot {
+        left: 60.0,
+        top: 10.0,
+        width: 530.0,
+        height: 260.0,
+        low: -2.0,
+        high: longest.log10().ceil(),
+    };
+    let legend_x = plot.left + plot.width + 12.0;
     let width = with_waits
         .iter()
         .map(|b| legend_x + 14.0 + text_width(&b.label, FONT) + 8.0)
         .fold(760.0, f64::max);
 
-    let mut svg = svg_open(width, plot_height + 50.0, FONT as u32);
-    let _ = writeln!(
-        svg,
-        "<rect x=\"{left}\" y=\"{top}\" width=\"{plot_width}\" height=\"{plot_height}\" fill=\"none\" stroke=\"#ccc\"/>"
-    );
-    for power in (low as i32)..=(high as i32) {
-        let ms = 10f64.powi(power);
-        let at = x(ms);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{at:.1}\" y1=\"{top}\" x2=\"{at:.1}\" y2=\"{}\" stroke=\"#eee\"/><text x=\"{at:.1}\" y=\"{}\" text-anchor=\"middle\">{} ms</text>",
-            top + plot_height,
-            top + plot_height + 14.0,
-            ms
-        );
-    }
-    for fraction in [0.0, 0.5, 1.0] {
-        let _ = writeln!(
-            svg,
-            "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}%</text>",
-            left - 4.0,
-            y(fraction) + 4.0,
-            fraction * 100.0
-        );
-    }
+    let mut svg = svg_open(width, plot.height + 50.0, FONT as u32);
+    plot.draw_axes(&mut svg);
     for (i, bench) in with_waits.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let waits = &bench.lock_waits_ms;
-        let step = (waits.len() / 200).max(1);
-        let points: Vec<String> = waits
-            .iter()
-            .enumerate()
-            .step_by(step)
-            .chain(std::iter::once((waits.len() - 1, &waits[waits.len() - 1])))
-            .map(|(n, ms)| format!("{:.1},{:.1}", x(*ms), y((n + 1) as f64 / waits.len() as f64)))
-            .collect();
         let _ = writeln!(
             svg,
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\" points=\"{}\"/>",
-            points.join(" ")
+            plot.curve_points(&bench.lock_waits_ms)
         );
-        let legend_y = top + 12.0 + i as f64 * 15.0;
+        let legend_y = plot.top + 12.0 + i as f64 * 15.0;
         let _ = writeln!(
             svg,
             "<rect x=\"{legend_x}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{color}\"/><text x=\"{}\" y=\"{}\">{}</text>",
@@ -410,6 +385,71 @@ pub fn lock_wait_curves(benches: &[StrategyBench]) -> String {
     }
     svg.push_str("</svg>\n");
     svg
+}
+
+/// The plot of the lock waits: where it sits, and its x axis in powers of ten of a
+/// millisecond, from `low` to `high`.
+struct WaitPlot {
+    left: f64,
+    top: f64,
+    width: f64,
+    height: f64,
+    low: f64,
+    high: f64,
+}
+
+impl WaitPlot {
+    /// Where a wait of `ms` sits (log scale; 0.01 ms at the least).
+    fn x(&self, ms: f64) -> f64 {
+        self.left + ((ms.max(0.01).log10() - self.low) / (self.high - self.low)).clamp(0.0, 1.0) * self.width
+    }
+
+    /// Where the fraction of answers sits, 0 at the bottom.
+    fn y(&self, fraction: f64) -> f64 {
+        self.top + (1.0 - fraction) * self.height
+    }
+
+    /// The frame, a line and a label at each power of ten, and 0, 50 and 100%.
+    fn draw_axes(&self, svg: &mut String) {
+        let (left, top, plot_width, plot_height) = (self.left, self.top, self.width, self.height);
+        let _ = writeln!(
+            svg,
+            "<rect x=\"{left}\" y=\"{top}\" width=\"{plot_width}\" height=\"{plot_height}\" fill=\"none\" stroke=\"#ccc\"/>"
+        );
+        for power in (self.low as i32)..=(self.high as i32) {
+            let ms = 10f64.powi(power);
+            let at = self.x(ms);
+            let _ = writeln!(
+                svg,
+                "<line x1=\"{at:.1}\" y1=\"{top}\" x2=\"{at:.1}\" y2=\"{}\" stroke=\"#eee\"/><text x=\"{at:.1}\" y=\"{}\" text-anchor=\"middle\">{} ms</text>",
+                top + plot_height,
+                top + plot_height + 14.0,
+                ms
+            );
+        }
+        for fraction in [0.0, 0.5, 1.0] {
+            let _ = writeln!(
+                svg,
+                "<text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{:.0}%</text>",
+                left - 4.0,
+                self.y(fraction) + 4.0,
+                fraction * 100.0
+            );
+        }
+    }
+
+    /// The cumulative curve of `waits` (sorted): at most 200 points, and the last.
+    fn curve_points(&self, waits: &[f64]) -> String {
+        let step = (waits.len() / 200).max(1);
+        let points: Vec<String> = waits
+            .iter()
+            .enumerate()
+            .step_by(step)
+            .chain(std::iter::once((waits.len() - 1, &waits[waits.len() - 1])))
+            .map(|(n, ms)| format!("{:.1},{:.1}", self.x(*ms), self.y((n + 1) as f64 / waits.len() as f64)))
+            .collect();
+        points.join(" ")
+    }
 }
 
 #[cfg(test)]
