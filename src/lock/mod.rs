@@ -44,8 +44,8 @@
 //! 3. a variant of [`crate::strategy::Strategy`] and its arm in `description`;
 //! 4. an arm in [`crate::wiring::build`] (and a flattened field in [`crate::config`] if it has flags);
 //! 5. a `conformance_suite!` block in `tests/it/lock/conformance.rs`;
-//! 6. a row in the README's table (and the Chinese README's) and a section in
-//!    `docs/reference/strategies.md` (and `docs/zh-CN/from-java.md`).
+//! 6. a row in the README's table and the Chinese README's, and a section in
+//!    `docs/reference/strategies.md`.
 //!
 //! Nothing else: the demo, the bench and the chaos suite ask the binary for the list
 //! (`seckill strategies --json`), lockbench builds it from [`crate::strategy::Strategy`],

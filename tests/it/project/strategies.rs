@@ -80,8 +80,9 @@ fn seckill_strategies_lists_what_the_lock_flag_takes_and_the_baselines_oversell(
 }
 
 #[test]
-fn every_strategy_has_its_row_in_the_readme_and_the_lock_table_and_its_section() {
+fn every_strategy_has_its_rows_in_both_readmes_and_the_lock_table_and_its_section() {
     let readme = read("README.md");
+    let chinese_readme = read("docs/zh-CN/README.md");
     let reference = read("docs/reference/strategies.md");
     let lock_tour = read("src/lock/mod.rs");
     for strategy in every_strategy() {
@@ -89,6 +90,10 @@ fn every_strategy_has_its_row_in_the_readme_and_the_lock_table_and_its_section()
         assert!(
             readme.contains(&format!("| `{name}` |")),
             "README.md's table of strategies has no row for `{name}`"
+        );
+        assert!(
+            chinese_readme.contains(&format!("| `{name}` |")),
+            "docs/zh-CN/README.md's table of strategies has no row for `{name}`"
         );
         assert!(
             reference.contains(&format!("## `{name}` —")),
