@@ -137,23 +137,16 @@ pub fn pair(events: &[Event]) -> Vec<Operation> {
     done
 }
 
-/// Settles the unknown outcomes of `operations` with the sale records of the sale named
-/// `sale` (see the module's notes).
-pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> Operations {
-    let recorded: std::collections::HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
-    for operation in &mut operations {
-        if let Outcome::Sold { unit, .. } = &mut operation.outcome {
-            if recorded.contains(unit.sale_id.as_str()) {
-                unit.sale = sale.to_owned();
-            }
-        }
-    }
+/// The records no answer of `operations` claimed, by buyer, in the order they were
+/// written (on a cluster the list is read segment by segment, so by the time of the write).
+fn unclaimed_by_buyer<'r>(
+    operations: &[Operation],
+    records: &'r [SaleRecord],
+) -> BTreeMap<&'r str, Vec<&'r SaleRecord>> {
     let claimed: std::collections::HashSet<&str> = operations
         .iter()
         .filter_map(|operation| operation.sold_unit().map(|unit| unit.sale_id.as_str()))
         .collect();
-    // The records no answer claimed, by buyer, in the order they were written (on a
-    // cluster the list is read segment by segment, so by the time of the write).
     let mut unclaimed: BTreeMap<&str, Vec<&SaleRecord>> = BTreeMap::new();
     for record in records
         .iter()
@@ -166,6 +159,21 @@ pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord])
     for left in unclaimed.values_mut() {
         left.sort_by_key(|record| record.sold_at_ms);
     }
+    unclaimed
+}
+
+/// Settles the unknown outcomes of `operations` with the sale records of the sale named
+/// `sale` (see the module's notes).
+pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord]) -> Operations {
+    let recorded: std::collections::HashSet<&str> = records.iter().map(|record| record.sale_id.as_str()).collect();
+    for operation in &mut operations {
+        if let Outcome::Sold { unit, .. } = &mut operation.outcome {
+            if recorded.contains(unit.sale_id.as_str()) {
+                unit.sale = sale.to_owned();
+            }
+        }
+    }
+    let mut unclaimed = unclaimed_by_buyer(&operations, records);
     let mut patched = Operations::default();
     for mut operation in operations {
         let (Outcome::Unknown(answer), Some(buyer)) = (&operation.outcome, &operation.buyer) else {

@@ -69,19 +69,7 @@ pub struct InvalidRun(pub String);
 
 /// Resets the sale, fires the crowd, and judges what happened.
 pub async fn run(options: &Options) -> anyhow::Result<Report> {
-    if options.hosts.is_empty() {
-        bail!("no hosts to test; pass --hosts http://127.0.0.1:8080,http://127.0.0.1:8090");
-    }
-    if options.users == 0 {
-        bail!("--users must be at least 1");
-    }
-    if !(0.0..=crowd::MAX_REPEAT_BUYERS).contains(&options.repeat_buyers) {
-        bail!(
-            "--repeat-buyers must be between 0 and {}, got {}",
-            crowd::MAX_REPEAT_BUYERS,
-            options.repeat_buyers
-        );
-    }
+    refuse_bad(options)?;
     let target = crowd::prepare(options).await?;
     let generation = sale_state::generation(&options.redis_url, &options.keys).await?;
     let counting_cost = database::is_database_lock(&target.strategy);
@@ -129,6 +117,24 @@ pub async fn run(options: &Options) -> anyhow::Result<Report> {
     report.checks = checks;
     report.history = events;
     Ok(report)
+}
+
+/// Refuses options no run can use, naming the flag and what it takes.
+fn refuse_bad(options: &Options) -> anyhow::Result<()> {
+    if options.hosts.is_empty() {
+        bail!("no hosts to test; pass --hosts http://127.0.0.1:8080,http://127.0.0.1:8090");
+    }
+    if options.users == 0 {
+        bail!("--users must be at least 1");
+    }
+    if !(0.0..=crowd::MAX_REPEAT_BUYERS).contains(&options.repeat_buyers) {
+        bail!(
+            "--repeat-buyers must be between 0 and {}, got {}",
+            crowd::MAX_REPEAT_BUYERS,
+            options.repeat_buyers
+        );
+    }
+    Ok(())
 }
 
 /// The history's checks, on its operations patched with the sale records.

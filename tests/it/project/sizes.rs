@@ -25,8 +25,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/history/linearizable.rs::search", 86),
     ("src/sale/group/flow.rs::sell_from_in_a_group", 81),
     ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
-    ("loadtest/src/history/operations.rs::patch", 63),
-    ("loadtest/src/verdict/mod.rs::run", 62),
 ];
 
 fn root() -> &'static Path {
