@@ -35,17 +35,13 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
     // Listen before queueing, as an acquire does, but open no watch: the lock is
     // still held. Without a kept watch the place looks at the queue instead.
     let news = grant.connection.listen(&prefix);
-    let put = PutOptions::new().with_lease(session.lease_id);
-    let txn = Txn::new()
-        .when([
-            Compare::create_revision(own_key.clone(), CompareOp::Equal, grant.own_revision),
-            Compare::create_revision(next_key.clone(), CompareOp::Equal, 0),
-        ])
-        .and_then([
-            TxnOp::delete(own_key.clone(), None),
-            TxnOp::put(next_key.clone(), next.as_str(), Some(put)),
-            list_the_queue(&prefix),
-        ]);
+    let txn = hand_over_txn(
+        (&own_key, grant.own_revision),
+        &next_key,
+        next,
+        session.lease_id,
+        &prefix,
+    );
     let (client, weak) = (grant.connection.client.clone(), grant.session.clone());
     let answer = tokio::time::timeout(HAND_OVER_TIMEOUT, client.clone().txn(txn)).await;
     let response = match answer {
@@ -86,6 +82,29 @@ pub(super) async fn queue_the_next_owner(mut grant: Box<EtcdGrant>, next: &Owner
         session: Arc::downgrade(&session),
     };
     Ok(HandOver::Queued(QueuedPlace::new(&grant.key, place)))
+}
+
+/// The hand-over's one transaction: while our key is the one granted at `own_revision`
+/// and the other key is free, delete ours, put `next` under the other key with our
+/// lease, and list the queue.
+fn hand_over_txn(
+    (own_key, own_revision): (&str, i64),
+    next_key: &str,
+    next: &Owner,
+    lease_id: i64,
+    prefix: &str,
+) -> Txn {
+    let put = PutOptions::new().with_lease(lease_id);
+    Txn::new()
+        .when([
+            Compare::create_revision(own_key, CompareOp::Equal, own_revision),
+            Compare::create_revision(next_key, CompareOp::Equal, 0),
+        ])
+        .and_then([
+            TxnOp::delete(own_key, None),
+            TxnOp::put(next_key, next.as_str(), Some(put)),
+            list_the_queue(prefix),
+        ])
 }
 
 /// The place a release queued for the next owner (step 7): a key at the back of the

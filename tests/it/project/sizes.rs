@@ -24,7 +24,6 @@ const DEBT: &[(&str, usize)] = &[
     ("loadtest/src/bench/mod.rs::measure", 90),
     ("loadtest/src/history/linearizable.rs::search", 86),
     ("src/sale/group/flow.rs::sell_from_in_a_group", 81),
-    ("src/lock/etcd/hand_over.rs::queue_the_next_owner", 63),
 ];
 
 fn root() -> &'static Path {
