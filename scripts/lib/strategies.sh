@@ -4,14 +4,15 @@
 # demo, the bench and the chaos suite by its one line in src/strategy.rs.
 #
 # The caller sets ROOT and defines die. SECKILL_BIN, when set, is the binary to ask (the
-# tests give theirs); otherwise the release build, built first if it is missing.
+# tests give theirs); otherwise the release build, brought up to date first: a binary left
+# from older sources would list strategies the sources no longer have, or miss new ones.
 
 STRATEGIES_JSON=
 
 # load_strategies: asks the binary once, for every later question.
 load_strategies() {
   local bin=${SECKILL_BIN:-$ROOT/target/release/seckill}
-  if [[ -z ${SECKILL_BIN:-} && ! -x $bin ]]; then
+  if [[ -z ${SECKILL_BIN:-} ]]; then
     (cd "$ROOT" && cargo build --release --quiet --bin seckill) || die "could not build $bin to ask it for the strategies"
   fi
   STRATEGIES_JSON=$("$bin" strategies --json) ||
