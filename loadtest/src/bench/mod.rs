@@ -277,38 +277,9 @@ fn round_trips_of(path: Option<&[Step]>) -> Option<f64> {
 
 /// Measures one strategy whose two instances are running, in the steps of the module notes.
 pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
-    // Only what the instances run: each crowd run resets the sale itself.
-    let target = crate::verdict::crowd::target_of(&options.crowd.hosts).await?;
-    let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).map_err(|_| {
-        anyhow::anyhow!(
-            "the instances run `{}`, which this benchmark does not know",
-            target.strategy
-        )
-    })?;
-    // The probes time the stock's writes as the instances send them: with the `WAIT` of
-    // `--stock-wait-replicas` when they wait, so that the bounds include it.
-    let options = &BenchOptions {
-        config: Config {
-            stock_wait_replicas: target.stock_wait_replicas,
-            ..options.config.clone()
-        },
-        ..options.clone()
-    };
-
-    // Round trips are timed three times (now, after the crowd, after the serial client)
-    // and the quickest median of each kept: one stall of this shared machine during one
-    // probe must not move the bound.
-    let mut round_trips = bound::measure_round_trips(strategy, &options.config).await?;
-    let crowd = crowd_runs(options).await?;
-    bound::keep_quickest(
-        &mut round_trips,
-        bound::measure_round_trips(strategy, &options.config).await?,
-    );
-    let serial = serial_windows(options).await?;
-    bound::keep_quickest(
-        &mut round_trips,
-        bound::measure_round_trips(strategy, &options.config).await?,
-    );
+    let (target, strategy, options) = as_the_instances_run(options).await?;
+    let options = &options;
+    let (round_trips, crowd, serial) = crowd_and_serial(strategy, options).await?;
 
     // N segments are N locks, each with its own critical path: at most N times one.
     let segments = f64::from(target.stock_segments);
@@ -327,11 +298,7 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
     let sustained = sustained_windows(strategy, options).await?;
     let (probed, round_trips_under_load) = probed_window(strategy, options).await?;
     let backend_bound_under_load_sales_per_second = sustained_bound(&backend_path, &round_trips_under_load);
-    // The tail of a sale: only a lock has anything to save there.
-    let sold_out_window = match strategy.expected_to_oversell() || strategy == Strategy::Atomic {
-        true => None,
-        false => Some(sustained::measure_sold_out(&options.crowd, &options.sustained).await?),
-    };
+    let sold_out_window = sold_out_window(strategy, options).await?;
 
     Ok(StrategyBench {
         label: options.label.clone(),
@@ -365,6 +332,61 @@ pub async fn measure(options: &BenchOptions) -> anyhow::Result<StrategyBench> {
         sustained_requests: sustained.requests,
         sustained_groups: sustained.groups,
     })
+}
+
+/// The tail of a sale, after the sell-out: only a lock has anything to save there.
+async fn sold_out_window(strategy: Strategy, options: &BenchOptions) -> anyhow::Result<Option<Throughput>> {
+    if strategy.expected_to_oversell() || strategy == Strategy::Atomic {
+        return Ok(None);
+    }
+    Ok(Some(
+        sustained::measure_sold_out(&options.crowd, &options.sustained).await?,
+    ))
+}
+
+/// What the instances run, as the strategy this benchmark knows, and `options` as they
+/// run it. Only what the instances run: each crowd run resets the sale itself.
+async fn as_the_instances_run(
+    options: &BenchOptions,
+) -> anyhow::Result<(crate::verdict::crowd::Target, Strategy, BenchOptions)> {
+    let target = crate::verdict::crowd::target_of(&options.crowd.hosts).await?;
+    let strategy = <Strategy as clap::ValueEnum>::from_str(&target.strategy, true).map_err(|_| {
+        anyhow::anyhow!(
+            "the instances run `{}`, which this benchmark does not know",
+            target.strategy
+        )
+    })?;
+    // The probes time the stock's writes as the instances send them: with the `WAIT` of
+    // `--stock-wait-replicas` when they wait, so that the bounds include it.
+    let options = BenchOptions {
+        config: Config {
+            stock_wait_replicas: target.stock_wait_replicas,
+            ..options.config.clone()
+        },
+        ..options.clone()
+    };
+    Ok((target, strategy, options))
+}
+
+/// Steps 1 to 3: the crowd runs and the serial client, with the round trips timed three
+/// times (now, after the crowd, after the serial client) and the quickest median of each
+/// kept: one stall of this shared machine during one probe must not move the bound.
+async fn crowd_and_serial(
+    strategy: Strategy,
+    options: &BenchOptions,
+) -> anyhow::Result<(Vec<RoundTrip>, Crowd, Serial)> {
+    let mut round_trips = bound::measure_round_trips(strategy, &options.config).await?;
+    let crowd = crowd_runs(options).await?;
+    bound::keep_quickest(
+        &mut round_trips,
+        bound::measure_round_trips(strategy, &options.config).await?,
+    );
+    let serial = serial_windows(options).await?;
+    bound::keep_quickest(
+        &mut round_trips,
+        bound::measure_round_trips(strategy, &options.config).await?,
+    );
+    Ok((round_trips, crowd, serial))
 }
 
 /// Step 2: the crowd runs, and every lock wait they saw, sorted.

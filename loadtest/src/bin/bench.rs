@@ -9,6 +9,11 @@
 //! Exit codes: 0 done; 1 a strategy broke its promise (a safe one oversold or lost a
 //! sale, a baseline did not oversell); 2 the benchmark could not run.
 
+// `bench::measure` awaits its steps through async helpers, each awaiting more: the
+// release build's type queries on that future need more than the default depth of 128
+// ("queries overflow the depth limit!" otherwise).
+#![recursion_limit = "256"]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
