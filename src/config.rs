@@ -1,7 +1,7 @@
 //! Command line and environment: every option is `--flag` or `SECKILL_*`.
 //!
 //! The flags that belong to one strategy live beside its lock, as a clap `Args` struct
-//! flattened in here (`RedisArgs` in `src/lock/redis.rs`, ...): `--help` lists them in
+//! flattened in here (`RedisArgs` in `src/lock/redis/mod.rs`, ...): `--help` lists them in
 //! the same place as before. The rest are the sale's and the service's own.
 
 use std::net::IpAddr;

@@ -1,5 +1,8 @@
 //! A lock on one Redis server: `SET key token NX PX ttl`.
 //!
+//! The grants have files of their own: making one, with its epoch and the clean-up of a failed
+//! acquire (`grants.rs`), and one held, with its renewal, release and hand-over (`grant.rs`).
+//!
 //! ## How it works
 //! 1. **Acquire.** `SET lock:stock <token> NX PX <ttl>` creates the key only if absent, with a lease; the
 //!    token says who holds it (`new_token`). The same script's `INCR lock:stock:fence` hands out a fencing
@@ -34,9 +37,7 @@
 //! - Martin Kleppmann, "How to do distributed locking" (fencing tokens):
 //!   <https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html>
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -46,14 +47,19 @@ use redis::Script;
 use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::parts::held_grants::HeldGrants;
-use crate::lock::parts::keepalive::{LeaseKeeper, RENEWAL_TIMEOUT_DIVISOR};
+use crate::lock::parts::keepalive::RENEWAL_TIMEOUT_DIVISOR;
 use crate::lock::parts::release_notices::{poll_until_granted_or_noticed, ReleaseNotices, RELEASE_CHANNEL};
 use crate::lock::parts::setup::Setup;
 use crate::lock::parts::shutdown::ShutDownSwitch;
-use crate::lock::parts::unpoisoned;
 use crate::lock::polling::answer_by;
-use crate::lock::{DistributedLock, FencingToken, HandOver, Lease, LockError, LockGuard, Owner, Release};
-use crate::store::redis_master::{may_mean_the_master_moved, MasterAddress, MasterConnection, ReplicaWait};
+use crate::lock::{DistributedLock, FencingToken, LockError, LockGuard, Owner};
+use crate::store::redis_master::{MasterAddress, MasterConnection, ReplicaWait};
+
+mod grants;
+mod grant;
+
+use grant::{keep_alive, RedisGrant};
+use grants::{Granted, Grants};
 
 const BACKEND: &str = "redis";
 
@@ -78,29 +84,24 @@ pub const CRITICAL_PATH: &[Step] = &[
 
 /// Step 1: set the lock key only if absent, with a TTL, and hand out the next fencing token, which grows
 /// with every grant. Its keys and arguments head the script: `src/lock/redis/acquire.lua`.
-const ACQUIRE_SCRIPT: &str = include_str!("redis/acquire.lua");
+const ACQUIRE_SCRIPT: &str = include_str!("acquire.lua");
 
 /// Extend the lease only if the key still holds our token.
 /// Its keys and arguments head the script: `src/lock/redis/renew.lua`.
-const RENEW_SCRIPT: &str = include_str!("redis/renew.lua");
+const RENEW_SCRIPT: &str = include_str!("renew.lua");
 
 /// Step 3: delete the key only if it still holds our token, then tell the waiters (`PUBLISH` on a channel).
 /// One script, because a separate `GET` then `DEL` could delete a lock that expired in between and was
 /// granted to somebody else. Its keys and arguments head the script: `src/lock/redis/release.lua`.
-const RELEASE_SCRIPT: &str = include_str!("redis/release.lua");
+const RELEASE_SCRIPT: &str = include_str!("release.lua");
 
 /// Step 8: give the key to the next token if it still holds ours, with that grant's token.
 /// Its keys and arguments head the script: `src/lock/redis/hand_over.lua`.
-const HAND_OVER_SCRIPT: &str = include_str!("redis/hand_over.lua");
+const HAND_OVER_SCRIPT: &str = include_str!("hand_over.lua");
 
 /// Store a new epoch unless the one stored is as new: epochs only grow.
 /// Its keys and arguments head the script: `src/lock/redis/store_epoch.lua`.
-const STORE_EPOCH_SCRIPT: &str = include_str!("redis/store_epoch.lua");
-
-/// Between two tries of a failed acquire's clean-up.
-const CLEANUP_RETRY: Duration = Duration::from_millis(100);
-/// A failed acquire's clean-up gives up after this many TTLs of Redis not answering.
-const CLEANUP_TTLS: u32 = 20;
+const STORE_EPOCH_SCRIPT: &str = include_str!("store_epoch.lua");
 
 /// How a [`RedisLock`] behaves.
 #[derive(Clone, Copy, Debug)]
@@ -258,51 +259,6 @@ pub struct RedisLock {
     shut_down: ShutDownSwitch,
 }
 
-/// What making a grant needs. An attempt takes a copy into a task of its own (step 4),
-/// where it may outlive its waiter; copies share the connections.
-#[derive(Clone)]
-struct Grants {
-    connection: MasterConnection,
-    /// Where grants and renewals go. With `wait_for_replicas`, a connection of their
-    /// own: `WAIT` blocks the connection it is sent on, and releases must not wait behind it.
-    granting: MasterConnection,
-    /// Where a new epoch comes from (step 1): the Redis of the stock's fence.
-    epochs: MasterConnection,
-    options: RedisLockOptions,
-    scripts: Arc<Scripts>,
-    /// Per key, the epochs this handle began (step 1).
-    epochs_begun: Arc<StdMutex<HashMap<String, Arc<EpochsBegun>>>>,
-}
-
-/// What Redis granted: the fencing token's parts, and when the request was sent (the
-/// lease counts from there).
-struct Granted {
-    epoch: u64,
-    counter: u64,
-    sent: Instant,
-}
-
-/// The epochs one handle began for one key (step 1). A crowd of waiters who all find
-/// the epoch missing (the lock Redis restarted, or degrading came back to it) take
-/// turns to begin one, and the ones after the first see that it began and use it: one
-/// new epoch per instance, not one per waiter (133 in 40 ms, before).
-#[derive(Default)]
-struct EpochsBegun {
-    /// How many this handle began.
-    count: AtomicU64,
-    /// The master (counted in the connection's moves) where it began the last one:
-    /// behind Sentinels, one on the first master, and one more after every move.
-    on_master: StdMutex<Option<u64>>,
-    /// One beginning at a time.
-    turn: tokio::sync::Mutex<()>,
-}
-
-impl EpochsBegun {
-    fn count(&self) -> u64 {
-        self.count.load(Ordering::SeqCst)
-    }
-}
-
 impl RedisLock {
     /// Connects, and subscribes to release announcements. For a lock that lives beside
     /// the stock: new epochs come from the same Redis.
@@ -430,383 +386,9 @@ impl RedisLock {
     }
 }
 
-impl Grants {
-    /// Steps 1 and 7: the acquire script (after a new epoch, when one is due), then the
-    /// replica wait. [`LockError::Busy`] when the key is taken.
-    async fn grant(&self, key: &str, token: String) -> Result<Granted, LockError> {
-        let begun = self.epochs_begun(key);
-        let seen = begun.count();
-        if self.on_a_new_master(&begun) {
-            self.begin_epoch(key, &begun, seen)
-                .await
-                .map_err(|error| self.failed(key, error))?;
-        }
-        let seen = begun.count();
-        let mut sent = Instant::now();
-        // Where the grant goes: a WAIT after a move would go elsewhere (step 7).
-        let mut moves_before = self.granting.moves();
-        let mut answer = self.run_acquire_script(key, &token).await;
-        if let Ok((-1, _)) = answer {
-            self.begin_epoch(key, &begun, seen)
-                .await
-                .map_err(|error| self.failed(key, error))?;
-            sent = Instant::now();
-            moves_before = self.granting.moves();
-            answer = self.run_acquire_script(key, &token).await;
-        }
-        let (epoch, counter) = match answer {
-            Ok((epoch, counter)) if epoch >= 0 => (epoch as u64, counter),
-            Ok(_) => return Err(LockError::Busy { key: key.to_owned() }), // the epoch vanished again: retry later
-            Err(error) => {
-                self.clean_up_failed_acquire(key, token);
-                return Err(self.failed(key, error));
-            }
-        };
-        if counter == 0 {
-            return Err(LockError::Busy { key: key.to_owned() });
-        }
-        // Step 7: a grant that no replica has yet would not survive a failover.
-        let wait = self.options.wait_for_replicas;
-        if let Err(error) = wait_for_replicas(&mut self.granting.clone(), wait, moves_before, "grant").await {
-            self.clean_up_failed_acquire(key, token);
-            return Err(error);
-        }
-        Ok(Granted { epoch, counter, sent })
-    }
-
-    /// The acquire script: `(epoch, counter)`, the counter 0 when the key is taken.
-    async fn run_acquire_script(&self, key: &str, token: &str) -> redis::RedisResult<(i64, u64)> {
-        self.scripts
-            .acquire
-            .key(key)
-            .key(RedisLock::fencing_key(key))
-            .key(RedisLock::epoch_key(key))
-            .arg(token)
-            .arg(self.options.ttl.as_millis() as u64)
-            .invoke_async(&mut self.granting.clone())
-            .await
-    }
-
-    /// Step 1: the lock Redis has no epoch for `key`'s counter (it is new, or it restarted empty), or it is
-    /// a promoted replica whose counter may lag. The token is `(epoch, counter)`, and the epoch is the life
-    /// of that counter. A lock Redis that restarts empty counts from 1 again while the stock still
-    /// remembers token N, and would refuse every holder until the counter passed N. So the counter lives
-    /// beside its epoch (`lock:stock:fence:epoch`), and the acquire script grants nothing while the epoch
-    /// is missing. The lock then takes the next epoch from where the stock's fence lives:
-    /// `INCR lock:stock:fence:epochs` on the stock Redis, which forgets that count only together with the
-    /// fence's marks. It stores it (the first instance to do so wins, as the stored epoch only grows) and
-    /// tries again. Every token of the new server outranks every token of the old one.
-    ///
-    /// `seen` is how many epochs this handle had begun when the caller found the epoch
-    /// missing: if another waiter began one since, the caller uses that one.
-    async fn begin_epoch(&self, key: &str, begun: &EpochsBegun, seen: u64) -> redis::RedisResult<()> {
-        let _turn = begun.turn.lock().await;
-        if begun.count() != seen && !self.on_a_new_master(begun) {
-            return Ok(());
-        }
-        // Used once in a server's life, this connection may still hold a socket that broke
-        // since (the very restart we are here for): one failure of that kind earns a retry.
-        let mut epochs = self.epochs.clone();
-        let mut next_epoch = redis::cmd("INCR");
-        next_epoch.arg(format!("{key}:fence:epochs"));
-        let epoch: u64 = match next_epoch.query_async(&mut epochs).await {
-            Err(error) if error.is_connection_dropped() || error.is_io_error() => {
-                next_epoch.query_async(&mut epochs).await
-            }
-            answered => answered,
-        }?;
-        let master = self.granting.moves();
-        let stored: i64 = self
-            .scripts
-            .store_epoch
-            .key(RedisLock::epoch_key(key))
-            .arg(epoch)
-            .invoke_async(&mut self.granting.clone())
-            .await?;
-        if stored == 1 {
-            tracing::info!(
-                key,
-                epoch,
-                "a new fencing epoch begins (a new lock Redis, or a new master)"
-            );
-        }
-        *unpoisoned(&begun.on_master) = Some(master);
-        begun.count.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    fn epochs_begun(&self, key: &str) -> Arc<EpochsBegun> {
-        unpoisoned(&self.epochs_begun)
-            .entry(key.to_owned())
-            .or_default()
-            .clone()
-    }
-
-    /// What a failed exchange with the lock Redis means for a waiter. A Redis that
-    /// restarted answers LOADING while it replays its append-only file, and the server
-    /// will answer soon; while the Sentinels move the master, the connection follows it
-    /// (see `crate::store::redis_master`). In both cases the waiter waits, as for a held lock,
-    /// until its timeout, rather than every waiter failing at once. Any other failure
-    /// is the backend's.
-    fn failed(&self, key: &str, error: redis::RedisError) -> LockError {
-        let loading = error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading);
-        let moving = self.granting.follows_sentinels() && may_mean_the_master_moved(&error);
-        if loading || moving {
-            tracing::debug!(key, %error, "the lock Redis will answer soon; the waiter tries again");
-            return LockError::Busy { key: key.to_owned() };
-        }
-        LockError::backend(BACKEND, error)
-    }
-
-    /// Whether, behind Sentinels, this handle has not yet begun `key`'s epoch on the master of the moment
-    /// (step 1). Its first master counts too: a handle that starts after a failover cannot tell whether
-    /// that master is a promoted replica whose counter lags the old master's. That costs two round trips
-    /// per key and master, not per grant.
-    fn on_a_new_master(&self, begun: &EpochsBegun) -> bool {
-        self.granting.follows_sentinels() && *unpoisoned(&begun.on_master) != Some(self.granting.moves())
-    }
-
-    /// Step 5: the acquire call failed on our side, but Redis may still have granted (or may still grant)
-    /// it. When the call times out or its connection breaks, Redis may still run the `SET NX` later (after
-    /// a freeze, say), leaving a key nobody will release until its lease ends. A grant answered after its
-    /// acquire's deadline (step 4) is such a key too: its buyer has given up. So the lock keeps sending the
-    /// owner-checked release with the same token until Redis answers again, as the Redlock spec asks for
-    /// every node that may have granted.
-    fn clean_up_failed_acquire(&self, key: &str, token: String) {
-        clean_up(
-            &self.connection,
-            &self.scripts,
-            key,
-            token,
-            self.options.ttl * CLEANUP_TTLS,
-        );
-    }
-
-    /// Step 5: a grant answered after its acquire's deadline went to nobody who waits
-    /// for it, so the key goes back, with a notice to the waiters.
-    /// A late error has cleaned up after itself already.
-    fn give_back_late(&self, key: &str, token: &str, late: Result<Granted, LockError>) {
-        if late.is_ok() {
-            tracing::info!(key, "a grant was answered after its acquire's deadline: giving it back");
-            self.clean_up_failed_acquire(key, token.to_owned());
-        }
-    }
-}
-
-/// Step 2: the lease of `token`'s grant of `key`, made by a request sent at `sent`: renewed on `connection`
-/// every `ttl / 3` by a background task, or fixed. A slow critical section keeps its lock; a crashed holder
-/// stops renewing and the key expires.
-///
-/// A holder paused longer than the TTL (GC, swap, a stalled VM) loses the lock without knowing and may
-/// still write. Renewal narrows the window; the guard's `is_held()` narrows it more; the fencing token
-/// closes it, because the stock Redis refuses a read or write with an older token ([`crate::sale::stock`]).
-/// Expiry is measured by the Redis server's clock: a jump in it can end a lease early and let a second
-/// holder in, and the token still refuses the first holder's late write (`tests/it/chaos/clock_jumps.rs`).
-/// The holder's own view of its lease runs on the monotonic clock, which a jump of its wall clock does not
-/// move.
-fn keep_alive(
-    connection: &MasterConnection,
-    scripts: &Arc<Scripts>,
-    options: RedisLockOptions,
-    (key, token): (&str, &str),
-    sent: Instant,
-) -> (LeaseKeeper, Lease) {
-    let (connection, scripts, ttl) = (connection.clone(), scripts.clone(), options.ttl);
-    let wait = options.wait_for_replicas;
-    let (key_owned, token) = (key.to_owned(), token.to_owned());
-    LeaseKeeper::start(options.renew, BACKEND, key, ttl, sent, move || {
-        let (mut connection, scripts) = (connection.clone(), scripts.clone());
-        let (key, token) = (key_owned.clone(), token.clone());
-        async move {
-            let moves_before = connection.moves();
-            let extended: i64 = scripts
-                .renew
-                .key(&key)
-                .arg(&token)
-                .arg(ttl.as_millis() as u64)
-                .invoke_async(&mut connection)
-                .await
-                .map_err(|e| LockError::backend(BACKEND, e))?;
-            if extended == 1 {
-                wait_for_replicas(&mut connection, wait, moves_before, "renewal").await?;
-            }
-            Ok(extended == 1)
-        }
-    })
-}
-
-/// Sends the owner-checked release of `token` until Redis answers, for at most
-/// `for_at_most`: a request whose answer was lost may have given `token` the key
-/// (steps 5 and 8).
-fn clean_up(connection: &MasterConnection, scripts: &Arc<Scripts>, key: &str, token: String, for_at_most: Duration) {
-    let (mut connection, scripts) = (connection.clone(), scripts.clone());
-    let key = key.to_owned();
-    let give_up = Instant::now() + for_at_most;
-    tokio::spawn(async move {
-        while Instant::now() < give_up {
-            let answer: redis::RedisResult<i64> = scripts
-                .release
-                .key(&key)
-                .arg(&token)
-                .arg(RELEASE_CHANNEL)
-                .invoke_async(&mut connection)
-                .await;
-            match answer {
-                Ok(1) => return tracing::info!(key, "removed a key whose grant was never answered"),
-                Ok(_) => return,
-                Err(_) => tokio::time::sleep(CLEANUP_RETRY).await,
-            }
-        }
-    });
-}
-
 impl Drop for RedisLock {
     fn drop(&mut self) {
         self.notices.stop();
-    }
-}
-
-/// Step 7: `WAIT` until `wait.replicas` replicas have every write sent so far on `connection`, the grant or
-/// renewal among them; an error when fewer did in time, or when the connection moved to another master
-/// since the write (`moves_before`). A `WAIT` sent after the connection followed the Sentinels elsewhere
-/// would count another server's replicas, so it then counts as none ([`ReplicaWait::acknowledged_since`]).
-async fn wait_for_replicas(
-    connection: &mut MasterConnection,
-    wait: Option<ReplicaWait>,
-    moves_before: u64,
-    what: &'static str,
-) -> Result<(), LockError> {
-    let Some(wait) = wait else { return Ok(()) };
-    let acknowledged = wait
-        .acknowledged_since(connection, moves_before)
-        .await
-        .map_err(|e| LockError::backend(BACKEND, e))?;
-    if acknowledged < wait.replicas {
-        return Err(LockError::backend(
-            BACKEND,
-            NotReplicated {
-                what,
-                acknowledged,
-                wanted: wait.replicas,
-                timeout: wait.timeout,
-            },
-        ));
-    }
-    Ok(())
-}
-
-/// One grant: what its release needs.
-struct RedisGrant {
-    key: String,
-    token: String,
-    connection: MasterConnection,
-    scripts: Arc<Scripts>,
-    held: HeldGrants<String, String>,
-    /// The lease: renewed while the grant lives, when renewal is on.
-    lease: LeaseKeeper,
-    /// What the next grant of a hand-over (step 8) is made with; `None` where the lock
-    /// releases instead.
-    hand_over_with: Option<RedisLockOptions>,
-}
-
-impl RedisGrant {
-    /// The owner-checked delete: 1 when the key was still ours.
-    async fn send_release(&mut self) -> redis::RedisResult<i64> {
-        self.scripts
-            .release
-            .key(&self.key)
-            .arg(&self.token)
-            .arg(RELEASE_CHANNEL)
-            .invoke_async(&mut self.connection)
-            .await
-    }
-}
-
-#[async_trait]
-impl Release for RedisGrant {
-    async fn release(self: Box<Self>) -> Result<(), LockError> {
-        let mut grant = *self;
-        // Stop renewing first, so a renewal cannot race the delete.
-        grant.lease.stop();
-        let mut answer = grant.send_release().await;
-        if let Err(error) = &answer {
-            // The connection may have followed a failover on this very error: the
-            // release is owner-checked, so sending it once more, to the new master, is safe.
-            if grant.connection.follows_sentinels() && may_mean_the_master_moved(error) {
-                answer = grant.send_release().await;
-            }
-        }
-        let deleted = answer.map_err(|e| LockError::backend(BACKEND, e))?;
-        if deleted == 1 {
-            Ok(())
-        } else {
-            Err(LockError::Lost { key: grant.key.clone() })
-        }
-    }
-
-    /// Step 8: one script gives the key to `next` and numbers that grant.
-    async fn hand_over(self: Box<Self>, next: &Owner) -> Result<HandOver, LockError> {
-        let Some(options) = self.hand_over_with else {
-            return self.release().await.map(|()| HandOver::Released);
-        };
-        let mut grant = *self;
-        grant.lease.stop(); // stop renewing before the key changes hands
-        let next_token = new_token(next);
-        let sent = Instant::now();
-        let answer: redis::RedisResult<(i64, u64)> = grant
-            .scripts
-            .hand_over
-            .key(&grant.key)
-            .key(RedisLock::fencing_key(&grant.key))
-            .key(RedisLock::epoch_key(&grant.key))
-            .arg(&grant.token)
-            .arg(&next_token)
-            .arg(options.ttl.as_millis() as u64)
-            .invoke_async(&mut grant.connection)
-            .await;
-        match answer {
-            Ok((-2, _)) => Err(LockError::Lost { key: grant.key.clone() }),
-            // No epoch to number the grant with: the key is still ours, so release it.
-            Ok((-1, _)) => Box::new(grant).release().await.map(|()| HandOver::Released),
-            Ok((epoch, counter)) => {
-                let key = (grant.key.as_str(), next_token.as_str());
-                let (keeper, lease) = keep_alive(&grant.connection, &grant.scripts, options, key, sent);
-                grant.held.insert(next_token.clone(), grant.key.clone());
-                let handed = RedisGrant {
-                    key: grant.key.clone(),
-                    token: next_token,
-                    connection: grant.connection.clone(),
-                    scripts: grant.scripts.clone(),
-                    held: grant.held.clone(),
-                    lease: keeper,
-                    hand_over_with: Some(options),
-                };
-                Ok(HandOver::Granted(
-                    LockGuard::new(&grant.key, handed)
-                        .with_fencing_token(FencingToken::new(BACKEND, epoch as u64, counter))
-                        .with_lease(lease),
-                ))
-            }
-            Err(error) => {
-                // The script may have run: the key is ours, or `next`'s. Release whichever.
-                let give_up = options.ttl * CLEANUP_TTLS;
-                clean_up(&grant.connection, &grant.scripts, &grant.key, next_token, give_up);
-                clean_up(
-                    &grant.connection,
-                    &grant.scripts,
-                    &grant.key,
-                    grant.token.clone(),
-                    give_up,
-                );
-                Err(LockError::backend(BACKEND, error))
-            }
-        }
-    }
-}
-
-impl Drop for RedisGrant {
-    fn drop(&mut self) {
-        self.held.remove(&self.token);
     }
 }
 
