@@ -31,7 +31,7 @@ impl Sale {
         deadline: Instant,
     ) -> Result<SaleOutcome, AppError> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
-        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
+        let token = self.fence_token(guard);
         // The fence remembers which sale read with a token, so this sale's write must
         // carry the id its read carried.
         let sale_id = new_sale_id();

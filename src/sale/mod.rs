@@ -600,6 +600,11 @@ impl Sale {
         Ok(guard)
     }
 
+    /// The token the stock checks for a sale under `guard`: the grant's, unless fencing is off.
+    fn fence_token<'g>(&self, guard: &'g LockGuard) -> Option<&'g FencingToken> {
+        guard.fencing_token().filter(|_| self.fencing.is_on())
+    }
+
     /// The error of a buyer whose deadline passed before its turn came.
     fn lock_timeout(&self, segment: Segment) -> AppError {
         LockError::Timeout {

@@ -165,12 +165,9 @@ impl Sale {
         deadline: Instant,
     ) -> Vec<Result<SaleOutcome, AppError>> {
         let locked_at_ms = unix_ms(); // the lock was granted just before this call
-        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
+        let token = self.fence_token(guard);
         // The group's read and write carry one id, as one sale's do: the fence's.
         let group_id = new_sale_id();
-        let answer = |member: &Member, outcome: SaleOutcome| {
-            outcome.under(member.lock_wait_ms(), guard.fencing_token().cloned())
-        };
 
         // 2. Read and check, as one sale does; a group's read checks no buyer.
         let (stock, sale) = match self.read_for_group(guard, segment, group, &group_id, deadline).await {
@@ -197,11 +194,12 @@ impl Sale {
             .zip(&records)
             .zip(written)
             .map(|((member, record), written)| match written {
-                MemberWritten::Sold { stock_after } => Ok(answer(
+                MemberWritten::Sold { stock_after } => Ok(told(
                     member,
+                    guard,
                     SaleOutcome::sold(stock_after, &sale, segment, &record.sale_id),
                 )),
-                MemberWritten::SoldOut => Ok(answer(member, SaleOutcome::sold_out(0.0, None))),
+                MemberWritten::SoldOut => Ok(told(member, guard, SaleOutcome::sold_out(0.0, None))),
                 MemberWritten::AlreadyBought => Err(AppError::AlreadyBought),
             })
             .collect();
@@ -227,7 +225,7 @@ impl Sale {
         deadline: Instant,
     ) -> Result<(i64, SaleName), Vec<Result<SaleOutcome, AppError>>> {
         let everyone = |error: AppError| every_buyer_hears(error, group.len());
-        let token = guard.fencing_token().filter(|_| self.fencing.is_on());
+        let token = self.fence_token(guard);
         let (stock, sale) = self
             .fenced_read(guard, segment, token, group_id, None, deadline)
             .await
@@ -235,9 +233,7 @@ impl Sale {
         if stock <= 0 {
             // Read empty: the flag learns it, under the name the segment showed.
             self.learn_empty(&sale, segment);
-            let sold_out = |member: &Member| {
-                SaleOutcome::sold_out(0.0, None).under(member.lock_wait_ms(), guard.fencing_token().cloned())
-            };
+            let sold_out = |member: &Member| told(member, guard, SaleOutcome::sold_out(0.0, None));
             return Err(self.sold_out_here(segment, group, &sold_out).await);
         }
         // A lease that ran out while we read means someone else may be selling now.
@@ -389,6 +385,11 @@ impl Sale {
             }
         }
     }
+}
+
+/// `outcome` as `member` hears it: with its wait for the lock and the grant's token.
+fn told(member: &Member, guard: &LockGuard, outcome: SaleOutcome) -> SaleOutcome {
+    outcome.under(member.lock_wait_ms(), guard.fencing_token().cloned())
 }
 
 /// One refusal, as each of a group's `buyers` hears it: nothing of the group was sold.
