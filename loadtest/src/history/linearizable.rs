@@ -32,7 +32,7 @@
 //! stops at a time limit and then says [`Linearizability::Unknown`], never that the
 //! history passed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::operations::{Operation, Outcome};
@@ -213,7 +213,7 @@ impl Entries {
     /// The invocations that may go next (those before the first answer still in the
     /// list), keeping of each kind of step only the one answered first.
     fn earliest_of_each_kind(&self, requests: &[Request]) -> HashSet<usize> {
-        let mut first: std::collections::HashMap<Step, (u64, usize)> = std::collections::HashMap::new();
+        let mut first: HashMap<Step, (u64, usize)> = HashMap::new();
         let mut slot = self.next[0];
         while slot != END && self.entry[slot].1 {
             let (request, _) = self.entry[slot];
@@ -240,89 +240,144 @@ impl Entries {
 /// prunings of the module's notes.
 fn search(requests: &[Request], units: i64, limit: Duration) -> Searched {
     let started = Instant::now();
-    let sells = |request: usize| match requests[request].1 {
-        Step::Sell(unit) => Some(unit),
-        _ => None,
-    };
-    if let Some(request) = (0..requests.len()).find(|&request| sells(request).is_some_and(|unit| unit > units)) {
+    if let Some(request) =
+        (0..requests.len()).find(|&request| sells(requests, request).is_some_and(|unit| unit > units))
+    {
         return Searched::Stuck {
             request,
             linearized: 0,
             units,
         };
     }
-    // Per unit, the requests not yet placed that say they sold it.
-    let mut claims: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
-    for unit in (0..requests.len()).filter_map(sells) {
-        *claims.entry(unit).or_default() += 1;
-    }
-    let mut entries = Entries::new(requests);
-    let mut placed = vec![0u64; requests.len().div_ceil(64)];
-    let mut seen: HashSet<(Vec<u64>, i64)> = HashSet::new();
-    let mut stock = units;
-    // The requests placed so far, each with the units before it.
-    let mut stack: Vec<(usize, i64)> = Vec::new();
-    let mut deepest: Option<(usize, usize, i64)> = None;
-    let mut earliest = entries.earliest_of_each_kind(requests);
-    let mut slot = entries.next[0];
+    let mut search = Search::new(requests, units);
     let mut steps: u64 = 0;
-    while entries.next[0] != END {
+    while search.entries.next[0] != END {
         // The clock is read at the first step, then every 4096.
         if steps.is_multiple_of(4096) && started.elapsed() > limit {
             return Searched::OutOfTime;
         }
         steps += 1;
-        let (request, is_invocation) = entries.entry[slot];
+        let (request, is_invocation) = search.entries.entry[search.slot];
         if !is_invocation {
             // An answer came before its request could be placed: undo the last placement.
-            if deepest.is_none_or(|(depth, ..)| stack.len() > depth) {
-                deepest = Some((stack.len(), request, stock));
+            if let Err(stuck) = search.undo_the_last(request) {
+                return stuck;
             }
-            let Some((last, before)) = stack.pop() else {
-                let (linearized, request, units) = deepest.unwrap_or((0, request, stock));
-                return Searched::Stuck {
-                    request,
-                    linearized,
-                    units,
-                };
-            };
-            placed[last / 64] &= !(1 << (last % 64));
-            stock = before;
-            if let Some(unit) = sells(last) {
-                *claims.entry(unit).or_default() += 1;
-            }
-            entries.unlift(last);
-            earliest = entries.earliest_of_each_kind(requests);
-            slot = entries.next[entries.slots[last].0];
-            continue;
+        } else if !search.place(request) {
+            search.slot = search.entries.next[search.slot];
         }
-        let after = requests[request]
+    }
+    Searched::Linearizable
+}
+
+/// The unit request `request` says it sold, if it says it sold one.
+fn sells(requests: &[Request], request: usize) -> Option<i64> {
+    match requests[request].1 {
+        Step::Sell(unit) => Some(unit),
+        _ => None,
+    }
+}
+
+/// The state of one search: the order built so far, and what it leaves.
+struct Search<'a> {
+    requests: &'a [Request],
+    entries: Entries,
+    /// Per unit, the requests not yet placed that say they sold it.
+    claims: HashMap<i64, usize>,
+    /// The requests placed so far, as bits, and every (placed, stock) pair tried (Lowe's memo).
+    placed: Vec<u64>,
+    seen: HashSet<(Vec<u64>, i64)>,
+    stock: i64,
+    /// The requests placed so far, each with the units before it.
+    stack: Vec<(usize, i64)>,
+    /// The longest order found: its length, the request it stuck at, the units left.
+    deepest: Option<(usize, usize, i64)>,
+    /// The invocations worth trying next ([`Entries::earliest_of_each_kind`]).
+    earliest: HashSet<usize>,
+    /// The entry looked at.
+    slot: usize,
+}
+
+impl<'a> Search<'a> {
+    fn new(requests: &'a [Request], units: i64) -> Self {
+        let mut claims = HashMap::new();
+        for unit in (0..requests.len()).filter_map(|request| sells(requests, request)) {
+            *claims.entry(unit).or_default() += 1;
+        }
+        let entries = Entries::new(requests);
+        let earliest = entries.earliest_of_each_kind(requests);
+        let slot = entries.next[0];
+        Search {
+            requests,
+            entries,
+            claims,
+            placed: vec![0u64; requests.len().div_ceil(64)],
+            seen: HashSet::new(),
+            stock: units,
+            stack: Vec::new(),
+            deepest: None,
+            earliest,
+            slot,
+        }
+    }
+
+    /// Places `request` next if it is worth trying there, its step is legal and the memo
+    /// has not seen the state it leads to; says whether it did.
+    fn place(&mut self, request: usize) -> bool {
+        let stock = self.stock;
+        let Some(after) = self.requests[request]
             .1
             .apply(stock)
-            .filter(|_| earliest.contains(&slot))
+            .filter(|_| self.earliest.contains(&self.slot))
             // The stock only goes down: it may not leave `stock` while another request
             // not yet placed says it sold unit `stock`.
             .filter(|&after| {
-                let others = claims.get(&stock).copied().unwrap_or(0) - usize::from(sells(request) == Some(stock));
+                let claimed = self.claims.get(&stock).copied().unwrap_or(0);
+                let others = claimed - usize::from(sells(self.requests, request) == Some(stock));
                 after == stock || others == 0
-            });
-        if let Some(after) = after {
-            placed[request / 64] |= 1 << (request % 64);
-            if seen.insert((placed.clone(), after)) {
-                stack.push((request, std::mem::replace(&mut stock, after)));
-                if let Some(unit) = sells(request) {
-                    *claims.entry(unit).or_default() -= 1;
-                }
-                entries.lift(request);
-                earliest = entries.earliest_of_each_kind(requests);
-                slot = entries.next[0];
-                continue;
-            }
-            placed[request / 64] &= !(1 << (request % 64));
+            })
+        else {
+            return false;
+        };
+        self.placed[request / 64] |= 1 << (request % 64);
+        if !self.seen.insert((self.placed.clone(), after)) {
+            self.placed[request / 64] &= !(1 << (request % 64));
+            return false;
         }
-        slot = entries.next[slot];
+        self.stack.push((request, std::mem::replace(&mut self.stock, after)));
+        if let Some(unit) = sells(self.requests, request) {
+            *self.claims.entry(unit).or_default() -= 1;
+        }
+        self.entries.lift(request);
+        self.earliest = self.entries.earliest_of_each_kind(self.requests);
+        self.slot = self.entries.next[0];
+        true
     }
-    Searched::Linearizable
+
+    /// Takes the last placed request back, as `request`'s answer came before it could
+    /// be placed; with nothing left to take back, the search is stuck.
+    fn undo_the_last(&mut self, request: usize) -> Result<(), Searched> {
+        if self.deepest.is_none_or(|(depth, ..)| self.stack.len() > depth) {
+            self.deepest = Some((self.stack.len(), request, self.stock));
+        }
+        let Some((last, before)) = self.stack.pop() else {
+            let (linearized, request, units) = self.deepest.unwrap_or((0, request, self.stock));
+            return Err(Searched::Stuck {
+                request,
+                linearized,
+                units,
+            });
+        };
+        self.placed[last / 64] &= !(1 << (last % 64));
+        self.stock = before;
+        if let Some(unit) = sells(self.requests, last) {
+            *self.claims.entry(unit).or_default() += 1;
+        }
+        self.entries.unlift(last);
+        self.earliest = self.entries.earliest_of_each_kind(self.requests);
+        self.slot = self.entries.next[self.entries.slots[last].0];
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! sale (`crate::sale`, in its mod.rs) for many buyers at once, with one grant, one read,
 //! one write and one release.
 
+use std::future::Future;
+
 use backon::{ConstantBuilder, Retryable};
 
 use super::*;
@@ -12,6 +14,40 @@ use crate::sale::grant_log::unix_us;
 use crate::sale::local_queue;
 use crate::sale::stock::unix_ms;
 use crate::sale::{conclude, new_sale_id, BuyerAnswer, Purchase, Released, Sale, Tried, SETTLE_DEADLINE, SETTLE_RETRY};
+
+/// A buyer the group's leader never answered: a bug, said as one.
+fn unanswered() -> AppError {
+    AppError::internal("a group's leader ended without answering one of its buyers")
+}
+
+/// A buyer still waiting leaves with `if_left`; one a group took already waits for the
+/// outcome the group tells it.
+async fn leave_or_hear(waiting: &GroupQueue, ticket: &mut Ticket, if_left: AppError) -> MemberOutcome {
+    match waiting.leave(ticket) {
+        true => Err(if_left),
+        false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
+    }
+}
+
+/// The leader runs its group to the end, and `hear`s its own outcome as soon as the group
+/// tells it: the buyer hears it then, before the group's release, which goes on after.
+async fn hear_while_leading(
+    ticket: &mut Ticket,
+    leading: impl Future<Output = ()>,
+    hear: impl FnOnce(MemberOutcome) -> Tried,
+) -> Tried {
+    tokio::pin!(leading);
+    tokio::select! {
+        biased;
+        outcome = &mut ticket.outcome => {
+            let tried = hear(outcome.unwrap_or_else(|_| Err(unanswered())));
+            leading.await;
+            tried
+        }
+        // The group told every buyer before it released: the outcome is in the ticket.
+        () = &mut leading => hear(ticket.answered().unwrap_or_else(|| Err(unanswered()))),
+    }
+}
 
 /// The flow of a group, from the buyer whose turn comes to each buyer's answer: the
 /// sale's own steps ([`Sale::sell_from`] and the rest, in `mod.rs`) for many buyers at once.
@@ -29,12 +65,9 @@ impl Sale {
         answer: &mut Option<BuyerAnswer>,
         purchase: &Purchase,
     ) -> Tried {
-        let queue = match &self.local_queue {
-            Some(queues) => &queues[segment.index as usize],
-            None => {
-                let error = AppError::internal("group commit without a local queue (refused at start)");
-                return conclude(Err(error), last, answer);
-            }
+        let Some(queue) = self.local_queue.as_ref().map(|queues| &queues[segment.index as usize]) else {
+            let error = AppError::internal("group commit without a local queue (refused at start)");
+            return conclude(Err(error), last, answer);
         };
         let waiting = groups.waiting_in(segment);
         let deadline = purchase.waiting_since + self.acquire_timeout;
@@ -45,7 +78,6 @@ impl Sale {
             self.metrics.waiting_for_the_lock(),
         );
         let asked = Instant::now();
-        let unanswered = || AppError::internal("a group's leader ended without answering one of its buyers");
         let outcome = tokio::select! {
             biased;
             outcome = &mut ticket.outcome => outcome.unwrap_or_else(|_| Err(unanswered())),
@@ -58,10 +90,7 @@ impl Sale {
                     }
                     outcome
                 }
-                (None, None) => match waiting.leave(&ticket) {
-                    true => Err(self.lock_timeout(segment)),
-                    false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
-                },
+                (None, None) => leave_or_hear(waiting, &mut ticket, self.lock_timeout(segment)).await,
                 // The turn came as this buyer's deadline passed: it leaves, and the next
                 // buyer leads (a group waits for the lock no longer than its earliest buyer).
                 (Some(turn), None) if Instant::now() >= deadline && waiting.leave(&ticket) => {
@@ -72,32 +101,11 @@ impl Sale {
                     self.metrics.record_step(SaleStep::Queued, asked.elapsed());
                     let group = waiting.take(&ticket, groups.max);
                     let leading = self.sell_to_group(groups, lock, segment, turn, group);
-                    tokio::pin!(leading);
-                    // The leader's own outcome comes before the group's release: the
-                    // buyer hears it then, and the release goes on after.
-                    let mut own = None;
-                    loop {
-                        tokio::select! {
-                            biased;
-                            outcome = &mut ticket.outcome, if own.is_none() => {
-                                own = Some(conclude(outcome.unwrap_or_else(|_| Err(unanswered())), last, answer));
-                            }
-                            () = &mut leading => break,
-                        }
-                    }
-                    // The group told every buyer before it released; a told outcome not
-                    // read yet is in the ticket.
-                    return match own {
-                        Some(tried) => tried,
-                        None => conclude(ticket.answered().unwrap_or_else(|| Err(unanswered())), last, answer),
-                    };
+                    return hear_while_leading(&mut ticket, leading, |outcome| conclude(outcome, last, answer)).await;
                 }
             },
             // Not in a group yet: a stopping instance turns it away.
-            () = self.in_flight.stopping.cancelled() => match waiting.leave(&ticket) {
-                true => Err(AppError::ShuttingDown),
-                false => (&mut ticket.outcome).await.unwrap_or_else(|_| Err(unanswered())),
-            },
+            () = self.in_flight.stopping.cancelled() => leave_or_hear(waiting, &mut ticket, AppError::ShuttingDown).await,
         };
         conclude(outcome, last, answer)
     }
