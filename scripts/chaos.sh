@@ -325,6 +325,7 @@ cd "$ROOT"
 refuse_busy_ports
 # The cluster's servers, started when they are not running: a line each, into the log.
 mkdir -p "$LOGS"
+build_the_cluster_binary
 "$ROOT/scripts/cluster.sh" start >>"$LOGS/chaos-cluster.log" ||
   die "the cluster's servers did not start (above); what they said is in $LOGS/chaos-cluster.log"
 say "the cluster's servers are up (\`scripts/cluster.sh status\` lists them)"

@@ -95,6 +95,7 @@ round() {
 }
 
 require_nft
+build_the_cluster_binary
 cluster start "${GROUP[@]}"
 trap heal_replication EXIT
 

@@ -1,8 +1,7 @@
 # shellcheck shell=bash
-# Shared by services.sh (single servers for the demo and the tests) and cluster.sh
-# (the replicated servers of the chaos suite): how to start one Redis, Redis Sentinel,
-# etcd member, ZooKeeper member or MariaDB as a plain process on loopback, wait for it,
-# and stop only what we started.
+# How services.sh starts one Redis, etcd member, ZooKeeper member or MariaDB as a plain
+# process on loopback, waits for it, and stops only what it started; and the scripts' one
+# wait loop. The chaos suite's cluster does the same in Rust (scripts/cluster.sh).
 #
 # The caller sets RUN (the data folder), PIDS and LOGS, and defines say and die.
 
@@ -42,13 +41,6 @@ start_redis_server() {
   wait_for "$name" 20 redis-cli -p "$port" ping
 }
 
-# start_sentinel NAME PORT MASTER_NAME MASTER_PORT QUORUM [OPTION VALUE...]: a Redis Sentinel that
-# watches the master MASTER_NAME on 127.0.0.1:MASTER_PORT, its config in $RUN/NAME/sentinel.conf.
-start_sentinel() {
-  local name=$1; shift
-  start_daemon "$name" "$EXEC_SERVER" sentinel "$RUN/$name" "$@"
-}
-
 # start_etcd_member NAME CLIENT_PORT PEER_PORT INITIAL_CLUSTER: one etcd member, data in $RUN/NAME.
 # INITIAL_CLUSTER is etcd's "name=http://127.0.0.1:peer,..." list (just this member for a single node).
 start_etcd_member() {
@@ -75,6 +67,15 @@ start_mariadb() {
 }
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# build_the_cluster_binary: builds the binary behind scripts/cluster.sh once, and has every
+# later call of it run that binary as it is (SECKILL_CLUSTER_BIN): a fault timed to the
+# moment should not wait for cargo to find the build up to date. The caller sets ROOT.
+build_the_cluster_binary() {
+  (cd "$ROOT" && cargo build --release --quiet -p testkit --bin cluster) ||
+    die "could not build the cluster binary behind scripts/cluster.sh (cargo said why, above)"
+  export SECKILL_CLUSTER_BIN="$ROOT/target/release/cluster"
+}
 
 # stop_started [NAME...]: stops what this script started (its pid files in $PIDS), or only NAME...
 # Servers that were reused, not started, have no pid file and keep running.

@@ -1,6 +1,7 @@
 //! Instances of the service on free ports, each selling a test's own sale.
 
 use super::test_redis::{redis_client, redis_url, TestSale};
+use crate::server_control::Signal;
 
 /// The service's defaults, selling `sale` from the test Redis.
 pub fn config(strategy: seckill::strategy::Strategy, sale: &TestSale) -> seckill::config::Config {
@@ -111,9 +112,9 @@ impl ServeProcess {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Sends `signal` (`-STOP`, `-CONT`, ...) to the process.
-    pub fn signal(&self, signal: &str) {
-        super::signal(self.child.id(), signal);
+    /// Sends `signal` to the process (a pause is [`Signal::Stop`], then [`Signal::Cont`]).
+    pub fn signal(&self, signal: Signal) {
+        crate::server_control::send(self.child.id(), signal).expect("the seckill process takes the signal");
     }
 }
 

@@ -3,10 +3,12 @@
 //! | file | what |
 //! | --- | --- |
 //! | [`test_redis`] | the project's test Redis, and a sale of a test's own in it |
+//! | [`server_control`] | launching, signalling and asking a server of ours: the private servers' and the cluster's one way |
 //! | [`instances`] | instances of the service on free ports, in process or as `seckill serve` processes, and one buy |
 //! | [`nemesis`] | the one fault proxy: partitions, delays, resets, held or lost answers, on command; `nemesis::Proxy` puts one in front of a server for a test, and the `nemesis` binary serves one to `make chaos` |
 //! | [`locks`] | lock options, owners, and the race a lock must close |
 //! | [`backends`] | the shared etcd, ZooKeeper, MariaDB and Redlock masters `make services` starts |
+//! | [`cluster`] | the chaos suite's servers on fixed ports, as daemons with pid files (`scripts/cluster.sh`) |
 //! | [`private_redis`] | a redis-server of a test's own, to stop, freeze or kill |
 //! | [`private_cluster`] | a Redis Cluster of a test's own, masters with a replica each |
 //! | [`private_server`] | etcd, ZooKeeper or MariaDB of a test's own, to kill and restart |
@@ -19,10 +21,12 @@
 //! A missing server fails the test loudly; nothing is skipped.
 
 pub mod test_redis;
+pub mod server_control;
 pub mod instances;
 pub mod nemesis;
 pub mod locks;
 pub mod backends;
+pub mod cluster;
 pub mod private_redis;
 pub mod private_cluster;
 pub mod private_server;

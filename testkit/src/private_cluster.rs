@@ -1,13 +1,14 @@
 //! A Redis Cluster of a test's own: masters with a replica each, on free loopback ports.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::private_redis::PrivateRedis;
+use super::server_control::{cluster_node_ok, poll};
 
-/// How long a master may be silent before the cluster fails it over. Short, so that a
-/// test's failover takes a couple of seconds.
-pub const NODE_TIMEOUT_MS: u64 = 1000;
+/// How long a master may be silent before the cluster fails it over: as long as in the
+/// chaos suite's stock cluster, so that a test's failover takes a couple of seconds.
+pub const NODE_TIMEOUT_MS: u64 = crate::cluster::stock_cluster::NODE_TIMEOUT_MS;
 
 /// `masters` masters and one replica each, joined by `redis-cli --cluster create`, which
 /// spreads the 16,384 slots evenly over the masters.
@@ -64,18 +65,11 @@ impl PrivateRedisCluster {
     }
 
     fn wait_until_every_node_says_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for node in &self.nodes {
-            loop {
-                let mut connection = node.client().get_connection().unwrap();
-                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut connection).unwrap();
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "the cluster was not ok within 20 s: {info}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
+        let every_node_ok = || self.nodes.iter().all(|node| cluster_node_ok(node.port));
+        assert!(
+            poll(Duration::from_secs(20), every_node_ok),
+            "the cluster was not ok within 20 s"
+        );
     }
 }
 

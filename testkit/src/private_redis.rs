@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::cluster::failover_group::{DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS};
 use super::private_server::{free_port, launch, temp_dir};
+use super::server_control::{ask_redis, send, Signal};
 use super::wall_clock::WallClock;
 
 /// Waits until something accepts connections on `port`; panics after `within`,
@@ -159,12 +161,12 @@ impl PrivateRedis {
 
     /// SIGSTOP: the process stays, its sockets stay open, nothing answers (a GC pause, a stalled VM).
     pub fn freeze(&self) {
-        signal(self.child.id(), "-STOP");
+        send(self.child.id(), Signal::Stop).expect("the private Redis takes SIGSTOP");
     }
 
     /// SIGCONT: it answers again, including what was sent while it was frozen.
     pub fn thaw(&self) {
-        signal(self.child.id(), "-CONT");
+        send(self.child.id(), Signal::Cont).expect("the private Redis takes SIGCONT");
     }
 }
 
@@ -175,15 +177,6 @@ pub fn kill_even_if_frozen(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Sends `signal` (`-STOP`, `-CONT`, ...) to `pid`.
-pub fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill {signal} {pid} failed");
-}
-
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         kill_even_if_frozen(&mut self.child);
@@ -191,10 +184,8 @@ impl Drop for PrivateRedis {
 }
 
 /// A Sentinel of a test's own, alone (quorum 1), watching the master on `master` under
-/// `name`: it fails that master over 1.5 s after it stops answering. Not less: after a
-/// failover it reconnects to the new master at most once a second, and with a shorter
-/// limit it sometimes finds the new one down too, and fails over again (`make cluster`
-/// measured it: scripts/cluster.sh, SENTINEL_DOWN_AFTER_MS).
+/// `name`, with the timings of the chaos suite's failover group (their why is there:
+/// [`crate::cluster::failover_group`]).
 pub struct PrivateSentinel {
     child: Child,
     pub port: u16,
@@ -213,9 +204,9 @@ impl PrivateSentinel {
             master_text.as_str(),
             "1",
             "down-after-milliseconds",
-            "1500",
+            &DOWN_AFTER_MS.to_string(),
             "failover-timeout",
-            "2000",
+            &FAILOVER_TIMEOUT_MS.to_string(),
         ];
         let command = launch("sentinel", &dir, &options);
         let child = Command::new(&command[0])
@@ -256,8 +247,7 @@ impl PrivateSentinel {
     }
 
     fn query<T: redis::FromRedisValue>(&self, command: &mut redis::Cmd) -> T {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)).unwrap();
-        command.query(&mut client.get_connection().unwrap()).unwrap()
+        ask_redis(self.port, command).expect("the private Sentinel answers")
     }
 
     /// How many replicas of its master this Sentinel knows.

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::server_control::{etcd_status, launch_command, launcher, listening, send, zookeeper_word, Signal};
+
 /// A folder of a test's own, removed when dropped.
 pub fn temp_dir(label: &str) -> TempDir {
     tempfile::Builder::new()
@@ -14,20 +16,11 @@ pub fn temp_dir(label: &str) -> TempDir {
         .expect("a temporary folder")
 }
 
-/// The one launcher of the project's servers: `scripts/services.sh` and `make cluster`
-/// start theirs through it too, so a test's server runs with the same settings.
-fn launcher() -> String {
-    super::test_redis::project_root()
-        .join("scripts/lib/exec-server.sh")
-        .display()
-        .to_string()
-}
-
-/// The launcher's command for a server of `kind` in `dir`, followed by `args`.
+/// The launcher's command for a server of `kind` in `dir`, followed by `args`: the one
+/// launcher (`scripts/lib/exec-server.sh`) that `make services` and `make cluster` start
+/// theirs through too, so a test's server runs with the same settings.
 pub(super) fn launch(kind: &str, dir: &TempDir, args: &[&str]) -> Vec<String> {
-    let mut command = vec![launcher(), kind.to_owned(), dir.path().display().to_string()];
-    command.extend(args.iter().map(|arg| arg.to_string()));
-    command
+    launch_command(kind, dir.path(), args)
 }
 
 /// A server of the project's own on free loopback ports, for tests that stop and
@@ -212,27 +205,21 @@ impl PrivateServer {
     /// The port is open, and a ZooKeeper says `imok` to `ruok` (it opens its port
     /// before it serves).
     fn answers(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        if self.kind != "zookeeper" {
-            return true;
+        match self.kind {
+            "zookeeper" => zookeeper_word(self.port, "ruok").as_deref() == Some("imok"),
+            _ => listening(self.port),
         }
-        let mut answer = String::new();
-        stream.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-        stream.write_all(b"ruok").is_ok() && stream.read_to_string(&mut answer).is_ok() && answer == "imok"
     }
 
     /// Stops it (SIGSTOP): it keeps its connections open and answers nothing, as a
     /// server stalled by the network or the machine would. [`PrivateServer::thaw`] lets it go on.
     pub fn freeze(&self) {
-        super::signal(self.child.as_ref().expect("the server runs").id(), "-STOP");
+        send(self.pid(), Signal::Stop).expect("the private server takes SIGSTOP");
     }
 
     /// Lets a frozen server go on (SIGCONT).
     pub fn thaw(&self) {
-        super::signal(self.child.as_ref().expect("the server runs").id(), "-CONT");
+        send(self.pid(), Signal::Cont).expect("the private server takes SIGCONT");
     }
 
     /// The server's process id (the launcher execs the server).
@@ -261,19 +248,7 @@ pub async fn etcd_leader(members: &[PrivateServer]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         for (index, member) in members.iter().enumerate() {
-            let endpoint = format!("http://127.0.0.1:{}", member.port);
-            let asking = Duration::from_secs(1); // a member that hangs is asked no longer
-            let Ok(Ok(mut client)) = tokio::time::timeout(asking, etcd_client::Client::connect([endpoint], None)).await
-            else {
-                continue;
-            };
-            let Ok(Ok(status)) = tokio::time::timeout(asking, client.status()).await else {
-                continue;
-            };
-            if status
-                .header()
-                .is_some_and(|header| header.member_id() == status.leader())
-            {
+            if etcd_status(member.port).await.is_some_and(|(me, leader)| me == leader) {
                 return index;
             }
         }

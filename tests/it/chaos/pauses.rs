@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use seckill::sale::segments::Segment;
 use seckill::sale::stock::SaleRecord;
 use testkit::nemesis::{Fault, LinkSpec, Nemesis};
+use testkit::server_control::Signal;
 use testkit::{ServeProcess, TestSale};
 
 pub(super) const STOCK: i64 = 100;
@@ -224,9 +225,9 @@ async fn pause_a_holder(fencing: &str) -> Outcome {
     let mut redis = testkit::connection(&client).await;
     let mut lock_redis = redis.clone();
     wait_until_holds_mid_sale(&a, &sale, &mut redis, &mut lock_redis).await;
-    a.signal("-STOP");
+    a.signal(Signal::Stop);
     tokio::time::sleep(PAUSE).await;
-    a.signal("-CONT");
+    a.signal(Signal::Cont);
     crowd.outcome(&sale, &mut redis).await
 }
 

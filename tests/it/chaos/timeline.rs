@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
+use testkit::server_control::Signal;
 
 use super::pauses::{start_instance, wait_until_holds_mid_sale, PAUSE, STOCK};
 
@@ -60,9 +61,9 @@ async fn a_paused_run(dir: &Path) -> Value {
     wait_until_holds_mid_sale(&a, &sale, &mut redis, &mut lock_redis).await;
     let target = format!("seckill-{}", a.port);
     record_fault(&faults, "pause", &target);
-    a.signal("-STOP");
+    a.signal(Signal::Stop);
     tokio::time::sleep(PAUSE).await;
-    a.signal("-CONT");
+    a.signal(Signal::Cont);
     record_fault(&faults, "resume", &target);
     let status = crowd.wait().await.unwrap();
     assert!(
