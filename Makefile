@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: grade grade-key lab lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: grade grade-key lab torture lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -14,6 +14,18 @@ LAB_PORT ?= 7700
 lab:
 	cargo build --release --workspace
 	target/release/lab --port $(LAB_PORT)
+
+## make torture: rounds of random faults over the lab's strategies, each drawn from a seed and
+## judged by the history's checks, until MINUTES (10) have passed, then a table. SEED=N draws
+## a run again; STRATEGIES=redis,etcd, FENCING=off and ROUNDS=N narrow it; SHRINK=1 shrinks
+## every round that was not held; PUBLISH=1 writes docs/results/torture.md. A round that was
+## not held where it must hold is shrunk and kept in lab/regressions/, which make chaos plays
+## again. No root: it runs on the lab's own servers.
+torture:
+	cargo build --release --workspace
+	status=0; target/release/torture --dir .run/torture || status=$$?; \
+	if [[ $$status != 2 ]]; then scripts/lib/publish.sh docs/results/torture.md torture "make torture" .run/torture/table.md; fi; \
+	exit $$status
 
 ## make lessons: every lesson's commands (scripts/lessons/) run again on the current build,
 ## each output rewritten where the pages show it (the lessons in both languages, the README),

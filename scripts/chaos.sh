@@ -629,6 +629,12 @@ if ((${#clock_rows[@]} > 0)); then
   "$ROOT/scripts/clock-jump.sh" "${clock_rows[@]}" || safe=
   { [[ -s $RESULTS/table.md ]] && echo; cat "$RUN/results/clock-jump/table.md"; } >>"$RESULTS/table.md"
 fi
+# The rounds `make torture` found failing where they must hold, shrunk and kept in
+# lab/regressions/, played again: a hole found once is looked for from then on.
+if compgen -G "$ROOT/lab/regressions/*.json" >/dev/null; then
+  say "the rounds make torture kept (lab/regressions/): target/release/torture --regressions"
+  target/release/torture --regressions --dir "$RESULTS/regressions" || safe=
+fi
 say "the table is also in $RESULTS/table.md; each run's report, history and timeline are in $RESULTS/"
 publish_results "$ROOT/docs/results/chaos.md" chaos "$COMMAND" "$RESULTS/table.md"
 if [[ ${PUBLISH:-0} == 1 ]]; then publish_safety_matrix || say "the safety matrix was not published (above)"; fi

@@ -16,6 +16,27 @@ use serde::Serialize;
 pub const BUYERS: usize = 500;
 pub const STOCK: i64 = 300;
 
+/// How many buyers a crowd sends at how many units: the lessons' 500 at 300, or fewer
+/// (a torture round shrinks its crowd).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, Serialize)]
+pub struct Size {
+    pub buyers: usize,
+    pub units: i64,
+}
+
+impl Size {
+    pub const LESSONS: Size = Size {
+        buyers: BUYERS,
+        units: STOCK,
+    };
+}
+
+impl Default for Size {
+    fn default() -> Self {
+        Size::LESSONS
+    }
+}
+
 /// A crowd under way or done: the lessons' crowd, or a steady load ([`crate::selling`]).
 pub struct Crowd {
     pub number: u32,
@@ -77,13 +98,20 @@ impl Outcome {
 }
 
 impl Crowd {
-    /// Starts `loadtest` at `hosts`, selling from the stock Redis at `redis_url` (read
-    /// directly for the verdict); its files go into `dir` as `crowd-N.*`.
-    pub fn start(loadtest: &Path, number: u32, hosts: &[String], redis_url: &str, dir: &Path) -> anyhow::Result<Crowd> {
+    /// Starts `loadtest` with `size` at `hosts`, selling from the stock Redis at
+    /// `redis_url` (read directly for the verdict); its files go into `dir` as `crowd-N.*`.
+    pub fn start(
+        loadtest: &Path,
+        size: Size,
+        number: u32,
+        hosts: &[String],
+        redis_url: &str,
+        dir: &Path,
+    ) -> anyhow::Result<Crowd> {
         let (report, live, faults) = fresh_files(dir, number)?;
         let mut command = tokio::process::Command::new(loadtest);
         command
-            .args(["--users", &BUYERS.to_string(), "--stock", &STOCK.to_string()])
+            .args(["--users", &size.buyers.to_string(), "--stock", &size.units.to_string()])
             .args(["--hosts", &hosts.join(","), "--redis-url", redis_url, "--json"])
             .arg("--report-file")
             .arg(&report)

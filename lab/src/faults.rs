@@ -16,6 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::setup::{Needs, Setup};
+
 /// One click: the fault, on whom, for how long.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
@@ -107,6 +109,43 @@ impl Strike {
             }
         }
         Ok(())
+    }
+}
+
+/// Why `strike` cannot strike the setup `setup` (whose servers are `needs`), if it cannot:
+/// a sentence for the page. `clock_jumps` says whether an instance's clock can jump.
+pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl Fn(usize) -> bool) -> Option<String> {
+    let (lock_fails_over, stock_fails_over) = (needs == Needs::LockSentinel, setup.stock_failover);
+    let bypassed = "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
+                    cut that link";
+    match (strike, needs) {
+        (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
+            Some(format!(
+                "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
+                setup.strategy
+            ))
+        }
+        (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
+            "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
+             \"the lock's Redis can fail over\" and start again"
+                .to_owned(),
+        ),
+        (Strike::FailOverStock { .. }, _) if !stock_fails_over => Some(
+            "a failover needs the stock's Redis with a replica and a Sentinel: tick \
+             \"the stock's Redis can fail over\" and start again"
+                .to_owned(),
+        ),
+        (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, _) if lock_fails_over => Some(format!(
+            "{bypassed}; cut it from the stock, or start without the lock's failover"
+        )),
+        (Strike::CutFromStock { .. }, _) if stock_fails_over => Some(format!(
+            "{bypassed}; cut it from the lock, or start without the stock's failover"
+        )),
+        (Strike::JumpClock { instance, .. }, _) if !clock_jumps(*instance) => Some(format!(
+            "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
+            testkit::wall_clock::LIBFAKETIME
+        )),
+        _ => None,
     }
 }
 

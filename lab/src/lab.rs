@@ -62,38 +62,8 @@ pub(crate) struct Stage {
 impl Stage {
     /// Why this setup cannot take `strike`, with what to do instead; `None` if it can.
     fn refusal_of(&self, strike: &Strike) -> Option<String> {
-        let (lock_fails_over, stock_fails_over) = (self.needs == Needs::LockSentinel, self.setup.stock_failover);
-        let bypassed = "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
-                        cut that link";
-        match (strike, self.needs) {
-            (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
-                Some(format!(
-                    "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
-                    self.setup.strategy
-                ))
-            }
-            (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
-                "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
-                 \"the lock's Redis can fail over\" and start again"
-                    .to_owned(),
-            ),
-            (Strike::FailOverStock { .. }, _) if !stock_fails_over => Some(
-                "a failover needs the stock's Redis with a replica and a Sentinel: tick \
-                 \"the stock's Redis can fail over\" and start again"
-                    .to_owned(),
-            ),
-            (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, _) if lock_fails_over => {
-                Some(format!("{bypassed}; cut it from the stock, or start without the lock's failover"))
-            }
-            (Strike::CutFromStock { .. }, _) if stock_fails_over => {
-                Some(format!("{bypassed}; cut it from the lock, or start without the stock's failover"))
-            }
-            (Strike::JumpClock { instance, .. }, _) if !self.instances[*instance].can_jump_clock() => Some(format!(
-                "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
-                testkit::wall_clock::LIBFAKETIME
-            )),
-            _ => None,
-        }
+        let clock_jumps = |instance: usize| self.instances[instance].can_jump_clock();
+        crate::faults::refusal(&self.setup, self.needs, strike, clock_jumps)
     }
 }
 
@@ -176,11 +146,16 @@ impl Lab {
 
     /// Sends the lessons' crowd at both instances.
     pub async fn send_crowd(&self) -> Result<u32, String> {
+        self.send_crowd_of(crate::crowd::Size::LESSONS).await
+    }
+
+    /// Sends a crowd of `size` at both instances.
+    pub async fn send_crowd_of(&self, size: crate::crowd::Size) -> Result<u32, String> {
         let loadtest = &self.binaries.loadtest;
-        self.send(|number, hosts, stock| Crowd::start(loadtest, number, hosts, stock, &self.dir))
+        self.send(|number, hosts, stock| Crowd::start(loadtest, size, number, hosts, stock, &self.dir))
             .await
             .inspect(|number| {
-                let (buyers, units) = (crate::crowd::BUYERS, crate::crowd::STOCK);
+                let (buyers, units) = (size.buyers, size.units);
                 self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
             })
     }

@@ -14,6 +14,7 @@
 //! | [`replay`] | a past crowd's history, stepped through one event at a time |
 //! | [`scenarios`] | each lesson's anomaly, ready to run, to predict and to compare |
 //! | [`lab`] | the state that ties them, and the clean-up that leaves nothing behind |
+//! | [`torture`] | `make torture`: rounds of random faults drawn from a seed, judged as a crowd is |
 //! | [`guard`] | loopback only: requests from another site are refused (DNS rebinding) |
 //! | [`routes`] | the page and the calls it makes |
 //!
@@ -31,5 +32,6 @@ pub mod crowd;
 pub mod scenarios;
 pub mod replay;
 pub mod lab;
+pub mod torture;
 pub mod guard;
 pub mod routes;

@@ -114,6 +114,10 @@ pub struct Setup {
     pub group_commit: bool,
     /// `--one-per-buyer`.
     pub one_per_buyer: bool,
+    /// `--sold-out-flag`: an instance that saw every segment empty answers "sold out"
+    /// without the lock. The page does not offer it; `make torture` draws it.
+    #[serde(default)]
+    pub sold_out_flag: bool,
     /// `redis` only: the lock's Redis has a replica and a Sentinel, so it can fail over.
     #[serde(default)]
     pub lock_failover: bool,
@@ -135,6 +139,7 @@ impl Default for Setup {
             segments: 1,
             group_commit: false,
             one_per_buyer: false,
+            sold_out_flag: false,
             lock_failover: false,
             stock_failover: false,
             linger_ms: 50,
@@ -217,6 +222,9 @@ impl Setup {
         }
         if self.one_per_buyer {
             flags.push("--one-per-buyer".to_owned());
+        }
+        if self.sold_out_flag {
+            flags.push("--sold-out-flag".to_owned());
         }
         flags
     }

@@ -336,6 +336,7 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
         "lockbench",
         "chaos",
         "clock-jump",
+        "torture",
     ] {
         assert!(
             names.contains(expected),

@@ -1,0 +1,243 @@
+//! `torture`: rounds of random faults over the lab's strategies, each drawn from a seed and
+//! judged by the history's checks, until the time is up (`make torture`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Parser;
+use lab::lab::{Binaries, Lab};
+use std::sync::Arc;
+
+use lab::torture::plan::{round_seed, Choices, Round};
+use lab::torture::play::{play, Played};
+use lab::torture::regressions;
+use lab::torture::shrink::shrink;
+use lab::torture::tally::Tally;
+
+#[derive(Parser)]
+#[command(
+    name = "torture",
+    about = "Rounds of random faults, drawn from a seed, judged by the history's checks"
+)]
+struct Cli {
+    /// The run's seed; each round's own seed is drawn from it. Default: the clock's.
+    #[arg(long, env = "SEED")]
+    seed: Option<u64>,
+    /// Plays rounds until this many minutes have passed.
+    #[arg(long, env = "MINUTES", default_value_t = 10.0)]
+    minutes: f64,
+    /// Plays this many rounds at most.
+    #[arg(long, env = "ROUNDS")]
+    rounds: Option<u64>,
+    /// The strategies to draw from, comma-separated. Default: every one the lab can run here.
+    #[arg(long, env = "STRATEGIES", value_delimiter = ',')]
+    strategies: Vec<String>,
+    /// Fencing in every round (`on` or `off`); drawn when not given. `off` over the fenced
+    /// strategies draws only setups that hold a known hole: the checks must find it.
+    #[arg(long, env = "FENCING", value_parser = ["on", "off"])]
+    fencing: Option<String>,
+    /// Plays the one round of this seed (a round's seed, as a run prints it) and stops.
+    #[arg(long)]
+    round: Option<String>,
+    /// Where the crowds' reports, histories and timelines go.
+    #[arg(long, default_value = ".run/torture")]
+    dir: PathBuf,
+    /// Shrinks every round that was not held (a round that must hold is always shrunk).
+    #[arg(long, env = "SHRINK", value_parser = clap::builder::BoolishValueParser::new(), default_value = "false")]
+    shrink: bool,
+    /// Plays every round kept in lab/regressions/ again, and stops.
+    #[arg(long)]
+    regressions: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli).await {
+        Ok(tally) if tally.holes().is_empty() => ExitCode::SUCCESS,
+        Ok(tally) => {
+            eprintln!(
+                "[torture] {} round(s) that must hold were not held: see the table",
+                tally.holes().len()
+            );
+            ExitCode::from(1)
+        }
+        Err(error) => {
+            eprintln!("[torture] error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<Tally> {
+    let lab = Lab::new(Binaries::beside_this_program()?, &cli.dir)?;
+    let result = match cli.regressions {
+        true => play_the_regressions(&lab, cli).await,
+        false => play_drawn_rounds(&lab, cli).await,
+    };
+    lab.shutdown().await;
+    let tally = result?;
+    let tables = tally.tables();
+    println!("\n{tables}");
+    // The table `make torture` publishes (scripts/lib/publish.sh, with PUBLISH=1).
+    let table = cli.dir.join("table.md");
+    std::fs::write(&table, tables).with_context(|| format!("cannot write {}", table.display()))?;
+    Ok(tally)
+}
+
+/// Rounds drawn from the seed until the time is up (or the one round asked for).
+async fn play_drawn_rounds(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
+    let strategies = strategies(&cli.strategies)?;
+    let choices = Choices {
+        strategies: strategies.clone(),
+        fencing: cli.fencing.as_deref().map(|fencing| fencing == "on"),
+        clock_jumps: std::path::Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
+    };
+    let seed = cli.seed.unwrap_or_else(clock_seed);
+    let seeds: Box<dyn Iterator<Item = u64>> = match &cli.round {
+        Some(round) => Box::new(std::iter::once(parse_seed(round)?)),
+        None => {
+            println!(
+                "[torture] seed {seed}: {} minutes over {}",
+                cli.minutes,
+                strategies.join(", ")
+            );
+            Box::new((0..cli.rounds.unwrap_or(u64::MAX)).map(move |index| round_seed(seed, index)))
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs_f64(cli.minutes * 60.0);
+    let mut tally = Tally::default();
+    for (index, round_seed) in (1..).zip(seeds) {
+        if Instant::now() >= deadline && cli.round.is_none() {
+            break;
+        }
+        let round = Round::drawn(round_seed, &choices).map_err(anyhow::Error::msg)?;
+        match play(lab, &round, &cli.dir).await {
+            Ok(played) => {
+                say_played(index, &played);
+                let played = match played.is_a_hole() || (cli.shrink && played.caught()) {
+                    true => shrink_and_keep(lab, played, cli).await?,
+                    false => played,
+                };
+                tally.played.push(played);
+            }
+            Err(error) => {
+                println!("[torture] round {index}: {} -> not played: {error:#}", round.describe());
+                tally.unplayed.push((round_seed, format!("{error:#}")));
+            }
+        }
+    }
+    tally.header = format!(
+        "Seed {seed}, {} minutes over {}; each round's seed replays it: `target/release/torture --round SEED`.\n\n",
+        cli.minutes,
+        strategies.join(", ")
+    );
+    Ok(tally)
+}
+
+/// Every round kept in lab/regressions/, played again.
+async fn play_the_regressions(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
+    let mut tally = Tally::default();
+    for (index, (path, kept)) in (1..).zip(regressions::all(&regressions::folder())?) {
+        println!(
+            "[torture] {}: found {} ({})",
+            path.display(),
+            kept.found,
+            kept.failed.join(", ")
+        );
+        match play(lab, &kept.round, &cli.dir).await {
+            Ok(played) => {
+                say_played(index, &played);
+                tally.played.push(played);
+            }
+            Err(error) => tally.unplayed.push((kept.round.seed, format!("{error:#}"))),
+        }
+    }
+    Ok(tally)
+}
+
+fn say_played(index: usize, played: &Played) {
+    let failed = match played.failed.is_empty() {
+        true => String::new(),
+        false => format!(" (failed: {})", played.failed.join(", ")),
+    };
+    let (struck, drawn) = (played.struck.len(), played.round.schedule.len());
+    let late = match struck < drawn {
+        true => format!(" ({} of its {drawn} faults came after the last answer)", drawn - struck),
+        false => String::new(),
+    };
+    println!(
+        "[torture] round {index}, {:.1} s, {}: {} -> {}{failed}{late}",
+        played.seconds,
+        played.expected.name(),
+        played.round.describe(),
+        played.verdict
+    );
+    if played.verdict != "held" {
+        println!(
+            "[torture]   kept: {} and its history and timeline beside it",
+            played.report.display()
+        );
+    }
+}
+
+/// Shrinks a round that was not held; a hole (a setup that must hold) is kept in
+/// lab/regressions/, any other in the run's folder.
+async fn shrink_and_keep(lab: &Arc<Lab>, played: Played, cli: &Cli) -> anyhow::Result<Played> {
+    let shrunk = shrink(lab, played, &cli.dir).await?;
+    let smallest = shrunk.played;
+    let folder = match smallest.is_a_hole() {
+        true => regressions::folder(),
+        false => cli.dir.join("shrunk"),
+    };
+    let kept = regressions::keep(&smallest, &folder)?;
+    println!(
+        "[torture]   shrunk in {} plays to: {} -> {}; kept in {}",
+        shrunk.plays,
+        smallest.round.describe(),
+        smallest.verdict,
+        kept.display()
+    );
+    Ok(smallest)
+}
+
+/// The strategies asked for, each one the lab can run here; or all of those.
+fn strategies(asked: &[String]) -> anyhow::Result<Vec<String>> {
+    let available = lab::setup::available();
+    let runnable: Vec<String> = available
+        .iter()
+        .filter(|offer| offer.missing.is_none())
+        .map(|offer| offer.strategy.to_owned())
+        .collect();
+    if asked.is_empty() {
+        return Ok(runnable);
+    }
+    for name in asked {
+        match available.iter().find(|offer| offer.strategy == name) {
+            None => anyhow::bail!("no strategy `{name}` in the lab; pick among {}", runnable.join(", ")),
+            Some(offer) => {
+                if let Some(missing) = &offer.missing {
+                    anyhow::bail!("`{name}` {missing}");
+                }
+            }
+        }
+    }
+    Ok(asked.to_vec())
+}
+
+/// A round's seed as printed (`0x…`), or in decimal.
+fn parse_seed(text: &str) -> anyhow::Result<u64> {
+    let parsed = match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|_| anyhow::anyhow!("`{text}` is not a seed: give one as a run prints it, e.g. 0x00c0ffee00c0ffee"))
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}

@@ -1,0 +1,345 @@
+//! A round drawn from its seed: a setup (the strategy and its switches) and a schedule of
+//! faults, each at its time after the crowd is sent. The same seed on the same commit
+//! draws the same round, so a failing round replays from its seed alone.
+
+use rand::rngs::StdRng;
+use rand::seq::IndexedRandom;
+use rand::{Rng, SeedableRng};
+use seckill::strategy::{Fencing, FencingStatus, Strategy};
+use serde::{Deserialize, Serialize};
+
+use crate::crowd::Size;
+use crate::faults::{refusal, Strike};
+use crate::setup::Setup;
+
+/// The latest a fault is struck after the crowd is sent: the crowd of 500 sells its 300
+/// units within a few seconds here, and a fault later than that meets no sale.
+pub const LATEST_STRIKE_MS: u64 = 4_000;
+/// The most faults in one round.
+pub const MOST_FAULTS: usize = 3;
+
+/// One fault of a round, and when it strikes.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct Timed {
+    /// After the crowd is sent.
+    pub at_ms: u64,
+    pub strike: Strike,
+}
+
+/// One round: what runs, what buys, and what strikes it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct Round {
+    pub seed: u64,
+    pub setup: Setup,
+    /// The lessons' crowd when drawn; a shrunk round may send fewer.
+    #[serde(default)]
+    pub crowd: Size,
+    pub schedule: Vec<Timed>,
+}
+
+/// What a run draws its rounds from.
+#[derive(Clone, Debug)]
+pub struct Choices {
+    /// Names the lab offers.
+    pub strategies: Vec<String>,
+    /// Fencing as drawn (`None`), or always on or always off: `Some(false)` draws only
+    /// the known-unsafe setups of the fenced strategies.
+    pub fencing: Option<bool>,
+    /// Whether this machine can jump an instance's clock (libfaketime).
+    pub clock_jumps: bool,
+}
+
+/// What a round's configuration must come to, known before it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expected {
+    /// Fenced (or atomic): any verdict but held is a hole to mend.
+    MustHold,
+    /// No tokens to fence with (Redlock): a pause may sell twice.
+    MayFail,
+    /// A hole we know: no lock, a lock inside one instance, fencing off, or a stock whose
+    /// asynchronous replica is promoted. The checks must find it: a generator that finds
+    /// nothing where a hole is known is broken.
+    KnownUnsafe,
+}
+
+impl Expected {
+    pub fn name(self) -> &'static str {
+        match self {
+            Expected::MustHold => "must hold",
+            Expected::MayFail => "may fail",
+            Expected::KnownUnsafe => "known unsafe",
+        }
+    }
+}
+
+/// The seed of round `index` of a run seeded `seed`: each round replays alone.
+pub fn round_seed(seed: u64, index: u64) -> u64 {
+    // splitmix64's step: neighbouring indexes give unrelated seeds.
+    let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Round {
+    /// The round `seed` draws from `choices`.
+    pub fn drawn(seed: u64, choices: &Choices) -> Result<Round, String> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let strategy = choices
+            .strategies
+            .choose(&mut rng)
+            .ok_or("no strategy to draw from")?
+            .clone();
+        let mut setup = draw_setup(&mut rng, strategy);
+        setup.fencing = choices.fencing.unwrap_or(setup.fencing);
+        let needs = setup.needs()?;
+        let faults = rng.random_range(1..=MOST_FAULTS);
+        let mut schedule = Vec::new();
+        // A drawn fault the setup cannot take is drawn again, a few times at most.
+        for _ in 0..faults * 8 {
+            if schedule.len() == faults {
+                break;
+            }
+            let strike = draw_strike(&mut rng);
+            if refusal(&setup, needs, &strike, |_| choices.clock_jumps).is_none() {
+                let at_ms = rng.random_range(0..=LATEST_STRIKE_MS);
+                schedule.push(Timed { at_ms, strike });
+            }
+        }
+        schedule.sort_by_key(|timed| timed.at_ms);
+        Ok(Round {
+            seed,
+            setup,
+            crowd: Size::LESSONS,
+            schedule,
+        })
+    }
+
+    /// What this round must come to (see [`Expected`]).
+    pub fn expected(&self) -> Expected {
+        let Some(strategy) = strategy_of(&self.setup.strategy) else {
+            return Expected::MayFail;
+        };
+        let fencing = if self.setup.fencing { Fencing::On } else { Fencing::Off };
+        let stock_promoted = self
+            .schedule
+            .iter()
+            .any(|timed| matches!(timed.strike, Strike::FailOverStock { .. }));
+        match strategy.fencing(fencing) {
+            _ if strategy.expected_to_oversell() || stock_promoted => Expected::KnownUnsafe,
+            FencingStatus::Off => Expected::KnownUnsafe,
+            FencingStatus::NoTokens => Expected::MayFail,
+            FencingStatus::On | FencingStatus::NotNeeded => Expected::MustHold,
+        }
+    }
+
+    /// The round as one line: its seed, its setup's switches and its faults.
+    pub fn describe(&self) -> String {
+        let setup = &self.setup;
+        let mut switches = vec![format!("fencing {}", if setup.fencing { "on" } else { "off" })];
+        switches.push(format!("ttl {} ms", setup.ttl_ms));
+        if setup.segments > 1 {
+            switches.push(format!("{} segments", setup.segments));
+        }
+        for (on, name) in [
+            (setup.group_commit, "group commit"),
+            (setup.one_per_buyer, "one per buyer"),
+            (setup.sold_out_flag, "sold-out flag"),
+            (setup.lock_failover, "lock on Sentinel"),
+            (setup.stock_failover, "stock on Sentinel"),
+        ] {
+            if on {
+                switches.push(name.to_owned());
+            }
+        }
+        if setup.linger_ms > 0 {
+            switches.push(format!("linger {} ms", setup.linger_ms));
+        }
+        let faults: Vec<String> = self
+            .schedule
+            .iter()
+            .map(|timed| format!("at {} ms: {}", timed.at_ms, timed.strike.describe()))
+            .collect();
+        if self.crowd != Size::LESSONS {
+            switches.push(format!("{} buyers at {} units", self.crowd.buyers, self.crowd.units));
+        }
+        format!(
+            "seed {:#018x}: {} ({}); {}",
+            self.seed,
+            setup.strategy,
+            switches.join(", "),
+            if faults.is_empty() {
+                "no fault".to_owned()
+            } else {
+                faults.join("; ")
+            }
+        )
+    }
+}
+
+/// The strategy named `name`, as `--lock` reads it.
+fn strategy_of(name: &str) -> Option<Strategy> {
+    <Strategy as clap::ValueEnum>::from_str(name, true).ok()
+}
+
+fn draw_setup(rng: &mut StdRng, strategy: String) -> Setup {
+    let lock_failover = strategy == "redis" && rng.random_bool(0.25);
+    // Group commit gathers the buyers of a local queue, which the baselines have not.
+    let queues = strategy_of(&strategy).is_some_and(Strategy::takes_a_local_queue);
+    Setup {
+        fencing: rng.random_bool(0.75),
+        // From 500 ms: Redlock refuses a lease under ten times its 50 ms node timeout.
+        ttl_ms: rng.random_range(500..=1500),
+        segments: *[1, 1, 2, 4].choose(rng).unwrap_or(&1),
+        group_commit: rng.random_bool(0.25) && queues,
+        one_per_buyer: rng.random_bool(0.25),
+        sold_out_flag: rng.random_bool(0.25),
+        lock_failover,
+        stock_failover: rng.random_bool(0.2),
+        linger_ms: *[0, 20, 50, 100].choose(rng).unwrap_or(&0),
+        strategy,
+    }
+}
+
+/// Any fault the lab can strike, on either instance, with its parameters drawn.
+fn draw_strike(rng: &mut StdRng) -> Strike {
+    let instance = rng.random_range(0..2);
+    let ms = rng.random_range(200..=3_000);
+    match rng.random_range(0..9) {
+        0 => Strike::PauseHolder { ms },
+        1 => Strike::Pause { instance, ms },
+        2 => Strike::Kill { instance, ms },
+        3 => Strike::CutFromLock { instance, ms },
+        4 => Strike::CutFromStock { instance, ms },
+        5 => Strike::DelayLock {
+            instance,
+            delay_ms: rng.random_range(50..=800),
+            ms,
+        },
+        6 => Strike::JumpClock {
+            instance,
+            seconds: rng.random_range(1..=120) * if rng.random_bool(0.5) { 1 } else { -1 },
+        },
+        7 => Strike::FailOverLock { ms },
+        _ => Strike::FailOverStock { ms },
+    }
+}
+
+/// The kind of a fault, as the tables count them.
+pub fn kind_of(strike: &Strike) -> &'static str {
+    match strike {
+        Strike::PauseHolder { .. } => "pause the holder",
+        Strike::Pause { .. } => "pause an instance",
+        Strike::Kill { .. } => "kill an instance",
+        Strike::CutFromLock { .. } => "cut from the lock",
+        Strike::CutFromStock { .. } => "cut from the stock",
+        Strike::DelayLock { .. } => "delay the lock",
+        Strike::JumpClock { .. } => "jump a clock",
+        Strike::FailOverLock { .. } => "fail over the lock's Redis",
+        Strike::FailOverStock { .. } => "fail over the stock's Redis",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(clock_jumps: bool) -> Choices {
+        Choices {
+            strategies: crate::setup::STRATEGIES
+                .iter()
+                .map(|offer| offer.strategy.to_owned())
+                .collect(),
+            fencing: None,
+            clock_jumps,
+        }
+    }
+
+    #[test]
+    fn a_seed_draws_the_same_round_every_time_and_another_seed_another() {
+        let first = Round::drawn(7, &all(true)).unwrap();
+        assert_eq!(first, Round::drawn(7, &all(true)).unwrap());
+        let others: Vec<Round> = (8..40).map(|seed| Round::drawn(seed, &all(true)).unwrap()).collect();
+        assert!(others.iter().any(|other| other.setup != first.setup));
+    }
+
+    #[test]
+    fn a_round_holds_only_faults_its_setup_can_take_in_time_order() {
+        for seed in 0..300 {
+            let round = Round::drawn(round_seed(1, seed), &all(false)).unwrap();
+            let needs = round.setup.needs().unwrap();
+            assert!(round.schedule.len() <= MOST_FAULTS);
+            for timed in &round.schedule {
+                assert_eq!(
+                    refusal(&round.setup, needs, &timed.strike, |_| false),
+                    None,
+                    "{}",
+                    round.describe()
+                );
+                assert!(timed.at_ms <= LATEST_STRIKE_MS);
+            }
+            assert!(round.schedule.windows(2).all(|pair| pair[0].at_ms <= pair[1].at_ms));
+        }
+    }
+
+    #[test]
+    fn the_baselines_and_fencing_off_are_known_unsafe_and_fenced_locks_must_hold() {
+        let round = |strategy: &str, fencing: bool| Round {
+            seed: 0,
+            setup: Setup {
+                strategy: strategy.to_owned(),
+                fencing,
+                ..Setup::default()
+            },
+            crowd: Size::LESSONS,
+            schedule: Vec::new(),
+        };
+        assert_eq!(round("none", true).expected(), Expected::KnownUnsafe);
+        assert_eq!(round("local", true).expected(), Expected::KnownUnsafe);
+        assert_eq!(round("redis", false).expected(), Expected::KnownUnsafe);
+        assert_eq!(round("redlock", true).expected(), Expected::MayFail);
+        assert_eq!(round("etcd", true).expected(), Expected::MustHold);
+        let mut promoted = round("etcd", true);
+        promoted.schedule.push(Timed {
+            at_ms: 0,
+            strike: Strike::FailOverStock { ms: 500 },
+        });
+        assert_eq!(promoted.expected(), Expected::KnownUnsafe);
+    }
+
+    #[test]
+    fn fencing_asked_off_is_off_in_every_round_and_the_rest_is_drawn_as_before() {
+        let off = Choices {
+            fencing: Some(false),
+            ..all(true)
+        };
+        for seed in 0..50 {
+            let (drawn, forced) = (
+                Round::drawn(seed, &all(true)).unwrap(),
+                Round::drawn(seed, &off).unwrap(),
+            );
+            assert!(!forced.setup.fencing);
+            assert_eq!(
+                (&forced.setup.strategy, &forced.schedule),
+                (&drawn.setup.strategy, &drawn.schedule)
+            );
+        }
+    }
+
+    #[test]
+    fn the_baselines_are_never_drawn_with_group_commit_which_they_refuse() {
+        let baselines = Choices {
+            strategies: vec!["none".to_owned(), "local".to_owned()],
+            ..all(true)
+        };
+        assert!((0..200).all(|seed| !Round::drawn(seed, &baselines).unwrap().setup.group_commit));
+        assert!((0..200).any(|seed| Round::drawn(seed, &all(true)).unwrap().setup.group_commit));
+    }
+
+    #[test]
+    fn round_seeds_of_one_run_differ() {
+        let seeds: std::collections::HashSet<u64> = (0..1000).map(|index| round_seed(42, index)).collect();
+        assert_eq!(seeds.len(), 1000);
+    }
+}

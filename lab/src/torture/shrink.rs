@@ -1,0 +1,125 @@
+//! A failing round made small, as QuickCheck and Jepsen shrink theirs: fewer faults, then
+//! fewer buyers, then shorter faults, each step kept only while the round still fails.
+//! What is left is the smallest schedule that still shows the hole, the one worth reading
+//! and the one worth keeping as a regression.
+//!
+//! A fault's effect depends on its timing, which is the machine's: a candidate is played
+//! up to [`TRIES`] times, and one failure is enough to keep it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::plan::Round;
+use super::play::{play, Played};
+use crate::crowd::Size;
+use crate::lab::Lab;
+
+/// How many times a candidate is played before it counts as no longer failing.
+pub const TRIES: usize = 2;
+/// The smallest crowd a round shrinks to.
+pub const FEWEST: Size = Size { buyers: 20, units: 12 };
+/// The shortest fault a round shrinks to.
+pub const SHORTEST_MS: u64 = 100;
+
+/// The smallest round found, what it came to, and how many rounds the search played.
+pub struct Shrunk {
+    pub played: Played,
+    pub plays: usize,
+}
+
+/// Shrinks `failing`, a round whose verdict was not held.
+pub async fn shrink(lab: &Arc<Lab>, failing: Played, dir: &Path) -> anyhow::Result<Shrunk> {
+    let mut search = Search {
+        lab,
+        dir,
+        best: failing,
+        plays: 0,
+    };
+    // 1. Fewer faults: each one left out in turn; one that was not needed stays out.
+    let mut index = 0;
+    while index < search.best.round.schedule.len() {
+        let mut candidate = search.best.round.clone();
+        candidate.schedule.remove(index);
+        if !search.keep_if_failing(candidate).await? {
+            index += 1;
+        }
+    }
+    // 2. Fewer buyers: half the crowd at half the units, while it still fails.
+    while search.best.round.crowd.buyers / 2 >= FEWEST.buyers {
+        let mut candidate = search.best.round.clone();
+        let crowd = candidate.crowd;
+        candidate.crowd = Size {
+            buyers: crowd.buyers / 2,
+            units: (crowd.units / 2).max(FEWEST.units),
+        };
+        if !search.keep_if_failing(candidate).await? {
+            break;
+        }
+    }
+    // 3. Shorter faults: each one's length halved, while it still fails.
+    for index in 0..search.best.round.schedule.len() {
+        loop {
+            let mut candidate = search.best.round.clone();
+            let Some(shorter) = halved(&mut candidate, index) else {
+                break;
+            };
+            if !shorter || !search.keep_if_failing(candidate).await? {
+                break;
+            }
+        }
+    }
+    Ok(Shrunk {
+        played: search.best,
+        plays: search.plays,
+    })
+}
+
+/// Halves how long fault `index` of `round` lasts; `Some(false)` when it is as short as
+/// it goes, `None` when that fault has no length (a clock jump).
+fn halved(round: &mut Round, index: usize) -> Option<bool> {
+    use crate::faults::Strike;
+    let ms = match &mut round.schedule[index].strike {
+        Strike::JumpClock { .. } => return None,
+        Strike::PauseHolder { ms }
+        | Strike::Pause { ms, .. }
+        | Strike::Kill { ms, .. }
+        | Strike::CutFromLock { ms, .. }
+        | Strike::CutFromStock { ms, .. }
+        | Strike::DelayLock { ms, .. }
+        | Strike::FailOverLock { ms }
+        | Strike::FailOverStock { ms } => ms,
+    };
+    if *ms / 2 < SHORTEST_MS {
+        return Some(false);
+    }
+    *ms /= 2;
+    Some(true)
+}
+
+struct Search<'a> {
+    lab: &'a Arc<Lab>,
+    dir: &'a Path,
+    best: Played,
+    plays: usize,
+}
+
+impl Search<'_> {
+    /// Plays `candidate` up to [`TRIES`] times; if it fails once, it is the new best.
+    async fn keep_if_failing(&mut self, candidate: Round) -> anyhow::Result<bool> {
+        for _ in 0..TRIES {
+            self.plays += 1;
+            let played = play(self.lab, &candidate, self.dir).await?;
+            println!(
+                "[torture]   shrinking, play {}: {} -> {}",
+                self.plays,
+                candidate.describe(),
+                played.verdict
+            );
+            if played.caught() {
+                self.best = played;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}

@@ -1,0 +1,128 @@
+//! `make torture` in small: one seeded round played by the `torture` binary as the seed
+//! draws it, and the shrinker on a planted failure (lesson 3's: the fence check off, the
+//! holder paused past its lease), which must keep the pause and drop the rest.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use lab::crowd::Size;
+use lab::faults::Strike;
+use lab::lab::{Binaries, Lab};
+use lab::setup::Setup;
+use lab::torture::plan::{Choices, Expected, Round, Timed};
+use lab::torture::play::play;
+use lab::torture::shrink::shrink;
+
+/// target/debug/, where `cargo test --workspace` builds seckill and loadtest beside the
+/// lab's binaries.
+fn binaries() -> Binaries {
+    let torture = PathBuf::from(env!("CARGO_BIN_EXE_torture"));
+    let folder = torture.parent().unwrap_or(Path::new("."));
+    Binaries {
+        seckill: folder.join("seckill"),
+        loadtest: folder.join("loadtest"),
+    }
+}
+
+#[test]
+fn a_seeded_round_is_played_as_its_seed_draws_it_and_judged_by_the_checks() {
+    let _alone = testkit::take_turn_blocking();
+    let dir = tempfile::tempdir().unwrap();
+    let seed = 0x5eed_f7e5_u64;
+    let choices = Choices {
+        strategies: vec!["redis".to_owned()],
+        fencing: Some(true),
+        clock_jumps: Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
+    };
+    let drawn = Round::drawn(seed, &choices).unwrap();
+    assert_eq!(drawn.expected(), Expected::MustHold);
+    let output = Command::new(env!("CARGO_BIN_EXE_torture"))
+        .args([
+            "--round",
+            &format!("{seed:#x}"),
+            "--strategies",
+            "redis",
+            "--fencing",
+            "on",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let line = printed
+        .lines()
+        .find(|line| line.starts_with("[torture] round 1,"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no round was played: {printed}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    assert!(
+        line.contains(&format!("must hold: {} -> held", drawn.describe())),
+        "{line}"
+    );
+    assert_eq!(output.status.code(), Some(0), "{printed}");
+    assert!(printed.contains("1 rounds played (0 could not be)"), "{printed}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_does_not_need() {
+    let _alone = testkit::take_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::new(binaries(), dir.path()).unwrap();
+    let at = |at_ms: u64, strike: Strike| Timed { at_ms, strike };
+    let planted = Round {
+        seed: 0,
+        // Lesson 3's setup: a lease of 500 ms, each sale lingering 50 ms before its write.
+        setup: Setup {
+            fencing: false,
+            ..Setup::default()
+        },
+        crowd: Size { buyers: 100, units: 60 },
+        schedule: vec![
+            at(0, Strike::PauseHolder { ms: 1500 }),
+            at(
+                0,
+                Strike::DelayLock {
+                    instance: 1,
+                    delay_ms: 20,
+                    ms: 200,
+                },
+            ),
+            at(
+                100,
+                Strike::JumpClock {
+                    instance: 0,
+                    seconds: 1,
+                },
+            ),
+        ],
+    };
+    let mut first = None;
+    for _ in 0..3 {
+        let played = play(&lab, &planted, dir.path()).await.unwrap();
+        if played.caught() {
+            first = Some(played);
+            break;
+        }
+    }
+    let first =
+        first.expect("the planted round (fencing off, the holder paused past its lease) sold no unit twice in 3 plays");
+    let shrunk = shrink(&lab, first, dir.path()).await.unwrap();
+    lab.shutdown().await;
+    let smallest = &shrunk.played.round;
+    assert!(shrunk.played.caught(), "{}", smallest.describe());
+    let kept: Vec<&Strike> = smallest.schedule.iter().map(|timed| &timed.strike).collect();
+    assert!(
+        matches!(kept[..], [Strike::PauseHolder { ms }] if *ms >= 375),
+        "the pause past the lease, alone, should be left (a renewal every third of the 500 ms lease leaves at least 333 ms of it, which a shorter pause cannot outlast): {}",
+        smallest.describe()
+    );
+    assert!(
+        smallest.crowd.buyers < 100,
+        "the crowd should be smaller: {}",
+        smallest.describe()
+    );
+}
