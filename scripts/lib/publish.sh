@@ -47,7 +47,7 @@ publish_results() {
 this_build() {
   local commit cpu
   if commit=$(git rev-parse --short HEAD 2>/dev/null); then
-    git diff --quiet HEAD -- src loadtest scripts || commit+=" + changes"
+    git diff --quiet HEAD -- src loadtest scripts lab testkit || commit+=" + changes"
   else
     commit="unknown"
   fi
