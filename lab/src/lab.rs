@@ -361,6 +361,15 @@ impl Lab {
         Ok((holder, linger))
     }
 
+    /// Waits for the first sale of the setup running now (see [`Lab::wait_for_a_sale`]).
+    pub async fn first_sale(&self) -> anyhow::Result<()> {
+        let generation = self.inner.lock().await.stage.as_ref().map(|stage| stage.generation);
+        let Some(generation) = generation else {
+            bail!("nothing runs yet: start a setup, then send the crowd");
+        };
+        self.wait_for_a_sale(generation).await
+    }
+
     /// Once an instance has sold a unit (`seckill_units_sold_total`): the crowd's reset
     /// is behind, and the sale under way.
     pub(crate) async fn wait_for_a_sale(&self, generation: u64) -> anyhow::Result<()> {

@@ -91,25 +91,27 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
                     ms: 200,
                 },
             ),
-            at(
-                100,
-                Strike::JumpClock {
-                    instance: 0,
-                    seconds: 1,
-                },
-            ),
+            // Not a clock jump: one on the paused holder makes it find its lease gone on
+            // waking, and sell nothing (it held 3 plays in a row here).
+            at(3000, Strike::CutFromStock { instance: 1, ms: 100 }),
         ],
     };
     let mut first = None;
-    for _ in 0..3 {
+    for _ in 0..5 {
         let played = play(&lab, &planted, dir.path()).await.unwrap();
+        println!(
+            "planted round: {} (struck {}, troubles {:?})",
+            played.verdict,
+            played.struck.len(),
+            played.troubles
+        );
         if played.caught() {
             first = Some(played);
             break;
         }
     }
     let first =
-        first.expect("the planted round (fencing off, the holder paused past its lease) sold no unit twice in 3 plays");
+        first.expect("the planted round (fencing off, the holder paused past its lease) sold no unit twice in 5 plays");
     let shrunk = shrink(&lab, first, dir.path()).await.unwrap();
     lab.shutdown().await;
     let smallest = &shrunk.played.round;

@@ -114,11 +114,20 @@ pub const ASKING: Duration = Duration::from_secs(1);
 /// Sends `command` to the Redis (or Sentinel) on `port`, and waits `ASKING` at most for
 /// the connection and for the answer.
 pub fn ask_redis<T: redis::FromRedisValue>(port: u16, command: &redis::Cmd) -> anyhow::Result<T> {
+    ask_redis_within(port, command, ASKING)
+}
+
+/// The same, for a command that takes longer (a MIGRATE, a FLUSHALL): `within` for its answer.
+pub fn ask_redis_within<T: redis::FromRedisValue>(
+    port: u16,
+    command: &redis::Cmd,
+    within: Duration,
+) -> anyhow::Result<T> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
     let mut connection = client
         .get_connection_with_timeout(ASKING)
         .with_context(|| format!("nothing answers on {port}"))?;
-    connection.set_read_timeout(Some(ASKING))?;
+    connection.set_read_timeout(Some(within))?;
     connection.set_write_timeout(Some(ASKING))?;
     command
         .query(&mut connection)

@@ -31,6 +31,17 @@ fn a_member_nobody_has_is_refused_with_the_names_there_are() {
 }
 
 #[test]
+fn a_command_nobody_has_is_refused_by_the_parser_with_the_usage() {
+    let output = cluster(&["reboot", "mysql"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        error.contains("unrecognized subcommand 'reboot'") && error.contains("Usage: scripts/cluster.sh"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_leader_of_something_that_elects_none_is_refused_with_the_choices() {
     let error = error_of(&cluster(&["leader", "mysql"]));
     assert!(

@@ -56,11 +56,12 @@ struct Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli).await {
-        Ok(tally) if tally.holes().is_empty() => ExitCode::SUCCESS,
+        Ok(tally) if tally.holes().is_empty() && (!cli.regressions || tally.unplayed.is_empty()) => ExitCode::SUCCESS,
         Ok(tally) => {
             eprintln!(
-                "[torture] {} round(s) that must hold were not held: see the table",
-                tally.holes().len()
+                "[torture] {} round(s) that must hold were not held, {} could not be played: see the table",
+                tally.holes().len(),
+                tally.unplayed.len()
             );
             ExitCode::from(1)
         }
@@ -71,11 +72,24 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Plays the rounds asked for, then stops everything the lab started, even after Ctrl-C.
 async fn run(cli: &Cli) -> anyhow::Result<Tally> {
+    if !(cli.minutes.is_finite() && cli.minutes > 0.0) {
+        anyhow::bail!(
+            "MINUTES={}: give a number of minutes above 0, e.g. MINUTES=10",
+            cli.minutes
+        );
+    }
     let lab = Lab::new(Binaries::beside_this_program()?, &cli.dir)?;
-    let result = match cli.regressions {
-        true => play_the_regressions(&lab, cli).await,
-        false => play_drawn_rounds(&lab, cli).await,
+    let rounds = async {
+        match cli.regressions {
+            true => play_the_regressions(&lab, cli).await,
+            false => play_drawn_rounds(&lab, cli).await,
+        }
+    };
+    let result = tokio::select! {
+        result = rounds => result,
+        () = stop_asked() => Err(anyhow::anyhow!("stopped by a signal; what ran was stopped")),
     };
     lab.shutdown().await;
     let tally = result?;
@@ -85,6 +99,19 @@ async fn run(cli: &Cli) -> anyhow::Result<Tally> {
     let table = cli.dir.join("table.md");
     std::fs::write(&table, tables).with_context(|| format!("cannot write {}", table.display()))?;
     Ok(tally)
+}
+
+/// Ctrl-C or a SIGTERM: the lab's instances and servers must not outlive the run.
+async fn stop_asked() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 /// Rounds drawn from the seed until the time is up (or the one round asked for).
@@ -165,7 +192,10 @@ fn say_played(index: usize, played: &Played) {
     };
     let (struck, drawn) = (played.struck.len(), played.round.schedule.len());
     let late = match struck < drawn {
-        true => format!(" ({} of its {drawn} faults came after the last answer)", drawn - struck),
+        true => format!(
+            " ({} of its {drawn} faults struck nothing: refused, or after the last answer)",
+            drawn - struck
+        ),
         false => String::new(),
     };
     println!(
@@ -183,24 +213,30 @@ fn say_played(index: usize, played: &Played) {
     }
 }
 
-/// Shrinks a round that was not held; a hole (a setup that must hold) is kept in
-/// lab/regressions/, any other in the run's folder.
-async fn shrink_and_keep(lab: &Arc<Lab>, played: Played, cli: &Cli) -> anyhow::Result<Played> {
-    let shrunk = shrink(lab, played, &cli.dir).await?;
-    let smallest = shrunk.played;
-    let folder = match smallest.is_a_hole() {
+/// Shrinks a round the checks caught; a hole (a setup that must hold) is kept in
+/// lab/regressions/, any other in the run's folder. The round counts in the tally as it
+/// was played, its smallest form beside it. A shrink that fails keeps the round as it was.
+async fn shrink_and_keep(lab: &Arc<Lab>, mut played: Played, cli: &Cli) -> anyhow::Result<Played> {
+    let (smallest, plays) = match shrink(lab, played.clone(), &cli.dir).await {
+        Ok(shrunk) => (shrunk.played, shrunk.plays),
+        Err(error) => {
+            println!("[torture]   could not shrink it ({error:#}): kept as it was");
+            (played.clone(), 0)
+        }
+    };
+    let folder = match played.is_a_hole() {
         true => regressions::folder(),
         false => cli.dir.join("shrunk"),
     };
     let kept = regressions::keep(&smallest, &folder)?;
     println!(
-        "[torture]   shrunk in {} plays to: {} -> {}; kept in {}",
-        shrunk.plays,
+        "[torture]   shrunk in {plays} plays to: {} -> {}; kept in {}",
         smallest.round.describe(),
         smallest.verdict,
         kept.display()
     );
-    Ok(smallest)
+    played.shrunk_to = Some((smallest.round, smallest.verdict));
+    Ok(played)
 }
 
 /// The strategies asked for, each one the lab can run here; or all of those.

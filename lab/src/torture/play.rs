@@ -1,93 +1,102 @@
 //! A round played on the lab: its setup started, the crowd sent, each fault struck at its
-//! time, and the history's checks read once the crowd has its answers.
+//! time after the first sale, and the history's checks read once the crowd is judged.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail};
+use loadtest::history::{now_us, Event, What};
 use serde::Serialize;
 
 use super::plan::{Expected, Round, Timed};
 use crate::lab::Lab;
 
-/// The longest a round's crowd may take to get its answers: a buyer waits at most 30 s
-/// for the lock, and a fault lasts at most a few seconds.
+/// The longest a crowd may take, from its first sale to its verdict: a buyer waits at
+/// most 30 s for the lock, and a fault lasts at most a few seconds.
 pub const LONGEST_ROUND: Duration = Duration::from_secs(120);
 
 /// What a round came to.
 #[derive(Clone, Debug, Serialize)]
 pub struct Played {
     pub round: Round,
+    /// What its setup and the faults that struck must come to.
     pub expected: Expected,
-    /// `held`, `oversold`, `lost`, `wrong answer`, or `none` when the run could not be judged.
+    /// `held`, `oversold`, `lost`, `wrong answer`, or `none` when the run could not be
+    /// judged (the load test stopped early: its reset failed, say).
     pub verdict: String,
     /// The checks that failed, or could not decide.
     pub failed: Vec<String>,
     /// How many buyers' requests the checks judged.
     pub operations: usize,
-    /// The faults struck while the crowd was buying; those of the schedule that came after
-    /// its last answer struck nothing and are not here.
+    /// The faults struck before the crowd's last answer. Those of the schedule that came
+    /// later, or that the lab refused, struck nothing and are not here.
     pub struck: Vec<Timed>,
     /// Faults the lab refused or could not finish, said as it said them.
     pub troubles: Vec<String>,
     /// The crowd's report; its history, faults and timeline are beside it.
     pub report: PathBuf,
+    /// The smallest round that still failed, when this one was shrunk, and its verdict.
+    pub shrunk_to: Option<(Round, String)>,
     pub seconds: f64,
 }
 
 impl Played {
-    /// A verdict other than held, on a configuration that must hold: a hole.
-    pub fn is_a_hole(&self) -> bool {
-        self.expected == Expected::MustHold && self.verdict != "held"
+    /// The checks judged the run.
+    pub fn judged(&self) -> bool {
+        self.verdict != "none"
     }
 
-    /// The checks found what a known hole does.
+    /// Judged, and not held.
     pub fn caught(&self) -> bool {
-        self.verdict != "held" && self.verdict != "none"
+        self.judged() && self.verdict != "held"
+    }
+
+    /// Caught on a configuration that must hold: a hole to mend.
+    pub fn is_a_hole(&self) -> bool {
+        self.expected == Expected::MustHold && self.caught()
     }
 }
 
 /// Plays `round` on `lab`, whose crowds' files go into `dir`.
-pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &std::path::Path) -> anyhow::Result<Played> {
-    let began = Instant::now();
+pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<Played> {
+    let began = std::time::Instant::now();
+    let log_before = lab.state().await.log.len();
     lab.start(round.setup.clone()).await.map_err(|error| anyhow!(error))?;
     let crowd = lab.send_crowd_of(round.crowd).await.map_err(|error| anyhow!(error))?;
-    let sent = tokio::time::Instant::now();
-    let (mut troubles, mut struck) = (Vec::new(), Vec::new());
-    for timed in &round.schedule {
-        tokio::time::sleep_until(sent + Duration::from_millis(timed.at_ms)).await;
-        let buying = lab.state().await.crowd.is_some_and(|crowd| crowd.running);
-        if !buying {
-            break; // the crowd has every answer: what comes later strikes nothing
-        }
-        match lab.strike(timed.strike.clone()).await {
-            Ok(_) => struck.push(timed.clone()),
-            Err(refused) => troubles.push(format!("{}: {refused}", timed.strike.describe())),
-        }
-    }
+    // The schedule's clock starts at the first sale: the load test resets the sale first,
+    // and a fault before that would stop the run unjudged, not test the lock.
+    lab.first_sale().await?;
+    let first_sale = tokio::time::Instant::now();
+    let (struck_at, mut troubles) = strike_on_schedule(lab, round, first_sale).await;
     let outcome = loop {
         let state = lab.state().await;
         if let Some(outcome) = state.crowd.and_then(|crowd| crowd.outcome) {
-            troubles.extend(state.log.into_iter().filter(|line| line.contains("the fault stopped")));
+            let new_lines = state.log.into_iter().skip(log_before);
+            troubles.extend(new_lines.filter(|line| line.contains("the fault stopped")));
             break outcome;
         }
-        if began.elapsed() > LONGEST_ROUND {
+        if first_sale.elapsed() > LONGEST_ROUND {
             bail!(
-                "the crowd had no verdict within {LONGEST_ROUND:?}: {}",
+                "the crowd had no verdict within {LONGEST_ROUND:?} of its first sale: {}",
                 round.describe()
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let checks = outcome.checks.as_array().cloned().unwrap_or_default();
-    let failed = checks
-        .iter()
-        .filter(|check| !matches!(check["status"].as_str(), Some("pass" | "skipped")))
-        .filter_map(|check| check["name"].as_str().map(str::to_owned))
-        .collect();
     let report = dir.join(format!("crowd-{crowd}.json"));
-    // A fault drawn for after the last answer struck nothing, and changes no expectation.
+    let history = read_history(&report);
+    // A fault struck after the last answer, while the checks ran, changed nothing.
+    let last_answer = history
+        .iter()
+        .filter(|event| is_an_answer(event))
+        .map(|event| event.at_us)
+        .max();
+    let struck: Vec<Timed> = struck_at
+        .into_iter()
+        .filter(|(_, at_us)| last_answer.is_some_and(|last| *at_us < last))
+        .map(|(timed, _)| timed)
+        .collect();
     let as_struck = Round {
         schedule: struck.clone(),
         ..round.clone()
@@ -95,24 +104,62 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &std::path::Path) -> anyho
     Ok(Played {
         round: round.clone(),
         expected: as_struck.expected(),
+        failed: failed_checks(&outcome.checks),
         verdict: outcome.verdict,
-        failed,
-        operations: operations_in(&report),
+        operations: history
+            .iter()
+            .filter(|event| matches!(event.what, What::Invoke { .. }))
+            .count(),
         struck,
         troubles,
         report,
+        shrunk_to: None,
         seconds: began.elapsed().as_secs_f64(),
     })
 }
 
-/// How many requests the crowd's history holds (its `.history.jsonl`, one event a line:
-/// a request is its invocation).
-fn operations_in(report: &std::path::Path) -> usize {
-    use loadtest::history::{Event, What};
+/// Strikes each fault of `round` at its time after `first_sale`, while the crowd is not
+/// judged: the faults struck, each with the moment it was (on the histories' clock), and
+/// the lab's refusals.
+async fn strike_on_schedule(
+    lab: &Arc<Lab>,
+    round: &Round,
+    first_sale: tokio::time::Instant,
+) -> (Vec<(Timed, u64)>, Vec<String>) {
+    let (mut struck_at, mut refusals) = (Vec::new(), Vec::new());
+    for timed in &round.schedule {
+        tokio::time::sleep_until(first_sale + Duration::from_millis(timed.at_ms)).await;
+        if !lab.state().await.crowd.is_some_and(|crowd| crowd.running) {
+            break; // judged already: later faults strike nothing
+        }
+        match lab.strike(timed.strike.clone()).await {
+            Ok(_) => struck_at.push((timed.clone(), now_us())),
+            Err(refused) => refusals.push(format!("refused: {}: {refused}", timed.strike.describe())),
+        }
+    }
+    (struck_at, refusals)
+}
+
+/// The names of the checks that failed or could not decide, from the report's list.
+fn failed_checks(checks: &serde_json::Value) -> Vec<String> {
+    let checks = checks.as_array().map(Vec::as_slice).unwrap_or_default();
+    checks
+        .iter()
+        .filter(|check| !matches!(check["status"].as_str(), Some("pass" | "skipped")))
+        .filter_map(|check| check["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn is_an_answer(event: &Event) -> bool {
+    matches!(event.what, What::Ok { .. } | What::Fail { .. } | What::Info { .. })
+}
+
+/// The crowd's history (its `.history.jsonl` beside the report, one event a line); empty
+/// when the load test wrote none.
+fn read_history(report: &Path) -> Vec<Event> {
     let history = loadtest::history::beside_report(report, "history.jsonl");
     let text = std::fs::read_to_string(history).unwrap_or_default();
     text.lines()
-        .filter_map(|line| serde_json::from_str::<Event>(line).ok())
-        .filter(|event| matches!(event.what, What::Invoke { .. }))
-        .count()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect()
 }

@@ -3,13 +3,16 @@
 //! What is left is the smallest schedule that still shows the hole, the one worth reading
 //! and the one worth keeping as a regression.
 //!
+//! A candidate still fails when its checks catch it on a configuration of the same kind as
+//! the original's: a hole where the setup must hold stays one, and is not traded for a
+//! known hole a fault of the candidate opened (a stock failover that struck this time).
 //! A fault's effect depends on its timing, which is the machine's: a candidate is played
 //! up to [`TRIES`] times, and one failure is enough to keep it.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use super::plan::Round;
+use super::plan::{Expected, Round};
 use super::play::{play, Played};
 use crate::crowd::Size;
 use crate::lab::Lab;
@@ -27,11 +30,12 @@ pub struct Shrunk {
     pub plays: usize,
 }
 
-/// Shrinks `failing`, a round whose verdict was not held.
+/// Shrinks `failing`, a round the checks caught.
 pub async fn shrink(lab: &Arc<Lab>, failing: Played, dir: &Path) -> anyhow::Result<Shrunk> {
     let mut search = Search {
         lab,
         dir,
+        expected: failing.expected,
         best: failing,
         plays: 0,
     };
@@ -99,6 +103,8 @@ fn halved(round: &mut Round, index: usize) -> Option<bool> {
 struct Search<'a> {
     lab: &'a Arc<Lab>,
     dir: &'a Path,
+    /// What the original round must come to: a candidate must fail as one of these.
+    expected: Expected,
     best: Played,
     plays: usize,
 }
@@ -115,7 +121,7 @@ impl Search<'_> {
                 candidate.describe(),
                 played.verdict
             );
-            if played.caught() {
+            if played.caught() && played.expected == self.expected {
                 self.best = played;
                 return Ok(true);
             }

@@ -35,8 +35,8 @@ impl Tally {
             .sum();
         let _ = writeln!(
             page,
-            "{} rounds played ({} could not be), {faults} faults struck ({late} more drawn for after the crowd's \
-             last answer, not struck), {operations} requests checked.\n",
+            "{} rounds played ({} could not be), {faults} faults struck ({late} more drawn struck nothing: \
+             refused, or after the crowd's last answer), {operations} requests checked.\n",
             self.played.len(),
             self.unplayed.len()
         );
@@ -130,12 +130,20 @@ impl Tally {
             String::from("| seed | round | verdict | checks that failed | status |\n| --- | --- | --- | --- | --- |\n");
         for played in failed {
             let status = match played.expected {
+                _ if !played.judged() => "not judged (the load test stopped early)",
                 Expected::MustHold => "open",
                 Expected::MayFail => "may fail (no tokens)",
                 Expected::KnownUnsafe => "expected",
             };
-            let round = played.round.describe();
-            let round = round.split_once(": ").map_or(round.as_str(), |(_, rest)| rest);
+            let described = played.round.describe();
+            let mut round = described
+                .split_once(": ")
+                .map_or(described.clone(), |(_, rest)| rest.to_owned());
+            if let Some((smallest, verdict)) = &played.shrunk_to {
+                let small = smallest.describe();
+                let small = small.split_once(": ").map_or(small.as_str(), |(_, rest)| rest);
+                round.push_str(&format!("; shrunk to: {small} ({verdict})"));
+            }
             let _ = writeln!(
                 table,
                 "| `{:#018x}` | {round} | {} | {} | {status} |",

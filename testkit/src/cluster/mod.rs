@@ -254,6 +254,10 @@ impl Cluster {
                 if !poll(Duration::from_secs(10), || process_state(pid) == ProcessState::Gone) {
                     let _ = server_control::send(pid, Signal::Kill);
                 }
+                // Its other threads may still hold its port (see `kill`): a start that
+                // follows must find it free.
+                let port = members::named(&name)?.port;
+                poll(Duration::from_secs(5), || !listening(port));
                 say(format!("{name}: stopped"));
             }
             std::fs::remove_file(self.pid_file(&name))?;

@@ -15,7 +15,10 @@ use seckill::sale::segments::Segment;
 
 use super::members::{self, STOCK_CLUSTER_PORTS};
 use super::{say, Cluster};
-use crate::server_control::{ask_redis, cluster_node_ok, redis_field};
+use crate::server_control::{ask_redis, ask_redis_within, cluster_node_ok, redis_field, ASKING};
+
+/// How long a command that moves or drops data may take: MIGRATE's own timeout, 5 s.
+const MOVING: Duration = Duration::from_secs(5);
 
 /// A master silent this long is failed: its replica is promoted after about twice that.
 pub const NODE_TIMEOUT_MS: u64 = 1000;
@@ -119,9 +122,9 @@ pub fn heal(cluster: &Cluster) -> anyhow::Result<()> {
     for port in STOCK_CLUSTER_PORTS {
         // A master must be empty before its reset; a replica's reset empties it.
         if redis_field(port, "cluster-info", "cluster_size").as_deref() != Some("0") {
-            let _ = ask_redis::<()>(port, &redis::cmd("FLUSHALL"));
+            let _ = ask_redis_within::<()>(port, &redis::cmd("FLUSHALL"), MOVING);
         }
-        if ask_redis::<()>(port, redis::cmd("CLUSTER").arg("RESET").arg("HARD")).is_err() {
+        if ask_redis_within::<()>(port, redis::cmd("CLUSTER").arg("RESET").arg("HARD"), MOVING).is_err() {
             bail!(
                 "CLUSTER RESET HARD failed on {port}; stop the stock cluster (scripts/cluster.sh stop stock-cluster-1 ...) and remove {}/stock-cluster-*",
                 cluster.run_folder().display()
@@ -185,7 +188,10 @@ fn keys() -> Keys {
 
 /// The slot of segment `index`: that of its hash tag, which every key of it carries.
 fn slot_of_segment(index: u32) -> anyhow::Result<u16> {
-    slot_of(&keys().stock_of(Segment { index, of: index + 1 }))
+    slot_of(&keys().stock_of(Segment {
+        index,
+        of: index.saturating_add(1),
+    }))
 }
 
 /// The member that serves segment `index` now.
@@ -224,7 +230,8 @@ pub fn segments() -> anyhow::Result<()> {
 
 /// Moves the slot of segment `index`, keys and all, from its master to the next master in
 /// port order, as `redis-cli --cluster reshard` moves each slot: IMPORTING on the
-/// receiver, MIGRATING on the giver, MIGRATE of its keys, then SETSLOT NODE on both.
+/// receiver, MIGRATING on the giver, MIGRATE of its keys, then SETSLOT NODE on both. A
+/// step that fails leaves no slot half moved (see [`heal`]): it stays where it was.
 pub fn move_segment(index: u32) -> anyhow::Result<()> {
     let slot = slot_of_segment(index)?;
     let from = master_of_slot(slot)?;
@@ -236,16 +243,35 @@ pub fn move_segment(index: u32) -> anyhow::Result<()> {
     };
     let id = |port: u16| ask_redis::<String>(port, redis::cmd("CLUSTER").arg("MYID"));
     let (from_id, to_id) = (id(from)?, id(to)?);
-    let set_slot = |port: u16, state: &str, node: Option<&str>| {
-        let mut command = redis::cmd("CLUSTER");
-        command.arg("SETSLOT").arg(slot).arg(state);
-        if let Some(node) = node {
-            command.arg(node);
+    let moved = migrate_slot(slot, (from, &from_id), (to, &to_id));
+    let (from_name, to_name) = (members::on_port(from)?.name, members::on_port(to)?.name);
+    if let Err(error) = moved {
+        for port in [to, from] {
+            let _ = set_slot(port, slot, "STABLE", None);
         }
-        ask_redis::<()>(port, &command)
-    };
-    set_slot(to, "IMPORTING", Some(&from_id))?;
-    set_slot(from, "MIGRATING", Some(&to_id))?;
+        bail!(
+            "moving segment {index}'s slot from {from_name} to {to_name} failed ({error:#}); it stays on {from_name}"
+        );
+    }
+    say(format!(
+        "segment {index} (slot {slot}) moved from {from_name} to {to_name}"
+    ));
+    Ok(())
+}
+
+fn set_slot(port: u16, slot: u16, state: &str, node: Option<&str>) -> anyhow::Result<()> {
+    let mut command = redis::cmd("CLUSTER");
+    command.arg("SETSLOT").arg(slot).arg(state);
+    if let Some(node) = node {
+        command.arg(node);
+    }
+    ask_redis(port, &command)
+}
+
+/// The steps of one slot's move, from the master `from` to `to` (each a port and an id).
+fn migrate_slot(slot: u16, (from, from_id): (u16, &str), (to, to_id): (u16, &str)) -> anyhow::Result<()> {
+    set_slot(to, slot, "IMPORTING", Some(from_id))?;
+    set_slot(from, slot, "MIGRATING", Some(to_id))?;
     loop {
         let keys: Vec<String> = ask_redis(from, redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100))?;
         if keys.is_empty() {
@@ -257,28 +283,13 @@ pub fn move_segment(index: u32) -> anyhow::Result<()> {
             .arg(to)
             .arg("")
             .arg(0)
-            .arg(5000)
-            .arg("KEYS")
-            .arg(&keys);
-        if let Err(error) = ask_redis::<String>(from, &migrate) {
-            // Leave no slot half moved (see `heal`): it stays where it was.
-            for port in [to, from] {
-                let _ = set_slot(port, "STABLE", None);
-            }
-            bail!(
-                "MIGRATE of segment {index}'s keys from {from} to {to} failed ({error:#}); the slot stays on {}",
-                members::on_port(from)?.name
-            );
-        }
+            .arg(MOVING.as_millis() as u64);
+        migrate.arg("KEYS").arg(&keys);
+        ask_redis_within::<String>(from, &migrate, MOVING + ASKING)?;
     }
     for port in [to, from] {
-        set_slot(port, "NODE", Some(&to_id))?;
+        set_slot(port, slot, "NODE", Some(to_id))?;
     }
-    say(format!(
-        "segment {index} (slot {slot}) moved from {} to {}",
-        members::on_port(from)?.name,
-        members::on_port(to)?.name
-    ));
     Ok(())
 }
 
