@@ -197,16 +197,17 @@ fn strategy_of(name: &str) -> Option<Strategy> {
 
 fn draw_setup(rng: &mut StdRng, strategy: String) -> Setup {
     let lock_failover = strategy == "redis" && rng.random_bool(0.25);
-    // Group commit gathers the buyers of a local queue, which the baselines have not.
-    let queues = strategy_of(&strategy).is_some_and(Strategy::takes_a_local_queue);
+    // Group commit gathers the buyers of a local queue, which the baselines have not; and
+    // the sold-out flag trusts an empty segment to stay empty, which no baseline keeps.
+    let locks = strategy_of(&strategy).is_some_and(Strategy::takes_a_local_queue);
     Setup {
         fencing: rng.random_bool(0.75),
         // From 500 ms: Redlock refuses a lease under ten times its 50 ms node timeout.
         ttl_ms: rng.random_range(500..=1500),
         segments: *[1, 1, 2, 4].choose(rng).unwrap_or(&1),
-        group_commit: rng.random_bool(0.25) && queues,
+        group_commit: rng.random_bool(0.25) && locks,
         one_per_buyer: rng.random_bool(0.25),
-        sold_out_flag: rng.random_bool(0.25),
+        sold_out_flag: rng.random_bool(0.25) && locks,
         lock_failover,
         stock_failover: rng.random_bool(0.2),
         linger_ms: *[0, 20, 50, 100].choose(rng).unwrap_or(&0),
@@ -340,13 +341,15 @@ mod tests {
     }
 
     #[test]
-    fn the_baselines_are_never_drawn_with_group_commit_which_they_refuse() {
+    fn the_baselines_are_never_drawn_with_group_commit_nor_the_sold_out_flag_which_they_refuse() {
         let baselines = Choices {
             strategies: vec!["none".to_owned(), "local".to_owned()],
             ..all(true)
         };
-        assert!((0..200).all(|seed| !Round::drawn(seed, &baselines).unwrap().setup.group_commit));
-        assert!((0..200).any(|seed| Round::drawn(seed, &all(true)).unwrap().setup.group_commit));
+        let drawn = |seed, choices: &Choices| Round::drawn(seed, choices).unwrap().setup;
+        assert!((0..200).all(|seed| !drawn(seed, &baselines).group_commit && !drawn(seed, &baselines).sold_out_flag));
+        assert!((0..200).any(|seed| drawn(seed, &all(true)).group_commit));
+        assert!((0..200).any(|seed| drawn(seed, &all(true)).sold_out_flag));
     }
 
     #[test]
