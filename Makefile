@@ -1,6 +1,6 @@
 # seckill: two commands for a new reader, `make demo` and `make test`.
 SHELL := /bin/bash
-.PHONY: grade grade-key lab torture lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
+.PHONY: grade grade-key lab torture torture-unsafe lessons demo demo-degrade demo-failover bench lockbench chaos clock-jump cluster cluster-stop cluster-status test services stop status build
 
 ## make demo: servers up, release build, every strategy under 500 buyers, one comparison table.
 demo:
@@ -25,6 +25,16 @@ torture:
 	cargo build --release --workspace
 	status=0; target/release/torture --dir .run/torture || status=$$?; \
 	if [[ $$status != 2 ]]; then scripts/lib/publish.sh docs/results/torture.md torture "make torture" .run/torture/table.md; fi; \
+	exit $$status
+
+## make torture-unsafe: the same generator with fencing off everywhere, so that every round
+## holds a known hole (none, local, or a lock whose tokens the stock does not check): the
+## checks must find it. Its table gives each fault's detection rate; PUBLISH=1 writes it to
+## docs/results/torture-unsafe.md.
+torture-unsafe:
+	cargo build --release --workspace
+	status=0; FENCING=off target/release/torture --dir .run/torture-unsafe || status=$$?; \
+	if [[ $$status != 2 ]]; then scripts/lib/publish.sh docs/results/torture-unsafe.md torture-unsafe "make torture-unsafe" .run/torture-unsafe/table.md; fi; \
 	exit $$status
 
 ## make lessons: every lesson's commands (scripts/lessons/) run again on the current build,

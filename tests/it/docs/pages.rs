@@ -337,6 +337,7 @@ fn every_results_block_a_script_publishes_is_on_its_page_once_with_its_date_and_
         "chaos",
         "clock-jump",
         "torture",
+        "torture-unsafe",
     ] {
         assert!(
             names.contains(expected),
