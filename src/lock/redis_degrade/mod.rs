@@ -85,7 +85,7 @@ use self::mode::{Mode, ModeLease, SharedMode};
 use self::outage::{OutageJudge, OutageRule};
 use self::stats::ModeClock;
 pub use self::stats::{DegradeStats, STATS_KEY};
-use crate::lock::critical_path::{step, Access::*, Backend::*, Step};
+use crate::lock::critical_path::{Backend::*, Step};
 use crate::lock::description::Description;
 use crate::lock::mysql::MySqlArgs;
 use crate::lock::mysql_version::{self, MySqlVersionLock};
@@ -111,12 +111,9 @@ pub const DESCRIPTION: Description = Description {
 
 /// The critical path from one grant to the next, in Redis mode: the `redis` lock's
 /// scripts through this wrapper, its waiters woken by the release script's pub/sub
-/// announcement as the `redis` lock's are. See [`crate::lock::critical_path`].
-pub const CRITICAL_PATH: &[Step] = &[
-    step("release (DEL, PUBLISH)", LockRedis, Write, 0.5),
-    step("wake-up (pub/sub message)", LockRedis, Read, 0.5),
-    step("acquire (SET NX PX, INCR token)", LockRedis, Write, 1.0),
-];
+/// announcement as the `redis` lock's are, so the `redis` lock's path. See
+/// [`crate::lock::critical_path`].
+pub const CRITICAL_PATH: &[Step] = crate::lock::redis::CRITICAL_PATH;
 /// How often the lock Redis is probed while degraded.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// How long a probe may take.
