@@ -76,14 +76,15 @@ impl Instance {
         servers: &Servers,
         logs: &Path,
     ) -> anyhow::Result<Self> {
-        let port = testkit::free_port();
-        let name = format!("seckill-{port}");
         let (stock_link, lock_link) = (Nemesis::new(), Nemesis::new());
         let stock = through(&stock_link, servers.stock_address()).await?;
         let mut lock = Vec::new();
         for member in servers.lock_addresses() {
             lock.push(through(&lock_link, member).await?);
         }
+        // Picked once the nemeses listen, so that none of them is given it.
+        let port = testkit::free_port();
+        let name = format!("seckill-{port}");
         let mut args: Vec<String> = vec!["serve".into(), "--port".into(), port.to_string()];
         // Loopback, whatever SECKILL_BIND the shell that started the lab says.
         args.extend(["--bind".to_owned(), "127.0.0.1".to_owned()]);
@@ -156,11 +157,12 @@ impl Instance {
     async fn wait_until_listening(&mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            let child = self.child.as_mut().expect("launched");
+            let stopped = child.try_wait()?;
+            if stopped.is_none() && self.answers_as_itself().await {
                 return Ok(());
             }
-            let child = self.child.as_mut().expect("launched");
-            if let Some(status) = child.try_wait()? {
+            if let Some(status) = stopped {
                 self.child = None;
                 bail!(
                     "{} stopped at start ({status}); the end of its log, {}:\n{}",
@@ -171,7 +173,7 @@ impl Instance {
             }
             if started.elapsed() > READY_WITHIN {
                 bail!(
-                    "{} did not listen on port {} within {READY_WITHIN:?}; its log: {}",
+                    "{} did not answer GET /healthz on port {} within {READY_WITHIN:?}; its log: {}",
                     self.name,
                     self.port,
                     self.log.display()
@@ -179,6 +181,19 @@ impl Instance {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Whether this instance answers `GET /healthz` under its own name. Not just anything
+    /// on its port: the port was free when picked, but another listener of the lab (a
+    /// nemesis binding port 0) may be given it before the instance binds it, and then the
+    /// instance stops ("Address already in use") while its port still answers. A round
+    /// once sent its crowd to such an instance, and nothing was sold.
+    async fn answers_as_itself(&self) -> bool {
+        let asked = async {
+            let health: seckill::api::Health = reqwest::get(format!("{}/healthz", self.url())).await?.json().await?;
+            anyhow::Ok(health.instance == self.name)
+        };
+        matches!(tokio::time::timeout(Duration::from_secs(1), asked).await, Ok(Ok(true)))
     }
 
     /// SIGSTOP: the process stops where it is, its leases running out.

@@ -14,7 +14,7 @@ use super::wall_clock::WallClock;
 /// naming `what` did not start.
 pub fn wait_for_port(port: u16, within: Duration, what: &str) {
     let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while !super::server_control::listening(port) {
         assert!(
             Instant::now() < deadline,
             "{what} did not start on port {port} within {within:?}"

@@ -90,8 +90,21 @@ pub fn process_state(pid: u32) -> ProcessState {
 }
 
 /// Something accepts connections on `port` of loopback.
+///
+/// A connection it made to itself does not count. Our servers listen on free ports of the
+/// kernel's ephemeral range; asked to connect to such a port where nothing listens yet, the
+/// kernel may pick that very port as the connection's own, and TCP's simultaneous open
+/// connects the socket to itself. That connection also holds the port, so the server that
+/// was starting cannot bind it ("Address already in use"): a lab round once lost an
+/// instance so. The connection is dropped at once.
 pub fn listening(port: u16) -> bool {
-    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1)).is_ok()
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1))
+        .is_ok_and(|stream| !connected_to_itself(&stream))
+}
+
+/// Whether `stream` is a connection a socket made to itself (see [`listening`]).
+pub fn connected_to_itself(stream: &TcpStream) -> bool {
+    matches!((stream.local_addr(), stream.peer_addr()), (Ok(local), Ok(peer)) if local == peer)
 }
 
 /// Asks `check` every 100 ms until it says yes, or `within` has passed: whether it did.
@@ -188,6 +201,20 @@ pub async fn etcd_status(port: u16) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_connection_to_itself_is_not_a_server_listening() {
+        // The kernel's simultaneous open, made on purpose: a socket bound to a port where
+        // nothing listens, connecting to that same port.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+        let own = socket.local_addr().unwrap();
+        let stream = socket.connect(own).await.unwrap().into_std().unwrap();
+        assert!(connected_to_itself(&stream));
+        assert!(!listening(own.port()), "nothing listens on {own}");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(listening(listener.local_addr().unwrap().port()));
+    }
 
     #[test]
     fn a_field_is_read_from_its_own_line_only() {
