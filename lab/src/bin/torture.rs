@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use lab::torture::plan::{round_seed, Choices, Round};
 use lab::torture::play::{play, Played};
-use lab::torture::regressions;
+use lab::torture::regressions::{self, Regression};
 use lab::torture::shrink::shrink;
 use lab::torture::tally::Tally;
 
@@ -50,13 +50,26 @@ struct Cli {
     /// Plays every round kept in lab/regressions/ again, and stops.
     #[arg(long)]
     regressions: bool,
+    /// Plays the round in this file and stops: a kept one (lab/regressions/, or a run's
+    /// `shrunk/`), or one written by hand in the same form.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["regressions", "round"])]
+    play: Option<PathBuf>,
+}
+
+impl Cli {
+    fn plays_kept_rounds(&self) -> bool {
+        self.regressions || self.play.is_some()
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli).await {
-        Ok(tally) if tally.holes().is_empty() && (!cli.regressions || tally.unplayed.is_empty()) => ExitCode::SUCCESS,
+        // Kept rounds are asked for by name: one that could not be played fails the run.
+        Ok(tally) if tally.holes().is_empty() && (!cli.plays_kept_rounds() || tally.unplayed.is_empty()) => {
+            ExitCode::SUCCESS
+        }
         Ok(tally) => {
             eprintln!(
                 "[torture] {} round(s) that must hold were not held, {} could not be played: see the table",
@@ -82,8 +95,12 @@ async fn run(cli: &Cli) -> anyhow::Result<Tally> {
     }
     let lab = Lab::new(Binaries::beside_this_program()?, &cli.dir)?;
     let rounds = async {
+        if let Some(file) = &cli.play {
+            let kept = regressions::read(file)?;
+            return play_kept(&lab, cli, vec![(file.clone(), kept)]).await;
+        }
         match cli.regressions {
-            true => play_the_regressions(&lab, cli).await,
+            true => play_kept(&lab, cli, regressions::all(&regressions::folder())?).await,
             false => play_drawn_rounds(&lab, cli).await,
         }
     };
@@ -164,10 +181,10 @@ async fn play_drawn_rounds(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
     Ok(tally)
 }
 
-/// Every round kept in lab/regressions/, played again.
-async fn play_the_regressions(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
+/// Kept rounds (each with the file it was read from), played again.
+async fn play_kept(lab: &Arc<Lab>, cli: &Cli, rounds: Vec<(PathBuf, Regression)>) -> anyhow::Result<Tally> {
     let mut tally = Tally::default();
-    for (index, (path, kept)) in (1..).zip(regressions::all(&regressions::folder())?) {
+    for (index, (path, kept)) in (1..).zip(rounds) {
         println!(
             "[torture] {}: found {} ({})",
             path.display(),

@@ -50,14 +50,27 @@ pub fn all(folder: &Path) -> anyhow::Result<Vec<(PathBuf, Regression)>> {
     paths
         .into_iter()
         .map(|path| {
-            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let regression = serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not a kept round (lab/src/torture/regressions.rs)",
-                    path.display()
-                )
-            })?;
+            let regression = read(&path)?;
             Ok((path, regression))
         })
         .collect()
+}
+
+/// The kept round in `path`; a bare round (as a regression's `round` holds it) is read too,
+/// so a round written by hand plays as well (`torture --play FILE`).
+pub fn read(path: &Path) -> anyhow::Result<Regression> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if let Ok(round) = serde_json::from_str::<Round>(&text) {
+        return Ok(Regression {
+            round,
+            found: "not played yet".to_owned(),
+            failed: Vec::new(),
+        });
+    }
+    serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is neither a kept round nor a round (see lab/regressions/README.md)",
+            path.display()
+        )
+    })
 }
