@@ -147,7 +147,27 @@ impl Default for Setup {
     }
 }
 
+/// The longest a sale may linger before its write.
+pub const LONGEST_LINGER_MS: u64 = 1_000;
+/// The shortest lease etcd grants: 3/2 of its election timeout (1 s by default), rounded up
+/// to whole seconds (etcd's lessor, `minLeaseTTL`). The lock asks for whole seconds too.
+const ETCD_SHORTEST_LEASE_MS: u64 = 2_000;
+/// The session timeouts ZooKeeper grants: 2 to 20 ticks, of 2 s each in the servers the
+/// scripts start (scripts/lib/exec-server.sh writes `tickTime=2000`).
+const ZOOKEEPER_SESSIONS_MS: (u64, u64) = (4_000, 40_000);
+
 impl Setup {
+    /// How long a holder keeps the lock once its renewals stop: the lease its backend grants
+    /// for `ttl_ms`, which etcd and ZooKeeper round and bound. A fault meant to outlast the
+    /// lease (a pause of the holder, a cut from the lock) is drawn against this.
+    pub fn granted_lease_ms(&self) -> u64 {
+        match self.strategy.as_str() {
+            "etcd" => (self.ttl_ms.div_ceil(1000) * 1000).max(ETCD_SHORTEST_LEASE_MS),
+            "zookeeper" => self.ttl_ms.clamp(ZOOKEEPER_SESSIONS_MS.0, ZOOKEEPER_SESSIONS_MS.1),
+            _ => self.ttl_ms,
+        }
+    }
+
     /// What this setup's strategy needs, or why the lab cannot run it (a sentence for the page).
     pub fn needs(&self) -> Result<Needs, String> {
         let offer = STRATEGIES
@@ -186,9 +206,9 @@ impl Setup {
         if !(1..=16).contains(&self.segments) {
             return Err(format!("{} stock segments: pick 1 to 16", self.segments));
         }
-        if self.linger_ms > 1000 {
+        if self.linger_ms > LONGEST_LINGER_MS {
             return Err(format!(
-                "a linger of {} ms before each write: pick 0 to 1000",
+                "a linger of {} ms before each write: pick 0 to {LONGEST_LINGER_MS}",
                 self.linger_ms
             ));
         }
@@ -262,6 +282,23 @@ mod tests {
             short.validate().unwrap_err(),
             "a lease (ttl) of 5 ms: pick 100 to 60000"
         );
+    }
+
+    #[test]
+    fn etcd_rounds_its_lease_up_to_whole_seconds_and_zookeeper_bounds_its_session() {
+        let lease = |strategy: &str, ttl_ms| {
+            Setup {
+                strategy: strategy.to_owned(),
+                ttl_ms,
+                ..Setup::default()
+            }
+            .granted_lease_ms()
+        };
+        assert_eq!(lease("redis", 700), 700);
+        assert_eq!(lease("etcd", 700), 2_000);
+        assert_eq!(lease("etcd", 2_100), 3_000);
+        assert_eq!(lease("zookeeper", 1_500), 4_000);
+        assert_eq!(lease("zookeeper", 6_000), 6_000);
     }
 
     #[test]

@@ -102,7 +102,7 @@ impl Round {
             if schedule.len() == faults {
                 break;
             }
-            let strike = draw_strike(&mut rng);
+            let strike = draw_strike(&mut rng, &setup);
             if refusal(&setup, needs, &strike, |_| choices.clock_jumps).is_none() {
                 let at_ms = rng.random_range(0..=selling_ms(&setup));
                 schedule.push(Timed { at_ms, strike });
@@ -181,13 +181,24 @@ impl Round {
 
 /// About how long the crowd sells after its first sale, for the faults to strike within
 /// it: the baselines sell every unit at once (a few hundred milliseconds here); a lock
-/// sells one unit of a segment at a time, each taking its linger and a few milliseconds.
+/// sells one unit of a segment at a time, each taking its linger and a few milliseconds;
+/// with group commit one grant sells to up to 64 buyers, so a segment takes a few grants.
 fn selling_ms(setup: &Setup) -> u64 {
-    if strategy_of(&setup.strategy).is_none_or(Strategy::expected_to_oversell) {
+    if is_a_baseline(setup) {
         return 300;
     }
     let per_segment = Size::LESSONS.units as u64 / u64::from(setup.segments.max(1));
+    if setup.group_commit {
+        let grants = per_segment.div_ceil(u64::from(seckill::config::DEFAULT_GROUP_MAX));
+        return (grants * (setup.linger_ms + 20)).clamp(100, LATEST_STRIKE_MS);
+    }
     (per_segment * (setup.linger_ms + 5)).clamp(500, LATEST_STRIKE_MS)
+}
+
+/// Whether the setup runs a baseline (`none`, `local`): no lock between the instances, so
+/// any crowd oversells it, fault or none.
+pub fn is_a_baseline(setup: &Setup) -> bool {
+    strategy_of(&setup.strategy).is_none_or(Strategy::expected_to_oversell)
 }
 
 /// The strategy named `name`, as `--lock` reads it.
@@ -196,29 +207,48 @@ fn strategy_of(name: &str) -> Option<Strategy> {
 }
 
 fn draw_setup(rng: &mut StdRng, strategy: String) -> Setup {
-    let lock_failover = strategy == "redis" && rng.random_bool(0.25);
+    // Half of redis's rounds, so that its failover is drawn in a run of an hour.
+    let lock_failover = strategy == "redis" && rng.random_bool(0.5);
     // Group commit gathers the buyers of a local queue, which the baselines have not; and
     // the sold-out flag trusts an empty segment to stay empty, which no baseline keeps.
     let locks = strategy_of(&strategy).is_some_and(Strategy::takes_a_local_queue);
+    // From 500 ms: Redlock refuses a lease under ten times its 50 ms node timeout.
+    let ttl_ms = rng.random_range(500..=1500);
+    let group_commit = rng.random_bool(0.25) && locks;
     Setup {
         fencing: rng.random_bool(0.75),
-        // From 500 ms: Redlock refuses a lease under ten times its 50 ms node timeout.
-        ttl_ms: rng.random_range(500..=1500),
+        ttl_ms,
         segments: *[1, 1, 2, 4].choose(rng).unwrap_or(&1),
-        group_commit: rng.random_bool(0.25) && locks,
+        group_commit,
         one_per_buyer: rng.random_bool(0.25),
         sold_out_flag: rng.random_bool(0.25) && locks,
         lock_failover,
         stock_failover: rng.random_bool(0.2),
-        linger_ms: *[0, 20, 50, 100].choose(rng).unwrap_or(&0),
+        linger_ms: draw_linger(rng, ttl_ms, group_commit),
         strategy,
     }
 }
 
-/// Any fault the lab can strike, on either instance, with its parameters drawn.
-fn draw_strike(rng: &mut StdRng) -> Strike {
+/// How long each sale lingers between its lease check and its write: mostly as short as a
+/// sale is. With group commit, half the time as long as most of the lease: a critical
+/// section that long is where a holder cut from its lock, or slowed, writes after its
+/// lease ran out. (Not without group commit: 300 sales of a second each would outlast
+/// every buyer's wait.)
+fn draw_linger(rng: &mut StdRng, ttl_ms: u64, group_commit: bool) -> u64 {
+    if group_commit && rng.random_bool(0.5) {
+        return (ttl_ms * rng.random_range(60..=100) / 100).min(crate::setup::LONGEST_LINGER_MS);
+    }
+    *[0, 20, 50, 100].choose(rng).unwrap_or(&0)
+}
+
+/// Any fault the lab can strike, on either instance, with its parameters drawn. How long
+/// a fault lasts is drawn against the lease the backend grants (see
+/// [`Setup::granted_lease_ms`]): half the time within it, which a lock rides out; half the
+/// time past it, the length that opens a hole where fencing is off.
+fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
+    let lease_ms = setup.granted_lease_ms();
     let instance = rng.random_range(0..2);
-    let ms = rng.random_range(200..=3_000);
+    let ms = draw_length(rng, lease_ms);
     match rng.random_range(0..9) {
         0 => Strike::PauseHolder { ms },
         1 => Strike::Pause { instance, ms },
@@ -227,7 +257,7 @@ fn draw_strike(rng: &mut StdRng) -> Strike {
         4 => Strike::CutFromStock { instance, ms },
         5 => Strike::DelayLock {
             instance,
-            delay_ms: rng.random_range(50..=800),
+            delay_ms: rng.random_range(50..=lease_ms.max(50)),
             ms,
         },
         6 => Strike::JumpClock {
@@ -237,6 +267,16 @@ fn draw_strike(rng: &mut StdRng) -> Strike {
         7 => Strike::FailOverLock { ms },
         _ => Strike::FailOverStock { ms },
     }
+}
+
+/// How long a fault lasts: within the lease (from 200 ms), or past it by 300 ms (the
+/// time another instance takes to be granted and to read) up to half the lease again.
+fn draw_length(rng: &mut StdRng, lease_ms: u64) -> u64 {
+    let ms = match rng.random_bool(0.5) {
+        true => rng.random_range(200..=lease_ms.max(200)),
+        false => lease_ms + rng.random_range(300..=(lease_ms / 2).max(300)),
+    };
+    ms.min(crate::faults::LONGEST_MS)
 }
 
 /// The kind of a fault, as the tables count them.
@@ -364,6 +404,53 @@ mod tests {
         assert_eq!(selling_ms(&with("redis", 1, 0)), 1500);
         assert_eq!(selling_ms(&with("redis", 1, 100)), LATEST_STRIKE_MS);
         assert_eq!(selling_ms(&with("etcd", 4, 0)), 500);
+        let grouped = Setup {
+            group_commit: true,
+            ..with("redis", 1, 100)
+        };
+        assert_eq!(
+            selling_ms(&grouped),
+            5 * 120,
+            "300 units in grants of 64, each lingering"
+        );
+    }
+
+    #[test]
+    fn faults_outlast_the_lease_the_backend_grants_about_half_the_time_and_end_within_it_otherwise() {
+        let only = |strategy: &str| Choices {
+            strategies: vec![strategy.to_owned()],
+            ..all(true)
+        };
+        for strategy in ["zookeeper", "etcd", "redis"] {
+            let (mut within, mut past) = (0, 0);
+            for seed in 0..400 {
+                let round = Round::drawn(round_seed(3, seed), &only(strategy)).unwrap();
+                let lease = round.setup.granted_lease_ms();
+                for timed in &round.schedule {
+                    if let Strike::PauseHolder { ms } | Strike::CutFromLock { ms, .. } = timed.strike {
+                        match ms > lease {
+                            true => past += usize::from(ms >= lease + 300),
+                            false => within += 1,
+                        }
+                    }
+                }
+            }
+            assert!(
+                within > 40 && past > 40,
+                "{strategy}: {within} within the lease, {past} past it"
+            );
+        }
+    }
+
+    #[test]
+    fn a_sale_lingers_as_long_as_the_lease_only_with_group_commit() {
+        let drawn: Vec<Setup> = (0..400)
+            .map(|seed| Round::drawn(seed, &all(true)).unwrap().setup)
+            .collect();
+        let long = |setup: &&Setup| setup.linger_ms > 100;
+        assert!(drawn.iter().filter(long).all(|setup| setup.group_commit));
+        assert!(drawn.iter().filter(long).count() > 10);
+        assert!(drawn.iter().all(|setup| setup.linger_ms <= setup.ttl_ms));
     }
 
     #[test]
