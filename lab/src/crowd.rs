@@ -64,6 +64,9 @@ pub enum Kind {
 pub struct Outcome {
     /// `held`, `oversold`, `lost`, `wrong answer`; or `none` when the run could not be judged.
     pub verdict: String,
+    /// The same, for code: `None` when the run could not be judged.
+    #[serde(skip)]
+    pub judged: Option<Verdict>,
     /// Every check of the history, as the report has them (name, status, findings).
     pub checks: serde_json::Value,
     /// `loadtest`'s exit code and what it said on its error output.
@@ -74,12 +77,9 @@ pub struct Outcome {
 impl Outcome {
     /// A run judged `verdict` by `checks`.
     fn judged(verdict: Verdict, checks: serde_json::Value, exit_code: Option<i32>, error: String) -> Self {
-        // The report's word (`wrong_answer`), as the page says it (`wrong answer`).
-        let word = serde_json::to_value(verdict)
-            .ok()
-            .and_then(|word| word.as_str().map(|word| word.replace('_', " ")));
         Outcome {
-            verdict: word.unwrap_or_else(|| "none".to_owned()),
+            verdict: verdict.word().to_owned(),
+            judged: Some(verdict),
             checks,
             exit_code,
             error,
@@ -90,6 +90,7 @@ impl Outcome {
     fn not_judged(exit_code: Option<i32>, error: String) -> Self {
         Outcome {
             verdict: "none".to_owned(),
+            judged: None,
             checks: serde_json::Value::Array(Vec::new()),
             exit_code,
             error,

@@ -101,7 +101,7 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
         let played = play(&lab, &planted, dir.path()).await.unwrap();
         println!(
             "planted round: {} (struck {}, troubles {:?})",
-            played.verdict,
+            played.verdict_word(),
             played.struck.len(),
             played.troubles
         );

@@ -15,6 +15,7 @@ use lab::torture::play::{play, Played};
 use lab::torture::regressions::{self, Regression};
 use lab::torture::shrink::shrink;
 use lab::torture::tally::Tally;
+use loadtest::verdict::Verdict;
 
 #[derive(Parser)]
 #[command(
@@ -220,9 +221,9 @@ fn say_played(index: usize, played: &Played) {
         played.seconds,
         played.expected.name(),
         played.round.describe(),
-        played.verdict
+        played.verdict_word()
     );
-    if played.verdict != "held" {
+    if played.verdict != Some(Verdict::Held) {
         println!(
             "[torture]   kept: {} and its history and timeline beside it",
             played.report.display()
@@ -249,7 +250,7 @@ async fn shrink_and_keep(lab: &Arc<Lab>, mut played: Played, cli: &Cli) -> anyho
     println!(
         "[torture]   shrunk in {plays} plays to: {} -> {}; kept in {}",
         smallest.round.describe(),
-        smallest.verdict,
+        smallest.verdict_word(),
         kept.display()
     );
     played.shrunk_to = Some((smallest.round, smallest.verdict));

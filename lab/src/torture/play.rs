@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail};
 use loadtest::history::{now_us, Event, What};
+use loadtest::verdict::Verdict;
 use serde::Serialize;
 
 use super::plan::{Expected, Round, Timed};
@@ -22,9 +23,9 @@ pub struct Played {
     pub round: Round,
     /// What its setup and the faults that struck must come to.
     pub expected: Expected,
-    /// `held`, `oversold`, `lost`, `wrong answer`, or `none` when the run could not be
-    /// judged (the load test stopped early: its reset failed, say).
-    pub verdict: String,
+    /// What the checks said; `None` when the run could not be judged (the load test
+    /// stopped early: its reset failed, say).
+    pub verdict: Option<Verdict>,
     /// The checks that failed, or could not decide.
     pub failed: Vec<String>,
     /// How many buyers' requests the checks judged.
@@ -37,25 +38,35 @@ pub struct Played {
     /// The crowd's report; its history, faults and timeline are beside it.
     pub report: PathBuf,
     /// The smallest round that still failed, when this one was shrunk, and its verdict.
-    pub shrunk_to: Option<(Round, String)>,
+    pub shrunk_to: Option<(Round, Option<Verdict>)>,
     pub seconds: f64,
 }
 
 impl Played {
     /// The checks judged the run.
     pub fn judged(&self) -> bool {
-        self.verdict != "none"
+        self.verdict.is_some()
     }
 
     /// Judged, and not held.
     pub fn caught(&self) -> bool {
-        self.judged() && self.verdict != "held"
+        self.verdict.is_some_and(|verdict| verdict != Verdict::Held)
+    }
+
+    /// The verdict as the tables say it.
+    pub fn verdict_word(&self) -> &'static str {
+        word(self.verdict)
     }
 
     /// Caught on a configuration that must hold: a hole to mend.
     pub fn is_a_hole(&self) -> bool {
         self.expected == Expected::MustHold && self.caught()
     }
+}
+
+/// A verdict as the tables say it; `not judged` for none.
+pub fn word(verdict: Option<Verdict>) -> &'static str {
+    verdict.map_or("not judged", Verdict::word)
 }
 
 /// Plays `round` on `lab`, whose crowds' files go into `dir`.
@@ -105,7 +116,7 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
         round: round.clone(),
         expected: as_struck.expected(),
         failed: failed_checks(&outcome.checks),
-        verdict: outcome.verdict,
+        verdict: outcome.judged,
         operations: history
             .iter()
             .filter(|event| matches!(event.what, What::Invoke { .. }))

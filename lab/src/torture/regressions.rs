@@ -30,7 +30,7 @@ pub fn keep(played: &Played, folder: &Path) -> anyhow::Result<PathBuf> {
     let path = folder.join(format!("{:#018x}.json", played.round.seed));
     let regression = Regression {
         round: played.round.clone(),
-        found: played.verdict.clone(),
+        found: played.verdict_word().to_owned(),
         failed: played.failed.clone(),
     };
     std::fs::write(&path, serde_json::to_string_pretty(&regression)? + "\n")

@@ -119,7 +119,7 @@ impl Search<'_> {
                 "[torture]   shrinking, play {}: {} -> {}",
                 self.plays,
                 candidate.describe(),
-                played.verdict
+                played.verdict_word()
             );
             if played.caught() && played.expected == self.expected {
                 self.best = played;

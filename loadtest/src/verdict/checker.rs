@@ -47,6 +47,18 @@ pub enum Verdict {
     WrongAnswer,
 }
 
+impl Verdict {
+    /// The verdict as people read it: `held`, `oversold`, `lost`, `wrong answer`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Held => "held",
+            Verdict::Oversold => "oversold",
+            Verdict::Lost => "lost",
+            Verdict::WrongAnswer => "wrong answer",
+        }
+    }
+}
+
 /// What the checker found.
 pub struct Judgement {
     pub verdict: Verdict,
