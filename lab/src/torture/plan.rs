@@ -15,6 +15,9 @@ use crate::setup::Setup;
 /// The latest a fault is struck after the first sale: a crowd of 500 sells its 300 units
 /// through a lock within a few seconds here, and a fault later than that meets no sale.
 pub const LATEST_STRIKE_MS: u64 = 4_000;
+/// The least a fault meant to outlast the lease outlasts it by: another instance must be
+/// granted and read within the rest.
+const PAST_THE_LEASE_MS: u64 = 500;
 /// The most faults in one round.
 pub const MOST_FAULTS: usize = 3;
 
@@ -269,12 +272,13 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
     }
 }
 
-/// How long a fault lasts: within the lease (from 200 ms), or past it by 300 ms (the
-/// time another instance takes to be granted and to read) up to half the lease again.
+/// How long a fault lasts: within the lease (from 200 ms), or past it by the time another
+/// instance takes to be granted and to read, and more: from 500 ms (a lock on MySQL polls
+/// its row with a backoff) to a whole lease again.
 fn draw_length(rng: &mut StdRng, lease_ms: u64) -> u64 {
     let ms = match rng.random_bool(0.5) {
         true => rng.random_range(200..=lease_ms.max(200)),
-        false => lease_ms + rng.random_range(300..=(lease_ms / 2).max(300)),
+        false => lease_ms + rng.random_range(PAST_THE_LEASE_MS..=lease_ms.max(PAST_THE_LEASE_MS)),
     };
     ms.min(crate::faults::LONGEST_MS)
 }
@@ -429,7 +433,7 @@ mod tests {
                 for timed in &round.schedule {
                     if let Strike::PauseHolder { ms } | Strike::CutFromLock { ms, .. } = timed.strike {
                         match ms > lease {
-                            true => past += usize::from(ms >= lease + 300),
+                            true => past += usize::from(ms >= lease + PAST_THE_LEASE_MS),
                             false => within += 1,
                         }
                     }
