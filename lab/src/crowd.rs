@@ -98,22 +98,34 @@ impl Outcome {
     }
 }
 
+/// Where a crowd's sale is kept, for its checks: the stock's Redis, and the MariaDB of
+/// its orders when the instances write them.
+pub struct Sold {
+    pub stock_url: String,
+    pub orders_mysql_url: Option<String>,
+}
+
 impl Crowd {
-    /// Starts `loadtest` with `size` at `hosts`, selling from the stock Redis at
-    /// `redis_url` (read directly for the verdict); its files go into `dir` as `crowd-N.*`.
+    /// Starts `loadtest` with `size` at `hosts`, selling from `sale`'s stock (read
+    /// directly for the verdict, with its orders if it keeps them); its files go into
+    /// `dir` as `crowd-N.*`.
     pub fn start(
         loadtest: &Path,
         size: Size,
         number: u32,
         hosts: &[String],
-        redis_url: &str,
+        sale: &Sold,
         dir: &Path,
     ) -> anyhow::Result<Crowd> {
         let (report, live, faults) = fresh_files(dir, number)?;
         let mut command = tokio::process::Command::new(loadtest);
         command
             .args(["--users", &size.buyers.to_string(), "--stock", &size.units.to_string()])
-            .args(["--hosts", &hosts.join(","), "--redis-url", redis_url, "--json"])
+            .args(["--hosts", &hosts.join(","), "--redis-url", &sale.stock_url, "--json"]);
+        if let Some(mysql_url) = &sale.orders_mysql_url {
+            command.args(["--mysql-url", mysql_url]);
+        }
+        command
             .arg("--report-file")
             .arg(&report)
             .arg("--live-history")

@@ -13,6 +13,7 @@
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
+//! | restart MariaDB | SIGKILL to the setup's MariaDB (the lock's, or the orders'), started again after `ms` on its data | 7 |
 
 use serde::{Deserialize, Serialize};
 
@@ -22,15 +23,44 @@ use crate::setup::{Needs, Setup};
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Strike {
-    PauseHolder { ms: u64 },
-    Pause { instance: usize, ms: u64 },
-    Kill { instance: usize, ms: u64 },
-    CutFromLock { instance: usize, ms: u64 },
-    CutFromStock { instance: usize, ms: u64 },
-    DelayLock { instance: usize, delay_ms: u64, ms: u64 },
-    JumpClock { instance: usize, seconds: i64 },
-    FailOverLock { ms: u64 },
-    FailOverStock { ms: u64 },
+    PauseHolder {
+        ms: u64,
+    },
+    Pause {
+        instance: usize,
+        ms: u64,
+    },
+    Kill {
+        instance: usize,
+        ms: u64,
+    },
+    CutFromLock {
+        instance: usize,
+        ms: u64,
+    },
+    CutFromStock {
+        instance: usize,
+        ms: u64,
+    },
+    DelayLock {
+        instance: usize,
+        delay_ms: u64,
+        ms: u64,
+    },
+    JumpClock {
+        instance: usize,
+        seconds: i64,
+    },
+    FailOverLock {
+        ms: u64,
+    },
+    FailOverStock {
+        ms: u64,
+    },
+    #[serde(rename = "restart-mariadb")]
+    RestartMariaDb {
+        ms: u64,
+    },
 }
 
 /// The longest a fault lasts: a class waits no longer, and a lease, a Sentinel or a
@@ -45,7 +75,10 @@ impl Strike {
     /// The instance it strikes, when it names one.
     pub fn instance(&self) -> Option<usize> {
         match *self {
-            Strike::PauseHolder { .. } | Strike::FailOverLock { .. } | Strike::FailOverStock { .. } => None,
+            Strike::PauseHolder { .. }
+            | Strike::FailOverLock { .. }
+            | Strike::FailOverStock { .. }
+            | Strike::RestartMariaDb { .. } => None,
             Strike::Pause { instance, .. }
             | Strike::Kill { instance, .. }
             | Strike::CutFromLock { instance, .. }
@@ -74,6 +107,7 @@ impl Strike {
             Strike::FailOverStock { ms } => {
                 format!("fail over the stock's Redis, after its master sold alone for {ms} ms")
             }
+            Strike::RestartMariaDb { ms } => format!("kill MariaDB, start it again after {ms} ms"),
         }
     }
 
@@ -88,6 +122,7 @@ impl Strike {
             Strike::PauseHolder { ms }
             | Strike::FailOverLock { ms }
             | Strike::FailOverStock { ms }
+            | Strike::RestartMariaDb { ms }
             | Strike::Pause { ms, .. }
             | Strike::Kill { ms, .. }
             | Strike::CutFromLock { ms, .. }
@@ -141,6 +176,10 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
         (Strike::CutFromStock { .. }, _) if stock_fails_over => Some(format!(
             "{bypassed}; cut it from the lock, or start without the stock's failover"
         )),
+        (Strike::RestartMariaDb { .. }, _) if !needs.mariadb() && !setup.orders => Some(format!(
+            "`{}` keeps nothing in MariaDB: choose `mysql`, `mysql-version` or `redis-degrade`, or keep orders",
+            setup.strategy
+        )),
         (Strike::JumpClock { instance, .. }, _) if !clock_jumps(*instance) => Some(format!(
             "a clock jump needs libfaketime ({}): `sudo apt-get install faketime`, then start again",
             testkit::wall_clock::LIBFAKETIME
@@ -162,6 +201,20 @@ mod tests {
         assert_eq!(strike.instance(), Some(1));
         assert!(serde_json::from_str::<Strike>(r#"{"kind":"pause","instance":0,"ms":1,"pid":1}"#).is_err());
         assert_eq!(strike.describe(), "delay B's lock link by 800 ms for 5000 ms");
+    }
+
+    #[test]
+    fn a_mariadb_restart_is_refused_where_the_setup_keeps_nothing_in_mariadb() {
+        let restart: Strike = serde_json::from_str(r#"{"kind":"restart-mariadb","ms":1500}"#).unwrap();
+        let redis = Setup::default();
+        let refused = refusal(&redis, Needs::LockRedis, &restart, |_| true).unwrap();
+        assert!(refused.contains("keeps nothing in MariaDB"), "{refused}");
+        let with_orders = Setup {
+            orders: true,
+            ..Setup::default()
+        };
+        assert_eq!(refusal(&with_orders, Needs::LockRedis, &restart, |_| true), None);
+        assert_eq!(refusal(&redis, Needs::MariaDb, &restart, |_| true), None);
     }
 
     #[test]

@@ -91,6 +91,11 @@ impl Instance {
         args.extend(["--redis-url".to_owned(), servers.stock_url_via(stock)]);
         args.extend(lock_flags(needs, servers, &lock));
         args.extend(setup.serve_flags());
+        // The orders go to the lock's MariaDB, through the lock link, when the lock has
+        // one (the service has one --mysql-url); else to their own, directly.
+        if let Some(orders) = servers.orders_db.as_ref().filter(|_| setup.orders) {
+            args.extend(["--mysql-url".to_owned(), orders.mysql_url()]);
+        }
         let clock = Path::new(testkit::wall_clock::LIBFAKETIME)
             .exists()
             .then(WallClock::for_seckill);

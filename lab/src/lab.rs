@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use loadtest::history::Fault;
 use serde::Serialize;
 
-use crate::crowd::{Crowd, Outcome};
+use crate::crowd::{Crowd, Outcome, Sold};
 use crate::failover::Which;
 use crate::faults::{Strike, HOLDER_WITHIN_MS};
 use crate::instances::Instance;
@@ -51,8 +51,8 @@ impl Binaries {
 
 /// One setup, running.
 pub(crate) struct Stage {
-    setup: Setup,
-    needs: Needs,
+    pub(crate) setup: Setup,
+    pub(crate) needs: Needs,
     pub(crate) servers: Servers,
     instances: Vec<Instance>,
     /// Counts setups, so a fault still waiting on an old one leaves the new one alone.
@@ -121,7 +121,7 @@ impl Lab {
     }
 
     async fn stage(&self, setup: Setup, needs: Needs, generation: u64) -> anyhow::Result<Stage> {
-        let servers = Servers::start(needs, setup.stock_failover).await?;
+        let servers = Servers::start(needs, setup.stock_failover, setup.orders).await?;
         let mut instances = Vec::new();
         for _ in 0..INSTANCES {
             let instance = Instance::start(&self.binaries.seckill, &setup, needs, &servers, &self.dir).await;
@@ -152,19 +152,25 @@ impl Lab {
     /// Sends a crowd of `size` at both instances.
     pub async fn send_crowd_of(&self, size: crate::crowd::Size) -> Result<u32, String> {
         let loadtest = &self.binaries.loadtest;
-        self.send(|number, hosts, stock| Crowd::start(loadtest, size, number, hosts, stock, &self.dir))
-            .await
-            .inspect(|number| {
-                let (buyers, units) = (size.buyers, size.units);
-                self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
-            })
+        self.send(|number, hosts, servers| {
+            let sale = Sold {
+                stock_url: servers.stock_url(),
+                orders_mysql_url: servers.orders_mysql_url(),
+            };
+            Crowd::start(loadtest, size, number, hosts, &sale, &self.dir)
+        })
+        .await
+        .inspect(|number| {
+            let (buyers, units) = (size.buyers, size.units);
+            self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
+        })
     }
 
     /// Starts crowd number N+1 with `start`, given that number, the instances' URLs and
-    /// the stock's Redis; refused while another is buying or before a setup runs.
+    /// the servers; refused while another is buying or before a setup runs.
     async fn send<F>(&self, start: F) -> Result<u32, String>
     where
-        F: FnOnce(u32, &[String], &str) -> anyhow::Result<Crowd>,
+        F: FnOnce(u32, &[String], &Servers) -> anyhow::Result<Crowd>,
     {
         let mut inner = self.inner.lock().await;
         if inner.crowd.as_ref().is_some_and(Crowd::is_running) {
@@ -175,7 +181,7 @@ impl Lab {
         };
         let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
         let number = inner.crowds + 1;
-        let crowd = start(number, &hosts, &stage.servers.stock_url()).map_err(|error| format!("{error:#}"))?;
+        let crowd = start(number, &hosts, &stage.servers).map_err(|error| format!("{error:#}"))?;
         inner.crowds = number;
         inner.crowd = Some(crowd);
         Ok(number)
@@ -206,7 +212,7 @@ impl Lab {
         if !(1..=200).contains(&rate) {
             return Err(format!("{rate} buyers a second: pick 1 to 200"));
         }
-        self.send(|number, hosts, stock| Crowd::start_steady(number, hosts, stock, rate, &self.dir))
+        self.send(|number, hosts, servers| Crowd::start_steady(number, hosts, &servers.stock_url(), rate, &self.dir))
             .await
             .inspect(|number| {
                 self.say(format!(
@@ -293,6 +299,7 @@ impl Lab {
             }
             Strike::FailOverLock { ms } => return self.fail_over(generation, Which::Lock, ms).await,
             Strike::FailOverStock { ms } => return self.fail_over(generation, Which::Stock, ms).await,
+            Strike::RestartMariaDb { ms } => return self.restart_mariadb(generation, ms).await,
         };
         self.act(generation, instance, first).await?;
         tokio::time::sleep(Duration::from_millis(ms)).await;

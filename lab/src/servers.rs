@@ -23,12 +23,15 @@ pub struct Servers {
     pub lock_failover: Option<Failover>,
     /// etcd, ZooKeeper or MariaDB, where the lock (or `redis-degrade`'s fallback) lives.
     pub lock_server: Option<PrivateServer>,
+    /// The MariaDB of the orders, when the lock has none of its own to share.
+    pub orders_db: Option<PrivateServer>,
 }
 
 impl Servers {
     /// Starts what `needs` asks for, and the stock's Redis (with a replica and a Sentinel
-    /// when `stock_fails_over`); says what is missing and how to get it.
-    pub async fn start(needs: Needs, stock_fails_over: bool) -> anyhow::Result<Servers> {
+    /// when `stock_fails_over`), and a MariaDB for the `orders` if the lock has none; says
+    /// what is missing and how to get it.
+    pub async fn start(needs: Needs, stock_fails_over: bool, orders: bool) -> anyhow::Result<Servers> {
         if let Some(missing) = needs.missing() {
             bail!("{missing}");
         }
@@ -48,12 +51,14 @@ impl Servers {
                 _ => None,
             };
             let lock_failover = (needs == Needs::LockSentinel).then(|| Failover::start("lab-lock"));
+            let orders_db = (orders && !needs.mariadb()).then(PrivateServer::mariadb);
             Servers {
                 stock,
                 stock_failover,
                 lock_redis,
                 lock_failover,
                 lock_server,
+                orders_db,
             }
         })
         .await
@@ -94,12 +99,31 @@ impl Servers {
         redis.chain(sentinel).chain(server).collect()
     }
 
+    /// Where the MariaDB of a setup that `needs` this and keeps `orders` or not is kept
+    /// (the lock's, or the orders'), for a fault to take it out and put it back; `None`
+    /// when the setup has none.
+    pub fn mariadb_slot(&mut self, needs: Needs, orders: bool) -> Option<&mut Option<PrivateServer>> {
+        match (needs.mariadb(), orders) {
+            (true, _) => Some(&mut self.lock_server),
+            (false, true) => Some(&mut self.orders_db),
+            (false, false) => None,
+        }
+    }
+
+    /// The MariaDB the orders are written into, reached directly: the lock's, or the
+    /// orders' own; `None` when neither runs.
+    pub fn orders_mysql_url(&self) -> Option<String> {
+        let lock_mariadb = self.lock_server.iter().filter(|server| server.kind() == "mariadb");
+        let mariadb = self.orders_db.iter().chain(lock_mariadb).next()?;
+        Some(mariadb.mysql_url())
+    }
+
     /// Every server's process id, for the page (and the test that checks none outlives the lab).
     pub fn pids(&self) -> Vec<u32> {
         let redis = self.stock.iter().chain(&self.lock_redis).map(PrivateRedis::pid);
         let failovers = self.stock_failover.iter().chain(&self.lock_failover);
         let failover = failovers.flat_map(Failover::pids);
-        let server = self.lock_server.iter().map(PrivateServer::pid);
+        let server = self.lock_server.iter().chain(&self.orders_db).map(PrivateServer::pid);
         redis.chain(failover).chain(server).collect()
     }
 }

@@ -54,6 +54,11 @@ pub enum Needs {
 }
 
 impl Needs {
+    /// Whether the lock lives in MariaDB (or falls back to it): orders then go to that one.
+    pub fn mariadb(self) -> bool {
+        matches!(self, Needs::MariaDb | Needs::LockRedisAndMariaDb)
+    }
+
     /// What this machine lacks to start these servers, with the line that installs it;
     /// `None` when all is there. No root is needed to run them, only to install them.
     pub fn missing(self) -> Option<String> {
@@ -70,14 +75,22 @@ impl Needs {
             Needs::ZooKeeper if !(std::path::Path::new(ZOOKEEPER_JAR).exists() && on_path("java")) => {
                 install("ZooKeeper and java", "zookeeper")
             }
-            Needs::MariaDb | Needs::LockRedisAndMariaDb if !(on_path("mariadbd") && on_path("mysql_install_db")) => {
-                install(
-                    "mariadbd and mysql_install_db on the PATH (add /usr/sbin to it if they are there)",
-                    "mariadb-server",
-                )
-            }
+            Needs::MariaDb | Needs::LockRedisAndMariaDb => mariadb_missing(),
             _ => None,
         }
+    }
+}
+
+/// What this machine lacks to start MariaDB (for a lock there, or for the orders), with
+/// the line that installs it; `None` when it is there.
+pub fn mariadb_missing() -> Option<String> {
+    match on_path("mariadbd") && on_path("mysql_install_db") {
+        true => None,
+        false => Some(
+            "needs mariadbd and mysql_install_db on the PATH (add /usr/sbin to it if they are there): \
+             `sudo apt-get install mariadb-server` (or `make services`, as root, installs every server)"
+                .to_owned(),
+        ),
     }
 }
 
@@ -124,6 +137,11 @@ pub struct Setup {
     /// The stock's Redis has a replica and a Sentinel, so it can fail over (lesson 14).
     #[serde(default)]
     pub stock_failover: bool,
+    /// `--orders`: every unit sold becomes an order, through a Redis Stream into MariaDB
+    /// (the lock's, when the lock lives there), and the crowd's checks count the orders.
+    /// The page does not offer it; `make torture` draws it.
+    #[serde(default)]
+    pub orders: bool,
     /// `--chaos-pause-before-write-ms`: every sale lingers this long between its read and
     /// its write, so that a pause of the holder lands in the middle of a sale (lesson 3).
     pub linger_ms: u64,
@@ -142,6 +160,7 @@ impl Default for Setup {
             sold_out_flag: false,
             lock_failover: false,
             stock_failover: false,
+            orders: false,
             linger_ms: 50,
         }
     }
@@ -206,6 +225,9 @@ impl Setup {
         if !(1..=16).contains(&self.segments) {
             return Err(format!("{} stock segments: pick 1 to 16", self.segments));
         }
+        if let Some(missing) = mariadb_missing().filter(|_| self.orders) {
+            return Err(format!("the orders {missing}"));
+        }
         if self.linger_ms > LONGEST_LINGER_MS {
             return Err(format!(
                 "a linger of {} ms before each write: pick 0 to {LONGEST_LINGER_MS}",
@@ -245,6 +267,9 @@ impl Setup {
         }
         if self.sold_out_flag {
             flags.push("--sold-out-flag".to_owned());
+        }
+        if self.orders {
+            flags.push("--orders".to_owned());
         }
         flags
     }

@@ -33,6 +33,7 @@ fn a_seeded_round_is_played_as_its_seed_draws_it_and_judged_by_the_checks() {
         strategies: vec!["redis".to_owned()],
         fencing: Some(true),
         clock_jumps: Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
+        orders: lab::setup::mariadb_missing().is_none(),
     };
     let drawn = Round::drawn(seed, &choices).unwrap();
     assert_eq!(drawn.expected(), Expected::MustHold);
@@ -126,5 +127,41 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
         smallest.crowd.buyers < 100,
         "the crowd should be smaller: {}",
         smallest.describe()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restarted_mid_sale() {
+    let _alone = testkit::take_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::new(binaries(), dir.path()).unwrap();
+    let round = Round {
+        seed: 0,
+        // The lock on Redis, the orders in a MariaDB of their own.
+        setup: Setup {
+            orders: true,
+            linger_ms: 0,
+            ..Setup::default()
+        },
+        crowd: Size {
+            buyers: 200,
+            units: 120,
+        },
+        schedule: vec![Timed {
+            at_ms: 100,
+            strike: Strike::RestartMariaDb { ms: 1000 },
+        }],
+    };
+    let played = play(&lab, &round, dir.path()).await.unwrap();
+    lab.shutdown().await;
+    assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
+    assert_eq!(played.struck.len(), 1, "the restart struck before the last answer");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&played.report).unwrap()).unwrap();
+    let sold = report["initial_stock"].as_i64().unwrap() - report["stock_left"].as_i64().unwrap();
+    assert!(sold > 0, "{report}");
+    assert_eq!(
+        report["orders"]["rows"].as_i64(),
+        Some(sold),
+        "every unit sold is an order, written once MariaDB was back"
     );
 }

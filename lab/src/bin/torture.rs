@@ -139,6 +139,7 @@ async fn play_drawn_rounds(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
         strategies: strategies.clone(),
         fencing: cli.fencing.as_deref().map(|fencing| fencing == "on"),
         clock_jumps: std::path::Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
+        orders: lab::setup::mariadb_missing().is_none(),
     };
     let seed = cli.seed.unwrap_or_else(clock_seed);
     let seeds: Box<dyn Iterator<Item = u64>> = match &cli.round {
@@ -223,6 +224,13 @@ fn say_played(index: usize, played: &Played) {
         played.round.describe(),
         played.verdict_word()
     );
+    for trouble in played
+        .troubles
+        .iter()
+        .filter(|trouble| trouble.starts_with("not judged"))
+    {
+        println!("[torture]   {trouble}");
+    }
     if played.verdict != Some(Verdict::Held) {
         println!(
             "[torture]   kept: {} and its history and timeline beside it",

@@ -50,6 +50,8 @@ pub struct Choices {
     pub fencing: Option<bool>,
     /// Whether this machine can jump an instance's clock (libfaketime).
     pub clock_jumps: bool,
+    /// Whether this machine can keep orders (MariaDB).
+    pub orders: bool,
 }
 
 /// What a round's configuration must come to, known before it runs.
@@ -95,7 +97,7 @@ impl Round {
             .choose(&mut rng)
             .ok_or("no strategy to draw from")?
             .clone();
-        let mut setup = draw_setup(&mut rng, strategy);
+        let mut setup = draw_setup(&mut rng, strategy, choices.orders);
         setup.fencing = choices.fencing.unwrap_or(setup.fencing);
         let needs = setup.needs()?;
         let faults = rng.random_range(1..=MOST_FAULTS);
@@ -152,6 +154,7 @@ impl Round {
             (setup.sold_out_flag, "sold-out flag"),
             (setup.lock_failover, "lock on Sentinel"),
             (setup.stock_failover, "stock on Sentinel"),
+            (setup.orders, "orders"),
         ] {
             if on {
                 switches.push(name.to_owned());
@@ -209,7 +212,7 @@ fn strategy_of(name: &str) -> Option<Strategy> {
     <Strategy as clap::ValueEnum>::from_str(name, true).ok()
 }
 
-fn draw_setup(rng: &mut StdRng, strategy: String) -> Setup {
+fn draw_setup(rng: &mut StdRng, strategy: String, orders: bool) -> Setup {
     // Half of redis's rounds, so that its failover is drawn in a run of an hour.
     let lock_failover = strategy == "redis" && rng.random_bool(0.5);
     // Group commit gathers the buyers of a local queue, which the baselines have not; and
@@ -228,6 +231,7 @@ fn draw_setup(rng: &mut StdRng, strategy: String) -> Setup {
         lock_failover,
         stock_failover: rng.random_bool(0.2),
         linger_ms: draw_linger(rng, ttl_ms, group_commit),
+        orders: orders && rng.random_bool(0.25),
         strategy,
     }
 }
@@ -252,7 +256,7 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
     let lease_ms = setup.granted_lease_ms();
     let instance = rng.random_range(0..2);
     let ms = draw_length(rng, lease_ms);
-    match rng.random_range(0..9) {
+    match rng.random_range(0..10) {
         0 => Strike::PauseHolder { ms },
         1 => Strike::Pause { instance, ms },
         2 => Strike::Kill { instance, ms },
@@ -268,7 +272,8 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
             seconds: rng.random_range(1..=120) * if rng.random_bool(0.5) { 1 } else { -1 },
         },
         7 => Strike::FailOverLock { ms },
-        _ => Strike::FailOverStock { ms },
+        8 => Strike::FailOverStock { ms },
+        _ => Strike::RestartMariaDb { ms },
     }
 }
 
@@ -295,6 +300,7 @@ pub fn kind_of(strike: &Strike) -> &'static str {
         Strike::JumpClock { .. } => "jump a clock",
         Strike::FailOverLock { .. } => "fail over the lock's Redis",
         Strike::FailOverStock { .. } => "fail over the stock's Redis",
+        Strike::RestartMariaDb { .. } => "restart MariaDB",
     }
 }
 
@@ -310,6 +316,7 @@ mod tests {
                 .collect(),
             fencing: None,
             clock_jumps,
+            orders: true,
         }
     }
 

@@ -95,6 +95,9 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
+    if outcome.judged.is_none() {
+        troubles.push(format!("not judged: {}", outcome.error.trim()));
+    }
     let report = dir.join(format!("crowd-{crowd}.json"));
     let history = read_history(&report);
     // A fault struck after the last answer, while the checks ran, changed nothing.

@@ -91,7 +91,8 @@ fn halved(round: &mut Round, index: usize) -> Option<bool> {
         | Strike::CutFromStock { ms, .. }
         | Strike::DelayLock { ms, .. }
         | Strike::FailOverLock { ms }
-        | Strike::FailOverStock { ms } => ms,
+        | Strike::FailOverStock { ms }
+        | Strike::RestartMariaDb { ms } => ms,
     };
     if *ms / 2 < SHORTEST_MS {
         return Some(false);
