@@ -176,6 +176,11 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
         (Strike::CutFromStock { .. }, _) if stock_fails_over => Some(format!(
             "{bypassed}; cut it from the lock, or start without the stock's failover"
         )),
+        (Strike::CutFromStock { .. }, _) if setup.stock_cluster => Some(
+            "a cluster sends its clients from node to node, which they reach directly: the lab cannot cut \
+             that link; cut it from the lock, or start with the stock on one Redis"
+                .to_owned(),
+        ),
         (Strike::RestartMariaDb { .. }, _) if !needs.mariadb() && !setup.orders => Some(format!(
             "`{}` keeps nothing in MariaDB: choose `mysql`, `mysql-version` or `redis-degrade`, or keep orders",
             setup.strategy
@@ -215,6 +220,18 @@ mod tests {
         };
         assert_eq!(refusal(&with_orders, Needs::LockRedis, &restart, |_| true), None);
         assert_eq!(refusal(&redis, Needs::MariaDb, &restart, |_| true), None);
+    }
+
+    #[test]
+    fn a_stock_on_a_cluster_cannot_be_cut_from_its_instances() {
+        let on_a_cluster = Setup {
+            stock_cluster: true,
+            ..Setup::default()
+        };
+        let cut = Strike::CutFromStock { instance: 0, ms: 500 };
+        let refused = refusal(&on_a_cluster, Needs::LockRedis, &cut, |_| true).unwrap();
+        assert!(refused.contains("node to node"), "{refused}");
+        assert_eq!(refusal(&Setup::default(), Needs::LockRedis, &cut, |_| true), None);
     }
 
     #[test]

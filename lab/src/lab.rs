@@ -121,7 +121,7 @@ impl Lab {
     }
 
     async fn stage(&self, setup: Setup, needs: Needs, generation: u64) -> anyhow::Result<Stage> {
-        let servers = Servers::start(needs, setup.stock_failover, setup.orders).await?;
+        let servers = Servers::start(needs, &setup).await?;
         let mut instances = Vec::new();
         for _ in 0..INSTANCES {
             let instance = Instance::start(&self.binaries.seckill, &setup, needs, &servers, &self.dir).await;

@@ -6,15 +6,17 @@
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context};
-use testkit::{PrivateRedis, PrivateServer};
+use testkit::{PrivateRedis, PrivateRedisCluster, PrivateServer};
 
 use crate::failover::Failover;
-use crate::setup::{Needs, REDLOCK_MASTERS};
+use crate::setup::{Needs, Setup, REDLOCK_MASTERS};
 
 /// The stock's Redis, and the lock's servers.
 pub struct Servers {
-    /// The stock's Redis, unless it is `stock_failover`'s.
+    /// The stock's Redis, unless it is `stock_failover`'s or `stock_cluster`'s.
     pub stock: Option<PrivateRedis>,
+    /// The stock on a Redis Cluster, which the instances reach directly.
+    pub stock_cluster: Option<PrivateRedisCluster>,
     /// The stock's Redis master with a replica and a Sentinel, which can fail over.
     pub stock_failover: Option<Failover>,
     /// The lock's Redis servers: one, or the Redlock masters.
@@ -28,16 +30,18 @@ pub struct Servers {
 }
 
 impl Servers {
-    /// Starts what `needs` asks for, and the stock's Redis (with a replica and a Sentinel
-    /// when `stock_fails_over`), and a MariaDB for the `orders` if the lock has none; says
-    /// what is missing and how to get it.
-    pub async fn start(needs: Needs, stock_fails_over: bool, orders: bool) -> anyhow::Result<Servers> {
+    /// Starts what `needs` asks for, and the stock's Redis as `setup` keeps it (alone, with
+    /// a replica and a Sentinel, or a cluster), and a MariaDB for its orders if the lock has
+    /// none; says what is missing and how to get it.
+    pub async fn start(needs: Needs, setup: &Setup) -> anyhow::Result<Servers> {
+        let (stock_fails_over, on_a_cluster, orders) = (setup.stock_failover, setup.stock_cluster, setup.orders);
         if let Some(missing) = needs.missing() {
             bail!("{missing}");
         }
         // The launchers assert as a test would; here a panic becomes the lab's error.
         tokio::task::spawn_blocking(move || {
-            let stock = (!stock_fails_over).then(PrivateRedis::start);
+            let stock = (!stock_fails_over && !on_a_cluster).then(PrivateRedis::start);
+            let stock_cluster = on_a_cluster.then(|| PrivateRedisCluster::start(3));
             let stock_failover = stock_fails_over.then(|| Failover::start("lab-stock"));
             let lock_redis = match needs {
                 Needs::LockRedis | Needs::LockRedisAndMariaDb => vec![PrivateRedis::start()],
@@ -54,6 +58,7 @@ impl Servers {
             let orders_db = (orders && !needs.mariadb()).then(PrivateServer::mariadb);
             Servers {
                 stock,
+                stock_cluster,
                 stock_failover,
                 lock_redis,
                 lock_failover,
@@ -71,14 +76,17 @@ impl Servers {
     pub fn stock_address(&self) -> SocketAddr {
         let redis = self.stock.iter().map(|server| server.port);
         let sentinel = self.stock_failover.iter().map(|failover| failover.sentinel.port);
-        loopback(redis.chain(sentinel).next().unwrap_or_default())
+        let cluster = self.stock_cluster.iter().map(|cluster| cluster.nodes[0].port);
+        loopback(redis.chain(sentinel).chain(cluster).next().unwrap_or_default())
     }
 
-    /// The stock's URL for an instance that reaches it at `address`.
+    /// The stock's URL for an instance that reaches it at `address`; a cluster's own,
+    /// whose clients are sent from node to node and so cannot go through one link.
     pub fn stock_url_via(&self, address: SocketAddr) -> String {
-        match &self.stock_failover {
-            Some(failover) => failover.url_via(address),
-            None => format!("redis://{address}"),
+        match (&self.stock_failover, &self.stock_cluster) {
+            (_, Some(cluster)) => cluster.url(),
+            (Some(failover), None) => failover.url_via(address),
+            (None, None) => format!("redis://{address}"),
         }
     }
 
@@ -120,7 +128,13 @@ impl Servers {
 
     /// Every server's process id, for the page (and the test that checks none outlives the lab).
     pub fn pids(&self) -> Vec<u32> {
-        let redis = self.stock.iter().chain(&self.lock_redis).map(PrivateRedis::pid);
+        let cluster = self.stock_cluster.iter().flat_map(|cluster| &cluster.nodes);
+        let redis = self
+            .stock
+            .iter()
+            .chain(&self.lock_redis)
+            .chain(cluster)
+            .map(PrivateRedis::pid);
         let failovers = self.stock_failover.iter().chain(&self.lock_failover);
         let failover = failovers.flat_map(Failover::pids);
         let server = self.lock_server.iter().chain(&self.orders_db).map(PrivateServer::pid);

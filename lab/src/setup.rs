@@ -137,6 +137,10 @@ pub struct Setup {
     /// The stock's Redis has a replica and a Sentinel, so it can fail over (lesson 14).
     #[serde(default)]
     pub stock_failover: bool,
+    /// The stock on a Redis Cluster of three masters (a replica each), which the instances
+    /// reach directly: the page does not offer it; `make torture` draws it (lesson 14).
+    #[serde(default)]
+    pub stock_cluster: bool,
     /// `--orders`: every unit sold becomes an order, through a Redis Stream into MariaDB
     /// (the lock's, when the lock lives there), and the crowd's checks count the orders.
     /// The page does not offer it; `make torture` draws it.
@@ -160,6 +164,7 @@ impl Default for Setup {
             sold_out_flag: false,
             lock_failover: false,
             stock_failover: false,
+            stock_cluster: false,
             orders: false,
             linger_ms: 50,
         }
@@ -224,6 +229,9 @@ impl Setup {
         }
         if !(1..=16).contains(&self.segments) {
             return Err(format!("{} stock segments: pick 1 to 16", self.segments));
+        }
+        if self.stock_cluster && self.stock_failover {
+            return Err("the stock is on a cluster or on a Sentinel, not both: untick one".to_owned());
         }
         if let Some(missing) = mariadb_missing().filter(|_| self.orders) {
             return Err(format!("the orders {missing}"));
@@ -295,6 +303,19 @@ mod tests {
             ..Setup::default()
         };
         assert!(unknown.validate().unwrap_err().contains("pick one of redis, redlock"));
+    }
+
+    #[test]
+    fn the_stock_is_on_a_cluster_or_on_a_sentinel_not_both() {
+        let both = Setup {
+            stock_cluster: true,
+            stock_failover: true,
+            ..Setup::default()
+        };
+        assert_eq!(
+            both.validate().unwrap_err(),
+            "the stock is on a cluster or on a Sentinel, not both: untick one"
+        );
     }
 
     #[test]

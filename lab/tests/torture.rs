@@ -165,3 +165,33 @@ async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restart
         "every unit sold is an order, written once MariaDB was back"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_with_the_stock_on_a_redis_cluster_is_played_and_judged() {
+    let _alone = testkit::take_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::new(binaries(), dir.path()).unwrap();
+    let round = Round {
+        seed: 0,
+        setup: Setup {
+            stock_cluster: true,
+            segments: 4,
+            linger_ms: 0,
+            ..Setup::default()
+        },
+        crowd: Size {
+            buyers: 200,
+            units: 120,
+        },
+        schedule: vec![Timed {
+            at_ms: 50,
+            strike: Strike::Pause { instance: 0, ms: 500 },
+        }],
+    };
+    let played = play(&lab, &round, dir.path()).await.unwrap();
+    lab.shutdown().await;
+    assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&played.report).unwrap()).unwrap();
+    assert_eq!(report["stock_segments"].as_u64(), Some(4), "{report}");
+    assert_eq!(report["initial_stock"].as_i64(), Some(120), "{report}");
+}

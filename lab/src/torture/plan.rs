@@ -154,6 +154,7 @@ impl Round {
             (setup.sold_out_flag, "sold-out flag"),
             (setup.lock_failover, "lock on Sentinel"),
             (setup.stock_failover, "stock on Sentinel"),
+            (setup.stock_cluster, "stock on a cluster"),
             (setup.orders, "orders"),
         ] {
             if on {
@@ -221,6 +222,13 @@ fn draw_setup(rng: &mut StdRng, strategy: String, orders: bool) -> Setup {
     // From 500 ms: Redlock refuses a lease under ten times its 50 ms node timeout.
     let ttl_ms = rng.random_range(500..=1500);
     let group_commit = rng.random_bool(0.25) && locks;
+    // Where the stock is kept: one Redis mostly; on a Sentinel (which may fail over) or on a
+    // cluster of three masters a round in five, and a round in seven.
+    let (stock_failover, stock_cluster) = match rng.random_range(0..35) {
+        0..7 => (true, false),
+        7..12 => (false, true),
+        _ => (false, false),
+    };
     Setup {
         fencing: rng.random_bool(0.75),
         ttl_ms,
@@ -229,9 +237,10 @@ fn draw_setup(rng: &mut StdRng, strategy: String, orders: bool) -> Setup {
         one_per_buyer: rng.random_bool(0.25),
         sold_out_flag: rng.random_bool(0.25) && locks,
         lock_failover,
-        stock_failover: rng.random_bool(0.2),
+        stock_failover,
         linger_ms: draw_linger(rng, ttl_ms, group_commit),
         orders: orders && rng.random_bool(0.25),
+        stock_cluster,
         strategy,
     }
 }
@@ -462,6 +471,17 @@ mod tests {
         assert!(drawn.iter().filter(long).all(|setup| setup.group_commit));
         assert!(drawn.iter().filter(long).count() > 10);
         assert!(drawn.iter().all(|setup| setup.linger_ms <= setup.ttl_ms));
+    }
+
+    #[test]
+    fn the_stock_is_drawn_on_one_redis_on_a_sentinel_or_on_a_cluster_never_two_at_once() {
+        let drawn: Vec<Setup> = (0..300)
+            .map(|seed| Round::drawn(seed, &all(true)).unwrap().setup)
+            .collect();
+        assert!(drawn.iter().all(|setup| !(setup.stock_cluster && setup.stock_failover)));
+        assert!(drawn.iter().any(|setup| setup.stock_cluster));
+        assert!(drawn.iter().any(|setup| setup.stock_failover));
+        assert!(drawn.iter().any(|setup| !setup.stock_cluster && !setup.stock_failover));
     }
 
     #[test]
