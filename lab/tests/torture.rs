@@ -130,33 +130,42 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restarted_mid_sale() {
+/// Plays one round of `setup` with one fault, a crowd of 200 buyers at 120 units, on a
+/// lab of its own: what it came to, and the crowd's report.
+async fn play_one(setup: Setup, fault: Timed) -> (lab::torture::play::Played, serde_json::Value) {
     let _alone = testkit::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::new(binaries(), dir.path()).unwrap();
     let round = Round {
         seed: 0,
-        // The lock on Redis, the orders in a MariaDB of their own.
-        setup: Setup {
-            orders: true,
-            linger_ms: 0,
-            ..Setup::default()
-        },
+        setup,
         crowd: Size {
             buyers: 200,
             units: 120,
         },
-        schedule: vec![Timed {
-            at_ms: 100,
-            strike: Strike::RestartMariaDb { ms: 1000 },
-        }],
+        schedule: vec![fault],
     };
     let played = play(&lab, &round, dir.path()).await.unwrap();
     lab.shutdown().await;
+    let report = std::fs::read_to_string(&played.report).unwrap_or_default();
+    (played, serde_json::from_str(&report).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restarted_mid_sale() {
+    // The lock on Redis, the orders in a MariaDB of their own.
+    let setup = Setup {
+        orders: true,
+        linger_ms: 0,
+        ..Setup::default()
+    };
+    let restart = Timed {
+        at_ms: 100,
+        strike: Strike::RestartMariaDb { ms: 1000 },
+    };
+    let (played, report) = play_one(setup, restart).await;
     assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
     assert_eq!(played.struck.len(), 1, "the restart struck before the last answer");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&played.report).unwrap()).unwrap();
     let sold = report["initial_stock"].as_i64().unwrap() - report["stock_left"].as_i64().unwrap();
     assert!(sold > 0, "{report}");
     assert_eq!(
@@ -168,30 +177,18 @@ async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restart
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_round_with_the_stock_on_a_redis_cluster_is_played_and_judged() {
-    let _alone = testkit::take_turn().await;
-    let dir = tempfile::tempdir().unwrap();
-    let lab = Lab::new(binaries(), dir.path()).unwrap();
-    let round = Round {
-        seed: 0,
-        setup: Setup {
-            stock_cluster: true,
-            segments: 4,
-            linger_ms: 0,
-            ..Setup::default()
-        },
-        crowd: Size {
-            buyers: 200,
-            units: 120,
-        },
-        schedule: vec![Timed {
-            at_ms: 50,
-            strike: Strike::Pause { instance: 0, ms: 500 },
-        }],
+    let setup = Setup {
+        stock_cluster: true,
+        segments: 4,
+        linger_ms: 0,
+        ..Setup::default()
     };
-    let played = play(&lab, &round, dir.path()).await.unwrap();
-    lab.shutdown().await;
+    let pause = Timed {
+        at_ms: 50,
+        strike: Strike::Pause { instance: 0, ms: 500 },
+    };
+    let (played, report) = play_one(setup, pause).await;
     assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&played.report).unwrap()).unwrap();
     assert_eq!(report["stock_segments"].as_u64(), Some(4), "{report}");
     assert_eq!(report["initial_stock"].as_i64(), Some(120), "{report}");
 }
