@@ -447,7 +447,7 @@ impl Lab {
         stop_everything(&mut inner).await;
     }
 
-    fn say(&self, line: String) {
+    pub(crate) fn say(&self, line: String) {
         let line = format!("{:7.1} s  {line}", self.started.elapsed().as_secs_f64());
         println!("[lab] {line}");
         self.log.lock().unwrap().push(line);

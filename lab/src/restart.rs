@@ -19,14 +19,18 @@ impl Lab {
     /// in the meantime, it is dropped (stopped) instead of put back.
     pub(crate) async fn restart_mariadb(&self, generation: u64, ms: u64) -> anyhow::Result<()> {
         let Some(mut mariadb) = self.take_mariadb(generation).await else {
-            bail!("this setup keeps nothing in MariaDB");
+            // The refusal let the strike through, so the setup has one: it is out already.
+            bail!("MariaDB is already down or starting again: wait until it is back");
         };
         mariadb = tokio::task::spawn_blocking(move || {
             mariadb.stop(); // SIGKILL, and reaped
             mariadb
         })
         .await?;
-        self.record_if_current(generation, Fault::Kill, "").await?;
+        // From here on MariaDB must come back, whatever happens to the history.
+        if let Err(error) = self.record_if_current(generation, Fault::Kill, "").await {
+            self.say(format!("the history did not take the kill of MariaDB: {error:#}"));
+        }
         tokio::time::sleep(Duration::from_millis(ms)).await;
         let restarted = tokio::task::spawn_blocking(move || {
             mariadb.restart(); // waits until its port answers; panics if it does not

@@ -27,6 +27,9 @@ pub struct Servers {
     pub lock_server: Option<PrivateServer>,
     /// The MariaDB of the orders, when the lock has none of its own to share.
     pub orders_db: Option<PrivateServer>,
+    /// The URL of the MariaDB the orders go to, kept apart from the server: a restart
+    /// takes the server out of its slot for a while, and the URL stays the same.
+    orders_url: Option<String>,
 }
 
 impl Servers {
@@ -56,6 +59,13 @@ impl Servers {
             };
             let lock_failover = (needs == Needs::LockSentinel).then(|| Failover::start("lab-lock"));
             let orders_db = (orders && !needs.mariadb()).then(PrivateServer::mariadb);
+            let orders_url = match orders {
+                true => orders_db
+                    .as_ref()
+                    .or(lock_server.as_ref())
+                    .map(PrivateServer::mysql_url),
+                false => None,
+            };
             Servers {
                 stock,
                 stock_cluster,
@@ -64,6 +74,7 @@ impl Servers {
                 lock_failover,
                 lock_server,
                 orders_db,
+                orders_url,
             }
         })
         .await
@@ -118,12 +129,10 @@ impl Servers {
         }
     }
 
-    /// The MariaDB the orders are written into, reached directly: the lock's, or the
-    /// orders' own; `None` when neither runs.
+    /// The MariaDB the orders are written into, reached directly (the lock's, or the
+    /// orders' own); `None` when the setup keeps no orders.
     pub fn orders_mysql_url(&self) -> Option<String> {
-        let lock_mariadb = self.lock_server.iter().filter(|server| server.kind() == "mariadb");
-        let mariadb = self.orders_db.iter().chain(lock_mariadb).next()?;
-        Some(mariadb.mysql_url())
+        self.orders_url.clone()
     }
 
     /// Every server's process id, for the page (and the test that checks none outlives the lab).

@@ -138,12 +138,11 @@ pub struct Setup {
     #[serde(default)]
     pub stock_failover: bool,
     /// The stock on a Redis Cluster of three masters (a replica each), which the instances
-    /// reach directly: the page does not offer it; `make torture` draws it (lesson 14).
+    /// reach directly (lesson 14).
     #[serde(default)]
     pub stock_cluster: bool,
     /// `--orders`: every unit sold becomes an order, through a Redis Stream into MariaDB
     /// (the lock's, when the lock lives there), and the crowd's checks count the orders.
-    /// The page does not offer it; `make torture` draws it.
     #[serde(default)]
     pub orders: bool,
     /// `--chaos-pause-before-write-ms`: every sale lingers this long between its read and
@@ -176,9 +175,13 @@ pub const LONGEST_LINGER_MS: u64 = 1_000;
 /// The shortest lease etcd grants: 3/2 of its election timeout (1 s by default), rounded up
 /// to whole seconds (etcd's lessor, `minLeaseTTL`). The lock asks for whole seconds too.
 const ETCD_SHORTEST_LEASE_MS: u64 = 2_000;
-/// The session timeouts ZooKeeper grants: 2 to 20 ticks, of 2 s each in the servers the
-/// scripts start (scripts/lib/exec-server.sh writes `tickTime=2000`).
-const ZOOKEEPER_SESSIONS_MS: (u64, u64) = (4_000, 40_000);
+/// ZooKeeper's tick in the servers the scripts start (scripts/lib/exec-server.sh writes
+/// `tickTime=2000`).
+const ZOOKEEPER_TICK_MS: u64 = 2_000;
+/// The session timeouts ZooKeeper grants: 2 to 20 ticks.
+const ZOOKEEPER_SESSIONS_MS: (u64, u64) = (2 * ZOOKEEPER_TICK_MS, 20 * ZOOKEEPER_TICK_MS);
+/// How often etcd's lessor looks for expired leases to revoke.
+const ETCD_REVOKE_LOOP_MS: u64 = 500;
 
 impl Setup {
     /// How long a holder keeps the lock once its renewals stop: the lease its backend grants
@@ -190,6 +193,19 @@ impl Setup {
             "zookeeper" => self.ttl_ms.clamp(ZOOKEEPER_SESSIONS_MS.0, ZOOKEEPER_SESSIONS_MS.1),
             _ => self.ttl_ms,
         }
+    }
+
+    /// How long after its holder's last renewal the server may take to free the lock: the
+    /// granted lease, and the server's own lag. ZooKeeper expires sessions in buckets of
+    /// one tick (2 s here); etcd's lessor revokes expired leases in a loop that runs every
+    /// 500 ms. A fault meant to let another instance in must outlast this, not the lease.
+    pub fn freed_within_ms(&self) -> u64 {
+        let lag = match self.strategy.as_str() {
+            "zookeeper" => ZOOKEEPER_TICK_MS,
+            "etcd" => ETCD_REVOKE_LOOP_MS,
+            _ => 0,
+        };
+        self.granted_lease_ms() + lag
     }
 
     /// What this setup's strategy needs, or why the lab cannot run it (a sentence for the page).
@@ -232,6 +248,11 @@ impl Setup {
         }
         if self.stock_cluster && self.stock_failover {
             return Err("the stock is on a cluster or on a Sentinel, not both: untick one".to_owned());
+        }
+        if self.stock_cluster && !on_path("redis-cli") {
+            return Err(
+                "the stock on a cluster needs redis-cli to form it: `sudo apt-get install redis-tools`".to_owned(),
+            );
         }
         if let Some(missing) = mariadb_missing().filter(|_| self.orders) {
             return Err(format!("the orders {missing}"));
@@ -345,6 +366,21 @@ mod tests {
         assert_eq!(lease("etcd", 2_100), 3_000);
         assert_eq!(lease("zookeeper", 1_500), 4_000);
         assert_eq!(lease("zookeeper", 6_000), 6_000);
+        let freed = |strategy: &str, ttl_ms| {
+            Setup {
+                strategy: strategy.to_owned(),
+                ttl_ms,
+                ..Setup::default()
+            }
+            .freed_within_ms()
+        };
+        assert_eq!(
+            freed("zookeeper", 1_500),
+            6_000,
+            "a session ends at a tick after its timeout"
+        );
+        assert_eq!(freed("etcd", 700), 2_500);
+        assert_eq!(freed("mysql", 700), 700);
     }
 
     #[test]

@@ -32,7 +32,6 @@ fn a_seeded_round_is_played_as_its_seed_draws_it_and_judged_by_the_checks() {
     let choices = Choices {
         strategies: vec!["redis".to_owned()],
         fencing: Some(true),
-        clock_jumps: Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
         orders: lab::setup::mariadb_missing().is_none(),
     };
     let drawn = Round::drawn(seed, &choices).unwrap();

@@ -121,11 +121,6 @@ impl PrivateServer {
         server
     }
 
-    /// `etcd`, `zookeeper` or `mariadb`.
-    pub fn kind(&self) -> &'static str {
-        self.kind
-    }
-
     /// The URL of a [`PrivateServer::mariadb`].
     pub fn mysql_url(&self) -> String {
         format!("mysql://seckill:seckill@127.0.0.1:{}/seckill", self.port)

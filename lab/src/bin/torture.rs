@@ -67,13 +67,16 @@ impl Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli).await {
-        // Kept rounds are asked for by name: one that could not be played fails the run.
-        Ok(tally) if tally.holes().is_empty() && (!cli.plays_kept_rounds() || tally.unplayed.is_empty()) => {
+        // Kept rounds are asked for by name: one that could not be played as asked (a fault
+        // refused, the crowd not judged) fails the run.
+        Ok(tally) if tally.holes().is_empty() && (!cli.plays_kept_rounds() || tally.played_as_asked()) => {
             ExitCode::SUCCESS
         }
         Ok(tally) => {
+            let unjudged = tally.played.iter().filter(|played| !played.judged()).count();
             eprintln!(
-                "[torture] {} round(s) that must hold were not held, {} could not be played: see the table",
+                "[torture] {} round(s) that must hold were not held, {} could not be played, {unjudged} not judged: \
+                 see the table",
                 tally.holes().len(),
                 tally.unplayed.len()
             );
@@ -138,7 +141,6 @@ async fn play_drawn_rounds(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
     let choices = Choices {
         strategies: strategies.clone(),
         fencing: cli.fencing.as_deref().map(|fencing| fencing == "on"),
-        clock_jumps: std::path::Path::new(testkit::wall_clock::LIBFAKETIME).exists(),
         orders: lab::setup::mariadb_missing().is_none(),
     };
     let seed = cli.seed.unwrap_or_else(clock_seed);

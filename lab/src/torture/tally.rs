@@ -25,6 +25,13 @@ impl Tally {
         self.played.iter().filter(|played| played.is_a_hole()).collect()
     }
 
+    /// Every round was played as asked: the lab took each of its faults, and its crowd was
+    /// judged. A kept round that was not is no test of what it kept.
+    pub fn played_as_asked(&self) -> bool {
+        let refused = |played: &&Played| played.troubles.iter().any(|trouble| trouble.starts_with("refused"));
+        self.unplayed.is_empty() && self.played.iter().all(|played| played.judged() && !refused(&played))
+    }
+
     /// The tables, in Markdown.
     pub fn tables(&self) -> String {
         let mut page = self.header.clone();
