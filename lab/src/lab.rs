@@ -57,6 +57,9 @@ pub(crate) struct Stage {
     instances: Vec<Instance>,
     /// Counts setups, so a fault still waiting on an old one leaves the new one alone.
     pub(crate) generation: u64,
+    /// The faults struck on it, stopped with it: one still under way (a restart, a
+    /// failover) must not bring a server back while the next setup starts its own.
+    faults: Vec<tokio::task::AbortHandle>,
 }
 
 impl Stage {
@@ -141,6 +144,7 @@ impl Lab {
             servers,
             instances,
             generation,
+            faults: Vec::new(),
         })
     }
 
@@ -236,7 +240,7 @@ impl Lab {
 
     /// Strikes a fault, and lets it run its course in the background.
     pub async fn strike(self: &Arc<Self>, strike: Strike) -> Result<String, String> {
-        let inner = self.inner.lock().await;
+        let mut inner = self.inner.lock().await;
         let Some(stage) = &inner.stage else {
             return Err("nothing runs yet: choose a strategy and press start".to_owned());
         };
@@ -245,14 +249,17 @@ impl Lab {
             return Err(why);
         }
         let generation = stage.generation;
-        drop(inner);
         let lab = self.clone();
         let said = strike.describe();
-        tokio::spawn(async move {
+        let fault = tokio::spawn(async move {
             if let Err(error) = lab.play(strike, generation).await {
                 lab.say(format!("the fault stopped: {error:#}"));
             }
         });
+        if let Some(stage) = inner.stage.as_mut() {
+            stage.faults.retain(|fault| !fault.is_finished());
+            stage.faults.push(fault.abort_handle());
+        }
         Ok(said)
     }
 
@@ -470,6 +477,9 @@ async fn stop_everything(inner: &mut Inner) {
         crowd.stop();
     }
     if let Some(mut stage) = inner.stage.take() {
+        for fault in &stage.faults {
+            fault.abort();
+        }
         for instance in &mut stage.instances {
             instance.lock_link.strike(testkit::nemesis::Fault::Healed);
             instance.stock_link.strike(testkit::nemesis::Fault::Healed);
