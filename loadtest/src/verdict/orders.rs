@@ -74,11 +74,7 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
     }
     let waited_ms = started.elapsed().as_millis() as u64;
     let sale: Option<String> = redis::cmd("GET").arg(keys.sale_name()).query_async(&mut redis).await?;
-    let mut mysql = tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlConnection::connect(mysql_url))
-        .await
-        .context("timed out")
-        .and_then(|connected| connected.context("cannot connect"))
-        .with_context(|| format!("cannot reach MySQL at {mysql_url} to check the orders; fix --mysql-url"))?;
+    let mut mysql = connect_within(mysql_url, started + DRAIN_TIMEOUT).await?;
     let rows: Vec<(String,)> = sqlx::query_as("SELECT sale_id FROM seckill_orders WHERE sale = ?")
         .bind(sale.unwrap_or_default())
         .fetch_all(&mut mysql)
@@ -93,6 +89,32 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
         rows: written.len(),
         written,
     })
+}
+
+/// A connection to MySQL at `mysql_url`, tried again until `deadline`: a database that
+/// restarts while the sale ends (a fault of `make torture`) is waited for, within the
+/// budget the orders have to drain, and said so once.
+async fn connect_within(mysql_url: &str, deadline: Instant) -> anyhow::Result<sqlx::MySqlConnection> {
+    let mut said = false;
+    loop {
+        let attempt = tokio::time::timeout(Duration::from_secs(5), sqlx::MySqlConnection::connect(mysql_url))
+            .await
+            .context("timed out")
+            .and_then(|connected| connected.context("cannot connect"));
+        match attempt {
+            Ok(connection) => return Ok(connection),
+            Err(error) if Instant::now() < deadline => {
+                if !std::mem::replace(&mut said, true) {
+                    eprintln!("MySQL at {mysql_url} does not answer ({error:#}); waiting for it to check the orders");
+                }
+                tokio::time::sleep(POLL).await;
+            }
+            Err(error) => {
+                return Err(error)
+                    .with_context(|| format!("cannot reach MySQL at {mysql_url} to check the orders; fix --mysql-url"))
+            }
+        }
+    }
 }
 
 /// The group's entries not yet read, and read but not acknowledged, in every orders
@@ -208,5 +230,26 @@ mod tests {
         assert_eq!(oversold, ["1 orders in MySQL are for no unit sold"]);
         let (_, lost) = judge_orders(&state(&["a", "b"], 1), &records);
         assert!(lost[0].contains("did not drain"), "{lost:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_mysql_that_restarts_while_the_orders_are_checked_is_waited_for_until_the_deadline() {
+        let mut mariadb = testkit::PrivateServer::mariadb();
+        let url = mariadb.mysql_url();
+        mariadb.stop();
+        // Down for good: the deadline ends the wait, with the flag to fix.
+        let error = connect_within(&url, Instant::now() + Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(format!("{error:#}").contains("fix --mysql-url"), "{error:#}");
+        // Back after a while, as after a restart: the check waits for it.
+        let restarted = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            mariadb.restart();
+            mariadb
+        });
+        let connected = connect_within(&url, Instant::now() + Duration::from_secs(30)).await;
+        let _mariadb = restarted.join().unwrap();
+        assert!(connected.is_ok(), "{:#}", connected.err().unwrap());
     }
 }
