@@ -11,6 +11,7 @@ use loadtest::verdict::Verdict;
 use serde::Serialize;
 
 use super::plan::{Expected, Round, Timed};
+use crate::crowd::Outcome;
 use crate::lab::Lab;
 
 /// The longest a crowd may take, from its first sale to its verdict: a buyer waits at
@@ -80,24 +81,7 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
     lab.first_sale().await?;
     let first_sale = tokio::time::Instant::now();
     let (struck_at, mut troubles) = strike_on_schedule(lab, round, first_sale).await;
-    let outcome = loop {
-        let state = lab.state().await;
-        if let Some(outcome) = state.crowd.and_then(|crowd| crowd.outcome) {
-            let new_lines = state.log.into_iter().skip(log_before);
-            troubles.extend(new_lines.filter(|line| line.contains("the fault stopped")));
-            break outcome;
-        }
-        if first_sale.elapsed() > LONGEST_ROUND {
-            bail!(
-                "the crowd had no verdict within {LONGEST_ROUND:?} of its first sale: {}",
-                round.describe()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    if outcome.judged.is_none() {
-        troubles.push(format!("not judged: {}", outcome.error.trim()));
-    }
+    let outcome = crowd_outcome(lab, round, first_sale, log_before, &mut troubles).await?;
     let report = dir.join(format!("crowd-{crowd}.json"));
     let history = read_history(&report);
     // A fault struck after the last answer, while the checks ran, changed nothing.
@@ -130,6 +114,36 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
         shrunk_to: None,
         seconds: began.elapsed().as_secs_f64(),
     })
+}
+
+/// Waits for the crowd's outcome, for [`LONGEST_ROUND`] after its `first_sale` at most.
+/// Adds to `troubles` the faults the lab stopped since `log_before` (its log's length when
+/// the round began) and, when the crowd could not be judged, why.
+async fn crowd_outcome(
+    lab: &Arc<Lab>,
+    round: &Round,
+    first_sale: tokio::time::Instant,
+    log_before: usize,
+    troubles: &mut Vec<String>,
+) -> anyhow::Result<Outcome> {
+    loop {
+        let state = lab.state().await;
+        if let Some(outcome) = state.crowd.and_then(|crowd| crowd.outcome) {
+            let new_lines = state.log.into_iter().skip(log_before);
+            troubles.extend(new_lines.filter(|line| line.contains("the fault stopped")));
+            if outcome.judged.is_none() {
+                troubles.push(format!("not judged: {}", outcome.error.trim()));
+            }
+            return Ok(outcome);
+        }
+        if first_sale.elapsed() > LONGEST_ROUND {
+            bail!(
+                "the crowd had no verdict within {LONGEST_ROUND:?} of its first sale: {}",
+                round.describe()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Strikes each fault of `round` at its time after `first_sale`, while the crowd is not
