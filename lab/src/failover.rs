@@ -147,14 +147,14 @@ impl Lab {
             self.wait_for_a_sale(generation).await?;
         }
         self.on_failover(generation, which, Failover::cut_replication).await??;
-        self.record_now(generation, which, Fault::Partition, "its replication")
+        self.record_if_current(generation, Fault::Partition, which.target(), "its replication")
             .await?;
         let paused = match which {
             Which::Lock => match self.pause_a_holder_granted_after_the_cut(generation).await {
                 Ok(paused) => Some(paused),
                 Err(error) => {
                     self.on_failover(generation, which, Failover::heal_replication).await?;
-                    self.record_now(generation, which, Fault::Heal, "its replication")
+                    self.record_if_current(generation, Fault::Heal, which.target(), "its replication")
                         .await?;
                     return Err(error);
                 }
@@ -175,7 +175,8 @@ impl Lab {
         self.on_failover(generation, which, |failover| failover.put_replica(replica))
             .await?;
         let healed = "its replication, the old master a replica";
-        self.record_now(generation, which, Fault::Heal, healed).await
+        self.record_if_current(generation, Fault::Heal, which.target(), healed)
+            .await
     }
 
     /// Kills the master, wakes the replica, and waits until the Sentinel promotes it;
@@ -185,7 +186,8 @@ impl Lab {
             bail!("the {} has no master to kill", which.target());
         };
         tokio::task::spawn_blocking(move || drop(master)).await?; // SIGKILL
-        self.record_now(generation, which, Fault::Kill, "its master").await?;
+        self.record_if_current(generation, Fault::Kill, which.target(), "its master")
+            .await?;
         self.on_failover(generation, which, Failover::heal_replication).await?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.on_failover(generation, which, Failover::replica_promoted).await? {
@@ -196,7 +198,8 @@ impl Lab {
         }
         let new_port = self.on_failover(generation, which, Failover::promote).await?;
         let promoted = "the Sentinel promoted its replica";
-        self.record_now(generation, which, Fault::Failover, promoted).await?;
+        self.record_if_current(generation, Fault::Failover, which.target(), promoted)
+            .await?;
         Ok((old_port, new_port))
     }
 
@@ -222,15 +225,6 @@ impl Lab {
         match stage.and_then(|stage| which.of(&mut stage.servers)) {
             Some(failover) => Ok(step(failover)),
             None => bail!("the setup changed"),
-        }
-    }
-
-    /// Records a fault of the Redis `which` into the running crowd's history.
-    async fn record_now(&self, generation: u64, which: Which, fault: Fault, detail: &str) -> anyhow::Result<()> {
-        let inner = self.inner.lock().await;
-        match &inner.stage {
-            Some(stage) if stage.generation == generation => self.record(&inner, fault, which.target(), detail),
-            _ => Ok(()),
         }
     }
 }

@@ -68,6 +68,12 @@ impl Stage {
         let clock_jumps = |instance: usize| self.instances[instance].can_jump_clock();
         crate::faults::refusal(&self.setup, self.needs, strike, clock_jumps)
     }
+
+    /// Where this setup's MariaDB is kept (the lock's, or the orders' own); `None` if it
+    /// keeps nothing in MariaDB.
+    pub(crate) fn mariadb_slot(&mut self) -> Option<&mut Option<testkit::PrivateServer>> {
+        self.servers.mariadb_slot(self.needs, self.setup.orders)
+    }
 }
 
 #[derive(Default)]
@@ -361,6 +367,22 @@ impl Lab {
         }
         self.say(format!("{fault:?} {target} {detail}").to_lowercase());
         Ok(())
+    }
+
+    /// [`Lab::record`], if the setup `generation` still runs: a fault that outlived its
+    /// setup belongs to no history.
+    pub(crate) async fn record_if_current(
+        &self,
+        generation: u64,
+        fault: Fault,
+        target: &str,
+        detail: &str,
+    ) -> anyhow::Result<()> {
+        let inner = self.inner.lock().await;
+        match &inner.stage {
+            Some(stage) if stage.generation == generation => self.record(&inner, fault, target, detail),
+            _ => Ok(()),
+        }
     }
 
     /// The instance that holds the lock (any segment's), once one does, and how long its

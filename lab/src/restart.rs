@@ -28,7 +28,7 @@ impl Lab {
         })
         .await?;
         // From here on MariaDB must come back, whatever happens to the history.
-        if let Err(error) = self.record_if_current(generation, Fault::Kill, "").await {
+        if let Err(error) = self.record_if_current(generation, Fault::Kill, TARGET, "").await {
             self.say(format!("the history did not take the kill of MariaDB: {error:#}"));
         }
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -42,8 +42,7 @@ impl Lab {
         let Some(stage) = inner.stage.as_mut().filter(|stage| stage.generation == generation) else {
             return Ok(()); // the setup changed: `restarted` is dropped, and stopped
         };
-        let (needs, orders) = (stage.needs, stage.setup.orders);
-        if let Some(slot) = stage.servers.mariadb_slot(needs, orders) {
+        if let Some(slot) = stage.mariadb_slot() {
             *slot = Some(restarted);
         }
         self.record(&inner, Fault::Start, TARGET, "on its data")
@@ -53,15 +52,6 @@ impl Lab {
     async fn take_mariadb(&self, generation: u64) -> Option<testkit::PrivateServer> {
         let mut inner = self.inner.lock().await;
         let stage = inner.stage.as_mut().filter(|stage| stage.generation == generation)?;
-        let (needs, orders) = (stage.needs, stage.setup.orders);
-        stage.servers.mariadb_slot(needs, orders)?.take()
-    }
-
-    async fn record_if_current(&self, generation: u64, fault: Fault, detail: &str) -> anyhow::Result<()> {
-        let inner = self.inner.lock().await;
-        match &inner.stage {
-            Some(stage) if stage.generation == generation => self.record(&inner, fault, TARGET, detail),
-            _ => Ok(()),
-        }
+        stage.mariadb_slot()?.take()
     }
 }

@@ -353,27 +353,18 @@ mod tests {
 
     #[test]
     fn etcd_rounds_its_lease_up_to_whole_seconds_and_zookeeper_bounds_its_session() {
-        let lease = |strategy: &str, ttl_ms| {
-            Setup {
-                strategy: strategy.to_owned(),
-                ttl_ms,
-                ..Setup::default()
-            }
-            .granted_lease_ms()
+        let setup = |strategy: &str, ttl_ms| Setup {
+            strategy: strategy.to_owned(),
+            ttl_ms,
+            ..Setup::default()
         };
+        let lease = |strategy, ttl_ms| setup(strategy, ttl_ms).granted_lease_ms();
+        let freed = |strategy, ttl_ms| setup(strategy, ttl_ms).freed_within_ms();
         assert_eq!(lease("redis", 700), 700);
         assert_eq!(lease("etcd", 700), 2_000);
         assert_eq!(lease("etcd", 2_100), 3_000);
         assert_eq!(lease("zookeeper", 1_500), 4_000);
         assert_eq!(lease("zookeeper", 6_000), 6_000);
-        let freed = |strategy: &str, ttl_ms| {
-            Setup {
-                strategy: strategy.to_owned(),
-                ttl_ms,
-                ..Setup::default()
-            }
-            .freed_within_ms()
-        };
         assert_eq!(
             freed("zookeeper", 1_500),
             6_000,
