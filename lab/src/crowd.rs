@@ -105,6 +105,16 @@ pub struct Sold {
     pub orders_mysql_url: Option<String>,
 }
 
+impl Sold {
+    /// Where the sale of the setup whose servers are `servers` is kept.
+    pub fn of(servers: &crate::servers::Servers) -> Sold {
+        Sold {
+            stock_url: servers.stock_url(),
+            orders_mysql_url: servers.orders_mysql_url(),
+        }
+    }
+}
+
 impl Crowd {
     /// Starts `loadtest` with `size` at `hosts`, selling from `sale`'s stock (read
     /// directly for the verdict, with its orders if it keeps them); its files go into
@@ -154,18 +164,14 @@ impl Crowd {
         })
     }
 
-    /// Starts a steady load of `rate` buyers a second at `hosts`, until [`Crowd::stop_selling`].
-    pub fn start_steady(
-        number: u32,
-        hosts: &[String],
-        redis_url: &str,
-        rate: u32,
-        dir: &Path,
-    ) -> anyhow::Result<Crowd> {
+    /// Starts a steady load of `rate` buyers a second at `hosts`, until [`Crowd::stop_selling`],
+    /// selling from `sale`'s stock (with its orders if it keeps them).
+    pub fn start_steady(number: u32, hosts: &[String], sale: &Sold, rate: u32, dir: &Path) -> anyhow::Result<Crowd> {
         let (report, live, faults) = fresh_files(dir, number)?;
         let load = crate::selling::Load {
             hosts: hosts.to_vec(),
-            redis_url: redis_url.to_owned(),
+            redis_url: sale.stock_url.clone(),
+            orders_mysql_url: sale.orders_mysql_url.clone(),
             rate,
             live: live.clone(),
             faults: faults.clone(),

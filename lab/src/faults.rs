@@ -10,6 +10,8 @@
 //! | cut from the lock | its nemesis to the lock's servers partitions, heals after `ms` | 9 |
 //! | cut from the stock | its nemesis to the stock's Redis partitions, heals after `ms` | 9 |
 //! | delay the lock | its lock link delays each byte `delay_ms`, for `ms` | 9 |
+//! | reset its lock connections | its nemesis to the lock's servers resets (RST) every connection, and refuses new ones for `ms` | 9 |
+//! | reset its stock connections | the same on its link to the stock's Redis: a sale's write may be cut mid-request | 9 |
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
@@ -45,6 +47,14 @@ pub enum Strike {
     DelayLock {
         instance: usize,
         delay_ms: u64,
+        ms: u64,
+    },
+    ResetLock {
+        instance: usize,
+        ms: u64,
+    },
+    ResetStock {
+        instance: usize,
         ms: u64,
     },
     JumpClock {
@@ -84,6 +94,8 @@ impl Strike {
             | Strike::CutFromLock { instance, .. }
             | Strike::CutFromStock { instance, .. }
             | Strike::DelayLock { instance, .. }
+            | Strike::ResetLock { instance, .. }
+            | Strike::ResetStock { instance, .. }
             | Strike::JumpClock { instance, .. } => Some(instance),
         }
     }
@@ -100,6 +112,18 @@ impl Strike {
             Strike::DelayLock { instance, delay_ms, ms } => {
                 format!("delay {}'s lock link by {delay_ms} ms for {ms} ms", on(instance))
             }
+            Strike::ResetLock { instance, ms } => {
+                format!(
+                    "reset {}'s lock connections, refusing new ones for {ms} ms",
+                    on(instance)
+                )
+            }
+            Strike::ResetStock { instance, ms } => {
+                format!(
+                    "reset {}'s stock connections, refusing new ones for {ms} ms",
+                    on(instance)
+                )
+            }
             Strike::JumpClock { instance, seconds } => format!("jump {}'s clock {seconds:+} s", on(instance)),
             Strike::FailOverLock { ms } => {
                 format!("fail over the lock's Redis, its next holder paused for {ms} ms")
@@ -111,14 +135,11 @@ impl Strike {
         }
     }
 
-    /// Refuses a parameter out of range, naming the range.
-    pub fn validate(&self, instances: usize) -> Result<(), String> {
-        if let Some(instance) = self.instance() {
-            if instance >= instances {
-                return Err(format!("no instance {instance}: the lab runs {instances} (0 and 1)"));
-            }
-        }
-        let lasting = match *self {
+    /// How long it lasts, for the faults that last (all but a clock jump), to read or to
+    /// change.
+    pub fn lasting_ms_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            Strike::JumpClock { .. } => None,
             Strike::PauseHolder { ms }
             | Strike::FailOverLock { ms }
             | Strike::FailOverStock { ms }
@@ -127,14 +148,27 @@ impl Strike {
             | Strike::Kill { ms, .. }
             | Strike::CutFromLock { ms, .. }
             | Strike::CutFromStock { ms, .. }
-            | Strike::DelayLock { ms, .. } => ms,
-            Strike::JumpClock { seconds, .. } => {
-                return match seconds.abs() <= FARTHEST_S {
-                    true => Ok(()),
-                    false => Err(format!("a jump of {seconds} s: pick -{FARTHEST_S} to {FARTHEST_S}")),
-                }
+            | Strike::DelayLock { ms, .. }
+            | Strike::ResetLock { ms, .. }
+            | Strike::ResetStock { ms, .. } => Some(ms),
+        }
+    }
+
+    /// Refuses a parameter out of range, naming the range.
+    pub fn validate(&self, instances: usize) -> Result<(), String> {
+        if let Some(instance) = self.instance() {
+            if instance >= instances {
+                return Err(format!("no instance {instance}: the lab runs {instances} (0 and 1)"));
             }
-        };
+        }
+        if let Strike::JumpClock { seconds, .. } = *self {
+            return match seconds.abs() <= FARTHEST_S {
+                true => Ok(()),
+                false => Err(format!("a jump of {seconds} s: pick -{FARTHEST_S} to {FARTHEST_S}")),
+            };
+        }
+        // Every other fault lasts.
+        let lasting = self.clone().lasting_ms_mut().copied().unwrap_or_default();
         if !(1..=LONGEST_MS).contains(&lasting) {
             return Err(format!("a fault of {lasting} ms: pick 1 to {LONGEST_MS}"));
         }
@@ -154,12 +188,16 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
     let bypassed = "the instances ask the Sentinel for the master, then reach it directly: the lab cannot \
                     cut that link";
     match (strike, needs) {
-        (Strike::PauseHolder { .. } | Strike::CutFromLock { .. } | Strike::DelayLock { .. }, Needs::StockOnly) => {
-            Some(format!(
-                "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
-                setup.strategy
-            ))
-        }
+        (
+            Strike::PauseHolder { .. }
+            | Strike::CutFromLock { .. }
+            | Strike::DelayLock { .. }
+            | Strike::ResetLock { .. },
+            Needs::StockOnly,
+        ) => Some(format!(
+            "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
+            setup.strategy
+        )),
         (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
             "a failover needs the lock's Redis with a replica and a Sentinel: choose `redis`, tick \
              \"the lock's Redis can fail over\" and start again"
@@ -170,13 +208,15 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
              \"the stock's Redis can fail over\" and start again"
                 .to_owned(),
         ),
-        (Strike::CutFromLock { .. } | Strike::DelayLock { .. }, _) if lock_fails_over => Some(format!(
-            "{bypassed}; cut it from the stock, or start without the lock's failover"
-        )),
-        (Strike::CutFromStock { .. }, _) if stock_fails_over => Some(format!(
+        (Strike::CutFromLock { .. } | Strike::DelayLock { .. } | Strike::ResetLock { .. }, _) if lock_fails_over => {
+            Some(format!(
+                "{bypassed}; cut it from the stock, or start without the lock's failover"
+            ))
+        }
+        (Strike::CutFromStock { .. } | Strike::ResetStock { .. }, _) if stock_fails_over => Some(format!(
             "{bypassed}; cut it from the lock, or start without the stock's failover"
         )),
-        (Strike::CutFromStock { .. }, _) if setup.stock_cluster => Some(
+        (Strike::CutFromStock { .. } | Strike::ResetStock { .. }, _) if setup.stock_cluster => Some(
             "a cluster sends its clients from node to node, which they reach directly: the lab cannot cut \
              that link; cut it from the lock, or start with the stock on one Redis"
                 .to_owned(),
@@ -232,6 +272,36 @@ mod tests {
         let refused = refusal(&on_a_cluster, Needs::LockRedis, &cut, |_| true).unwrap();
         assert!(refused.contains("node to node"), "{refused}");
         assert_eq!(refusal(&Setup::default(), Needs::LockRedis, &cut, |_| true), None);
+    }
+
+    #[test]
+    fn a_reset_is_refused_on_a_link_the_lab_does_not_carry() {
+        let reset_stock: Strike = serde_json::from_str(r#"{"kind":"reset-stock","instance":0,"ms":300}"#).unwrap();
+        let reset_lock: Strike = serde_json::from_str(r#"{"kind":"reset-lock","instance":1,"ms":300}"#).unwrap();
+        assert_eq!(
+            reset_lock.describe(),
+            "reset B's lock connections, refusing new ones for 300 ms"
+        );
+        let on_a_cluster = Setup {
+            stock_cluster: true,
+            ..Setup::default()
+        };
+        let refused = refusal(&on_a_cluster, Needs::LockRedis, &reset_stock, |_| true).unwrap();
+        assert!(refused.contains("node to node"), "{refused}");
+        let atomic = Setup {
+            strategy: "atomic".to_owned(),
+            ..Setup::default()
+        };
+        let refused = refusal(&atomic, Needs::StockOnly, &reset_lock, |_| true).unwrap();
+        assert!(refused.contains("keeps no lock on a server"), "{refused}");
+        assert_eq!(
+            refusal(&Setup::default(), Needs::LockRedis, &reset_stock, |_| true),
+            None
+        );
+        assert_eq!(
+            refusal(&Setup::default(), Needs::LockRedis, &reset_lock, |_| true),
+            None
+        );
     }
 
     #[test]

@@ -162,18 +162,12 @@ impl Lab {
     /// Sends a crowd of `size` at both instances.
     pub async fn send_crowd_of(&self, size: crate::crowd::Size) -> Result<u32, String> {
         let loadtest = &self.binaries.loadtest;
-        self.send(|number, hosts, servers| {
-            let sale = Sold {
-                stock_url: servers.stock_url(),
-                orders_mysql_url: servers.orders_mysql_url(),
-            };
-            Crowd::start(loadtest, size, number, hosts, &sale, &self.dir)
-        })
-        .await
-        .inspect(|number| {
-            let (buyers, units) = (size.buyers, size.units);
-            self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
-        })
+        self.send(|number, hosts, servers| Crowd::start(loadtest, size, number, hosts, &Sold::of(servers), &self.dir))
+            .await
+            .inspect(|number| {
+                let (buyers, units) = (size.buyers, size.units);
+                self.say(format!("crowd {number}: {buyers} buyers at {units} units"));
+            })
     }
 
     /// Starts crowd number N+1 with `start`, given that number, the instances' URLs and
@@ -222,7 +216,7 @@ impl Lab {
         if !(1..=200).contains(&rate) {
             return Err(format!("{rate} buyers a second: pick 1 to 200"));
         }
-        self.send(|number, hosts, servers| Crowd::start_steady(number, hosts, &servers.stock_url(), rate, &self.dir))
+        self.send(|number, hosts, servers| Crowd::start_steady(number, hosts, &Sold::of(servers), rate, &self.dir))
             .await
             .inspect(|number| {
                 self.say(format!(
@@ -271,7 +265,6 @@ impl Lab {
 
     /// A fault from its start to its end.
     async fn play(&self, strike: Strike, generation: u64) -> anyhow::Result<()> {
-        use testkit::nemesis::{Delay, Direction, Fault as Cut};
         let (instance, first, ms, then) = match strike {
             Strike::PauseHolder { ms } => {
                 let (holder, linger) = self.wait_for_holder(generation).await?;
@@ -280,39 +273,16 @@ impl Lab {
                 tokio::time::sleep(linger / 2).await;
                 (holder, Act::Pause, ms, Act::Resume)
             }
-            Strike::Pause { instance, ms } => (instance, Act::Pause, ms, Act::Resume),
-            Strike::Kill { instance, ms } => (instance, Act::Kill, ms, Act::Launch),
-            Strike::CutFromLock { instance, ms } => (
-                instance,
-                Act::Cut(Link::Lock, Cut::Partition),
-                ms,
-                Act::Heal(Link::Lock),
-            ),
-            Strike::CutFromStock { instance, ms } => (
-                instance,
-                Act::Cut(Link::Stock, Cut::Partition),
-                ms,
-                Act::Heal(Link::Stock),
-            ),
-            Strike::DelayLock { instance, delay_ms, ms } => {
-                let delay = Delay {
-                    ms: delay_ms,
-                    jitter_ms: 0,
-                    direction: Direction::Both,
-                };
-                (
-                    instance,
-                    Act::Cut(Link::Lock, Cut::Delay(delay)),
-                    ms,
-                    Act::Heal(Link::Lock),
-                )
-            }
             Strike::JumpClock { instance, seconds } => {
                 return self.act(generation, instance, Act::JumpClock(seconds)).await
             }
             Strike::FailOverLock { ms } => return self.fail_over(generation, Which::Lock, ms).await,
             Strike::FailOverStock { ms } => return self.fail_over(generation, Which::Stock, ms).await,
             Strike::RestartMariaDb { ms } => return self.restart_mariadb(generation, ms).await,
+            ref on_one => match Act::lasting_on_one_instance(on_one) {
+                Some(acts) => acts,
+                None => bail!("the lab cannot play `{}`", on_one.describe()),
+            },
         };
         self.act(generation, instance, first).await?;
         tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -342,6 +312,10 @@ impl Lab {
                     testkit::nemesis::Fault::Delay(delay) => (
                         Fault::Delay,
                         format!("its {} link, {} ms each way", link.name(), delay.ms),
+                    ),
+                    testkit::nemesis::Fault::Reset => (
+                        Fault::Reset,
+                        format!("its {} connections, new ones refused", link.name()),
                     ),
                     _ => (Fault::Partition, format!("its {} link", link.name())),
                 }
@@ -520,6 +494,32 @@ pub(crate) enum Act {
     Cut(Link, testkit::nemesis::Fault),
     Heal(Link),
     JumpClock(i64),
+}
+
+impl Act {
+    /// A fault that lasts on one instance: the instance, the act that starts it, how long
+    /// it lasts, and the act that ends it; `None` for the others.
+    fn lasting_on_one_instance(strike: &Strike) -> Option<(usize, Act, u64, Act)> {
+        use testkit::nemesis::{Delay, Direction, Fault as Cut};
+        let on_link = |instance, link, cut, ms| (instance, Act::Cut(link, cut), ms, Act::Heal(link));
+        Some(match *strike {
+            Strike::Pause { instance, ms } => (instance, Act::Pause, ms, Act::Resume),
+            Strike::Kill { instance, ms } => (instance, Act::Kill, ms, Act::Launch),
+            Strike::CutFromLock { instance, ms } => on_link(instance, Link::Lock, Cut::Partition, ms),
+            Strike::CutFromStock { instance, ms } => on_link(instance, Link::Stock, Cut::Partition, ms),
+            Strike::DelayLock { instance, delay_ms, ms } => {
+                let delay = Delay {
+                    ms: delay_ms,
+                    jitter_ms: 0,
+                    direction: Direction::Both,
+                };
+                on_link(instance, Link::Lock, Cut::Delay(delay), ms)
+            }
+            Strike::ResetLock { instance, ms } => on_link(instance, Link::Lock, Cut::Reset, ms),
+            Strike::ResetStock { instance, ms } => on_link(instance, Link::Stock, Cut::Reset, ms),
+            _ => return None,
+        })
+    }
 }
 
 /// Which of an instance's links.

@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use loadtest::history::checks::{Check, Status};
 use loadtest::history::{Process, Recorder, What};
-use loadtest::verdict::{self, crowd as lessons_crowd, sale_state, Options, Verdict};
+use loadtest::verdict::{self, crowd as lessons_crowd, orders, sale_state, Options, Verdict};
 use seckill::sale::keys::Keys;
 use tokio::sync::watch;
 
@@ -26,6 +27,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(60);
 pub struct Load {
     pub hosts: Vec<String>,
     pub redis_url: String,
+    /// The MariaDB of the orders, when the instances write them: each unit sold must be
+    /// one order once the stream drained.
+    pub orders_mysql_url: Option<String>,
     /// Buyers a second.
     pub rate: u32,
     /// The history, written as it happens, then whole with the faults and its timeline.
@@ -44,7 +48,7 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
         initial_stock: STOCK,
         redis_url: load.redis_url.clone(),
         keys: keys.clone(),
-        mysql_url: String::new(),
+        mysql_url: load.orders_mysql_url.clone().unwrap_or_default(),
         admin_token: None,
         goose_metrics: false,
         live_history: None,
@@ -75,11 +79,44 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
     let sale = sale_state::read_sale(&load.redis_url, &keys).await?;
     let mut events = recorder.events();
     loadtest::history::merge_faults(&mut events, &load.faults)?;
-    let checks = verdict::check_history(&events, &sale, STOCK, target.one_per_buyer);
+    let mut checks = verdict::check_history(&events, &sale, STOCK, target.one_per_buyer);
+    let orders = orders::read_if_on(&target, &options.redis_url, &keys, &options.mysql_url).await?;
+    let counted = match orders {
+        Some(orders) => {
+            let (counted, check) = orders_check(&orders, &sale.records);
+            checks.push(check);
+            counted
+        }
+        None => Verdict::Held,
+    };
     let title = format!("{}, fencing {}: a steady load", target.strategy, target.fencing.name());
     loadtest::render::timeline::write_with_page(&load.history, &title, &events, &checks)?;
-    let verdict = verdict::verdict_of(Verdict::Held, &checks);
+    let verdict = verdict::verdict_of(counted, &checks);
     Ok((verdict, serde_json::to_value(&checks)?))
+}
+
+/// The orders against the units sold, as the crowd's verdict counts them (oversold when
+/// an order is for no unit sold, lost when a unit sold has none or the stream did not
+/// drain), and as a check of their own for the page.
+fn orders_check(orders: &orders::OrdersState, records: &[seckill::sale::stock::SaleRecord]) -> (Verdict, Check) {
+    let (oversold, lost) = orders::judge_orders(orders, records);
+    let counted = match (oversold.is_empty(), lost.is_empty()) {
+        (false, _) => Verdict::Oversold,
+        (true, false) => Verdict::Lost,
+        (true, true) => Verdict::Held,
+    };
+    let findings: Vec<String> = oversold.into_iter().chain(lost).collect();
+    let check = Check {
+        name: "orders".to_owned(),
+        status: if findings.is_empty() {
+            Status::Pass
+        } else {
+            Status::Fail
+        },
+        findings,
+        culprits: Vec::new(),
+    };
+    (counted, check)
 }
 
 /// One buyer: one request, its sending and its answer in the history.

@@ -9,7 +9,7 @@ use lab::crowd::Size;
 use lab::faults::Strike;
 use lab::lab::{Binaries, Lab};
 use lab::setup::Setup;
-use lab::torture::plan::{Choices, Expected, Round, Timed};
+use lab::torture::plan::{Choices, Expected, Round, Steady, Timed};
 use lab::torture::play::play;
 use lab::torture::shrink::shrink;
 
@@ -81,6 +81,7 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
             ..Setup::default()
         },
         crowd: Size { buyers: 100, units: 60 },
+        steady: None,
         schedule: vec![
             at(0, Strike::PauseHolder { ms: 1500 }),
             at(
@@ -130,8 +131,9 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
 }
 
 /// Plays one round of `setup` with one fault, a crowd of 200 buyers at 120 units, on a
-/// lab of its own: what it came to, and the crowd's report.
-async fn play_one(setup: Setup, fault: Timed) -> (lab::torture::play::Played, serde_json::Value) {
+/// lab of its own: what it came to, the crowd's report, and its history (read before the
+/// folder they were in goes).
+async fn play_one(setup: Setup, fault: Timed) -> (lab::torture::play::Played, serde_json::Value, String) {
     let _alone = testkit::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::new(binaries(), dir.path()).unwrap();
@@ -142,12 +144,15 @@ async fn play_one(setup: Setup, fault: Timed) -> (lab::torture::play::Played, se
             buyers: 200,
             units: 120,
         },
+        steady: None,
         schedule: vec![fault],
     };
     let played = play(&lab, &round, dir.path()).await.unwrap();
     lab.shutdown().await;
     let report = std::fs::read_to_string(&played.report).unwrap_or_default();
-    (played, serde_json::from_str(&report).unwrap_or_default())
+    let history = loadtest::history::beside_report(&played.report, "history.jsonl");
+    let history = std::fs::read_to_string(history).unwrap_or_default();
+    (played, serde_json::from_str(&report).unwrap_or_default(), history)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -162,7 +167,7 @@ async fn a_round_that_keeps_orders_is_judged_with_them_after_its_mariadb_restart
         at_ms: 100,
         strike: Strike::RestartMariaDb { ms: 1000 },
     };
-    let (played, report) = play_one(setup, restart).await;
+    let (played, report, _) = play_one(setup, restart).await;
     assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
     assert_eq!(played.struck.len(), 1, "the restart struck before the last answer");
     let sold = report["initial_stock"].as_i64().unwrap() - report["stock_left"].as_i64().unwrap();
@@ -186,8 +191,92 @@ async fn a_round_with_the_stock_on_a_redis_cluster_is_played_and_judged() {
         at_ms: 50,
         strike: Strike::Pause { instance: 0, ms: 500 },
     };
-    let (played, report) = play_one(setup, pause).await;
+    let (played, report, _) = play_one(setup, pause).await;
     assert_eq!(played.verdict_word(), "held", "{:?}", played.troubles);
     assert_eq!(report["stock_segments"].as_u64(), Some(4), "{report}");
     assert_eq!(report["initial_stock"].as_i64(), Some(120), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_whose_stock_connections_are_reset_mid_sale_is_held_and_the_reset_is_in_its_history() {
+    // Each sale lingers, so that a reset finds one between its read and its write.
+    let setup = Setup {
+        linger_ms: 20,
+        ..Setup::default()
+    };
+    let reset = Timed {
+        at_ms: 100,
+        strike: Strike::ResetStock { instance: 0, ms: 300 },
+    };
+    let (played, _, history) = play_one(setup, reset).await;
+    assert_eq!(
+        played.verdict_word(),
+        "held",
+        "{:?} {:?}",
+        played.troubles,
+        played.failed
+    );
+    assert_eq!(played.struck.len(), 1, "the reset struck before the last answer");
+    let faults: Vec<&str> = history
+        .lines()
+        .filter(|line| line.contains(r#""type":"fault""#))
+        .collect();
+    assert!(
+        faults[0].contains(r#""fault":"reset""#) && faults[0].contains("its stock connections"),
+        "{faults:?}"
+    );
+    assert!(faults[1].contains(r#""fault":"heal""#), "{faults:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steady_round_sells_for_its_time_and_counts_its_orders_across_a_mariadb_restart() {
+    let _alone = testkit::take_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::new(binaries(), dir.path()).unwrap();
+    let round = Round {
+        seed: 0,
+        setup: Setup {
+            orders: true,
+            linger_ms: 0,
+            ..Setup::default()
+        },
+        crowd: Size::LESSONS,
+        steady: Some(Steady { rate: 100, ms: 2_000 }),
+        schedule: vec![Timed {
+            at_ms: 300,
+            strike: Strike::RestartMariaDb { ms: 1000 },
+        }],
+    };
+    let played = play(&lab, &round, dir.path()).await.unwrap();
+    let checks = lab
+        .state()
+        .await
+        .crowd
+        .and_then(|crowd| crowd.outcome)
+        .map(|outcome| outcome.checks);
+    lab.shutdown().await;
+    assert_eq!(
+        played.verdict_word(),
+        "held",
+        "{:?} {:?}",
+        played.troubles,
+        played.failed
+    );
+    // 100 buyers a second for 2 s, from the first sale on.
+    assert!(
+        (150..=260).contains(&played.operations),
+        "{} requests",
+        played.operations
+    );
+    let checks = checks.unwrap_or_default();
+    let orders = checks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|check| check["name"] == "orders");
+    assert_eq!(
+        orders.map(|check| check["status"].clone()),
+        Some(serde_json::json!("pass")),
+        "{checks}"
+    );
 }

@@ -20,6 +20,9 @@ pub const LATEST_STRIKE_MS: u64 = 4_000;
 const PAST_THE_LEASE_MS: u64 = 500;
 /// The most faults in one round.
 pub const MOST_FAULTS: usize = 3;
+/// The longest a steady load sells: room for three faults that each outlast a lease (0.5
+/// to 1.5 s asked; etcd grants 2 s at least), and still a round of seconds.
+pub const STEADY_LONGEST_MS: u64 = 10_000;
 
 /// One fault of a round, and when it strikes.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -37,7 +40,20 @@ pub struct Round {
     /// The lessons' crowd when drawn; a shrunk round may send fewer.
     #[serde(default)]
     pub crowd: Size,
+    /// A steady load instead of the crowd, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady: Option<Steady>,
     pub schedule: Vec<Timed>,
+}
+
+/// A steady load: `rate` buyers a second for `ms`, from a stock it never sells out (the
+/// lab's keep selling). Where the crowd's sale is over in a few seconds, a steady load
+/// still sells when a fault that outlasts a lease ends, and across several faults.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Steady {
+    pub rate: u32,
+    pub ms: u64,
 }
 
 /// What a run draws its rounds from.
@@ -99,6 +115,12 @@ impl Round {
         let mut setup = draw_setup(&mut rng, strategy, choices.orders);
         setup.fencing = choices.fencing.unwrap_or(setup.fencing);
         let needs = setup.needs()?;
+        // A round in four sells steadily: the faults strike over its first two thirds.
+        let steady = rng.random_bool(0.25).then(|| Steady {
+            rate: rng.random_range(50..=200),
+            ms: rng.random_range(4_000..=STEADY_LONGEST_MS),
+        });
+        let striking_ms = steady.map_or_else(|| selling_ms(&setup), |steady| steady.ms * 2 / 3);
         let faults = rng.random_range(1..=MOST_FAULTS);
         let mut schedule = Vec::new();
         // A drawn fault the setup cannot take is drawn again, a few times at most. Whether
@@ -110,7 +132,7 @@ impl Round {
             }
             let strike = draw_strike(&mut rng, &setup);
             if refusal(&setup, needs, &strike, |_| true).is_none() {
-                let at_ms = rng.random_range(0..=selling_ms(&setup));
+                let at_ms = rng.random_range(0..=striking_ms);
                 schedule.push(Timed { at_ms, strike });
             }
         }
@@ -119,6 +141,7 @@ impl Round {
             seed,
             setup,
             crowd: Size::LESSONS,
+            steady,
             schedule,
         })
     }
@@ -170,8 +193,12 @@ impl Round {
             .iter()
             .map(|timed| format!("at {} ms: {}", timed.at_ms, timed.strike.describe()))
             .collect();
-        if self.crowd != Size::LESSONS {
-            switches.push(format!("{} buyers at {} units", self.crowd.buyers, self.crowd.units));
+        match self.steady {
+            Some(Steady { rate, ms }) => switches.push(format!("a steady {rate} buyers a second for {ms} ms")),
+            None if self.crowd != Size::LESSONS => {
+                switches.push(format!("{} buyers at {} units", self.crowd.buyers, self.crowd.units))
+            }
+            None => {}
         }
         format!(
             "seed {:#018x}: {} ({}); {}",
@@ -267,7 +294,7 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
     let lease_ms = setup.granted_lease_ms();
     let instance = rng.random_range(0..2);
     let ms = draw_length(rng, lease_ms, setup.freed_within_ms());
-    match rng.random_range(0..10) {
+    match rng.random_range(0..12) {
         0 => Strike::PauseHolder { ms },
         1 => Strike::Pause { instance, ms },
         2 => Strike::Kill { instance, ms },
@@ -284,6 +311,8 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
         },
         7 => Strike::FailOverLock { ms },
         8 => Strike::FailOverStock { ms },
+        9 => Strike::ResetLock { instance, ms },
+        10 => Strike::ResetStock { instance, ms },
         _ => Strike::RestartMariaDb { ms },
     }
 }
@@ -308,6 +337,8 @@ pub fn kind_of(strike: &Strike) -> &'static str {
         Strike::CutFromLock { .. } => "cut from the lock",
         Strike::CutFromStock { .. } => "cut from the stock",
         Strike::DelayLock { .. } => "delay the lock",
+        Strike::ResetLock { .. } => "reset the lock's connections",
+        Strike::ResetStock { .. } => "reset the stock's connections",
         Strike::JumpClock { .. } => "jump a clock",
         Strike::FailOverLock { .. } => "fail over the lock's Redis",
         Strike::FailOverStock { .. } => "fail over the stock's Redis",
@@ -351,10 +382,34 @@ mod tests {
                     "{}",
                     round.describe()
                 );
-                assert!(timed.at_ms <= selling_ms(&round.setup) && timed.at_ms <= LATEST_STRIKE_MS);
+                match round.steady {
+                    Some(steady) => assert!(timed.at_ms <= steady.ms * 2 / 3),
+                    None => assert!(timed.at_ms <= selling_ms(&round.setup) && timed.at_ms <= LATEST_STRIKE_MS),
+                }
             }
             assert!(round.schedule.windows(2).all(|pair| pair[0].at_ms <= pair[1].at_ms));
         }
+    }
+
+    #[test]
+    fn a_round_in_four_sells_steadily_for_seconds_at_a_rate_the_lab_takes() {
+        let steady: Vec<Steady> = (0..400)
+            .filter_map(|seed| Round::drawn(round_seed(2, seed), &all()).unwrap().steady)
+            .collect();
+        assert!((70..=130).contains(&steady.len()), "{} of 400", steady.len());
+        for Steady { rate, ms } in steady {
+            assert!((50..=200).contains(&rate) && (4_000..=STEADY_LONGEST_MS).contains(&ms));
+        }
+    }
+
+    #[test]
+    fn both_kinds_of_connection_reset_are_drawn() {
+        let strikes: Vec<Strike> = (0..400)
+            .flat_map(|seed| Round::drawn(round_seed(3, seed), &all()).unwrap().schedule)
+            .map(|timed| timed.strike)
+            .collect();
+        assert!(strikes.iter().any(|strike| matches!(strike, Strike::ResetLock { .. })));
+        assert!(strikes.iter().any(|strike| matches!(strike, Strike::ResetStock { .. })));
     }
 
     #[test]
@@ -367,6 +422,7 @@ mod tests {
                 ..Setup::default()
             },
             crowd: Size::LESSONS,
+            steady: None,
             schedule: Vec::new(),
         };
         assert_eq!(round("none", true).expected(), Expected::KnownUnsafe);

@@ -75,12 +75,20 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
     let began = std::time::Instant::now();
     let log_before = lab.state().await.log.len();
     lab.start(round.setup.clone()).await.map_err(|error| anyhow!(error))?;
-    let crowd = lab.send_crowd_of(round.crowd).await.map_err(|error| anyhow!(error))?;
+    let crowd = match round.steady {
+        Some(steady) => lab.keep_selling(steady.rate).await,
+        None => lab.send_crowd_of(round.crowd).await,
+    };
+    let crowd = crowd.map_err(|error| anyhow!(error))?;
     // The schedule's clock starts at the first sale: the load test resets the sale first,
     // and a fault before that would stop the run unjudged, not test the lock.
     lab.first_sale().await?;
     let first_sale = tokio::time::Instant::now();
     let (struck_at, mut troubles) = strike_on_schedule(lab, round, first_sale).await;
+    if let Some(steady) = round.steady {
+        tokio::time::sleep_until(first_sale + Duration::from_millis(steady.ms)).await;
+        lab.stop_selling().await.map_err(|error| anyhow!(error))?;
+    }
     let outcome = crowd_outcome(lab, round, first_sale, log_before, &mut troubles).await?;
     let report = dir.join(format!("crowd-{crowd}.json"));
     let history = read_history(&report);

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::plan::{Expected, Round};
+use super::plan::{Expected, Round, Steady};
 use super::play::{play, Played};
 use crate::crowd::Size;
 use crate::lab::Lab;
@@ -23,6 +23,8 @@ pub const TRIES: usize = 2;
 pub const FEWEST: Size = Size { buyers: 20, units: 12 };
 /// The shortest fault a round shrinks to.
 pub const SHORTEST_MS: u64 = 100;
+/// The shortest steady load a round shrinks to.
+pub const SHORTEST_STEADY_MS: u64 = 1_000;
 
 /// The smallest round found, what it came to, and how many rounds the search played.
 pub struct Shrunk {
@@ -48,18 +50,8 @@ pub async fn shrink(lab: &Arc<Lab>, failing: Played, dir: &Path) -> anyhow::Resu
             index += 1;
         }
     }
-    // 2. Fewer buyers: half the crowd at half the units, while it still fails.
-    while search.best.round.crowd.buyers / 2 >= FEWEST.buyers {
-        let mut candidate = search.best.round.clone();
-        let crowd = candidate.crowd;
-        candidate.crowd = Size {
-            buyers: crowd.buyers / 2,
-            units: (crowd.units / 2).max(FEWEST.units),
-        };
-        if !search.keep_if_failing(candidate).await? {
-            break;
-        }
-    }
+    // 2. Fewer buyers, while it still fails.
+    search.fewer_buyers().await?;
     // 3. Shorter faults: each one's length halved, while it still fails.
     for index in 0..search.best.round.schedule.len() {
         loop {
@@ -81,19 +73,7 @@ pub async fn shrink(lab: &Arc<Lab>, failing: Played, dir: &Path) -> anyhow::Resu
 /// Halves how long fault `index` of `round` lasts; `Some(false)` when it is as short as
 /// it goes, `None` when that fault has no length (a clock jump).
 fn halved(round: &mut Round, index: usize) -> Option<bool> {
-    use crate::faults::Strike;
-    let ms = match &mut round.schedule[index].strike {
-        Strike::JumpClock { .. } => return None,
-        Strike::PauseHolder { ms }
-        | Strike::Pause { ms, .. }
-        | Strike::Kill { ms, .. }
-        | Strike::CutFromLock { ms, .. }
-        | Strike::CutFromStock { ms, .. }
-        | Strike::DelayLock { ms, .. }
-        | Strike::FailOverLock { ms }
-        | Strike::FailOverStock { ms }
-        | Strike::RestartMariaDb { ms } => ms,
-    };
+    let ms = round.schedule[index].strike.lasting_ms_mut()?;
     if *ms / 2 < SHORTEST_MS {
         return Some(false);
     }
@@ -111,6 +91,38 @@ struct Search<'a> {
 }
 
 impl Search<'_> {
+    /// Half the crowd at half the units, or a steady load half as long, while the round
+    /// still fails.
+    async fn fewer_buyers(&mut self) -> anyhow::Result<()> {
+        while let Some(steady) = self
+            .best
+            .round
+            .steady
+            .filter(|steady| steady.ms / 2 >= SHORTEST_STEADY_MS)
+        {
+            let mut candidate = self.best.round.clone();
+            candidate.steady = Some(Steady {
+                ms: steady.ms / 2,
+                ..steady
+            });
+            if !self.keep_if_failing(candidate).await? {
+                break;
+            }
+        }
+        while self.best.round.steady.is_none() && self.best.round.crowd.buyers / 2 >= FEWEST.buyers {
+            let mut candidate = self.best.round.clone();
+            let crowd = candidate.crowd;
+            candidate.crowd = Size {
+                buyers: crowd.buyers / 2,
+                units: (crowd.units / 2).max(FEWEST.units),
+            };
+            if !self.keep_if_failing(candidate).await? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Plays `candidate` up to [`TRIES`] times; if it fails once, it is the new best.
     async fn keep_if_failing(&mut self, candidate: Round) -> anyhow::Result<bool> {
         for _ in 0..TRIES {

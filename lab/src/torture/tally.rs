@@ -134,9 +134,9 @@ impl Tally {
         table + "\n"
     }
 
-    /// Every round that was not held, with its seed. A round that must hold, may fail or
-    /// was not judged has a row of its own; the expected ones (a known hole, caught) are
-    /// listed by their seeds, a line per strategy.
+    /// Every round that was not held, with its seed. A round that must hold, may fail, was
+    /// not judged or was shrunk has a row of its own; the other expected ones (a known
+    /// hole, caught) are listed by their seeds, a line per strategy.
     fn failures(&self) -> String {
         let failed: Vec<&Played> = self
             .played
@@ -148,9 +148,9 @@ impl Tally {
         }
         let mut table =
             String::from("| seed | round | verdict | checks that failed | status |\n| --- | --- | --- | --- | --- |\n");
-        let one_by_one = failed
-            .iter()
-            .filter(|played| !played.judged() || played.expected != Expected::KnownUnsafe);
+        let (one_by_one, expected_ones): (Vec<&Played>, Vec<&Played>) = failed.iter().partition(|played| {
+            !played.judged() || played.expected != Expected::KnownUnsafe || played.shrunk_to.is_some()
+        });
         for played in one_by_one {
             let status = match played.expected {
                 _ if !played.judged() => "not judged (the load test stopped early)",
@@ -172,10 +172,7 @@ impl Tally {
             let _ = writeln!(table, "| `{seed:#018x}` | not played: {why} | - | - | - |");
         }
         let mut expected: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        for played in failed
-            .iter()
-            .filter(|played| played.judged() && played.expected == Expected::KnownUnsafe)
-        {
+        for played in expected_ones {
             let seeds = expected.entry(&played.round.setup.strategy).or_default();
             seeds.push(format!("`{:#018x}`", played.round.seed));
         }
@@ -248,6 +245,7 @@ mod tests {
                 ..Setup::default()
             },
             crowd: Size::LESSONS,
+            steady: None,
             schedule: vec![Timed {
                 at_ms: 10,
                 strike: Strike::Pause { instance: 0, ms: 900 },
@@ -303,5 +301,26 @@ mod tests {
         let tables = tally.tables();
         assert!(tables.contains("| `0x0000000000000007` | etcd (fencing on"), "{tables}");
         assert!(tables.contains("| oversold |  | open |"), "{tables}");
+    }
+
+    #[test]
+    fn an_expected_round_that_was_shrunk_keeps_its_smallest_round_in_a_row_of_its_own() {
+        let mut shrunk = played(8, "none", false, Verdict::Oversold);
+        let mut smallest = shrunk.round.clone();
+        smallest.crowd = Size { buyers: 20, units: 12 };
+        shrunk.shrunk_to = Some((smallest, Some(Verdict::Oversold)));
+        let tally = Tally {
+            played: vec![shrunk, played(9, "none", false, Verdict::Oversold)],
+            ..Tally::default()
+        };
+        let tables = tally.tables();
+        assert!(
+            tables.contains("shrunk to: none (fencing off, ttl 500 ms, linger 50 ms, 20 buyers at 12 units)"),
+            "{tables}"
+        );
+        assert!(
+            tables.contains("| - | none, known unsafe, caught in 1 round(s): `0x0000000000000009` |"),
+            "{tables}"
+        );
     }
 }
