@@ -13,6 +13,7 @@
 //! | reset its lock connections | its nemesis to the lock's servers resets (RST) every connection, and refuses new ones for `ms` | 9 |
 //! | reset its stock connections | the same on its link to the stock's Redis: a sale's write may be cut mid-request | 9 |
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
+//! | jump the lock's Redis clock | the wall clock of the lock's Redis (Redlock's first master) moves `seconds`: Redis expires keys by it | 4 |
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 //! | restart MariaDB | SIGKILL to the setup's MariaDB (the lock's, or the orders'), started again after `ms` on its data | 7 |
@@ -61,6 +62,9 @@ pub enum Strike {
         instance: usize,
         seconds: i64,
     },
+    JumpLockClock {
+        seconds: i64,
+    },
     FailOverLock {
         ms: u64,
     },
@@ -86,6 +90,7 @@ impl Strike {
     pub fn instance(&self) -> Option<usize> {
         match *self {
             Strike::PauseHolder { .. }
+            | Strike::JumpLockClock { .. }
             | Strike::FailOverLock { .. }
             | Strike::FailOverStock { .. }
             | Strike::RestartMariaDb { .. } => None,
@@ -125,6 +130,7 @@ impl Strike {
                 )
             }
             Strike::JumpClock { instance, seconds } => format!("jump {}'s clock {seconds:+} s", on(instance)),
+            Strike::JumpLockClock { seconds } => format!("jump the lock's Redis clock {seconds:+} s"),
             Strike::FailOverLock { ms } => {
                 format!("fail over the lock's Redis, its next holder paused for {ms} ms")
             }
@@ -139,7 +145,7 @@ impl Strike {
     /// change.
     pub fn lasting_ms_mut(&mut self) -> Option<&mut u64> {
         match self {
-            Strike::JumpClock { .. } => None,
+            Strike::JumpClock { .. } | Strike::JumpLockClock { .. } => None,
             Strike::PauseHolder { ms }
             | Strike::FailOverLock { ms }
             | Strike::FailOverStock { ms }
@@ -161,7 +167,7 @@ impl Strike {
                 return Err(format!("no instance {instance}: the lab runs {instances} (0 and 1)"));
             }
         }
-        if let Strike::JumpClock { seconds, .. } = *self {
+        if let Strike::JumpClock { seconds, .. } | Strike::JumpLockClock { seconds } = *self {
             return match seconds.abs() <= FARTHEST_S {
                 true => Ok(()),
                 false => Err(format!("a jump of {seconds} s: pick -{FARTHEST_S} to {FARTHEST_S}")),
@@ -196,6 +202,11 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
             Needs::StockOnly,
         ) => Some(format!(
             "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
+            setup.strategy
+        )),
+        (Strike::JumpLockClock { .. }, _) if !needs.lock_in_redis() => Some(format!(
+            "`{}` keeps its lock in no Redis the lab starts alone: choose `redis` (without the lock's \
+             failover), `redlock` or `redis-degrade`",
             setup.strategy
         )),
         (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
@@ -302,6 +313,35 @@ mod tests {
             refusal(&Setup::default(), Needs::LockRedis, &reset_lock, |_| true),
             None
         );
+    }
+
+    #[test]
+    fn the_lock_redis_clock_jumps_only_where_the_lock_is_in_a_redis_the_lab_started() {
+        let jump: Strike = serde_json::from_str(r#"{"kind":"jump-lock-clock","seconds":-90}"#).unwrap();
+        assert_eq!(jump.describe(), "jump the lock's Redis clock -90 s");
+        let setup = |strategy: &str| Setup {
+            strategy: strategy.to_owned(),
+            ..Setup::default()
+        };
+        for (strategy, needs) in [
+            ("redis", Needs::LockRedis),
+            ("redlock", Needs::RedlockMasters),
+            ("redis-degrade", Needs::LockRedisAndMariaDb),
+        ] {
+            assert_eq!(refusal(&setup(strategy), needs, &jump, |_| true), None, "{strategy}");
+        }
+        for (strategy, needs) in [
+            ("redis", Needs::LockSentinel),
+            ("etcd", Needs::Etcd),
+            ("atomic", Needs::StockOnly),
+        ] {
+            let refused = refusal(&setup(strategy), needs, &jump, |_| true).unwrap();
+            assert!(
+                refused.contains("keeps its lock in no Redis the lab starts alone"),
+                "{refused}"
+            );
+        }
+        assert!(Strike::JumpLockClock { seconds: 100_000 }.validate(2).is_err());
     }
 
     #[test]

@@ -66,7 +66,15 @@ impl Stage {
     /// Why this setup cannot take `strike`, with what to do instead; `None` if it can.
     fn refusal_of(&self, strike: &Strike) -> Option<String> {
         let clock_jumps = |instance: usize| self.instances[instance].can_jump_clock();
-        crate::faults::refusal(&self.setup, self.needs, strike, clock_jumps)
+        let refused = crate::faults::refusal(&self.setup, self.needs, strike, clock_jumps);
+        refused.or_else(|| match strike {
+            Strike::JumpLockClock { .. } if self.servers.lock_clock.is_none() => Some(
+                "a jump of the lock's Redis clock needs gcc, which compiles the preload that moves it \
+                 (scripts/lib/clock-shift.c): `sudo apt-get install build-essential`, then start again"
+                    .to_owned(),
+            ),
+            _ => None,
+        })
     }
 
     /// Where this setup's MariaDB is kept (the lock's, or the orders' own); `None` if it
@@ -279,6 +287,7 @@ impl Lab {
             Strike::FailOverLock { ms } => return self.fail_over(generation, Which::Lock, ms).await,
             Strike::FailOverStock { ms } => return self.fail_over(generation, Which::Stock, ms).await,
             Strike::RestartMariaDb { ms } => return self.restart_mariadb(generation, ms).await,
+            Strike::JumpLockClock { seconds } => return self.jump_lock_clock(generation, seconds).await,
             ref on_one => match Act::lasting_on_one_instance(on_one) {
                 Some(acts) => acts,
                 None => bail!("the lab cannot play `{}`", on_one.describe()),
@@ -331,6 +340,21 @@ impl Lab {
         };
         let name = target.name.clone();
         self.record(inner, fault, &name, &detail)
+    }
+
+    /// Moves the wall clock of the setup `generation`'s lock Redis `seconds` from the real
+    /// time (0 sets it right), and says so in the history. Redis expires a key by this
+    /// clock: a jump past a lease frees the lock while its holder still sells.
+    async fn jump_lock_clock(&self, generation: u64, seconds: i64) -> anyhow::Result<()> {
+        let inner = self.inner.lock().await;
+        let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
+            return Ok(()); // the setup changed meanwhile: its servers are gone
+        };
+        let Some(clock) = &stage.servers.lock_clock else {
+            bail!("the lock's Redis has no clock the lab can move");
+        };
+        clock.jump_to(seconds * 1000);
+        self.record(&inner, Fault::ClockJump, "lock-redis", &format!("{seconds:+} s"))
     }
 
     /// Puts a fault into the running crowd's history, and into the page's log.

@@ -59,6 +59,15 @@ impl Needs {
         matches!(self, Needs::MariaDb | Needs::LockRedisAndMariaDb)
     }
 
+    /// Whether the lock lives in Redis servers the lab starts itself (not on a Sentinel,
+    /// whose master moves): the lab can then make the first one's clock jump.
+    pub fn lock_in_redis(self) -> bool {
+        matches!(
+            self,
+            Needs::LockRedis | Needs::LockRedisAndMariaDb | Needs::RedlockMasters
+        )
+    }
+
     /// What this machine lacks to start these servers, with the line that installs it;
     /// `None` when all is there. No root is needed to run them, only to install them.
     pub fn missing(self) -> Option<String> {

@@ -294,7 +294,8 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
     let lease_ms = setup.granted_lease_ms();
     let instance = rng.random_range(0..2);
     let ms = draw_length(rng, lease_ms, setup.freed_within_ms());
-    match rng.random_range(0..12) {
+    let seconds = rng.random_range(1..=120) * if rng.random_bool(0.5) { 1 } else { -1 };
+    match rng.random_range(0..13) {
         0 => Strike::PauseHolder { ms },
         1 => Strike::Pause { instance, ms },
         2 => Strike::Kill { instance, ms },
@@ -305,14 +306,12 @@ fn draw_strike(rng: &mut StdRng, setup: &Setup) -> Strike {
             delay_ms: rng.random_range(50..=lease_ms.max(50)),
             ms,
         },
-        6 => Strike::JumpClock {
-            instance,
-            seconds: rng.random_range(1..=120) * if rng.random_bool(0.5) { 1 } else { -1 },
-        },
+        6 => Strike::JumpClock { instance, seconds },
         7 => Strike::FailOverLock { ms },
         8 => Strike::FailOverStock { ms },
         9 => Strike::ResetLock { instance, ms },
         10 => Strike::ResetStock { instance, ms },
+        11 => Strike::JumpLockClock { seconds },
         _ => Strike::RestartMariaDb { ms },
     }
 }
@@ -340,6 +339,7 @@ pub fn kind_of(strike: &Strike) -> &'static str {
         Strike::ResetLock { .. } => "reset the lock's connections",
         Strike::ResetStock { .. } => "reset the stock's connections",
         Strike::JumpClock { .. } => "jump a clock",
+        Strike::JumpLockClock { .. } => "jump the lock's Redis clock",
         Strike::FailOverLock { .. } => "fail over the lock's Redis",
         Strike::FailOverStock { .. } => "fail over the stock's Redis",
         Strike::RestartMariaDb { .. } => "restart MariaDB",
