@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use super::server_control::{etcd_status, launch_command, launcher, listening, send, zookeeper_word, Signal};
+use super::server_control::{etcd_status, launch_command, launcher, listening, send, zookeeper_mode, Signal};
 
 /// A folder of a test's own, removed when dropped.
 pub fn temp_dir(label: &str) -> TempDir {
@@ -202,11 +202,13 @@ impl PrivateServer {
         format!("its last {LINES} lines of output:\n{tail}")
     }
 
-    /// The port is open, and a ZooKeeper says `imok` to `ruok` (it opens its port
-    /// before it serves).
+    /// The port is open; a ZooKeeper must also say its mode to `srvr`. It opens its port,
+    /// and says `imok` to `ruok`, before it serves: a session asked for meanwhile is
+    /// closed at once ("connection to server has lost"), which a `seckill serve` starting
+    /// then takes for a ZooKeeper that is down.
     fn answers(&self) -> bool {
         match self.kind {
-            "zookeeper" => zookeeper_word(self.port, "ruok").as_deref() == Some("imok"),
+            "zookeeper" => zookeeper_mode(self.port).is_some(),
             _ => listening(self.port),
         }
     }
