@@ -120,7 +120,7 @@ pub enum Which {
 
 impl Which {
     /// The server as the history names it.
-    fn target(self) -> &'static str {
+    pub(crate) fn target(self) -> &'static str {
         match self {
             Which::Lock => "lock-redis",
             Which::Stock => "stock-redis",

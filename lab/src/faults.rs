@@ -13,7 +13,7 @@
 //! | reset its lock connections | its nemesis to the lock's servers resets (RST) every connection, and refuses new ones for `ms` | 9 |
 //! | reset its stock connections | the same on its link to the stock's Redis: a sale's write may be cut mid-request | 9 |
 //! | jump the clock | its wall clock moves `seconds` (0 sets it right) | 4 |
-//! | jump the lock's Redis clock | the wall clock of the lock's Redis (Redlock's first master) moves `seconds`: Redis expires keys by it | 4 |
+//! | jump the lock's Redis clock | the wall clock of the lock's Redis (`redis`, `redis-degrade`) moves `seconds` (0 sets it right): Redis expires keys by it | 4 |
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 //! | restart MariaDB | SIGKILL to the setup's MariaDB (the lock's, or the orders'), started again after `ms` on its data | 7 |
@@ -204,9 +204,9 @@ pub fn refusal(setup: &Setup, needs: Needs, strike: &Strike, clock_jumps: impl F
             "`{}` keeps no lock on a server: there is no holder to find nor link to cut; pause an instance instead",
             setup.strategy
         )),
-        (Strike::JumpLockClock { .. }, _) if !needs.lock_in_redis() => Some(format!(
-            "`{}` keeps its lock in no Redis the lab starts alone: choose `redis` (without the lock's \
-             failover), `redlock` or `redis-degrade`",
+        (Strike::JumpLockClock { .. }, _) if !needs.lock_in_one_redis() => Some(format!(
+            "`{}` keeps its lock in no one Redis the lab starts alone (Redlock's is in five, of which \
+             one clock frees no majority): choose `redis` (without the lock's failover) or `redis-degrade`",
             setup.strategy
         )),
         (Strike::FailOverLock { .. }, _) if !lock_fails_over => Some(
@@ -316,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn the_lock_redis_clock_jumps_only_where_the_lock_is_in_a_redis_the_lab_started() {
+    fn the_lock_redis_clock_jumps_only_where_the_lock_is_in_one_redis_the_lab_started() {
         let jump: Strike = serde_json::from_str(r#"{"kind":"jump-lock-clock","seconds":-90}"#).unwrap();
         assert_eq!(jump.describe(), "jump the lock's Redis clock -90 s");
         let setup = |strategy: &str| Setup {
@@ -325,19 +325,19 @@ mod tests {
         };
         for (strategy, needs) in [
             ("redis", Needs::LockRedis),
-            ("redlock", Needs::RedlockMasters),
             ("redis-degrade", Needs::LockRedisAndMariaDb),
         ] {
             assert_eq!(refusal(&setup(strategy), needs, &jump, |_| true), None, "{strategy}");
         }
         for (strategy, needs) in [
             ("redis", Needs::LockSentinel),
+            ("redlock", Needs::RedlockMasters),
             ("etcd", Needs::Etcd),
             ("atomic", Needs::StockOnly),
         ] {
             let refused = refusal(&setup(strategy), needs, &jump, |_| true).unwrap();
             assert!(
-                refused.contains("keeps its lock in no Redis the lab starts alone"),
+                refused.contains("keeps its lock in no one Redis the lab starts alone"),
                 "{refused}"
             );
         }

@@ -354,7 +354,12 @@ impl Lab {
             bail!("the lock's Redis has no clock the lab can move");
         };
         clock.jump_to(seconds * 1000);
-        self.record(&inner, Fault::ClockJump, "lock-redis", &format!("{seconds:+} s"))
+        self.record(
+            &inner,
+            Fault::ClockJump,
+            Which::Lock.target(),
+            &format!("{seconds:+} s"),
+        )
     }
 
     /// Puts a fault into the running crowd's history, and into the page's log.
@@ -541,7 +546,12 @@ impl Act {
             }
             Strike::ResetLock { instance, ms } => on_link(instance, Link::Lock, Cut::Reset, ms),
             Strike::ResetStock { instance, ms } => on_link(instance, Link::Stock, Cut::Reset, ms),
-            _ => return None,
+            Strike::PauseHolder { .. }
+            | Strike::JumpClock { .. }
+            | Strike::JumpLockClock { .. }
+            | Strike::FailOverLock { .. }
+            | Strike::FailOverStock { .. }
+            | Strike::RestartMariaDb { .. } => return None,
         })
     }
 }

@@ -21,9 +21,9 @@ pub struct Servers {
     pub stock_failover: Option<Failover>,
     /// The lock's Redis servers: one, or the Redlock masters.
     pub lock_redis: Vec<PrivateRedis>,
-    /// The wall clock of the lock's Redis (the first Redlock master's), which a fault can
-    /// make jump: Redis expires a lease by it. `None` where the lock is in no Redis of the
-    /// lab's, or where no gcc compiles the preload that moves it.
+    /// The wall clock of the lock's Redis, which a fault can make jump: Redis expires a
+    /// lease by it. `None` where the lock is in no one Redis of the lab's, or where no gcc
+    /// compiles the preload that moves it.
     pub lock_clock: Option<WallClock>,
     /// The lock's Redis master with a replica and a Sentinel, which can fail over.
     pub lock_failover: Option<Failover>,
@@ -50,12 +50,10 @@ impl Servers {
             let stock = (!stock_fails_over && !on_a_cluster).then(PrivateRedis::start);
             let stock_cluster = on_a_cluster.then(|| PrivateRedisCluster::start(3));
             let stock_failover = stock_fails_over.then(|| Failover::start("lab-stock"));
-            let lock_clock = needs.lock_in_redis().then(redis_clock).flatten();
+            let lock_clock = needs.lock_in_one_redis().then(redis_clock).flatten();
             let lock_redis = match needs {
                 Needs::LockRedis | Needs::LockRedisAndMariaDb => vec![lock_redis_following(lock_clock.as_ref())],
-                Needs::RedlockMasters => (0..REDLOCK_MASTERS)
-                    .map(|master| lock_redis_following(lock_clock.as_ref().filter(|_| master == 0)))
-                    .collect(),
+                Needs::RedlockMasters => (0..REDLOCK_MASTERS).map(|_| PrivateRedis::start()).collect(),
                 _ => Vec::new(),
             };
             let lock_server = match needs {
@@ -186,12 +184,10 @@ pub fn panic_text(failed: tokio::task::JoinError) -> String {
     }
 }
 
-/// A wall clock for a Redis, if this machine has the gcc that compiles its preload
-/// (`scripts/lib/clock-shift.c`); without one the lab runs on, the lock's clock fixed.
+/// A wall clock for a Redis, if this machine's gcc compiles its preload
+/// (`scripts/lib/clock-shift.c`); without it the lab runs on, the lock's clock fixed.
 fn redis_clock() -> Option<WallClock> {
-    let gcc = std::process::Command::new("gcc").arg("--version").output();
-    gcc.is_ok_and(|answer| answer.status.success())
-        .then(WallClock::for_redis)
+    WallClock::try_for_redis().ok()
 }
 
 /// A lock's Redis, its wall clock following `clock` when there is one.

@@ -59,13 +59,11 @@ impl Needs {
         matches!(self, Needs::MariaDb | Needs::LockRedisAndMariaDb)
     }
 
-    /// Whether the lock lives in Redis servers the lab starts itself (not on a Sentinel,
-    /// whose master moves): the lab can then make the first one's clock jump.
-    pub fn lock_in_redis(self) -> bool {
-        matches!(
-            self,
-            Needs::LockRedis | Needs::LockRedisAndMariaDb | Needs::RedlockMasters
-        )
+    /// Whether the lock lives in one Redis the lab starts alone (not on a Sentinel, whose
+    /// master moves; not Redlock's five, of which one clock cannot free a majority, the
+    /// lab cutting all five links at once): the lab can then make its clock jump.
+    pub fn lock_in_one_redis(self) -> bool {
+        matches!(self, Needs::LockRedis | Needs::LockRedisAndMariaDb)
     }
 
     /// What this machine lacks to start these servers, with the line that installs it;

@@ -38,6 +38,12 @@ pub struct WallClock {
 impl WallClock {
     /// For a redis-server: the clock-shift preload, compiled into a folder of its own.
     pub fn for_redis() -> Self {
+        Self::try_for_redis().unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`WallClock::for_redis`], or why the preload could not be compiled: no gcc, or a
+    /// gcc without the C library's headers (`build-essential` brings both).
+    pub fn try_for_redis() -> Result<Self, String> {
         let dir = temp_dir("clock-shift");
         let library = dir.path().join("clock-shift.so");
         let source = super::test_redis::project_root().join("scripts/lib/clock-shift.c");
@@ -46,19 +52,20 @@ impl WallClock {
             .arg(&library)
             .arg(&source)
             .output()
-            .expect("gcc runs; `make services` installs it");
-        assert!(
-            compiled.status.success(),
-            "gcc could not compile {}: {}",
-            source.display(),
-            String::from_utf8_lossy(&compiled.stderr)
-        );
+            .map_err(|error| format!("cannot run gcc ({error}); `make services` installs it"))?;
+        if !compiled.status.success() {
+            return Err(format!(
+                "gcc could not compile {}: {}",
+                source.display(),
+                String::from_utf8_lossy(&compiled.stderr)
+            ));
+        }
         let clock = WallClock {
             tool: Tool::ClockShift { library },
             dir,
         };
         clock.jump_to(0);
-        clock
+        Ok(clock)
     }
 
     /// For a `seckill serve` process: libfaketime, its monotonic clock left alone.

@@ -14,8 +14,9 @@ use super::plan::{Expected, Round, Timed};
 use crate::crowd::Outcome;
 use crate::lab::Lab;
 
-/// The longest a crowd may take, from its first sale to its verdict: a buyer waits at
-/// most 30 s for the lock, and a fault lasts at most a few seconds.
+/// The longest a crowd may take, from its first sale (a steady load: from its stop) to its
+/// verdict: a buyer waits at most 60 s for its answer, the orders up to 30 s more to
+/// drain, and the checks take seconds.
 pub const LONGEST_ROUND: Duration = Duration::from_secs(120);
 
 /// What a round came to.
@@ -85,11 +86,14 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
     lab.first_sale().await?;
     let first_sale = tokio::time::Instant::now();
     let (struck_at, mut troubles) = strike_on_schedule(lab, round, first_sale).await;
+    let mut sold_until = first_sale;
     if let Some(steady) = round.steady {
         tokio::time::sleep_until(first_sale + Duration::from_millis(steady.ms)).await;
-        lab.stop_selling().await.map_err(|error| anyhow!(error))?;
+        // A steady load that ended by itself has its outcome, which says why.
+        let _ = lab.stop_selling().await;
+        sold_until = tokio::time::Instant::now();
     }
-    let outcome = crowd_outcome(lab, round, first_sale, log_before, &mut troubles).await?;
+    let outcome = crowd_outcome(lab, round, sold_until, log_before, &mut troubles).await?;
     let report = dir.join(format!("crowd-{crowd}.json"));
     let history = read_history(&report);
     // A fault struck after the last answer, while the checks ran, changed nothing.
@@ -124,13 +128,14 @@ pub async fn play(lab: &Arc<Lab>, round: &Round, dir: &Path) -> anyhow::Result<P
     })
 }
 
-/// Waits for the crowd's outcome, for [`LONGEST_ROUND`] after its `first_sale` at most.
+/// Waits for the crowd's outcome, for [`LONGEST_ROUND`] after `sold_until` at most (its
+/// first sale; a steady load's stop).
 /// Adds to `troubles` the faults the lab stopped since `log_before` (its log's length when
 /// the round began) and, when the crowd could not be judged, why.
 async fn crowd_outcome(
     lab: &Arc<Lab>,
     round: &Round,
-    first_sale: tokio::time::Instant,
+    sold_until: tokio::time::Instant,
     log_before: usize,
     troubles: &mut Vec<String>,
 ) -> anyhow::Result<Outcome> {
@@ -144,9 +149,9 @@ async fn crowd_outcome(
             }
             return Ok(outcome);
         }
-        if first_sale.elapsed() > LONGEST_ROUND {
+        if sold_until.elapsed() > LONGEST_ROUND {
             bail!(
-                "the crowd had no verdict within {LONGEST_ROUND:?} of its first sale: {}",
+                "the crowd had no verdict within {LONGEST_ROUND:?} of its first sale (or its stop): {}",
                 round.describe()
             );
         }

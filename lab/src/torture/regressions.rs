@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use super::plan::Round;
+use super::plan::{Round, STEADY_LONGEST_MS};
 use super::play::Played;
 
 /// One kept round, and what it came to when it was found.
@@ -88,6 +88,15 @@ const LATEST_KEPT_STRIKE_MS: u64 = crate::faults::LONGEST_MS;
 
 /// Refuses a fault out of range, or struck later than [`LATEST_KEPT_STRIKE_MS`].
 fn check_schedule(round: &Round) -> anyhow::Result<()> {
+    if let Some(steady) = round.steady {
+        if !(1..=200).contains(&steady.rate) || !(1..=STEADY_LONGEST_MS).contains(&steady.ms) {
+            anyhow::bail!(
+                "a steady load of {} buyers a second for {} ms: pick 1 to 200 buyers, for 1 to {STEADY_LONGEST_MS} ms",
+                steady.rate,
+                steady.ms
+            );
+        }
+    }
     for timed in &round.schedule {
         timed.strike.validate(2).map_err(anyhow::Error::msg)?;
         if timed.at_ms > LATEST_KEPT_STRIKE_MS {
@@ -135,5 +144,7 @@ mod tests {
             r#"{{"seed": 1, {SETUP}, "schedule": [{{"at_ms": 0, "strike": {{"kind": "pause", "instance": 5, "ms": 100}}}}]}}"#
         );
         assert!(format!("{:#}", read_text(&no_such_instance).unwrap_err()).contains("no instance 5"));
+        let ten_minutes = format!(r#"{{"seed": 1, {SETUP}, "steady": {{"rate": 100, "ms": 600000}}, "schedule": []}}"#);
+        assert!(format!("{:#}", read_text(&ten_minutes).unwrap_err()).contains("for 1 to 10000 ms"));
     }
 }

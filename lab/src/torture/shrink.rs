@@ -94,12 +94,17 @@ impl Search<'_> {
     /// Half the crowd at half the units, or a steady load half as long, while the round
     /// still fails.
     async fn fewer_buyers(&mut self) -> anyhow::Result<()> {
-        while let Some(steady) = self
+        // Halved only while every fault still strikes within its first two thirds, as drawn.
+        let last_strike_ms = self
             .best
             .round
-            .steady
-            .filter(|steady| steady.ms / 2 >= SHORTEST_STEADY_MS)
-        {
+            .schedule
+            .iter()
+            .map(|timed| timed.at_ms)
+            .max()
+            .unwrap_or(0);
+        let shorter = |steady: &Steady| steady.ms / 2 >= SHORTEST_STEADY_MS.max(last_strike_ms * 3 / 2);
+        while let Some(steady) = self.best.round.steady.filter(shorter) {
             let mut candidate = self.best.round.clone();
             candidate.steady = Some(Steady {
                 ms: steady.ms / 2,
