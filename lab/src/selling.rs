@@ -100,11 +100,7 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
 /// drain), and as a check of their own for the page.
 fn orders_check(orders: &orders::OrdersState, records: &[seckill::sale::stock::SaleRecord]) -> (Verdict, Check) {
     let (oversold, lost) = orders::judge_orders(orders, records);
-    let counted = match (oversold.is_empty(), lost.is_empty()) {
-        (false, _) => Verdict::Oversold,
-        (true, false) => Verdict::Lost,
-        (true, true) => Verdict::Held,
-    };
+    let counted = Verdict::of_findings(&oversold, &lost);
     let findings: Vec<String> = oversold.into_iter().chain(lost).collect();
     let check = Check {
         name: "orders".to_owned(),

@@ -57,6 +57,16 @@ impl Verdict {
             Verdict::WrongAnswer => "wrong answer",
         }
     }
+
+    /// What the counts found comes to: oversold if anything was sold twice, else lost if
+    /// anything is missing, else held.
+    pub fn of_findings(oversold: &[String], lost: &[String]) -> Verdict {
+        match (oversold.is_empty(), lost.is_empty()) {
+            (false, _) => Verdict::Oversold,
+            (true, false) => Verdict::Lost,
+            (true, true) => Verdict::Held,
+        }
+    }
 }
 
 /// What the checker found.
@@ -85,13 +95,7 @@ pub fn judge(
     let (mut oversold, mut lost) = orders.map_or_else(Default::default, |orders| judge_orders(orders, &sale.records));
     oversold.extend(oversold_findings(initial, target, sale, &counts));
     lost.extend(lost_findings(sale, tally));
-    let verdict = if !oversold.is_empty() {
-        Verdict::Oversold
-    } else if !lost.is_empty() {
-        Verdict::Lost
-    } else {
-        Verdict::Held
-    };
+    let verdict = Verdict::of_findings(&oversold, &lost);
     let mut findings: Vec<String> = oversold.into_iter().chain(lost).collect();
     findings.extend(notes(target, sale, tally, &counts));
     Judgement {
