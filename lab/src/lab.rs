@@ -275,11 +275,11 @@ impl Lab {
     async fn play(&self, strike: Strike, generation: u64) -> anyhow::Result<()> {
         let (instance, first, ms, then) = match strike {
             Strike::PauseHolder { ms } => {
-                let (holder, linger) = self.wait_for_holder(generation).await?;
+                let holder = self.wait_for_holder(generation).await?;
                 // Past its lease check, into the linger before its write: a holder stopped
                 // earlier would check its lease on waking, see it lost, and sell nothing.
-                tokio::time::sleep(linger / 2).await;
-                (holder, Act::Pause, ms, Act::Resume)
+                tokio::time::sleep(holder.linger / 2).await;
+                (holder.index, Act::Pause, ms, Act::Resume)
             }
             Strike::JumpClock { instance, seconds } => {
                 return self.act(generation, instance, Act::JumpClock(seconds)).await
@@ -391,13 +391,13 @@ impl Lab {
     /// The instance that holds the lock (any segment's), once one does, and how long its
     /// sales linger before their writes. Each instance says how many grants it holds in
     /// its `/metrics` (`seckill_locks_held`), whatever the lock's backend.
-    pub(crate) async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<(usize, Duration)> {
+    pub(crate) async fn wait_for_holder(&self, generation: u64) -> anyhow::Result<Holder> {
         self.say("waiting for an instance to hold the lock".to_owned());
-        let Some((holder, name, linger)) = self.first_with(generation, "seckill_locks_held").await? else {
+        let Some((index, name, linger)) = self.first_with(generation, "seckill_locks_held").await? else {
             bail!("no instance held the lock within {HOLDER_WITHIN_MS} ms: send the crowd, then pause the holder")
         };
         self.say(format!("{name} holds the lock"));
-        Ok((holder, linger))
+        Ok(Holder { index, name, linger })
     }
 
     /// Waits for the first sale of the setup running now (see [`Lab::wait_for_a_sale`]).
@@ -554,6 +554,16 @@ impl Act {
             | Strike::RestartMariaDb { .. } => return None,
         })
     }
+}
+
+/// An instance seen holding the lock.
+pub(crate) struct Holder {
+    /// Its place among the stage's instances.
+    pub index: usize,
+    /// Its name, which starts its lock tokens (`seckill-<port>`).
+    pub name: String,
+    /// How long its sales linger between their read and their write.
+    pub linger: Duration,
 }
 
 /// Which of an instance's links.

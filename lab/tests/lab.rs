@@ -372,7 +372,10 @@ async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_wi
 
 /// Sends scenario `id` and waits for its verdict: whether a unit was sold twice (the
 /// history's `unique` check failed), and the outcome.
-async fn run_scenario(lab: &Lab, id: &str) -> (bool, Value) {
+/// Runs the scenario `id` to its verdict: whether a unit was sold twice, the outcome, and
+/// what the lab said meanwhile (a fault that stopped says why there).
+async fn run_scenario(lab: &Lab, id: &str) -> (bool, Value, Vec<String>) {
+    let said_before = lab.state().await["log"].as_array().map_or(0, Vec::len);
     let (status, said) = lab.post(&format!("/scenarios/{id}"), json!(null)).await;
     assert_eq!(status, 200, "{id}: {said}");
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -391,7 +394,9 @@ async fn run_scenario(lab: &Lab, id: &str) -> (bool, Value) {
                 ["held", "oversold"].contains(&outcome["verdict"].as_str().unwrap()),
                 "{id}: a scenario ends held or oversold, nothing else: {outcome:?}"
             );
-            return (failed("unique"), Value::Object(outcome.clone()));
+            let log = state["log"].as_array().into_iter().flatten().skip(said_before);
+            let log = log.filter_map(|line| line.as_str().map(str::to_owned)).collect();
+            return (failed("unique"), Value::Object(outcome.clone()), log);
         }
         assert!(Instant::now() < deadline, "{id}: no verdict within 180 s: {state}");
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -426,10 +431,11 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
             scenario["sold_twice"].as_bool().unwrap(),
         );
         let tries = if sold_twice { TRIES } else { 1 };
-        let mut seen = Vec::new();
+        let (mut seen, mut logs) = (Vec::new(), Vec::new());
         for _ in 0..tries {
-            let (twice, outcome) = run_scenario(&lab, id).await;
+            let (twice, outcome, log) = run_scenario(&lab, id).await;
             seen.push(outcome);
+            logs.push(log);
             if twice == sold_twice {
                 break;
             }
@@ -455,7 +461,7 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
             .collect();
         assert_eq!(
             twice, sold_twice,
-            "{id} says sold twice = {sold_twice}; its crowds: {told:?}"
+            "{id} says sold twice = {sold_twice}; its crowds: {told:?}; what the lab said: {logs:#?}"
         );
         println!("{id}: sold twice = {twice}, after {} crowd(s)", seen.len());
     }
