@@ -67,13 +67,8 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
     )
     .await?;
     let started = Instant::now();
-    let (mut unread, mut pending) = backlog(&mut redis, keys).await?;
-    while unread + pending > 0 && started.elapsed() < DRAIN_TIMEOUT {
-        tokio::time::sleep(POLL).await;
-        (unread, pending) = backlog(&mut redis, keys).await?;
-    }
+    let (unread, pending, sale) = drain(&mut redis, keys, started + DRAIN_TIMEOUT).await?;
     let waited_ms = started.elapsed().as_millis() as u64;
-    let sale: Option<String> = redis::cmd("GET").arg(keys.sale_name()).query_async(&mut redis).await?;
     let mut mysql = connect_within(mysql_url, started + DRAIN_TIMEOUT).await?;
     let rows: Vec<(String,)> = sqlx::query_as("SELECT sale_id FROM seckill_orders WHERE sale = ?")
         .bind(sale.unwrap_or_default())
@@ -89,6 +84,38 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
         rows: written.len(),
         written,
     })
+}
+
+/// Polls the streams' backlog until it is empty or `deadline` passed; answers the last
+/// backlog and the sale's name. A command that fails (the stock's master failed over,
+/// or a connection was reset) is asked again until the deadline: the connection follows
+/// the Sentinels to the new master, but the command it failed on still fails.
+async fn drain(
+    redis: &mut MasterConnection,
+    keys: &Keys,
+    deadline: Instant,
+) -> anyhow::Result<(usize, usize, Option<String>)> {
+    let mut said = false;
+    loop {
+        let answer = async {
+            let (unread, pending) = backlog(redis, keys).await?;
+            let sale: Option<String> = redis::cmd("GET").arg(keys.sale_name()).query_async(redis).await?;
+            anyhow::Ok((unread, pending, sale))
+        }
+        .await;
+        match answer {
+            Ok(drained @ (0, 0, _)) => return Ok(drained),
+            Ok(backlog) if Instant::now() >= deadline => return Ok(backlog),
+            Err(error) if Instant::now() >= deadline => {
+                return Err(error.context("reading the orders stream's backlog from the stock's Redis"))
+            }
+            Err(error) if !std::mem::replace(&mut said, true) => {
+                eprintln!("the stock's Redis did not say the orders' backlog ({error:#}); asking again");
+            }
+            _ => {}
+        }
+        tokio::time::sleep(POLL).await;
+    }
 }
 
 /// A connection to MySQL at `mysql_url`, tried again until `deadline`: a database that
@@ -251,5 +278,69 @@ mod tests {
         let connected = connect_within(&url, Instant::now() + Duration::from_secs(30)).await;
         let _mariadb = restarted.join().unwrap();
         assert!(connected.is_ok(), "{:#}", connected.err().unwrap());
+    }
+
+    /// The stock's Redis cut mid-drain (its connections reset, new ones refused for half a
+    /// second): the backlog is asked again until the writer acknowledged the last entry.
+    #[tokio::test]
+    async fn a_drain_asks_again_across_a_reset_until_the_stream_is_drained() {
+        use seckill::store::redis_master::MasterAddress;
+        use testkit::nemesis::Fault;
+
+        let server = testkit::PrivateRedis::start();
+        let proxy = testkit::nemesis::Proxy::start(server.port).await;
+        let (keys, stream) = (Keys::default(), Keys::default().orders());
+        let mut writer = server.client().get_multiplexed_async_connection().await.unwrap();
+        let entry: String = redis::cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg("sale_id")
+            .arg("a")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&stream)
+            .arg(ORDERS_GROUP)
+            .arg("0")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(ORDERS_GROUP)
+            .arg("writer")
+            .arg("STREAMS")
+            .arg(&stream)
+            .arg(">")
+            .query_async(&mut writer)
+            .await
+            .unwrap();
+        let address = MasterAddress::parse(&proxy.url()).unwrap();
+        let mut checker = MasterConnection::connect(&address).await.unwrap();
+        assert_eq!(
+            backlog(&mut checker, &keys).await.unwrap(),
+            (0, 1),
+            "read, not acknowledged"
+        );
+
+        proxy.strike(Fault::Reset);
+        let acknowledged = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            proxy.strike(Fault::Healed);
+            let acknowledged: u32 = redis::cmd("XACK")
+                .arg(&stream)
+                .arg(ORDERS_GROUP)
+                .arg(&entry)
+                .query_async(&mut writer)
+                .await
+                .unwrap();
+            (acknowledged, proxy)
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let (unread, pending, _) = drain(&mut checker, &keys, deadline).await.unwrap();
+        assert_eq!((unread, pending), (0, 0));
+        assert_eq!(acknowledged.await.unwrap().0, 1);
     }
 }
