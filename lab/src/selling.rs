@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use loadtest::history::checks::{Check, Status};
+use loadtest::history::checks::Check;
 use loadtest::history::{Process, Recorder, What};
 use loadtest::verdict::{self, crowd as lessons_crowd, orders, sale_state, Options, Verdict};
 use seckill::sale::keys::Keys;
@@ -101,18 +101,10 @@ pub async fn sell(load: Load, mut stop: watch::Receiver<bool>) -> anyhow::Result
 fn orders_check(orders: &orders::OrdersState, records: &[seckill::sale::stock::SaleRecord]) -> (Verdict, Check) {
     let (oversold, lost) = orders::judge_orders(orders, records);
     let counted = Verdict::of_findings(&oversold, &lost);
-    let findings: Vec<String> = oversold.into_iter().chain(lost).collect();
-    let check = Check {
-        name: "orders".to_owned(),
-        status: if findings.is_empty() {
-            Status::Pass
-        } else {
-            Status::Fail
-        },
-        findings,
-        culprits: Vec::new(),
-    };
-    (counted, check)
+    (
+        counted,
+        Check::of_problems("orders", oversold.into_iter().chain(lost).collect()),
+    )
 }
 
 /// One buyer: one request, its sending and its answer in the history.

@@ -114,6 +114,16 @@ impl Check {
         }
     }
 
+    /// A check of what the servers hold rather than of the requests (the orders of a
+    /// steady load): failed by each of `problems`, which name no request.
+    pub fn of_problems(name: &str, problems: Vec<String>) -> Check {
+        let found = problems.into_iter().map(|text| Finding {
+            text,
+            processes: Vec::new(),
+        });
+        Check::of(name, found.collect())
+    }
+
     fn skipped(name: &str, why: &str) -> Check {
         Check {
             name: name.to_owned(),
