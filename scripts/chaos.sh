@@ -630,10 +630,14 @@ if ((${#clock_rows[@]} > 0)); then
   { [[ -s $RESULTS/table.md ]] && echo; cat "$RUN/results/clock-jump/table.md"; } >>"$RESULTS/table.md"
 fi
 # The rounds `make torture` found failing where they must hold, shrunk and kept in
-# lab/regressions/, played again: a hole found once is looked for from then on.
+# lab/regressions/, played again: a hole found once is looked for from then on. Their
+# table (a row each: when found, now) follows the chaos table on the published page.
 if compgen -G "$ROOT/lab/regressions/*.json" >/dev/null; then
   say "the rounds make torture kept (lab/regressions/): target/release/torture --regressions"
   target/release/torture --regressions --dir "$RESULTS/regressions" || safe=
+  if [[ -s $RESULTS/regressions/table.md ]]; then
+    { [[ -s $RESULTS/table.md ]] && echo; cat "$RESULTS/regressions/table.md"; } >>"$RESULTS/table.md"
+  fi
 fi
 say "the table is also in $RESULTS/table.md; each run's report, history and timeline are in $RESULTS/"
 publish_results "$ROOT/docs/results/chaos.md" chaos "$COMMAND" "$RESULTS/table.md"

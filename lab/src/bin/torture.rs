@@ -187,8 +187,18 @@ async fn play_drawn_rounds(lab: &Arc<Lab>, cli: &Cli) -> anyhow::Result<Tally> {
 
 /// Kept rounds (each with the file it was read from), played again.
 async fn play_kept(lab: &Arc<Lab>, cli: &Cli, rounds: Vec<(PathBuf, Regression)>) -> anyhow::Result<Tally> {
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        header: "The rounds `make torture` kept (lab/regressions/), played again: a round of a setup that \
+                 must hold must be held.\n\n"
+            .to_owned(),
+        ..Tally::default()
+    };
     for (index, (path, kept)) in (1..).zip(rounds) {
+        let failed = match kept.failed.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", kept.failed.join(", ")),
+        };
+        tally.found.insert(kept.round.seed, format!("{}{failed}", kept.found));
         println!(
             "[torture] {}: found {} ({})",
             path.display(),

@@ -17,6 +17,9 @@ pub struct Tally {
     pub unplayed: Vec<(u64, String)>,
     /// What the run was (its seed, its time, its strategies), said above the tables.
     pub header: String,
+    /// For kept rounds played again (lab/regressions/), by seed: what each came to when
+    /// it was found. The run is then shown as their table alone.
+    pub found: BTreeMap<u64, String>,
 }
 
 impl Tally {
@@ -35,6 +38,10 @@ impl Tally {
     /// The tables, in Markdown.
     pub fn tables(&self) -> String {
         let mut page = self.header.clone();
+        if !self.found.is_empty() {
+            page.push_str(&self.kept_rounds());
+            return page;
+        }
         let operations: usize = self.played.iter().map(|played| played.operations).sum();
         let faults: usize = self.played.iter().map(|played| played.struck.len()).sum();
         let late: usize = self
@@ -186,6 +193,35 @@ impl Tally {
         }
         table
     }
+
+    /// The kept rounds played again, a row each: what it came to when it was found, and
+    /// now. A round of a setup that must hold must be held now.
+    fn kept_rounds(&self) -> String {
+        let mut table = String::from(
+            "| kept round | round | when found | now | checks that failed now |\n| --- | --- | --- | --- | --- |\n",
+        );
+        let found = |seed: &u64| self.found.get(seed).map_or("-", String::as_str);
+        for played in &self.played {
+            let _ = writeln!(
+                table,
+                "| `{:#018x}` | {} | {} | {} | {} |",
+                played.round.seed,
+                without_seed(played),
+                found(&played.round.seed),
+                played.verdict_word(),
+                played.failed.join(", ")
+            );
+        }
+        for (seed, why) in &self.unplayed {
+            let why = why.replace('\n', " ").replace('|', "/");
+            let _ = writeln!(
+                table,
+                "| `{seed:#018x}` | not played: {why} | {} | - | - |",
+                found(seed)
+            );
+        }
+        table
+    }
 }
 
 /// Known-unsafe rounds of a kind, and how many the checks caught.
@@ -321,6 +357,40 @@ mod tests {
         assert!(
             tables.contains("| - | none, known unsafe, caught in 1 round(s): `0x0000000000000009` |"),
             "{tables}"
+        );
+    }
+
+    #[test]
+    fn kept_rounds_played_again_are_a_row_each_with_what_they_came_to_when_found_and_now() {
+        let mut again = played(10, "redis", true, Verdict::Oversold);
+        again.failed = vec!["unique".to_owned()];
+        let tally = Tally {
+            played: vec![played(7, "etcd", true, Verdict::Held), again],
+            unplayed: vec![(11, "a server\ndid not start".to_owned())],
+            found: BTreeMap::from([
+                (7, "oversold (unique, linearizable)".to_owned()),
+                (10, "oversold (unique)".to_owned()),
+                (11, "lost (lost)".to_owned()),
+            ]),
+            ..Tally::default()
+        };
+        let tables = tally.tables();
+        let row = "| `0x0000000000000007` | etcd (fencing on, ttl 500 ms, linger 50 ms); at 10 ms: pause A for 900 ms \
+                   | oversold (unique, linearizable) | held |  |";
+        assert!(tables.contains(row), "{tables}");
+        assert!(tables.contains("| oversold (unique) | oversold | unique |"), "{tables}");
+        assert!(
+            tables.contains("| `0x000000000000000b` | not played: a server did not start | lost (lost) | - | - |"),
+            "{tables}"
+        );
+        assert!(
+            !tables.contains("rounds played"),
+            "the kept rounds' table alone: {tables}"
+        );
+        assert_eq!(
+            tally.holes().len(),
+            1,
+            "the round of redis with fencing on that oversold"
         );
     }
 }
