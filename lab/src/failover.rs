@@ -9,8 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use loadtest::history::Fault;
+use seckill::sale::keys::Keys;
+use seckill::sale::segments::Segments;
 use testkit::{PrivateRedis, PrivateSentinel};
 
 use crate::faults::HOLDER_WITHIN_MS;
@@ -93,17 +95,22 @@ impl Failover {
         answer.is_ok_and(|(_, port)| port == replica.port)
     }
 
-    /// Whether the master holds a lock key for the instance `name`: a key `lock:stock` (or
-    /// a segment's) whose token starts with the name, as its tokens do.
-    pub fn holds_the_lock(&self, name: &str) -> anyhow::Result<bool> {
+    /// How long the lease of the instance `name` still runs, if one of the lock `keys`
+    /// holds its token (its tokens start with its name and a colon).
+    pub fn lease_left_of(&self, name: &str, keys: &[String]) -> anyhow::Result<Option<Duration>> {
         let Some(master) = &self.master else {
             bail!("the master is gone: a failover is under way");
         };
         let mut connection = master.client().get_connection_with_timeout(Duration::from_secs(1))?;
-        let holds: bool = redis::Script::new(HOLDS_THE_LOCK)
-            .arg(format!("{name}:"))
-            .invoke(&mut connection)?;
-        Ok(holds)
+        connection.set_read_timeout(Some(Duration::from_secs(1)))?;
+        let its_own = format!("{name}:");
+        for key in keys {
+            let (token, left_ms): (Option<String>, i64) = redis::pipe().get(key).pttl(key).query(&mut connection)?;
+            if token.is_some_and(|token| token.starts_with(&its_own)) {
+                return Ok(Some(Duration::from_millis(left_ms.max(0) as u64)));
+            }
+        }
+        Ok(None)
     }
 
     /// The promoted replica is the master now; returns its port.
@@ -117,23 +124,40 @@ impl Failover {
     }
 }
 
-/// Whether any lock key (`lock:stock`, `lock:stock:<segment>`) holds a token that
-/// starts with `ARGV[1]`. Its fence counters are strings too, of digits.
-const HOLDS_THE_LOCK: &str = r#"
-for _, key in ipairs(redis.call('KEYS', '*lock:stock*')) do
-    if redis.call('TYPE', key).ok == 'string' then
-        local token = redis.call('GET', key)
-        if string.sub(token, 1, #ARGV[1]) == ARGV[1] then return 1 end
-    end
-end
-return 0
-"#;
-
 /// How long after the replication cut the lock's failover picks its holder. The replica
 /// still has the grant of the holder at the cut (its release never reached it) until
 /// that lease runs out; a holder picked this late keeps a lease that outlives that one
 /// by as much, and in that time the promoted replica grants the lock again.
 const GRANT_AFTER_CUT: Duration = Duration::from_secs(3);
+
+/// A paused holder shows a double sale only if it was stopped after its read of the stock
+/// (which follows its grant at once: granted at least this long before)...
+const READ_WITHIN: Duration = Duration::from_millis(5);
+/// ...and before its write (granted less than its linger, less this, before).
+const WRITE_MARGIN: Duration = Duration::from_millis(5);
+
+/// What tells whether a paused holder was caught between its read and its write: the
+/// setup's lock keys, its lease and its linger.
+#[derive(Clone)]
+struct Aim {
+    keys: Vec<String>,
+    ttl: Duration,
+    linger: Duration,
+}
+
+impl Aim {
+    /// Whether a holder whose grant had `left` of its lease, asked `since` after its
+    /// pause, was paused between its read and its write: its grant's age then (the lease
+    /// less what is left) within its linger. A linger too short to aim within asks only
+    /// that it hold the lock.
+    fn mid_sale(&self, left: Duration, since: Duration) -> bool {
+        if self.linger < READ_WITHIN + WRITE_MARGIN * 2 {
+            return true;
+        }
+        let age_at_pause = self.ttl.saturating_sub(left).saturating_sub(since);
+        (READ_WITHIN..=self.linger - WRITE_MARGIN).contains(&age_at_pause)
+    }
+}
 
 /// Which Redis fails over.
 #[derive(Clone, Copy, Debug)]
@@ -230,34 +254,57 @@ impl Lab {
     }
 
     /// Waits [`GRANT_AFTER_CUT`], then pauses the next holder in its linger; returns the
-    /// holder and when it was paused. A holder seen in `/metrics` may have written and
-    /// released by the time it is stopped (a loaded machine answers late), and a holder
-    /// stopped after its sale shows nothing: so once it is stopped, the master is asked
-    /// whether it still holds the lock. If not, it is woken and the next holder tried.
+    /// holder and when it was paused. A holder seen in `/metrics` may have written, or
+    /// released and been granted again, by the time it is stopped (a loaded machine
+    /// answers late), and a holder stopped outside its read and its write sells nothing
+    /// twice. So once it is stopped, the master is asked for its grant ([`Aim::mid_sale`]);
+    /// if it was not caught mid-sale, it is woken and the next holder tried.
     async fn pause_a_holder_granted_after_the_cut(&self, generation: u64) -> anyhow::Result<(usize, Instant)> {
         tokio::time::sleep(GRANT_AFTER_CUT).await;
+        let aim = self.aim(generation).await?;
         let deadline = Instant::now() + Duration::from_millis(HOLDER_WITHIN_MS);
         loop {
             let holder = self.wait_for_holder(generation).await?;
             tokio::time::sleep(holder.linger / 2).await;
             self.act(generation, holder.index, Act::Pause).await?;
             let paused = Instant::now();
-            let name = holder.name.clone();
-            if self
-                .on_failover(generation, Which::Lock, move |failover| failover.holds_the_lock(&name))
-                .await??
-            {
-                return Ok((holder.index, paused));
+            let (name, keys) = (holder.name.clone(), aim.keys.clone());
+            let left = self
+                .on_failover(generation, Which::Lock, move |failover| {
+                    failover.lease_left_of(&name, &keys)
+                })
+                .await
+                .and_then(|left| left);
+            if let Ok(Some(left)) = left {
+                if aim.mid_sale(left, paused.elapsed()) {
+                    return Ok((holder.index, paused));
+                }
             }
+            // Outside its sale, or the master could not say: woken either way.
             self.act(generation, holder.index, Act::Resume).await?;
+            left.context("asking the lock's master for the paused instance's grant")?;
             self.say(format!(
-                "{} had sold before it was paused: woken, the next holder tried",
+                "{} was paused outside its sale: woken, the next holder tried",
                 holder.name
             ));
             if Instant::now() > deadline {
-                bail!("no holder was caught holding the lock within {HOLDER_WITHIN_MS} ms of tries");
+                bail!("no holder was caught mid-sale within {HOLDER_WITHIN_MS} ms of tries");
             }
         }
+    }
+
+    /// The lock keys (one per stock segment), the lease and the linger of the setup `generation`.
+    async fn aim(&self, generation: u64) -> anyhow::Result<Aim> {
+        let inner = self.inner.lock().await;
+        let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
+            bail!("the setup changed");
+        };
+        let segments = Segments::new(stage.setup.segments).map_err(anyhow::Error::msg)?;
+        Ok(Aim {
+            keys: segments.all().map(|segment| Keys::default().lock_of(segment)).collect(),
+            ttl: Duration::from_millis(stage.setup.ttl_ms),
+            linger: Duration::from_millis(stage.setup.linger_ms),
+        })
     }
 
     /// `step` done to the failover group `which` of the setup `generation`.
@@ -281,22 +328,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_master_names_the_instance_whose_token_a_lock_key_holds_among_its_other_keys() {
+    fn the_master_tells_the_lease_left_of_the_instance_whose_token_a_lock_key_holds() {
         let failover = Failover::start("lab-holder");
-        let master = failover.master.as_ref().unwrap();
-        let mut redis = master.client().get_connection().unwrap();
-        assert!(!failover.holds_the_lock("seckill-4101").unwrap(), "no key, no holder");
+        let segments = Segments::new(4).unwrap().all();
+        let keys: Vec<String> = segments.map(|segment| Keys::default().lock_of(segment)).collect();
+        assert_eq!(
+            failover.lease_left_of("seckill-4101", &keys).unwrap(),
+            None,
+            "no key, no holder"
+        );
+        let mut redis = failover.master.as_ref().unwrap().client().get_connection().unwrap();
         redis::pipe()
-            .set("lock:stock:fence", 7)
-            .zadd("lock:stock:queue", "seckill-4101:00ff", 1)
-            .set("lock:stock:2", "seckill-4101:00ff:abcd")
+            .set("lock:stock", "seckill-4102:00ff:abcd")
+            .pset_ex(&keys[2], "seckill-4101:00ff:abcd", 6000)
             .query::<()>(&mut redis)
             .unwrap();
-        assert!(failover.holds_the_lock("seckill-4101").unwrap());
+        let left = failover.lease_left_of("seckill-4101", &keys).unwrap().unwrap();
         assert!(
-            !failover.holds_the_lock("seckill-410").unwrap(),
-            "a name that begins another's is not it"
+            (Duration::from_millis(5000)..=Duration::from_millis(6000)).contains(&left),
+            "{left:?}"
         );
-        assert!(!failover.holds_the_lock("seckill-4102").unwrap());
+        assert_eq!(
+            failover.lease_left_of("seckill-410", &keys).unwrap(),
+            None,
+            "a name that begins another's"
+        );
+        assert_eq!(
+            failover.lease_left_of("seckill-4102", &keys).unwrap(),
+            None,
+            "the key of a stock in one piece is not one of four segments' keys"
+        );
+    }
+
+    #[test]
+    fn a_holder_is_caught_mid_sale_when_its_grant_is_older_than_its_read_and_younger_than_its_write() {
+        let aim = |linger_ms| Aim {
+            keys: Vec::new(),
+            ttl: Duration::from_millis(6000),
+            linger: Duration::from_millis(linger_ms),
+        };
+        let ms = Duration::from_millis;
+        assert!(
+            aim(50).mid_sale(ms(5970), ms(2)),
+            "granted 28 ms before its pause: lingering"
+        );
+        assert!(
+            !aim(50).mid_sale(ms(5999), ms(0)),
+            "granted 1 ms before: it reads after waking"
+        );
+        assert!(
+            !aim(50).mid_sale(ms(5940), ms(0)),
+            "granted 60 ms before: it had written"
+        );
+        assert!(
+            aim(50).mid_sale(ms(5940), ms(30)),
+            "granted 30 ms before its pause, asked 30 ms after"
+        );
+        assert!(
+            aim(0).mid_sale(ms(10), ms(0)),
+            "no linger to aim within: holding is enough"
+        );
     }
 }

@@ -371,9 +371,8 @@ async fn a_strategy_the_lab_cannot_start_and_a_fault_before_start_are_refused_wi
 }
 
 /// Sends scenario `id` and waits for its verdict: whether a unit was sold twice (the
-/// history's `unique` check failed), and the outcome.
-/// Runs the scenario `id` to its verdict: whether a unit was sold twice, the outcome, and
-/// what the lab said meanwhile (a fault that stopped says why there).
+/// history's `unique` check failed), the outcome, and what the lab said meanwhile (a
+/// fault that stopped says why there).
 async fn run_scenario(lab: &Lab, id: &str) -> (bool, Value, Vec<String>) {
     let said_before = lab.state().await["log"].as_array().map_or(0, Vec::len);
     let (status, said) = lab.post(&format!("/scenarios/{id}"), json!(null)).await;
