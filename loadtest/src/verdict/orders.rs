@@ -20,7 +20,7 @@ use seckill::sale::keys::Keys;
 use seckill::sale::segments::Segments;
 use seckill::sale::stock::SaleRecord;
 use seckill::store::redis_master::connect_checked;
-use seckill::store::redis_master::MasterConnection;
+use seckill::store::redis_master::{may_mean_the_master_moved, MasterConnection};
 
 use super::crowd::Target;
 
@@ -87,9 +87,10 @@ async fn read_orders(redis_url: &str, keys: &Keys, mysql_url: &str) -> anyhow::R
 }
 
 /// Polls the streams' backlog until it is empty or `deadline` passed; answers the last
-/// backlog and the sale's name. A command that fails (the stock's master failed over,
-/// or a connection was reset) is asked again until the deadline: the connection follows
-/// the Sentinels to the new master, but the command it failed on still fails.
+/// backlog and the sale's name. A command that fails as when the master moves (the
+/// stock's master failed over, or a connection was reset) is asked again until the
+/// deadline: the connection follows the Sentinels to the new master, but the command it
+/// failed on still fails. Any other error is an answer.
 async fn drain(
     redis: &mut MasterConnection,
     keys: &Keys,
@@ -103,10 +104,14 @@ async fn drain(
             anyhow::Ok((unread, pending, sale))
         }
         .await;
+        let may_pass = |error: &anyhow::Error| {
+            let redis_error = error.downcast_ref::<redis::RedisError>();
+            redis_error.is_some_and(may_mean_the_master_moved) && Instant::now() < deadline
+        };
         match answer {
             Ok(drained @ (0, 0, _)) => return Ok(drained),
             Ok(backlog) if Instant::now() >= deadline => return Ok(backlog),
-            Err(error) if Instant::now() >= deadline => {
+            Err(error) if !may_pass(&error) => {
                 return Err(error.context("reading the orders stream's backlog from the stock's Redis"))
             }
             Err(error) if !std::mem::replace(&mut said, true) => {
