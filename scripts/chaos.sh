@@ -622,22 +622,30 @@ judge() {
   ((status != 2)) || die "loadtest chaos-table could not judge the runs of $1 (above); nothing was published"
   ((status == 0)) || safe=
 }
+# append_table FILE: another table under the chaos table, a blank line between.
+append_table() {
+  { [[ -s $RESULTS/table.md ]] && echo; cat "$1"; } >>"$RESULTS/table.md"
+}
 rm -f "$RESULTS/table.md"
 if [[ -s $RUNS_FILE ]]; then judge "$RUNS_FILE"; else : >"$RESULTS/table.md"; fi
 if ((${#clock_rows[@]} > 0)); then
   say "the clock faults: scripts/clock-jump.sh ${clock_rows[*]}"
   "$ROOT/scripts/clock-jump.sh" "${clock_rows[@]}" || safe=
-  { [[ -s $RESULTS/table.md ]] && echo; cat "$RUN/results/clock-jump/table.md"; } >>"$RESULTS/table.md"
+  append_table "$RUN/results/clock-jump/table.md"
 fi
 # The rounds `make torture` found failing where they must hold, shrunk and kept in
 # lab/regressions/, played again: a hole found once is looked for from then on. Their
-# table (a row each: when found, now) follows the chaos table on the published page.
+# table (a row each: when found, now) follows the chaos table on the published page. A
+# run that stops before its table (exit 2) stops everything, as a chaos run that cannot
+# be read does.
 if compgen -G "$ROOT/lab/regressions/*.json" >/dev/null; then
   say "the rounds make torture kept (lab/regressions/): target/release/torture --regressions"
-  target/release/torture --regressions --dir "$RESULTS/regressions" || safe=
-  if [[ -s $RESULTS/regressions/table.md ]]; then
-    { [[ -s $RESULTS/table.md ]] && echo; cat "$RESULTS/regressions/table.md"; } >>"$RESULTS/table.md"
-  fi
+  rm -f "$RESULTS/regressions/table.md"
+  status=0
+  target/release/torture --regressions --dir "$RESULTS/regressions" || status=$?
+  ((status != 2)) || die "torture --regressions could not play the kept rounds (above); nothing was published"
+  ((status == 0)) || safe=
+  append_table "$RESULTS/regressions/table.md"
 fi
 say "the table is also in $RESULTS/table.md; each run's report, history and timeline are in $RESULTS/"
 publish_results "$ROOT/docs/results/chaos.md" chaos "$COMMAND" "$RESULTS/table.md"

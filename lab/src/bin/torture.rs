@@ -1,6 +1,7 @@
 //! `torture`: rounds of random faults over the lab's strategies, each drawn from a seed and
 //! judged by the history's checks, until the time is up (`make torture`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -193,18 +194,14 @@ async fn play_kept(lab: &Arc<Lab>, cli: &Cli, rounds: Vec<(PathBuf, Regression)>
             .to_owned(),
         ..Tally::default()
     };
+    let mut found = BTreeMap::new();
     for (index, (path, kept)) in (1..).zip(rounds) {
         let failed = match kept.failed.is_empty() {
             true => String::new(),
             false => format!(" ({})", kept.failed.join(", ")),
         };
-        tally.found.insert(kept.round.seed, format!("{}{failed}", kept.found));
-        println!(
-            "[torture] {}: found {} ({})",
-            path.display(),
-            kept.found,
-            kept.failed.join(", ")
-        );
+        println!("[torture] {}: found {}{failed}", path.display(), kept.found);
+        found.insert(kept.round.seed, format!("{}{failed}", kept.found));
         match play(lab, &kept.round, &cli.dir).await {
             Ok(played) => {
                 say_played(index, &played);
@@ -213,6 +210,7 @@ async fn play_kept(lab: &Arc<Lab>, cli: &Cli, rounds: Vec<(PathBuf, Regression)>
             Err(error) => tally.unplayed.push((kept.round.seed, format!("{error:#}"))),
         }
     }
+    tally.kept = Some(found);
     Ok(tally)
 }
 

@@ -17,9 +17,9 @@ pub struct Tally {
     pub unplayed: Vec<(u64, String)>,
     /// What the run was (its seed, its time, its strategies), said above the tables.
     pub header: String,
-    /// For kept rounds played again (lab/regressions/), by seed: what each came to when
-    /// it was found. The run is then shown as their table alone.
-    pub found: BTreeMap<u64, String>,
+    /// Set when the rounds are kept ones played again (lab/regressions/): by seed, what
+    /// each came to when it was found. Such a run is shown as their table alone.
+    pub kept: Option<BTreeMap<u64, String>>,
 }
 
 impl Tally {
@@ -38,8 +38,8 @@ impl Tally {
     /// The tables, in Markdown.
     pub fn tables(&self) -> String {
         let mut page = self.header.clone();
-        if !self.found.is_empty() {
-            page.push_str(&self.kept_rounds());
+        if let Some(found) = &self.kept {
+            page.push_str(&self.kept_rounds(found));
             return page;
         }
         let operations: usize = self.played.iter().map(|played| played.operations).sum();
@@ -175,8 +175,7 @@ impl Tally {
             );
         }
         for (seed, why) in &self.unplayed {
-            let why = why.replace('\n', " ").replace('|', "/");
-            let _ = writeln!(table, "| `{seed:#018x}` | not played: {why} | - | - | - |");
+            let _ = writeln!(table, "| `{seed:#018x}` | not played: {} | - | - | - |", cell(why));
         }
         let mut expected: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for played in expected_ones {
@@ -196,11 +195,11 @@ impl Tally {
 
     /// The kept rounds played again, a row each: what it came to when it was found, and
     /// now. A round of a setup that must hold must be held now.
-    fn kept_rounds(&self) -> String {
+    fn kept_rounds(&self, found: &BTreeMap<u64, String>) -> String {
         let mut table = String::from(
             "| kept round | round | when found | now | checks that failed now |\n| --- | --- | --- | --- | --- |\n",
         );
-        let found = |seed: &u64| self.found.get(seed).map_or("-", String::as_str);
+        let found = |seed: &u64| found.get(seed).map_or("-", String::as_str);
         for played in &self.played {
             let _ = writeln!(
                 table,
@@ -243,6 +242,11 @@ impl Caught {
             rounds => format!("{:.0}%", 100.0 * self.caught as f64 / rounds as f64),
         }
     }
+}
+
+/// `text` as one cell of a Markdown table: on one line, without the column bar.
+fn cell(text: &str) -> String {
+    text.replace('\n', " ").replace('|', "/")
 }
 
 /// The round as one line without its seed (the table has a column for it), and the
@@ -367,11 +371,11 @@ mod tests {
         let tally = Tally {
             played: vec![played(7, "etcd", true, Verdict::Held), again],
             unplayed: vec![(11, "a server\ndid not start".to_owned())],
-            found: BTreeMap::from([
+            kept: Some(BTreeMap::from([
                 (7, "oversold (unique, linearizable)".to_owned()),
                 (10, "oversold (unique)".to_owned()),
                 (11, "lost (lost)".to_owned()),
-            ]),
+            ])),
             ..Tally::default()
         };
         let tables = tally.tables();
