@@ -212,10 +212,10 @@ impl Tally {
             );
         }
         for (seed, why) in &self.unplayed {
-            let why = why.replace('\n', " ").replace('|', "/");
             let _ = writeln!(
                 table,
-                "| `{seed:#018x}` | not played: {why} | {} | - | - |",
+                "| `{seed:#018x}` | not played: {} | {} | - | - |",
+                cell(why),
                 found(seed)
             );
         }
