@@ -17,6 +17,7 @@
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 //! | restart MariaDB | SIGKILL to the setup's MariaDB (the lock's, or the orders'), started again after `ms` on its data | 7 |
+//! | restock | during a steady load, `POST /stock/reset` through an instance: the sale ends, its records with it, and a new one begins while buyers keep coming | 2 |
 
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +76,7 @@ pub enum Strike {
     RestartMariaDb {
         ms: u64,
     },
+    Restock,
 }
 
 /// The longest a fault lasts: a class waits no longer, and a lease, a Sentinel or a
@@ -93,7 +95,8 @@ impl Strike {
             | Strike::JumpLockClock { .. }
             | Strike::FailOverLock { .. }
             | Strike::FailOverStock { .. }
-            | Strike::RestartMariaDb { .. } => None,
+            | Strike::RestartMariaDb { .. }
+            | Strike::Restock => None,
             Strike::Pause { instance, .. }
             | Strike::Kill { instance, .. }
             | Strike::CutFromLock { instance, .. }
@@ -138,14 +141,15 @@ impl Strike {
                 format!("fail over the stock's Redis, after its master sold alone for {ms} ms")
             }
             Strike::RestartMariaDb { ms } => format!("kill MariaDB, start it again after {ms} ms"),
+            Strike::Restock => "restock: a new sale, while the buyers keep coming".to_owned(),
         }
     }
 
-    /// How long it lasts, for the faults that last (all but a clock jump), to read or to
-    /// change.
+    /// How long it lasts, for the faults that last (all but a clock jump and a restock),
+    /// to read or to change.
     pub fn lasting_ms_mut(&mut self) -> Option<&mut u64> {
         match self {
-            Strike::JumpClock { .. } | Strike::JumpLockClock { .. } => None,
+            Strike::JumpClock { .. } | Strike::JumpLockClock { .. } | Strike::Restock => None,
             Strike::PauseHolder { ms }
             | Strike::FailOverLock { ms }
             | Strike::FailOverStock { ms }
@@ -173,8 +177,9 @@ impl Strike {
                 false => Err(format!("a jump of {seconds} s: pick -{FARTHEST_S} to {FARTHEST_S}")),
             };
         }
-        // Every other fault lasts.
-        let lasting = self.clone().lasting_ms_mut().copied().unwrap_or_default();
+        let Some(lasting) = self.clone().lasting_ms_mut().copied() else {
+            return Ok(()); // a restock: nothing to bound
+        };
         if !(1..=LONGEST_MS).contains(&lasting) {
             return Err(format!("a fault of {lasting} ms: pick 1 to {LONGEST_MS}"));
         }

@@ -77,6 +77,11 @@ impl Stage {
         })
     }
 
+    /// Where its instances answer buyers.
+    pub(crate) fn hosts(&self) -> Vec<String> {
+        self.instances.iter().map(Instance::url).collect()
+    }
+
     /// Where this setup's MariaDB is kept (the lock's, or the orders' own); `None` if it
     /// keeps nothing in MariaDB.
     pub(crate) fn mariadb_slot(&mut self) -> Option<&mut Option<testkit::PrivateServer>> {
@@ -89,7 +94,7 @@ pub(crate) struct Inner {
     pub(crate) stage: Option<Stage>,
     /// The guided scenario the stage was started for, if any.
     scenario: Option<&'static str>,
-    crowd: Option<Crowd>,
+    pub(crate) crowd: Option<Crowd>,
     crowds: u32,
     generations: u64,
 }
@@ -191,7 +196,7 @@ impl Lab {
         let Some(stage) = &inner.stage else {
             return Err("nothing runs yet: choose a strategy and press start".to_owned());
         };
-        let hosts: Vec<String> = stage.instances.iter().map(Instance::url).collect();
+        let hosts = stage.hosts();
         let number = inner.crowds + 1;
         let crowd = start(number, &hosts, &stage.servers).map_err(|error| format!("{error:#}"))?;
         inner.crowds = number;
@@ -256,6 +261,12 @@ impl Lab {
         if let Some(why) = stage.refusal_of(&strike) {
             return Err(why);
         }
+        if let Some(why) = (strike == Strike::Restock)
+            .then(|| crate::restock::refusal(&inner))
+            .flatten()
+        {
+            return Err(why);
+        }
         let generation = stage.generation;
         let lab = self.clone();
         let said = strike.describe();
@@ -288,6 +299,7 @@ impl Lab {
             Strike::FailOverStock { ms } => return self.fail_over(generation, Which::Stock, ms).await,
             Strike::RestartMariaDb { ms } => return self.restart_mariadb(generation, ms).await,
             Strike::JumpLockClock { seconds } => return self.jump_lock_clock(generation, seconds).await,
+            Strike::Restock => return self.restock(generation).await,
             ref on_one => match Act::lasting_on_one_instance(on_one) {
                 Some(acts) => acts,
                 None => bail!("the lab cannot play `{}`", on_one.describe()),
@@ -427,7 +439,7 @@ impl Lab {
             let Some(stage) = inner.stage.as_ref().filter(|stage| stage.generation == generation) else {
                 bail!("the setup changed");
             };
-            let urls: Vec<String> = stage.instances.iter().map(Instance::url).collect();
+            let urls = stage.hosts();
             let names: Vec<String> = stage.instances.iter().map(|instance| instance.name.clone()).collect();
             (urls, names, Duration::from_millis(stage.setup.linger_ms))
         };
@@ -551,7 +563,8 @@ impl Act {
             | Strike::JumpLockClock { .. }
             | Strike::FailOverLock { .. }
             | Strike::FailOverStock { .. }
-            | Strike::RestartMariaDb { .. } => return None,
+            | Strike::RestartMariaDb { .. }
+            | Strike::Restock => return None,
         })
     }
 }

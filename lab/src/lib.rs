@@ -8,6 +8,7 @@
 //! | [`servers`] | the servers of a setup (Redis, etcd, ZooKeeper, MariaDB), each of the lab's own |
 //! | [`failover`] | the lock's Redis with a replica and a Sentinel, failed over (lesson 5) |
 //! | [`restart`] | the setup's MariaDB killed and started again on its data |
+//! | [`restock`] | a new sale while a steady load buys, the old one's buyers kept in the history |
 //! | [`instances`] | the two `seckill serve` processes, each behind nemeses of its own |
 //! | [`faults`] | the faults a click strikes, and how long each lasts |
 //! | [`crowd`] | the lessons' load test as a process, its history read as it grows |
@@ -27,6 +28,7 @@ pub mod setup;
 pub mod servers;
 pub mod failover;
 pub mod restart;
+pub mod restock;
 pub mod instances;
 pub mod faults;
 pub mod selling;

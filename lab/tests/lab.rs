@@ -468,13 +468,18 @@ async fn every_guided_scenario_shows_what_its_answer_says() {
 
 /// A steady load of 20 buyers a second, the holder paused for 1.5 s after 2 s of it, then
 /// stopped 4 s later: the verdict and the checks that failed.
-async fn a_steady_load_with_the_holder_paused(lab: &Lab) -> (String, Vec<String>) {
+async fn a_steady_load_with_the_holder_paused(lab: &Lab, restocked: bool) -> (String, Vec<String>) {
     let (status, said) = lab.post("/sell?rate=20", json!(null)).await;
     assert_eq!(status, 200, "{said}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (status, said) = lab.post("/strike", json!({"kind": "pause-holder", "ms": 1500})).await;
     assert_eq!(status, 200, "{said}");
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if restocked {
+        let (status, said) = lab.post("/strike", json!({"kind": "restock"})).await;
+        assert_eq!(status, 200, "{said}");
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let (status, said) = lab.post("/sell/stop", json!(null)).await;
     assert_eq!(status, 200, "{said}");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -507,9 +512,14 @@ async fn keep_selling_then_stop_is_judged_from_its_history_as_a_crowd_is() {
         (409, "nothing is selling".to_owned())
     );
     assert_eq!(lab.post("/start", setup(false)).await.0, 200);
+    let (status, said) = lab.post("/strike", json!({"kind": "restock"})).await;
+    assert!(
+        status == 409 && said.contains("press \"keep selling\" first"),
+        "a restock ends the sale a crowd is judged in: {status} {said}"
+    );
     let mut seen = Vec::new();
     for _ in 0..TRIES {
-        let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab).await;
+        let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab, false).await;
         let sold_twice = failed.contains(&"unique".to_owned());
         seen.push((verdict, failed));
         if sold_twice {
@@ -523,21 +533,25 @@ async fn keep_selling_then_stop_is_judged_from_its_history_as_a_crowd_is() {
     );
     assert!(failed.contains(&"unique".to_owned()), "{seen:?}");
 
+    // With the fence, and restocked mid-load: the old sale's buyers are held to `unique`,
+    // the new sale's to every check.
     assert_eq!(lab.post("/start", setup(true)).await.0, 200);
-    let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab).await;
+    let (verdict, failed) = a_steady_load_with_the_holder_paused(&lab, true).await;
     assert_eq!(
         (verdict.as_str(), failed),
         ("held", Vec::<String>::new()),
-        "with the fence"
+        "with the fence, across a restock"
     );
     let crowds = lab.state().await["crowds_sent"].as_u64().unwrap();
     let history = lab.dir.path().join(format!("crowd-{crowds}.history.jsonl"));
     let events = std::fs::read_to_string(&history).unwrap();
-    assert!(
-        events.contains(r#""fault":"pause""#) && events.contains(r#""fault":"resume""#),
-        "the pause is in the steady load's history: {}",
-        history.display()
-    );
+    for fault in ["pause", "resume", "restock"] {
+        assert!(
+            events.contains(&format!(r#""fault":"{fault}""#)),
+            "the {fault} is in the steady load's history: {}",
+            history.display()
+        );
+    }
 }
 
 /// Without root (item 5 of the lab's issue): run as `nobody`, the lab starts its Redis

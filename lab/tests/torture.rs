@@ -2,6 +2,7 @@
 //! draws it, and the shrinker on a planted failure (lesson 3's: the fence check off, the
 //! holder paused past its lease), which must keep the pause and drop the rest.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -12,6 +13,7 @@ use lab::setup::Setup;
 use lab::torture::plan::{Choices, Expected, Round, Steady, Timed};
 use lab::torture::play::play;
 use lab::torture::shrink::shrink;
+use loadtest::history::{Fault, What};
 
 /// target/debug/, where `cargo test --workspace` builds seckill and loadtest beside the
 /// lab's binaries.
@@ -321,4 +323,60 @@ async fn a_jump_of_the_lock_redis_clock_sells_a_unit_twice_without_fencing_and_n
         fenced.troubles,
         fenced.failed
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steady_round_restocked_mid_sale_is_judged_in_both_sales_and_holds() {
+    let _alone = testkit::take_turn().await;
+    let dir = tempfile::tempdir().unwrap();
+    let lab = Lab::new(binaries(), dir.path()).unwrap();
+    // Each sale lingers between its read and its write, so that the restock finds some
+    // sellers there: their writes must be refused, not land in the new sale.
+    let round = Round {
+        seed: 0,
+        setup: Setup {
+            linger_ms: 20,
+            orders: lab::setup::mariadb_missing().is_none(),
+            ..Setup::default()
+        },
+        crowd: Size::LESSONS,
+        steady: Some(Steady { rate: 100, ms: 2_000 }),
+        schedule: vec![Timed {
+            at_ms: 700,
+            strike: Strike::Restock,
+        }],
+    };
+    let played = play(&lab, &round, dir.path()).await.unwrap();
+    lab.shutdown().await;
+    assert_eq!(
+        played.verdict_word(),
+        "held",
+        "{:?} {:?}",
+        played.troubles,
+        played.failed
+    );
+    assert_eq!(played.struck.len(), 1, "{:?}", played.troubles);
+    let history = loadtest::history::beside_report(&played.report, "history.jsonl");
+    let events = loadtest::history::read(&history).unwrap();
+    let ended: Vec<String> = events
+        .iter()
+        .filter_map(|event| match &event.what {
+            What::Fault {
+                fault: Fault::Restock,
+                detail,
+                ..
+            } => detail.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ended.len(), 1, "one restock, naming the sale it ended");
+    let sales: BTreeSet<&str> = events
+        .iter()
+        .filter_map(|event| match &event.what {
+            What::Ok { sold_unit, .. } => Some(sold_unit.sale.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sales.len(), 2, "buyers were told of both sales: {sales:?}");
+    assert!(sales.contains(ended[0].as_str()), "{sales:?} {ended:?}");
 }

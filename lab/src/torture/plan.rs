@@ -136,6 +136,16 @@ impl Round {
                 schedule.push(Timed { at_ms, strike });
             }
         }
+        // Half the steady loads are restocked once, on top of their faults: a new sale
+        // begins while buyers keep coming. Drawn after the faults, so that the rest of a
+        // seed's round is what it was before restocks were drawn.
+        if steady.is_some() && rng.random_bool(0.5) {
+            let at_ms = rng.random_range(0..=striking_ms);
+            schedule.push(Timed {
+                at_ms,
+                strike: Strike::Restock,
+            });
+        }
         schedule.sort_by_key(|timed| timed.at_ms);
         Ok(Round {
             seed,
@@ -343,6 +353,7 @@ pub fn kind_of(strike: &Strike) -> &'static str {
         Strike::FailOverLock { .. } => "fail over the lock's Redis",
         Strike::FailOverStock { .. } => "fail over the stock's Redis",
         Strike::RestartMariaDb { .. } => "restart MariaDB",
+        Strike::Restock => "restock the sale",
     }
 }
 
@@ -374,7 +385,8 @@ mod tests {
         for seed in 0..300 {
             let round = Round::drawn(round_seed(1, seed), &all()).unwrap();
             let needs = round.setup.needs().unwrap();
-            assert!(round.schedule.len() <= MOST_FAULTS);
+            let faults = round.schedule.iter().filter(|timed| timed.strike != Strike::Restock);
+            assert!(faults.count() <= MOST_FAULTS);
             for timed in &round.schedule {
                 assert_eq!(
                     refusal(&round.setup, needs, &timed.strike, |_| true),
@@ -400,6 +412,29 @@ mod tests {
         for Steady { rate, ms } in steady {
             assert!((50..=200).contains(&rate) && (4_000..=STEADY_LONGEST_MS).contains(&ms));
         }
+    }
+
+    #[test]
+    fn half_the_steady_loads_are_restocked_once_and_no_crowd_is() {
+        let rounds: Vec<Round> = (0..400)
+            .map(|seed| Round::drawn(round_seed(4, seed), &all()).unwrap())
+            .collect();
+        let restocks = |round: &Round| {
+            round
+                .schedule
+                .iter()
+                .filter(|timed| timed.strike == Strike::Restock)
+                .count()
+        };
+        let (steady, crowds): (Vec<&Round>, Vec<&Round>) = rounds.iter().partition(|round| round.steady.is_some());
+        assert!(crowds.iter().all(|round| restocks(round) == 0));
+        assert!(steady.iter().all(|round| restocks(round) <= 1));
+        let restocked = steady.iter().filter(|round| restocks(round) == 1).count();
+        assert!(
+            (steady.len() * 3 / 10..=steady.len() * 7 / 10).contains(&restocked),
+            "{restocked} of {}",
+            steady.len()
+        );
     }
 
     #[test]

@@ -12,14 +12,18 @@
 //! - a sold answer whose sale record is in this sale is of this sale, whatever name it
 //!   carries: an atomic sale settled after a lost answer names the sale its instance
 //!   last saw, which may be the one before the reset.
+//!
+//! A steady load may be restocked while it runs ([`Fault::Restock`]): the reset deletes
+//! the ended sale's records, so its requests cannot be patched or held against them.
+//! [`Operations::set_apart_ended`] keeps them aside, where only `unique` reads them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use seckill::api::SoldUnit;
 use seckill::lock::FencingToken;
 use seckill::sale::stock::SaleRecord;
 
-use super::{Event, Process, What, SOLD_OUT, SOLD_UNNAMED};
+use super::{Event, Fault, Process, What, SOLD_OUT, SOLD_UNNAMED};
 
 /// One buyer's request, from its invocation to its end.
 #[derive(Clone, Debug, PartialEq)]
@@ -87,6 +91,59 @@ pub struct Operations {
     pub dropped: usize,
     /// `info` answers the sale records settled as sales.
     pub settled: usize,
+    /// The requests of the sales a restock ended during the run, set apart by
+    /// [`Operations::set_apart_ended`]: their records went with their sale.
+    pub ended: Vec<Operation>,
+}
+
+/// The sales a restock ended during a run, by the names its `restock` events carry, and
+/// when the last of them struck.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Restocks {
+    ended: BTreeSet<String>,
+    last_us: Option<u64>,
+}
+
+impl Restocks {
+    pub fn of(events: &[Event]) -> Restocks {
+        let mut restocks = Restocks::default();
+        for event in events {
+            if let What::Fault {
+                fault: Fault::Restock,
+                detail,
+                ..
+            } = &event.what
+            {
+                restocks.ended.extend(detail.clone());
+                restocks.last_us = Some(event.at_us);
+            }
+        }
+        restocks
+    }
+
+    /// Whether `operation` belongs to a sale that ended: sold in it, or told "sold out"
+    /// before the last restock (a statement about the stock before it).
+    fn hold(&self, operation: &Operation) -> bool {
+        match (&operation.outcome, operation.answered_us, self.last_us) {
+            (Outcome::Sold { unit, .. }, _, _) => self.ended.contains(&unit.sale),
+            (Outcome::SoldOut, Some(answered), Some(last)) => answered < last,
+            _ => false,
+        }
+    }
+}
+
+impl Operations {
+    /// Moves the requests of the sales `restocks` ended into [`Operations::ended`]. Called
+    /// after [`patch`], which keeps in this sale every answer whose record it holds,
+    /// whatever name the answer carries. A request whose outcome is unknown stays: the
+    /// records of this sale settle it, or the model takes it as a sale or as nothing.
+    pub fn set_apart_ended(&mut self, restocks: &Restocks) {
+        let (ended, current) = std::mem::take(&mut self.operations)
+            .into_iter()
+            .partition(|operation| restocks.hold(operation));
+        self.operations = current;
+        self.ended = ended;
+    }
 }
 
 /// Pairs every `invoke` with the event that ends it. A request still open when the
@@ -209,6 +266,14 @@ pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord])
         }
     }
     patched
+}
+
+/// The requests of `events` as the sale named `sale` judges them: paired, patched with
+/// its `records`, and those of the sales a restock ended set apart.
+pub fn of_sale(events: &[Event], sale: &str, records: &[SaleRecord]) -> Operations {
+    let mut operations = patch(pair(events), sale, records);
+    operations.set_apart_ended(&Restocks::of(events));
+    operations
 }
 
 #[cfg(test)]

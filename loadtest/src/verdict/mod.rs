@@ -144,7 +144,7 @@ pub fn check_history(
     initial_stock: i64,
     one_per_buyer: bool,
 ) -> Vec<Check> {
-    let operations = operations::patch(operations::pair(events), &sale.sale_name, &sale.records);
+    let operations = operations::of_sale(events, &sale.sale_name, &sale.records);
     let model = StockModel {
         sale: sale.sale_name.clone(),
         units_per_segment: sale.segments.split(initial_stock),

@@ -10,7 +10,7 @@ use crate::history::operations::{Operation, Outcome};
 use super::{answer_of, at, named, Check, Finding, Status, SEARCH_LIMIT};
 
 /// `unique`: no unit of a sale and segment sold to two buyers.
-pub(super) fn unique(operations: &[Operation]) -> Vec<Finding> {
+pub(super) fn unique<'a>(operations: impl IntoIterator<Item = &'a Operation>) -> Vec<Finding> {
     let mut buyers_of: BTreeMap<(&str, u32, i64), Vec<&Operation>> = BTreeMap::new();
     for operation in operations {
         if let Some(unit) = operation.sold_unit() {

@@ -4,7 +4,7 @@
 //!
 //! | check | fails when |
 //! | --- | --- |
-//! | `unique` | two buyers were told they bought one unit (of one sale and segment) |
+//! | `unique` | two buyers were told they bought one unit (of one sale and segment, a sale a restock ended too) |
 //! | `lost` | a buyer told "sold" has no sale record |
 //! | `phantom` | a sale record belongs to no buyer told "sold" or left not knowing |
 //! | `sold-out` | "sold out" was answered while a unit was never taken by a request sent before that answer |
@@ -35,8 +35,8 @@ use serde::{Deserialize, Serialize};
 use seckill::sale::stock::SaleRecord;
 
 use super::linearizable::StockModel;
-use super::operations::{self, Operation, Operations, Outcome};
-use super::{Event, What};
+use super::operations::{self, Operation, Operations, Outcome, Restocks};
+use super::Event;
 
 use answers::{linearizable, one_per_buyer, real_time, sold_out, unique};
 use records::{lost, phantom, with_culprits};
@@ -144,7 +144,7 @@ const SHOWN: usize = 5;
 pub fn run_all(evidence: &Evidence) -> Vec<Check> {
     let operations = &evidence.operations.operations;
     vec![
-        Check::of("unique", unique(operations)),
+        Check::of("unique", unique(operations.iter().chain(&evidence.operations.ended))),
         match evidence.records {
             Some(records) => Check::of("lost", lost(operations, records)),
             None => Check::skipped("lost", NO_RECORDS),
@@ -170,26 +170,25 @@ pub fn run_all(evidence: &Evidence) -> Vec<Check> {
 
 /// The checks of a history with no sale records beside it (`loadtest check`): its
 /// requests as they were answered, not patched; `lost`, `phantom` and `fence-order`
-/// are skipped. The model's sale is the one most "sold" answers name.
+/// are skipped. The model's sale is the one most "sold" answers name, of the sales no
+/// restock ended.
 pub fn run_on_history_alone(events: &[Event], stock: &[i64], one_per_buyer: bool) -> Vec<Check> {
+    let mut operations = Operations {
+        operations: operations::pair(events),
+        ..Operations::default()
+    };
+    operations.set_apart_ended(&Restocks::of(events));
     let mut named: HashMap<&str, usize> = HashMap::new();
-    for event in events {
-        if let What::Ok { sold_unit, .. } = &event.what {
-            *named.entry(sold_unit.sale.as_str()).or_default() += 1;
-        }
+    for unit in operations.operations.iter().filter_map(Operation::sold_unit) {
+        *named.entry(unit.sale.as_str()).or_default() += 1;
     }
     let sale = named
         .into_iter()
         .max_by_key(|&(sale, count)| (count, sale))
-        .map(|(sale, _)| sale);
+        .map(|(sale, _)| sale.to_owned());
     let model = StockModel {
-        sale: sale.unwrap_or_default().to_owned(),
+        sale: sale.unwrap_or_default(),
         units_per_segment: stock.to_vec(),
-    };
-    let operations = Operations {
-        operations: operations::pair(events),
-        dropped: 0,
-        settled: 0,
     };
     run_all(&Evidence {
         operations: &operations,
@@ -235,8 +234,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::history::operations::{pair, patch, tests::*};
-    use crate::history::{Event, What};
+    use crate::history::operations::{of_sale, tests::*};
+    use crate::history::{Event, Fault, What};
 
     fn model(units: i64) -> StockModel {
         StockModel {
@@ -247,7 +246,7 @@ mod tests {
 
     /// The checks of a history, by name: status and findings.
     fn checks(events: &[Event], records: &[SaleRecord], units: i64) -> BTreeMap<String, (Status, Vec<String>)> {
-        let operations = patch(pair(events), "s", records);
+        let operations = of_sale(events, "s", records);
         let evidence = Evidence {
             operations: &operations,
             records: Some(records),
@@ -397,6 +396,64 @@ mod tests {
         let records = [record("sale-1", "buyer-1", 2), record("sale-2", "buyer-2", 1)];
         let checks = checks(&events, &records, 2);
         assert_eq!(failed(&checks), Vec::<&str>::new(), "{checks:?}");
+    }
+
+    /// Process `process` was told it bought `unit` of the sale named `sale`.
+    fn sold_in(sale: &str, at_us: u64, process: u64, unit: i64) -> Event {
+        let mut event = sold(at_us, process, unit);
+        if let What::Ok { sold_unit, .. } = &mut event.what {
+            sold_unit.sale = sale.into();
+        }
+        event
+    }
+
+    /// The sale named `ended` was restocked at `at_us`: a new sale, `s`, began.
+    fn restock(at_us: u64, ended: &str) -> Event {
+        let mut event = fault(at_us, Fault::Restock);
+        if let What::Fault { target, detail, .. } = &mut event.what {
+            *target = "stock".into();
+            *detail = Some(ended.into());
+        }
+        event
+    }
+
+    #[test]
+    fn the_sales_of_a_sale_a_restock_ended_are_held_only_to_unique() {
+        // Unit 2 of the old sale, then of the new one: the restock deleted the old
+        // sale's record, and its "sold out" spoke of the old stock.
+        let events = [
+            invoke(0, 1),
+            sold_in("old", 2, 1, 2),
+            invoke(3, 2),
+            told_sold_out(4, 2),
+            restock(5, "old"),
+            invoke(6, 3),
+            sold(7, 3, 2),
+        ];
+        let records = [record("sale-3", "buyer-3", 2)];
+        let restocked = checks(&events, &records, 2);
+        assert_eq!(failed(&restocked), Vec::<&str>::new(), "{restocked:?}");
+
+        let twice = [
+            invoke(0, 1),
+            invoke(0, 2),
+            sold_in("old", 2, 1, 5),
+            sold_in("old", 3, 2, 5),
+            restock(5, "old"),
+        ];
+        let twice = checks(&twice, &[], 5);
+        assert_eq!(failed(&twice), ["unique"], "{twice:?}");
+        assert_eq!(
+            twice["unique"].1,
+            ["unit 5 of segment 0 was sold to process 1 (buyer-1 via :8080) and process 2 (buyer-2 via :8080)"]
+        );
+    }
+
+    #[test]
+    fn a_sale_named_by_no_restock_is_held_to_its_record() {
+        let events = [invoke(0, 1), sold_in("old", 2, 1, 2), restock(5, "older")];
+        let checks = checks(&events, &[], 2);
+        assert!(failed(&checks).contains(&"lost"), "{checks:?}");
     }
 
     #[test]
