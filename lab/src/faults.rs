@@ -17,7 +17,7 @@
 //! | fail over the stock's Redis | cuts its replication, lets the master sell alone for `ms`, kills it; the Sentinel promotes the replica; the old master comes back as a replica | 14 |
 //! | fail over the lock's Redis | cuts its replication, pauses the next holder for `ms`, kills the master; the Sentinel promotes the replica; the old master comes back as a replica | 5 |
 //! | restart MariaDB | SIGKILL to the setup's MariaDB (the lock's, or the orders'), started again after `ms` on its data | 7 |
-//! | restock | during a steady load, `POST /stock/reset` through an instance: the sale ends, its records with it, and a new one begins while buyers keep coming | 2 |
+//! | restock | during a steady load, the reset behind `POST /stock/reset`, on the stock's Redis: the sale ends, its records with it, and a new one begins while buyers keep coming | 2 |
 
 use serde::{Deserialize, Serialize};
 

@@ -17,7 +17,7 @@
 //! the ended sale's records, so its requests cannot be patched or held against them.
 //! [`Operations::set_apart_ended`] keeps them aside, where only `unique` reads them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use seckill::api::SoldUnit;
 use seckill::lock::FencingToken;
@@ -96,16 +96,20 @@ pub struct Operations {
     pub ended: Vec<Operation>,
 }
 
-/// The sales a restock ended during a run, by the names its `restock` events carry, and
-/// when the last of them struck.
+/// The sales a restock ended during a run, by the names its `restock` events carry, each
+/// with when its restock was recorded (once the reset had answered), and when the last
+/// restock was.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Restocks {
-    ended: BTreeSet<String>,
+    ended: BTreeMap<String, u64>,
     last_us: Option<u64>,
 }
 
 impl Restocks {
-    pub fn of(events: &[Event]) -> Restocks {
+    /// The restocks of `events`, but for the sale named `current`, the one the records
+    /// read after the run belong to: a restock whose reset failed ended nothing, and its
+    /// event still names the sale that went on.
+    pub fn of(events: &[Event], current: &str) -> Restocks {
         let mut restocks = Restocks::default();
         for event in events {
             if let What::Fault {
@@ -114,18 +118,24 @@ impl Restocks {
                 ..
             } = &event.what
             {
-                restocks.ended.extend(detail.clone());
+                if let Some(ended) = detail.as_deref().filter(|&ended| ended != current) {
+                    restocks.ended.entry(ended.to_owned()).or_insert(event.at_us);
+                }
                 restocks.last_us = Some(event.at_us);
             }
         }
         restocks
     }
 
-    /// Whether `operation` belongs to a sale that ended: sold in it, or told "sold out"
-    /// before the last restock (a statement about the stock before it).
+    /// Whether `operation` belongs to a sale that ended: sold in it and sent before its
+    /// restock (one sent after could not have bought in it), or told "sold out" before
+    /// the last restock (a statement about the stock before it).
     fn hold(&self, operation: &Operation) -> bool {
         match (&operation.outcome, operation.answered_us, self.last_us) {
-            (Outcome::Sold { unit, .. }, _, _) => self.ended.contains(&unit.sale),
+            (Outcome::Sold { unit, .. }, _, _) => self
+                .ended
+                .get(&unit.sale)
+                .is_some_and(|&restocked_us| operation.invoked_us < restocked_us),
             (Outcome::SoldOut, Some(answered), Some(last)) => answered < last,
             _ => false,
         }
@@ -272,7 +282,7 @@ pub fn patch(mut operations: Vec<Operation>, sale: &str, records: &[SaleRecord])
 /// its `records`, and those of the sales a restock ended set apart.
 pub fn of_sale(events: &[Event], sale: &str, records: &[SaleRecord]) -> Operations {
     let mut operations = patch(pair(events), sale, records);
-    operations.set_apart_ended(&Restocks::of(events));
+    operations.set_apart_ended(&Restocks::of(events, sale));
     operations
 }
 
