@@ -12,8 +12,9 @@ use lab::lab::{Binaries, Lab};
 use lab::setup::Setup;
 use lab::torture::plan::{Choices, Expected, Round, Steady, Timed};
 use lab::torture::play::play;
+use lab::torture::play::Played;
 use lab::torture::shrink::shrink;
-use loadtest::history::{Fault, What};
+use loadtest::history::{Event, Fault, What};
 
 /// target/debug/, where `cargo test --workspace` builds seckill and loadtest beside the
 /// lab's binaries.
@@ -135,7 +136,7 @@ async fn the_shrinker_keeps_the_pause_that_sells_twice_and_drops_the_faults_it_d
 /// Plays one round of `setup` with one fault, a crowd of 200 buyers at 120 units, on a
 /// lab of its own: what it came to, the crowd's report, and its history (read before the
 /// folder they were in goes).
-async fn play_one(setup: Setup, fault: Timed) -> (lab::torture::play::Played, serde_json::Value, String) {
+async fn play_one(setup: Setup, fault: Timed) -> (Played, serde_json::Value, String) {
     let _alone = testkit::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::new(binaries(), dir.path()).unwrap();
@@ -230,24 +231,19 @@ async fn a_round_whose_stock_connections_are_reset_mid_sale_is_held_and_the_rese
     assert!(faults[1].contains(r#""fault":"heal""#), "{faults:?}");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_steady_round_sells_for_its_time_and_counts_its_orders_across_a_mariadb_restart() {
+/// Plays a steady round of `setup` (100 buyers a second for 2 s) with one fault, on a lab
+/// of its own, and asserts it held: what it came to, its checks as the lab shows them, and
+/// its history (read before the folder it was in goes).
+async fn a_steady_round_holds(setup: Setup, fault: Timed) -> (Played, serde_json::Value, Vec<Event>) {
     let _alone = testkit::take_turn().await;
     let dir = tempfile::tempdir().unwrap();
     let lab = Lab::new(binaries(), dir.path()).unwrap();
     let round = Round {
         seed: 0,
-        setup: Setup {
-            orders: true,
-            linger_ms: 0,
-            ..Setup::default()
-        },
+        setup,
         crowd: Size::LESSONS,
         steady: Some(Steady { rate: 100, ms: 2_000 }),
-        schedule: vec![Timed {
-            at_ms: 300,
-            strike: Strike::RestartMariaDb { ms: 1000 },
-        }],
+        schedule: vec![fault],
     };
     let played = play(&lab, &round, dir.path()).await.unwrap();
     let checks = lab
@@ -264,13 +260,29 @@ async fn a_steady_round_sells_for_its_time_and_counts_its_orders_across_a_mariad
         played.troubles,
         played.failed
     );
+    let history = loadtest::history::beside_report(&played.report, "history.jsonl");
+    let events = loadtest::history::read(&history).unwrap();
+    (played, checks.unwrap_or_default(), events)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_steady_round_sells_for_its_time_and_counts_its_orders_across_a_mariadb_restart() {
+    let setup = Setup {
+        orders: true,
+        linger_ms: 0,
+        ..Setup::default()
+    };
+    let restart = Timed {
+        at_ms: 300,
+        strike: Strike::RestartMariaDb { ms: 1000 },
+    };
+    let (played, checks, _) = a_steady_round_holds(setup, restart).await;
     // 100 buyers a second for 2 s, from the first sale on.
     assert!(
         (150..=260).contains(&played.operations),
         "{} requests",
         played.operations
     );
-    let checks = checks.unwrap_or_default();
     let orders = checks
         .as_array()
         .into_iter()
@@ -285,7 +297,7 @@ async fn a_steady_round_sells_for_its_time_and_counts_its_orders_across_a_mariad
 
 /// A round of redis, fencing `fencing`, whose lock Redis's clock jumps a minute forward
 /// mid-sale: the lease of the holder, lingering 50 ms before each write, ends at once.
-async fn the_lock_redis_clock_jumps(fencing: bool) -> (lab::torture::play::Played, String) {
+async fn the_lock_redis_clock_jumps(fencing: bool) -> (Played, String) {
     let setup = Setup {
         fencing,
         ..Setup::default()
@@ -328,31 +340,12 @@ async fn a_jump_of_the_lock_redis_clock_sells_a_unit_twice_without_fencing_and_n
 /// A steady round of `setup`, restocked 700 ms in: held, its history naming the sale the
 /// restock ended, and buyers told of both sales.
 async fn a_restocked_steady_round_holds(setup: Setup) {
-    let _alone = testkit::take_turn().await;
-    let dir = tempfile::tempdir().unwrap();
-    let lab = Lab::new(binaries(), dir.path()).unwrap();
-    let round = Round {
-        seed: 0,
-        setup,
-        crowd: Size::LESSONS,
-        steady: Some(Steady { rate: 100, ms: 2_000 }),
-        schedule: vec![Timed {
-            at_ms: 700,
-            strike: Strike::Restock,
-        }],
+    let restock = Timed {
+        at_ms: 700,
+        strike: Strike::Restock,
     };
-    let played = play(&lab, &round, dir.path()).await.unwrap();
-    lab.shutdown().await;
-    assert_eq!(
-        played.verdict_word(),
-        "held",
-        "{:?} {:?}",
-        played.troubles,
-        played.failed
-    );
+    let (played, _, events) = a_steady_round_holds(setup, restock).await;
     assert_eq!(played.struck.len(), 1, "{:?}", played.troubles);
-    let history = loadtest::history::beside_report(&played.report, "history.jsonl");
-    let events = loadtest::history::read(&history).unwrap();
     let ended: Vec<String> = events
         .iter()
         .filter_map(|event| match &event.what {
