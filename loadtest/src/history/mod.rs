@@ -18,7 +18,7 @@
 //! {"at_us":4903,"process":8,"type":"fail","answer":"sold_out"}
 //! {"at_us":5120,"process":9,"type":"info","answer":"504 sale_outcome_unknown"}
 //! {"at_us":2000,"process":"nemesis","type":"fault","fault":"pause","target":"seckill-8080"}
-//! {"at_us":9000,"process":"nemesis","type":"fault","fault":"restock","target":"stock","detail":"9f.."}
+//! {"at_us":9000,"process":"nemesis","type":"fault","fault":"restock","target":"stock-redis","detail":"9f.."}
 //! ```
 //!
 //! `at_us` is microseconds on the clock every process of the machine shares

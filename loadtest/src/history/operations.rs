@@ -98,7 +98,7 @@ pub struct Operations {
 
 /// The sales a restock ended during a run, by the names its `restock` events carry, each
 /// with when its restock was recorded (once the reset had answered), and when the last
-/// restock was.
+/// of those restocks was.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Restocks {
     ended: BTreeMap<String, u64>,
@@ -120,8 +120,8 @@ impl Restocks {
             {
                 if let Some(ended) = detail.as_deref().filter(|&ended| ended != current) {
                     restocks.ended.entry(ended.to_owned()).or_insert(event.at_us);
+                    restocks.last_us = Some(event.at_us);
                 }
-                restocks.last_us = Some(event.at_us);
             }
         }
         restocks

@@ -412,7 +412,7 @@ mod tests {
     fn restock(at_us: u64, ended: &str) -> Event {
         let mut event = fault(at_us, Fault::Restock);
         if let What::Fault { target, detail, .. } = &mut event.what {
-            *target = "stock".into();
+            *target = "stock-redis".into();
             *detail = Some(ended.into());
         }
         event
@@ -460,6 +460,10 @@ mod tests {
             let checks = checks(events, &[], 2);
             assert!(failed(&checks).contains(&"lost"), "{events:?}: {checks:?}");
         }
+        // Nor does it end what the sale's "sold out"s said: one with both units left fails.
+        let sold_out_before = [invoke(0, 1), told_sold_out(1, 1), restock(5, "s")];
+        let checks = checks(&sold_out_before, &[], 2);
+        assert!(failed(&checks).contains(&"sold-out"), "{checks:?}");
     }
 
     #[test]
